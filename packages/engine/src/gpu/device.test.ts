@@ -1,0 +1,131 @@
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createDevice, getDevice, Params, WgslError, type Gpu, type KernelSpec } from "./device.ts";
+
+const scale: KernelSpec = {
+  name: "scale_add",
+  code: /* wgsl */ `
+    struct P { n: u32, a: f32 }
+    @group(0) @binding(0) var<uniform> p: P;
+    @group(0) @binding(1) var<storage, read> x: array<f32>;
+    @group(0) @binding(2) var<storage, read_write> y: array<f32>;
+    override WG: u32 = 64;
+    @compute @workgroup_size(WG)
+    fn scale_add(@builtin(global_invocation_id) g: vec3u) {
+      if (g.x < p.n) { y[g.x] = p.a * x[g.x] + y[g.x]; }
+    }`,
+};
+
+let gpu: Gpu;
+beforeAll(async () => {
+  gpu = await getDevice();
+});
+
+describe("device layer on Dawn", () => {
+  it("gets an adapter and a device with the limits and features the engine asks for", async () => {
+    expect(gpu.adapter.runtime).toBe("node");
+    expect(gpu.limits.maxStorageBufferBindingSize).toBeGreaterThanOrEqual(128 * 1024 * 1024);
+    expect(gpu.limits.maxComputeInvocationsPerWorkgroup).toBeGreaterThanOrEqual(256);
+    expect(await getDevice()).toBe(gpu); // shared
+  });
+
+  it("runs a kernel with uniforms and override constants and reads the result back", async () => {
+    const n = 1000; // not a multiple of the workgroup
+    const x = Float32Array.from({ length: n }, (_, i) => i * 0.5);
+    const y0 = Float32Array.from({ length: n }, (_, i) => 1 - i);
+    const bx = gpu.upload(x);
+    const by = gpu.upload(y0);
+    for (const WG of [64, 128]) {
+      gpu.write(by, y0);
+      await gpu.run({ ...scale, overrides: { WG } }, [bx, by], Math.ceil(n / WG), new Params().u32(n).f32(3));
+      const y = await gpu.readF32(by, n);
+      for (let i = 0; i < n; i += 37) expect(y[i]).toBeCloseTo(3 * x[i] + y0[i], 5);
+    }
+    gpu.release(bx, by);
+  });
+
+  it("caches pipelines by shader and override constants", async () => {
+    const misses = gpu.pipelineCacheMisses;
+    const hits = gpu.pipelineCacheHits;
+    const a = gpu.pipeline({ ...scale, overrides: { WG: 32 } });
+    const b = gpu.pipeline({ ...scale, overrides: { WG: 32 } });
+    const c = gpu.pipeline({ ...scale, overrides: { WG: 16 } });
+    expect(a).toBe(b);
+    expect(c).not.toBe(a);
+    expect(gpu.pipelineCacheMisses - misses).toBe(2);
+    expect(gpu.pipelineCacheHits - hits).toBe(1);
+  });
+
+  it("reuses pooled buffers and accounts memory going up and back down", async () => {
+    const live0 = gpu.memory.liveBytes;
+    const a = gpu.buffer(1 << 20, "test");
+    expect(gpu.memory.liveBytes - live0).toBe(1 << 20);
+    expect(gpu.memory.byTag.test).toBe(1 << 20);
+    gpu.release(a);
+    expect(gpu.memory.liveBytes).toBe(live0);
+    await gpu.read(gpu.upload(new Float32Array(4))); // a submit makes released buffers reusable
+    const hits = gpu.memory.poolHits;
+    const b = gpu.buffer((1 << 20) - 100, "test");
+    expect(b).toBe(a);
+    expect(gpu.memory.poolHits).toBe(hits + 1);
+    gpu.release(b);
+    const alloc = gpu.memory.allocatedBytes;
+    gpu.pool.trim();
+    expect(gpu.memory.allocatedBytes).toBeLessThanOrEqual(alloc - (1 << 20));
+  });
+
+  it("records many dispatches and submits them once", async () => {
+    const n = 256;
+    const bx = gpu.upload(new Float32Array(n).fill(1));
+    const by = gpu.upload(new Float32Array(n));
+    const rec = gpu.recorder();
+    for (let i = 0; i < 10; i++) rec.dispatch(scale, [bx, by], 4, new Params().u32(n).f32(i));
+    const out = rec.read(by, n * 4);
+    await rec.submit();
+    const y = new Float32Array(await out);
+    expect(y[0]).toBe(45);
+    expect(y[n - 1]).toBe(45);
+    gpu.release(bx, by);
+  });
+
+  it("surfaces a WGSL compile error with the shader's name, line and message", async () => {
+    const bad: KernelSpec = {
+      name: "broken_kernel",
+      code: "@compute @workgroup_size(1)\nfn broken_kernel() {\n  let x: f32 = undefined_thing;\n}\n",
+    };
+    const err = await gpu.compile(bad).catch((e) => e);
+    expect(err).toBeInstanceOf(WgslError);
+    expect(err.message).toContain("broken_kernel.wgsl:3:");
+    expect(err.message).toContain("undefined_thing");
+  });
+
+  it("reports device loss to whoever is waiting, and later calls fail fast", async () => {
+    const own = await createDevice();
+    let heard = "";
+    own.onLost((e) => (heard = e.reason));
+    own.device.destroy();
+    const err = await own.lost;
+    expect(err.reason).toBe("destroyed");
+    expect(heard).toBe("destroyed");
+    expect(() => own.buffer(16)).toThrow(/device lost/);
+  });
+
+  it("times dispatches with timestamp queries when profiling", async () => {
+    const prof = await createDevice({ profile: true });
+    if (!prof.features.has("timestamp-query")) return; // adapter without the feature: nothing to time
+    const n = 1 << 16;
+    const bx = prof.upload(new Float32Array(n));
+    const by = prof.upload(new Float32Array(n));
+    const rec = prof.recorder();
+    rec.dispatch(scale, [bx, by], n / 64, new Params().u32(n).f32(1));
+    rec.dispatch(scale, [bx, by], n / 64, new Params().u32(n).f32(1));
+    await rec.submit();
+    const row = prof.profileTable().find((r) => r.name === "scale_add");
+    expect(row?.count).toBe(2);
+    expect(row!.ms).toBeGreaterThan(0);
+    prof.destroy();
+  });
+});
+
+afterAll(() => {
+  expect(gpu.errors).toEqual([]);
+});

@@ -1,0 +1,504 @@
+// The device layer: one GPUDevice with a buffer pool, a pipeline cache, batched command
+// recording, uploads/readbacks, memory accounting, device-loss reporting and optional
+// per-dispatch timestamps. Kernels and the model sit on top; no math lives here.
+
+import { findAdapter, type GpuApiOptions } from "./navigator.ts";
+import { BufferPool, type MemoryStats } from "./pool.ts";
+import { Params } from "./params.ts";
+
+export { Params };
+
+export interface KernelSpec {
+  /** Stable name, used in errors and profiles, e.g. "matmul_forward". */
+  name: string;
+  /** WGSL source. */
+  code: string;
+  /** Entry point; defaults to `name`. */
+  entryPoint?: string;
+  /** WGSL `override` constants. */
+  overrides?: Record<string, number>;
+}
+
+export type Binding = GPUBuffer | { buffer: GPUBuffer; offset?: number; size?: number };
+
+export interface DeviceOptions extends GpuApiOptions {
+  /** Record GPU timestamps around every dispatch (needs the timestamp-query feature). */
+  profile?: boolean;
+  /** Lower limits than the adapter has, e.g. to test splitting with a small storage binding. */
+  limitOverrides?: Partial<Record<"maxStorageBufferBindingSize" | "maxBufferSize", number>>;
+}
+
+export class WgslError extends Error {
+  constructor(
+    readonly shader: string,
+    readonly messages: { line: number; column: number; message: string; type: string }[],
+    code: string,
+  ) {
+    const lines = code.split("\n");
+    super(
+      `WGSL compile error in shader "${shader}":\n` +
+        messages
+          .map((m) => `  ${shader}.wgsl:${m.line}:${m.column}: ${m.type}: ${m.message}\n    ${lines[m.line - 1]?.trim() ?? ""}`)
+          .join("\n"),
+    );
+    this.name = "WgslError";
+  }
+}
+
+export class DeviceLostError extends Error {
+  constructor(
+    readonly reason: string,
+    message: string,
+  ) {
+    super(`GPU device lost (${reason}): ${message}`);
+    this.name = "DeviceLostError";
+  }
+}
+
+const UNIFORM_CHUNK = 64 * 1024;
+const STORAGE = 0x80 | 0x04 | 0x08; // STORAGE | COPY_SRC | COPY_DST (GPUBufferUsage values, usable before globals exist)
+
+/** Features the engine uses when the adapter has them. */
+const WANTED_FEATURES: GPUFeatureName[] = ["shader-f16", "subgroups", "timestamp-query"];
+
+export interface AdapterSummary {
+  vendor: string;
+  architecture: string;
+  device: string;
+  description: string;
+  runtime: "browser" | "node";
+  robustness: boolean;
+}
+
+export class Gpu {
+  readonly pool: BufferPool;
+  readonly features: Set<string>;
+  readonly limits: GPUSupportedLimits;
+  /** Effective limits (after limitOverrides). */
+  readonly maxStorageBinding: number;
+  readonly maxBufferSize: number;
+  readonly lost: Promise<DeviceLostError>;
+  lostError?: DeviceLostError;
+  /** Uncaptured validation/internal errors, newest last (also logged). */
+  readonly errors: string[] = [];
+  /** Accumulated GPU time per kernel name, in ms, when profiling. */
+  readonly profile = new Map<string, { ms: number; count: number }>();
+  readonly profiling: boolean;
+  private pipelines = new Map<string, GPUComputePipeline>();
+  private pendingChecks: Promise<void>[] = [];
+  private lostListeners = new Set<(e: DeviceLostError) => void>();
+  pipelineCacheHits = 0;
+  pipelineCacheMisses = 0;
+
+  constructor(
+    readonly device: GPUDevice,
+    readonly adapter: AdapterSummary,
+    readonly notes: string[],
+    opts: DeviceOptions,
+  ) {
+    this.features = new Set(device.features as unknown as Iterable<string>);
+    this.limits = device.limits;
+    this.maxStorageBinding = Math.min(
+      device.limits.maxStorageBufferBindingSize,
+      opts.limitOverrides?.maxStorageBufferBindingSize ?? Infinity,
+    );
+    this.maxBufferSize = Math.min(device.limits.maxBufferSize, opts.limitOverrides?.maxBufferSize ?? Infinity);
+    this.pool = new BufferPool(device, this.maxBufferSize);
+    this.profiling = !!opts.profile && this.features.has("timestamp-query");
+    this.lost = device.lost.then((info) => {
+      const err = new DeviceLostError(info.reason ?? "unknown", info.message || "(no message)");
+      this.lostError = err;
+      for (const l of this.lostListeners) l(err);
+      return err;
+    });
+    device.addEventListener("uncapturederror", (ev) => {
+      const msg = (ev as GPUUncapturedErrorEvent).error.message;
+      this.errors.push(msg);
+      console.error(`webart GPU error: ${msg}`);
+    });
+  }
+
+  get memory(): MemoryStats {
+    return this.pool.stats;
+  }
+
+  onLost(cb: (e: DeviceLostError) => void): () => void {
+    this.lostListeners.add(cb);
+    return () => this.lostListeners.delete(cb);
+  }
+
+  private checkAlive(): void {
+    if (this.lostError) throw this.lostError;
+  }
+
+  /** Races a promise against device loss, so nothing waits forever on a dead device. */
+  private guard<T>(p: Promise<T>): Promise<T> {
+    return Promise.race([
+      p,
+      this.lost.then((e) => {
+        throw e;
+      }),
+    ]);
+  }
+
+  /** The compiled pipeline for a kernel and its override constants, from the cache when possible. */
+  pipeline(spec: KernelSpec): GPUComputePipeline {
+    const entryPoint = spec.entryPoint ?? spec.name;
+    const overrides = spec.overrides ?? {};
+    const okeys = Object.keys(overrides).sort();
+    const key = `${spec.name}|${entryPoint}|${okeys.map((k) => `${k}=${overrides[k]}`).join(",")}|${hash(spec.code)}`;
+    const hit = this.pipelines.get(key);
+    if (hit) {
+      this.pipelineCacheHits++;
+      return hit;
+    }
+    this.pipelineCacheMisses++;
+    this.checkAlive();
+    this.device.pushErrorScope("validation");
+    const module = this.device.createShaderModule({ code: spec.code, label: spec.name });
+    const pipeline = this.device.createComputePipeline({
+      layout: "auto",
+      label: `${spec.name}${okeys.length ? `{${okeys.map((k) => `${k}=${overrides[k]}`).join(",")}}` : ""}`,
+      compute: { module, entryPoint, constants: overrides },
+    });
+    const scope = this.device.popErrorScope();
+    this.pendingChecks.push(
+      (async () => {
+        const info = await module.getCompilationInfo();
+        const errs = info.messages.filter((m) => m.type === "error");
+        const verr = await scope;
+        if (errs.length) {
+          this.pipelines.delete(key);
+          throw new WgslError(
+            spec.name,
+            errs.map((m) => ({ line: m.lineNum, column: m.linePos, message: m.message, type: m.type })),
+            spec.code,
+          );
+        }
+        if (verr) {
+          this.pipelines.delete(key);
+          throw new Error(`Pipeline "${spec.name}" (entry ${entryPoint}) failed validation: ${verr.message}`);
+        }
+      })(),
+    );
+    this.pipelines.set(key, pipeline);
+    return pipeline;
+  }
+
+  /** Compiles a kernel now and throws its WGSL errors, if any. */
+  async compile(spec: KernelSpec): Promise<GPUComputePipeline> {
+    const p = this.pipeline(spec);
+    await this.flushChecks();
+    return p;
+  }
+
+  private async flushChecks(): Promise<void> {
+    if (!this.pendingChecks.length) return;
+    const checks = this.pendingChecks;
+    this.pendingChecks = [];
+    await Promise.all(checks);
+  }
+
+  /** A storage buffer (tagged for memory accounting). Release it with `release()`. */
+  buffer(bytes: number, tag = "activations", label?: string, usage = STORAGE): GPUBuffer {
+    this.checkAlive();
+    return this.pool.acquire(bytes, usage, tag, label);
+  }
+
+  release(...bufs: (GPUBuffer | undefined)[]): void {
+    for (const b of bufs) if (b) this.pool.release(b);
+  }
+
+  /** Uploads a typed array into a new storage buffer. */
+  upload(data: ArrayBufferView, tag = "activations", label?: string): GPUBuffer {
+    const buf = this.buffer(data.byteLength, tag, label);
+    this.write(buf, data);
+    return buf;
+  }
+
+  write(buf: GPUBuffer, data: ArrayBufferView, offset = 0): void {
+    this.checkAlive();
+    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const n = bytes.byteLength & ~3;
+    if (n) this.device.queue.writeBuffer(buf, offset, bytes, 0, n);
+    if (n !== bytes.byteLength) {
+      const tail = new Uint8Array(4);
+      tail.set(bytes.subarray(n));
+      this.device.queue.writeBuffer(buf, offset + n, tail);
+    }
+  }
+
+  /** Reads `size` bytes of a buffer back to the CPU (one submit + one map). */
+  async read(buf: GPUBuffer, size = buf.size, offset = 0): Promise<ArrayBuffer> {
+    const rec = this.recorder();
+    const out = rec.read(buf, size, offset);
+    await rec.submit();
+    return out;
+  }
+
+  async readF32(buf: GPUBuffer, count?: number, offset = 0): Promise<Float32Array> {
+    return new Float32Array(await this.read(buf, (count ?? (buf.size - offset) / 4) * 4, offset));
+  }
+
+  async readU32(buf: GPUBuffer, count?: number, offset = 0): Promise<Uint32Array> {
+    return new Uint32Array(await this.read(buf, (count ?? (buf.size - offset) / 4) * 4, offset));
+  }
+
+  recorder(): Recorder {
+    this.checkAlive();
+    this.pool.openRecorders++;
+    return new Recorder(this);
+  }
+
+  /** Records one dispatch and submits it; convenient in tests, slow in hot paths. */
+  async run(spec: KernelSpec, bindings: Binding[], workgroups: WorkgroupCount, params?: Params): Promise<void> {
+    const rec = this.recorder();
+    rec.dispatch(spec, bindings, workgroups, params);
+    await rec.submit();
+  }
+
+  /** Waits for all submitted work. */
+  async sync(): Promise<void> {
+    await this.guard(this.device.queue.onSubmittedWorkDone());
+  }
+
+  /** @internal used by Recorder */
+  async _submit(cmd: GPUCommandBuffer[], after: () => void): Promise<void> {
+    try {
+      await this.flushChecks();
+      this.checkAlive();
+      this.device.queue.submit(cmd);
+    } finally {
+      this.pool.openRecorders--;
+      after();
+      this.pool.flushReleases();
+    }
+  }
+
+  /** @internal */
+  _guard<T>(p: Promise<T>): Promise<T> {
+    return this.guard(p);
+  }
+
+  /** A 1-D dispatch of `n` workgroups folded into x/y so no dimension passes the 65535 limit. */
+  grid(n: number): [number, number, number] {
+    const max = this.limits.maxComputeWorkgroupsPerDimension;
+    if (n <= max) return [Math.max(1, n), 1, 1];
+    const y = Math.ceil(n / max);
+    return [Math.ceil(n / y), y, 1];
+  }
+
+  profileTable(): { name: string; ms: number; count: number }[] {
+    return [...this.profile.entries()].map(([name, v]) => ({ name, ...v })).sort((a, b) => b.ms - a.ms);
+  }
+
+  destroy(): void {
+    this.pool.trim();
+    this.device.destroy();
+  }
+}
+
+export type WorkgroupCount = number | [number, number?, number?];
+
+/** Records many dispatches and copies, then submits them as one command buffer. */
+export class Recorder {
+  private encoder: GPUCommandEncoder;
+  private pass?: GPUComputePassEncoder;
+  private chunks: { buf: GPUBuffer; data: Uint8Array; used: number }[] = [];
+  private reads: { staging: GPUBuffer; size: number; resolve: (b: ArrayBuffer) => void; reject: (e: unknown) => void }[] = [];
+  private stamps: string[] = [];
+  private querySet?: GPUQuerySet;
+  private submitted = false;
+  dispatches = 0;
+
+  constructor(private gpu: Gpu) {
+    this.encoder = gpu.device.createCommandEncoder();
+  }
+
+  private uniform(data: Uint8Array): { buffer: GPUBuffer; offset: number; size: number } {
+    const align = this.gpu.limits.minUniformBufferOffsetAlignment;
+    let c = this.chunks[this.chunks.length - 1];
+    if (!c || c.used + data.byteLength > UNIFORM_CHUNK) {
+      const buf = this.gpu.pool.acquire(UNIFORM_CHUNK, 0x40 | 0x08 /* UNIFORM | COPY_DST */, "uniforms");
+      c = { buf, data: new Uint8Array(UNIFORM_CHUNK), used: 0 };
+      this.chunks.push(c);
+    }
+    const offset = c.used;
+    c.data.set(data, offset);
+    c.used = Math.ceil((offset + data.byteLength) / align) * align;
+    return { buffer: c.buf, offset, size: data.byteLength };
+  }
+
+  dispatch(spec: KernelSpec, bindings: Binding[], workgroups: WorkgroupCount, params?: Params): void {
+    if (this.submitted) throw new Error("Recorder: already submitted");
+    const pipeline = this.gpu.pipeline(spec);
+    const entries: GPUBindGroupEntry[] = [];
+    let b = 0;
+    if (params) entries.push({ binding: b++, resource: this.uniform(params.bytes()) });
+    for (const x of bindings) {
+      const r = "buffer" in x ? x : { buffer: x };
+      entries.push({ binding: b++, resource: r as GPUBufferBinding });
+    }
+    const bindGroup = this.gpu.device.createBindGroup({
+      layout: pipeline.getBindGroupLayout(0),
+      entries,
+      label: spec.name,
+    });
+    const [x, y = 1, z = 1] = typeof workgroups === "number" ? [workgroups] : workgroups;
+    if (x === 0 || y === 0 || z === 0) return;
+    let pass: GPUComputePassEncoder;
+    if (this.gpu.profiling) {
+      if (!this.querySet) this.querySet = this.gpu.device.createQuerySet({ type: "timestamp", count: 4096 });
+      const i = this.stamps.length * 2;
+      if (i + 2 > 4096) throw new Error("Recorder: more than 2048 profiled dispatches in one submit");
+      this.endPass();
+      pass = this.encoder.beginComputePass({
+        timestampWrites: { querySet: this.querySet, beginningOfPassWriteIndex: i, endOfPassWriteIndex: i + 1 },
+      });
+      this.stamps.push(spec.name);
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(x, y, z);
+      pass.end();
+    } else {
+      pass = this.pass ??= this.encoder.beginComputePass();
+      pass.setPipeline(pipeline);
+      pass.setBindGroup(0, bindGroup);
+      pass.dispatchWorkgroups(x, y, z);
+    }
+    this.dispatches++;
+  }
+
+  private endPass(): void {
+    this.pass?.end();
+    this.pass = undefined;
+  }
+
+  copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, size: number): void {
+    this.endPass();
+    this.encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, size);
+  }
+
+  clear(buf: GPUBuffer, offset = 0, size?: number): void {
+    this.endPass();
+    this.encoder.clearBuffer(buf, offset, size);
+  }
+
+  /** Copies a buffer range to a staging buffer; the promise resolves after submit(). */
+  read(buf: GPUBuffer, size = buf.size, offset = 0): Promise<ArrayBuffer> {
+    this.endPass();
+    const padded = Math.ceil(size / 4) * 4;
+    const staging = this.gpu.pool.acquire(padded, 0x01 | 0x08 /* MAP_READ | COPY_DST */, "staging");
+    this.encoder.copyBufferToBuffer(buf, offset, staging, 0, padded);
+    return new Promise((resolve, reject) => this.reads.push({ staging, size, resolve, reject }));
+  }
+
+  async submit(): Promise<void> {
+    if (this.submitted) throw new Error("Recorder: already submitted");
+    this.submitted = true;
+    this.endPass();
+    const gpu = this.gpu;
+    let resolveBuf: GPUBuffer | undefined;
+    let stampStaging: GPUBuffer | undefined;
+    if (this.querySet && this.stamps.length) {
+      const n = this.stamps.length * 2;
+      resolveBuf = gpu.pool.acquire(n * 8, 0x200 | 0x04 /* QUERY_RESOLVE | COPY_SRC */, "staging");
+      stampStaging = gpu.pool.acquire(n * 8, 0x01 | 0x08, "staging");
+      this.encoder.resolveQuerySet(this.querySet, 0, n, resolveBuf, 0);
+      this.encoder.copyBufferToBuffer(resolveBuf, 0, stampStaging, 0, n * 8);
+    }
+    for (const c of this.chunks) gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
+    try {
+      await gpu._submit([this.encoder.finish()], () => {
+        for (const c of this.chunks) gpu.pool.release(c.buf);
+      });
+    } catch (e) {
+      for (const r of this.reads) r.reject(e);
+      throw e;
+    }
+    const waits: Promise<void>[] = this.reads.map(async (r) => {
+      try {
+        await gpu._guard(r.staging.mapAsync(0x01 /* GPUMapMode.READ */, 0, Math.ceil(r.size / 4) * 4));
+        const out = r.staging.getMappedRange(0, Math.ceil(r.size / 4) * 4).slice(0, r.size);
+        r.staging.unmap();
+        gpu.pool.release(r.staging);
+        r.resolve(out);
+      } catch (e) {
+        r.reject(e);
+        throw e;
+      }
+    });
+    if (stampStaging) {
+      const st = stampStaging;
+      waits.push(
+        (async () => {
+          await gpu._guard(st.mapAsync(0x01));
+          const t = new BigInt64Array(st.getMappedRange().slice(0, this.stamps.length * 16));
+          st.unmap();
+          this.stamps.forEach((name, i) => {
+            const ms = Number(t[2 * i + 1] - t[2 * i]) / 1e6;
+            const p = gpu.profile.get(name) ?? { ms: 0, count: 0 };
+            p.ms += Math.max(0, ms);
+            p.count++;
+            gpu.profile.set(name, p);
+          });
+          gpu.pool.release(st);
+          gpu.pool.release(resolveBuf!);
+          this.querySet!.destroy();
+        })(),
+      );
+    }
+    await Promise.all(waits);
+  }
+}
+
+function hash(s: string): string {
+  let h = 2166136261;
+  for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), 16777619);
+  return (h >>> 0).toString(36) + s.length.toString(36);
+}
+
+const cache = new Map<string, Promise<Gpu>>();
+
+/** Creates (or returns the shared) GPU device with the limits and features the engine needs. */
+export async function getDevice(opts: DeviceOptions = {}): Promise<Gpu> {
+  const key = JSON.stringify(opts);
+  let p = cache.get(key);
+  if (!p) {
+    p = createDevice(opts);
+    cache.set(key, p);
+    p.then(
+      (g) => g.lost.then(() => cache.delete(key)),
+      () => cache.delete(key),
+    );
+  }
+  return p;
+}
+
+export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
+  const robustness = opts.robustness ?? false;
+  const { adapter, notes, runtime } = await findAdapter({ ...opts, robustness });
+  const L = adapter.limits;
+  const requiredLimits: Record<string, number> = {
+    maxStorageBufferBindingSize: L.maxStorageBufferBindingSize,
+    maxBufferSize: L.maxBufferSize,
+    maxComputeWorkgroupStorageSize: L.maxComputeWorkgroupStorageSize,
+    maxComputeInvocationsPerWorkgroup: L.maxComputeInvocationsPerWorkgroup,
+    maxComputeWorkgroupSizeX: L.maxComputeWorkgroupSizeX,
+    maxComputeWorkgroupSizeY: L.maxComputeWorkgroupSizeY,
+    maxStorageBuffersPerShaderStage: L.maxStorageBuffersPerShaderStage,
+    maxComputeWorkgroupsPerDimension: L.maxComputeWorkgroupsPerDimension,
+  };
+  const requiredFeatures = WANTED_FEATURES.filter((f) => adapter.features.has(f));
+  const device = await adapter.requestDevice({ requiredLimits, requiredFeatures, label: "webart" });
+  const info = adapter.info;
+  const summary: AdapterSummary = {
+    vendor: info.vendor,
+    architecture: info.architecture,
+    device: info.device,
+    description: info.description,
+    runtime,
+    robustness: runtime === "browser" ? true : robustness,
+  };
+  return new Gpu(device, summary, notes, opts);
+}

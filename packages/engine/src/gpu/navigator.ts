@@ -1,0 +1,135 @@
+// Finds a WebGPU implementation: the browser's (page or worker) or Dawn in Node
+// (npm `webgpu`), falling back to SwiftShader's Vulkan ICD when Dawn finds no adapter.
+
+const SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json";
+
+export interface GpuApiOptions {
+  /** Node only: Dawn's bounds checks on storage accesses. Browsers always keep them on. */
+  robustness?: boolean;
+  /** Node only: extra Dawn switches, e.g. "enable-dawn-features=dump_shaders". */
+  dawnFlags?: string[];
+}
+
+export interface FoundAdapter {
+  gpu: GPU;
+  adapter: GPUAdapter;
+  /** Human-readable notes on how the adapter was found (e.g. the SwiftShader fallback). */
+  notes: string[];
+  runtime: "browser" | "node";
+}
+
+export const isNode = (): boolean =>
+  typeof process !== "undefined" && typeof process.versions?.node === "string" && !("document" in globalThis);
+
+type DawnModule = { create: (flags: string[]) => GPU; globals: Record<string, unknown> };
+
+let dawn: DawnModule | undefined;
+const dawnInstances = new Map<string, GPU>();
+let warnedIcd = false;
+
+async function loadDawn(): Promise<DawnModule> {
+  if (dawn) return dawn;
+  const name = "webgpu"; // a variable, so browser bundlers leave this Node-only import alone
+  try {
+    dawn = (await import(/* @vite-ignore */ name)) as DawnModule;
+  } catch (e) {
+    throw new Error(
+      `WebGPU: no navigator.gpu here and the npm package "webgpu" (Dawn for Node) failed to load: ${
+        (e as Error).message
+      }. Run \`npm install\` in the repository root.`,
+    );
+  }
+  // GPUBufferUsage, GPUMapMode, GPUShaderStage... as globals, like in a browser.
+  for (const [k, v] of Object.entries(dawn.globals)) {
+    if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
+  }
+  return dawn;
+}
+
+function dawnFlags(opts: GpuApiOptions): string[] {
+  const enable = ["allow_unsafe_apis"]; // timestamp queries without quantisation
+  if (opts.robustness === false) enable.push("disable_robustness");
+  return [`enable-dawn-features=${enable.join(",")}`, ...(opts.dawnFlags ?? [])];
+}
+
+function dawnInstance(mod: DawnModule, flags: string[]): GPU {
+  const key = flags.join(" ");
+  let gpu = dawnInstances.get(key);
+  if (!gpu) {
+    gpu = mod.create(flags);
+    dawnInstances.set(key, gpu);
+  }
+  return gpu;
+}
+
+async function fileExists(path: string): Promise<boolean> {
+  const name = "node:fs";
+  const fs = (await import(/* @vite-ignore */ name)) as typeof import("node:fs");
+  return fs.existsSync(path);
+}
+
+/** Returns an adapter, or throws an error that says what was tried and what to install. */
+export async function findAdapter(
+  opts: GpuApiOptions & { powerPreference?: GPUPowerPreference } = {},
+): Promise<FoundAdapter> {
+  const req: GPURequestAdapterOptions = { powerPreference: opts.powerPreference ?? "high-performance" };
+  const nav = (globalThis as { navigator?: { gpu?: GPU } }).navigator;
+  if (!isNode()) {
+    if (!nav?.gpu) {
+      throw new Error(
+        "WebGPU is not available in this browser (navigator.gpu is missing). Use a recent Chrome, Edge or " +
+          "Firefox over https:// or http://localhost, and check that WebGPU is not disabled (chrome://gpu).",
+      );
+    }
+    const adapter = await nav.gpu.requestAdapter(req);
+    if (!adapter) {
+      throw new Error(
+        "WebGPU: navigator.gpu.requestAdapter() returned no adapter. The GPU may be blocklisted; see chrome://gpu, " +
+          "or start Chromium with --enable-unsafe-webgpu.",
+      );
+    }
+    return { gpu: nav.gpu, adapter, notes: [], runtime: "browser" };
+  }
+
+  const mod = await loadDawn();
+  const flags = dawnFlags(opts);
+  const notes: string[] = [];
+  let gpu = dawnInstance(mod, flags);
+  let adapter = await gpu.requestAdapter(req);
+  const tried = [`Dawn with VK_ICD_FILENAMES=${process.env.VK_ICD_FILENAMES ?? "(unset)"}`];
+  if (!adapter && process.platform === "linux" && process.env.VK_ICD_FILENAMES !== SWIFTSHADER_ICD) {
+    if (await fileExists(SWIFTSHADER_ICD)) {
+      // The Vulkan loader reads this when Dawn creates an instance, so a fresh instance sees it.
+      process.env.VK_ICD_FILENAMES = SWIFTSHADER_ICD;
+      dawnInstances.clear();
+      gpu = dawnInstance(mod, flags);
+      adapter = await gpu.requestAdapter(req);
+      tried.push(`Dawn with VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`);
+      if (adapter) {
+        const note = `webart: no GPU adapter found; using SwiftShader (CPU Vulkan) via VK_ICD_FILENAMES=${SWIFTSHADER_ICD}`;
+        notes.push(note);
+        if (!warnedIcd) {
+          warnedIcd = true;
+          console.warn(note);
+        }
+      }
+    } else {
+      tried.push(`SwiftShader ICD (${SWIFTSHADER_ICD}: not found)`);
+    }
+  }
+  if (!adapter) {
+    throw new Error(
+      `WebGPU: no adapter found in Node. Tried: ${tried.join("; ")}. ` +
+        (process.platform === "linux"
+          ? "For a CPU fallback install Debian's SwiftShader: `sudo apt-get install -y chromium libvulkan1` " +
+            "(or run `npm test` / `npm start` as root, which installs it)."
+          : "Install a GPU driver with Vulkan, Metal or D3D12 support."),
+    );
+  }
+  return { gpu, adapter, notes, runtime: "node" };
+}
+
+/** Drops Node's Dawn instances so the process can exit (Dawn keeps the event loop alive). */
+export function releaseDawn(): void {
+  dawnInstances.clear();
+}

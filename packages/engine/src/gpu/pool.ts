@@ -1,0 +1,112 @@
+// A buffer pool with size buckets, and the engine's GPU memory accounting.
+
+/** Sizes are rounded up to a bucket so freed buffers are reused by similar requests. */
+export function bucketSize(bytes: number): number {
+  const b = Math.max(16, Math.ceil(bytes / 4) * 4);
+  if (b <= 4096) return 2 ** Math.ceil(Math.log2(b));
+  // Above 4 KiB: quarter-power-of-two steps, so at most 25% is wasted.
+  const p = 2 ** Math.floor(Math.log2(b));
+  const step = p / 4;
+  return Math.ceil(b / step) * step;
+}
+
+export interface MemoryStats {
+  /** Bytes of buffers handed out and not yet released. */
+  liveBytes: number;
+  peakLiveBytes: number;
+  /** Bytes of all buffers that exist on the device (live + pooled free ones). */
+  allocatedBytes: number;
+  peakAllocatedBytes: number;
+  buffersCreated: number;
+  poolHits: number;
+  /** Live bytes by tag (e.g. "weights", "kv", "activations"). */
+  byTag: Record<string, number>;
+}
+
+export class BufferPool {
+  private free = new Map<string, GPUBuffer[]>();
+  private meta = new WeakMap<GPUBuffer, { key: string; size: number; tag: string; live: boolean }>();
+  readonly stats: MemoryStats = {
+    liveBytes: 0,
+    peakLiveBytes: 0,
+    allocatedBytes: 0,
+    peakAllocatedBytes: 0,
+    buffersCreated: 0,
+    poolHits: 0,
+    byTag: {},
+  };
+  /** Recorders created and not yet submitted: while any is open, released buffers wait for a submit. */
+  openRecorders = 0;
+  /** Buffers released while a recorded command may still use them: freed at the next submit. */
+  private pendingRelease: GPUBuffer[] = [];
+
+  constructor(
+    private device: GPUDevice,
+    private maxBufferSize: number,
+  ) {}
+
+  acquire(bytes: number, usage: GPUBufferUsageFlags, tag = "other", label?: string): GPUBuffer {
+    const size = bucketSize(bytes);
+    if (size > this.maxBufferSize) {
+      throw new Error(
+        `GPU buffer of ${bytes} bytes (${label ?? tag}) exceeds the adapter's maxBufferSize ${this.maxBufferSize}; ` +
+          "split the tensor or use a smaller model / batch.",
+      );
+    }
+    const key = `${usage}:${size}`;
+    const list = this.free.get(key);
+    let buf = list?.pop();
+    if (buf) {
+      this.stats.poolHits++;
+    } else {
+      buf = this.device.createBuffer({ size, usage, label: label ?? tag });
+      this.stats.buffersCreated++;
+      this.stats.allocatedBytes += size;
+      this.stats.peakAllocatedBytes = Math.max(this.stats.peakAllocatedBytes, this.stats.allocatedBytes);
+    }
+    this.meta.set(buf, { key, size, tag, live: true });
+    this.stats.liveBytes += size;
+    this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
+    this.stats.peakLiveBytes = Math.max(this.stats.peakLiveBytes, this.stats.liveBytes);
+    return buf;
+  }
+
+  /** Returns a buffer to the pool. Safe to call right after recording commands that use it:
+   *  the buffer becomes reusable only after the next submit. */
+  release(buf: GPUBuffer): void {
+    const m = this.meta.get(buf);
+    if (!m || !m.live) throw new Error(`BufferPool.release: buffer "${buf.label}" is not live in this pool`);
+    m.live = false;
+    this.stats.liveBytes -= m.size;
+    this.stats.byTag[m.tag] -= m.size;
+    this.pendingRelease.push(buf);
+    if (this.openRecorders === 0) this.flushReleases();
+  }
+
+  /** Called after a submit: pending releases become reusable. */
+  flushReleases(): void {
+    for (const buf of this.pendingRelease) {
+      const m = this.meta.get(buf)!;
+      let list = this.free.get(m.key);
+      if (!list) this.free.set(m.key, (list = []));
+      list.push(buf);
+    }
+    this.pendingRelease = [];
+  }
+
+  /** Destroys every free pooled buffer, giving the memory back to the device. */
+  trim(): void {
+    // Pending releases may still sit in an unsubmitted encoder, so they are left for later.
+    for (const list of this.free.values()) {
+      for (const buf of list) {
+        this.stats.allocatedBytes -= this.meta.get(buf)!.size;
+        buf.destroy();
+      }
+    }
+    this.free.clear();
+  }
+
+  isLive(buf: GPUBuffer): boolean {
+    return this.meta.get(buf)?.live ?? false;
+  }
+}
