@@ -68,6 +68,23 @@ async function fileExists(path: string): Promise<boolean> {
   return fs.existsSync(path);
 }
 
+/** SwiftShader complains on stderr at every instance creation when XDG_RUNTIME_DIR is unset
+ *  (headless machines, CI); give it a private empty one. */
+async function quietXdg(): Promise<void> {
+  if (process.platform !== "linux" || process.env.XDG_RUNTIME_DIR) return;
+  const fsName = "node:fs";
+  const osName = "node:os";
+  const fs = (await import(/* @vite-ignore */ fsName)) as typeof import("node:fs");
+  const os = (await import(/* @vite-ignore */ osName)) as typeof import("node:os");
+  const dir = `${os.tmpdir()}/webart-xdg-${process.getuid?.() ?? "user"}`;
+  try {
+    fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
+    process.env.XDG_RUNTIME_DIR = dir;
+  } catch {
+    // Only noise is at stake.
+  }
+}
+
 /** Returns an adapter, or throws an error that says what was tried and what to install. */
 export async function findAdapter(
   opts: GpuApiOptions & { powerPreference?: GPUPowerPreference } = {},
@@ -92,6 +109,7 @@ export async function findAdapter(
   }
 
   const mod = await loadDawn();
+  await quietXdg();
   const flags = dawnFlags(opts);
   const notes: string[] = [];
   let gpu = dawnInstance(mod, flags);

@@ -1,0 +1,78 @@
+// `npm run bench -- <suite> [--quick]`: runs the probe, then the suite, prints a table and writes
+// bench/results/<suite>.json. Suites register themselves in SUITES.
+import { mkdirSync, writeFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { createDevice, getDevice, releaseDawn, type DeviceOptions } from "@webart/engine/gpu";
+import type { BenchContext, BenchResult, Suite } from "./harness.ts";
+import { adapterReport, measurePeak } from "./probe.ts";
+
+const SUITES: Record<string, () => Promise<Suite>> = {
+  probe: async () => async () => [],
+};
+
+export function registerSuite(name: string, load: () => Promise<Suite>): void {
+  SUITES[name] = load;
+}
+
+function table(rows: BenchResult[]): string {
+  const lines = rows.map((r) => [
+    r.id,
+    `${r.value.toPrecision(4)} ${r.unit}`,
+    r.fraction_of_peak !== undefined ? `${(100 * r.fraction_of_peak).toFixed(1)}% of peak` : "",
+    r.vs ? `${r.vs.ratio.toFixed(2)}x vs ${r.vs.id}` : "",
+    r.note ?? "",
+  ]);
+  const w = [0, 1, 2, 3].map((i) => Math.max(...lines.map((l) => l[i].length), 4));
+  return lines.map((l) => l.map((c, i) => (i < 4 ? c.padEnd(w[i]) : c)).join("  ")).join("\n");
+}
+
+export async function runBench(name: string, quick: boolean): Promise<Record<string, unknown>> {
+  const load = SUITES[name];
+  if (!load) throw new Error(`bench: unknown suite "${name}" (available: ${Object.keys(SUITES).join(", ")})`);
+  const gpu = await getDevice();
+  const adapter = adapterReport(gpu);
+  console.log(`adapter: ${JSON.stringify(adapter, null, 1).replace(/\n\s*/g, " ")}`);
+  const { peak, results: probe } = await measurePeak(gpu, quick);
+  console.log(`peak: ${peak.fma_gflops.toFixed(2)} GFLOP/s FMA, ${peak.copy_gbps.toFixed(2)} GB/s copy`);
+  const ctx: BenchContext = {
+    gpu,
+    peak,
+    quick,
+    device: (opts: DeviceOptions) => createDevice(opts),
+    log: (l) => console.log(l),
+  };
+  const suite = await load();
+  const results = name === "probe" ? probe : await suite(ctx);
+  console.log(`\n${name}\n${table(results)}`);
+  const info = adapter as { vendor: string; architecture: string; description: string };
+  return {
+    suite: name,
+    adapter: { vendor: info.vendor, architecture: info.architecture, description: info.description },
+    ...(name === "probe" ? { details: adapter } : {}),
+    peak,
+    results,
+    date: new Date().toISOString(),
+  };
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const quick = args.includes("--quick");
+  const name = args.find((a) => !a.startsWith("--")) ?? "probe";
+  const report = await runBench(name, quick);
+  const dir = join(dirname(fileURLToPath(import.meta.url)), "results");
+  mkdirSync(dir, { recursive: true });
+  const file = join(dir, `${name}.json`);
+  writeFileSync(file, JSON.stringify(report, null, 2) + "\n");
+  console.log(`\nwrote ${file}`);
+  releaseDawn();
+  process.exit(0);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main().catch((e) => {
+    console.error(e instanceof Error ? e.message : e);
+    process.exit(1);
+  });
+}
