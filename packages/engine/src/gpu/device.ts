@@ -218,7 +218,7 @@ export class Gpu {
 
   write(buf: GPUBuffer, data: ArrayBufferView, offset = 0): void {
     this.checkAlive();
-    const bytes = new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+    const bytes = new Uint8Array(data.buffer as ArrayBuffer, data.byteOffset, data.byteLength);
     const n = bytes.byteLength & ~3;
     if (n) this.device.queue.writeBuffer(buf, offset, bytes, 0, n);
     if (n !== bytes.byteLength) {
@@ -304,7 +304,7 @@ export type WorkgroupCount = number | [number, number?, number?];
 export class Recorder {
   private encoder: GPUCommandEncoder;
   private pass?: GPUComputePassEncoder;
-  private chunks: { buf: GPUBuffer; data: Uint8Array; used: number }[] = [];
+  private chunks: { buf: GPUBuffer; data: Uint8Array<ArrayBuffer>; used: number }[] = [];
   private reads: { staging: GPUBuffer; size: number; resolve: (b: ArrayBuffer) => void; reject: (e: unknown) => void }[] = [];
   private stamps: string[] = [];
   private querySet?: GPUQuerySet;
