@@ -1,0 +1,88 @@
+// TrainConfig: the stable knobs of a GRPO step, with ART's defaults, validated (unknown keys are an error).
+
+export type LossType = "sequence" | "token" | "dr_grpo";
+export type ImportanceSamplingLevel = "token" | "sequence";
+
+export interface TrainConfig {
+  /** AdamW learning rate (ART's default). */
+  learningRate: number;
+  /** Coefficient of the k3 KL penalty against the base model (adapter disabled); 0 skips the reference pass. */
+  beta: number;
+  /** Lower clip range: ratios below 1 - epsilon are clipped. */
+  epsilon: number;
+  /** Upper clip range: ratios above 1 + epsilonHigh are clipped (defaults to epsilon). */
+  epsilonHigh: number;
+  /** Divide advantages by the group's population std (+1e-6). */
+  scaleRewards: boolean;
+  /** "sequence": each trajectory weighs the same (ART); "token": every token the same; "dr_grpo": sum / (sequences x maxTokens). */
+  lossType: LossType;
+  /** "ppo": clipped surrogate; "cispo": clipped, detached ratio times logprob. */
+  policyLoss: "ppo" | "cispo";
+  /** Importance ratio per token, or per sequence (GSPO). */
+  importanceSampling: ImportanceSamplingLevel;
+  /** Global gradient-norm clip (ART: 0.1). */
+  maxGradNorm: number;
+  adamBeta1: number;
+  adamBeta2: number;
+  adamEps: number;
+  weightDecay: number;
+  /** Tokens per micro-batch (forward + backward at once); gradients accumulate across micro-batches. */
+  microBatchTokens: number;
+  /** Recompute activations in backward instead of keeping them (less memory, ~1/3 more compute). */
+  recompute: boolean;
+  /** Dr. GRPO's constant length normaliser; 0 uses the longest trajectory in the step. */
+  drGrpoMaxTokens: number;
+}
+
+export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
+  learningRate: 5e-6,
+  beta: 0,
+  epsilon: 0.2,
+  epsilonHigh: 0.2,
+  scaleRewards: true,
+  lossType: "sequence",
+  policyLoss: "ppo",
+  importanceSampling: "token",
+  maxGradNorm: 0.1,
+  adamBeta1: 0.9,
+  adamBeta2: 0.99,
+  adamEps: 1e-8,
+  weightDecay: 0.1,
+  microBatchTokens: 4096,
+  recompute: false,
+  drGrpoMaxTokens: 0,
+});
+
+const CHOICES: Partial<Record<keyof TrainConfig, readonly string[]>> = {
+  lossType: ["sequence", "token", "dr_grpo"],
+  policyLoss: ["ppo", "cispo"],
+  importanceSampling: ["token", "sequence"],
+};
+
+/** Defaults overridden by `partial`; throws on unknown keys and out-of-range values, naming them. */
+export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainConfig {
+  const out: TrainConfig = { ...DEFAULT_TRAIN_CONFIG };
+  const explicitHigh = "epsilonHigh" in partial;
+  for (const [k, v] of Object.entries(partial)) {
+    if (!(k in DEFAULT_TRAIN_CONFIG)) {
+      throw new Error(`TrainConfig: unknown key "${k}" (known: ${Object.keys(DEFAULT_TRAIN_CONFIG).join(", ")})`);
+    }
+    const key = k as keyof TrainConfig;
+    const def = DEFAULT_TRAIN_CONFIG[key];
+    if (typeof v !== typeof def) throw new Error(`TrainConfig.${k}: expected a ${typeof def}, got ${JSON.stringify(v)}`);
+    const choices = CHOICES[key];
+    if (choices && !choices.includes(v as string)) {
+      throw new Error(`TrainConfig.${k}: "${v}" is not one of ${choices.join(", ")}`);
+    }
+    if (typeof v === "number" && !Number.isFinite(v)) throw new Error(`TrainConfig.${k}: ${v} is not a finite number`);
+    (out as unknown as Record<string, unknown>)[k] = v;
+  }
+  if (!explicitHigh) out.epsilonHigh = out.epsilon;
+  const positive: (keyof TrainConfig)[] = ["learningRate", "maxGradNorm", "microBatchTokens", "adamEps"];
+  for (const k of positive) if (!((out[k] as number) > 0)) throw new Error(`TrainConfig.${k}: must be > 0, got ${out[k]}`);
+  for (const k of ["beta", "epsilon", "epsilonHigh", "weightDecay", "drGrpoMaxTokens"] as const)
+    if (out[k] < 0) throw new Error(`TrainConfig.${k}: must be >= 0, got ${out[k]}`);
+  for (const k of ["adamBeta1", "adamBeta2"] as const)
+    if (!(out[k] >= 0 && out[k] < 1)) throw new Error(`TrainConfig.${k}: must be in [0, 1), got ${out[k]}`);
+  return out;
+}
