@@ -1,0 +1,3 @@
+export * from "./store.ts";
+export { FsStore } from "./fs.ts";
+export { IdbStore } from "./idb.ts";
