@@ -1,0 +1,305 @@
+// Continuous batching: requests join and leave at step boundaries; each engine step feeds every
+// decoding sequence's next token plus chunks of waiting prompts, samples on the GPU, and reads back
+// only token ids and logprobs. n > 1 samples share the prompt's KV; a new turn of a conversation
+// reuses the KV of a finished sequence whose tokens are a prefix of the new prompt.
+import type { FinishReason, GenerateRequest, GenerateResult, Generator, TokenConstraint, TokenEvent } from "./types.ts";
+
+/** One row to sample after a step: which token of the batch, and how. */
+export interface SampleSpec {
+  row: number;
+  temperature: number;
+  topK: number;
+  topP: number;
+  seed: number;
+  step: number;
+  stream: number;
+  /** Allowed-token bitmask (ceil(V/32) words) or null. */
+  mask: Uint32Array | null;
+  /** Alternatives to report (top logprobs), 0 for none. */
+  top: number;
+}
+
+/** What the scheduler needs from the model: one batched forward + sampling, and KV slot copies. */
+export interface StepModel {
+  readonly slots: number;
+  readonly maxContext: number;
+  readonly vocabSize: number;
+  step(
+    tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array },
+    samples: SampleSpec[],
+  ): Promise<{ ids: Uint32Array; logprobs: Float32Array; top?: { tokenId: number; logprob: number }[][] }>;
+  /** Copies KV rows [0, len) of slot `src` into slot `dst` (recorded before the next step). */
+  copySlot(src: number, dst: number, len: number): void;
+}
+
+interface Seq {
+  req: Pending;
+  sample: number;
+  slot: number;
+  /** Tokens whose KV is in the slot (positions 0..kvLen-1). */
+  kvLen: number;
+  /** Tokens to feed next (prompt remainder during prefill, then one sampled token). */
+  feed: number[];
+  out: number[];
+  logprobs: number[];
+  constraint?: TokenConstraint;
+  finish?: FinishReason;
+}
+
+interface Pending {
+  req: GenerateRequest;
+  onToken?: (e: TokenEvent) => boolean | void;
+  seqs: Seq[];
+  resolve: (r: GenerateResult) => void;
+  reject: (e: unknown) => void;
+  cached: number;
+  /** Prefill of sample 0 is done and the prompt's KV has been copied to the other samples. */
+  forked: boolean;
+}
+
+export interface SchedulerOptions {
+  /** Prompt tokens fed per step across all prefilling sequences. */
+  prefillChunk?: number;
+}
+
+export class Scheduler implements Generator {
+  private waiting: Pending[] = [];
+  private running: Seq[] = [];
+  private free: number[];
+  /** Finished slots whose KV can serve a later prompt with the same prefix (most recent last). */
+  private cache: { slot: number; tokens: number[] }[] = [];
+  private pumping = false;
+  private paused?: Promise<void>;
+  private readonly prefillChunk: number;
+  /** Bumped when the weights change (a training step): cached KV is then stale. */
+  private epoch = 0;
+  stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0 };
+
+  constructor(
+    private model: StepModel,
+    opts: SchedulerOptions = {},
+  ) {
+    this.free = Array.from({ length: model.slots }, (_, i) => i);
+    this.prefillChunk = opts.prefillChunk ?? 256;
+  }
+
+  get maxContext(): number {
+    return this.model.maxContext;
+  }
+  get vocabSize(): number {
+    return this.model.vocabSize;
+  }
+
+  /** Forget cached KV (after the adapter changed). */
+  invalidateCache(): void {
+    this.epoch++;
+    for (const c of this.cache) this.free.push(c.slot);
+    this.cache = [];
+  }
+
+  /** Runs `f` with no step in flight (e.g. a training step), holding new steps until it ends. */
+  async exclusive<T>(f: () => Promise<T>): Promise<T> {
+    while (this.paused) await this.paused;
+    let release!: () => void;
+    this.paused = new Promise((r) => (release = r));
+    try {
+      while (this.pumping) await new Promise((r) => setTimeout(r, 1));
+      return await f();
+    } finally {
+      this.paused = undefined;
+      release();
+      this.kick();
+    }
+  }
+
+  generate(req: GenerateRequest, onToken?: (e: TokenEvent) => boolean | void): Promise<GenerateResult> {
+    if (req.n > this.model.slots) {
+      return Promise.reject(new Error(`n = ${req.n} exceeds the ${this.model.slots} sequences the KV cache holds`));
+    }
+    if (req.promptIds.length === 0) return Promise.reject(new Error("generate: empty prompt"));
+    return new Promise((resolve, reject) => {
+      this.waiting.push({ req, onToken, seqs: [], resolve, reject, cached: 0, forked: false });
+      this.kick();
+    });
+  }
+
+  private kick(): void {
+    if (this.pumping || this.paused) return;
+    this.pumping = true;
+    queueMicrotask(() =>
+      this.pump()
+        .catch((e) => this.failAll(e))
+        .finally(() => {
+          this.pumping = false;
+          if (!this.paused && (this.waiting.length || this.running.length)) this.kick();
+        }),
+    );
+  }
+
+  private failAll(e: unknown): void {
+    const reqs = new Set<Pending>([...this.waiting, ...this.running.map((s) => s.req)]);
+    for (const s of this.running) this.free.push(s.slot);
+    this.running = [];
+    this.waiting = [];
+    for (const p of reqs) p.reject(e);
+  }
+
+  /** Takes a slot, preferring the cached one with the longest shared prefix with `prompt`. */
+  private takeSlot(prompt: number[] | null): { slot: number; reuse: number } | null {
+    if (prompt) {
+      let best = -1;
+      let bestLen = 0;
+      this.cache.forEach((c, i) => {
+        let k = 0;
+        const max = Math.min(c.tokens.length, prompt.length - 1);
+        while (k < max && c.tokens[k] === prompt[k]) k++;
+        if (k > bestLen) {
+          bestLen = k;
+          best = i;
+        }
+      });
+      if (best >= 0) {
+        const [c] = this.cache.splice(best, 1);
+        this.stats.cacheHits++;
+        return { slot: c.slot, reuse: bestLen };
+      }
+    }
+    const slot = this.free.pop() ?? this.cache.shift()?.slot;
+    return slot === undefined ? null : { slot, reuse: 0 };
+  }
+
+  private admit(): void {
+    while (this.waiting.length) {
+      const p = this.waiting[0];
+      const n = p.req.n;
+      if (this.free.length + this.cache.length < n) return;
+      this.waiting.shift();
+      const prompt = p.req.promptIds;
+      const seeds = Array.from({ length: n }, (_, i) => i);
+      const first = this.takeSlot(prompt)!;
+      p.cached = first.reuse;
+      for (const i of seeds) {
+        const slot = i === 0 ? first : this.takeSlot(null)!;
+        p.seqs.push({
+          req: p,
+          sample: i,
+          slot: slot.slot,
+          kvLen: i === 0 ? first.reuse : 0,
+          // Sample 0 prefills; the others get the prompt's KV copied in, then feed the last prompt token.
+          feed: i === 0 ? prompt.slice(first.reuse) : [],
+          out: [],
+          logprobs: [],
+          constraint: p.req.constraint?.(),
+        });
+      }
+      if (n === 1) p.forked = true;
+      this.running.push(...p.seqs);
+    }
+  }
+
+  private async pump(): Promise<void> {
+    while (!this.paused) {
+      this.admit();
+      if (!this.running.length) return;
+      // Fork: once sample 0 has prefilled all but the last prompt token, copy that KV to its siblings.
+      for (const s of this.running) {
+        const p = s.req;
+        if (!p.forked && s.sample === 0 && s.feed.length === 1) {
+          const L = p.req.promptIds.length - 1;
+          for (const sib of p.seqs.slice(1)) {
+            if (L > 0) this.model.copySlot(s.slot, sib.slot, L);
+            sib.kvLen = L;
+            sib.feed = [p.req.promptIds[L]];
+          }
+          p.forked = true;
+        }
+      }
+      const ids: number[] = [];
+      const slots: number[] = [];
+      const pos: number[] = [];
+      const samples: SampleSpec[] = [];
+      const sampled: Seq[] = [];
+      let budget = this.prefillChunk;
+      for (const s of this.running) {
+        if (!s.feed.length) continue;
+        const p = s.req;
+        // Prefill: all but the last prompt token may be chunked; the last token is fed alone and sampled.
+        const prefill = s.feed.length > 1;
+        if (prefill && !(s.sample === 0 || p.forked)) continue;
+        const take = prefill ? Math.min(s.feed.length - 1, Math.max(1, budget)) : 1;
+        if (prefill && budget <= 0) continue;
+        for (let k = 0; k < take; k++) {
+          ids.push(s.feed[k]);
+          slots.push(s.slot);
+          pos.push(s.kvLen + k);
+        }
+        if (prefill) budget -= take;
+        else {
+          const sp = p.req.sampling;
+          samples.push({
+            row: ids.length - 1,
+            temperature: sp.temperature,
+            topK: sp.topK,
+            topP: sp.topP,
+            seed: sp.seed >>> 0,
+            step: s.out.length,
+            stream: s.sample,
+            mask: s.constraint?.allowed() ?? null,
+            top: p.req.topLogprobs,
+          });
+          sampled.push(s);
+        }
+        s.feed = s.feed.slice(take);
+        s.kvLen += take;
+      }
+      if (!ids.length) return;
+      const res = await this.model.step(
+        { ids: Uint32Array.from(ids), slots: Uint32Array.from(slots), pos: Uint32Array.from(pos) },
+        samples,
+      );
+      this.stats.steps++;
+      this.stats.tokensFed += ids.length;
+      this.stats.tokensSampled += samples.length;
+      sampled.forEach((s, i) => this.accept(s, res.ids[i], res.logprobs[i], res.top?.[i]));
+      this.retire();
+    }
+  }
+
+  private accept(s: Seq, id: number, logprob: number, top?: { tokenId: number; logprob: number }[]): void {
+    const r = s.req.req;
+    if (id === 0xffffffff) {
+      // The constraint allowed nothing: end the sample here.
+      s.finish = "stop";
+      return;
+    }
+    s.out.push(id);
+    s.logprobs.push(logprob);
+    s.constraint?.accept(id);
+    const keep = s.req.onToken?.({ sample: s.sample, tokenId: id, logprob, top }) !== false;
+    if (r.stopTokenIds.includes(id) || !keep || s.constraint?.done()) s.finish = "stop";
+    else if (r.signal?.aborted) s.finish = "abort";
+    else if (s.out.length >= r.maxTokens || s.kvLen + 1 >= this.model.maxContext) s.finish = "length";
+    else s.feed = [id];
+  }
+
+  private retire(): void {
+    const done = this.running.filter((s) => s.finish);
+    if (!done.length) return;
+    this.running = this.running.filter((s) => !s.finish);
+    for (const s of done) {
+      // Its KV holds the prompt and every sampled token but the last.
+      const tokens = [...s.req.req.promptIds, ...s.out].slice(0, s.kvLen);
+      this.cache.push({ slot: s.slot, tokens });
+    }
+    const reqs = new Set(done.map((s) => s.req));
+    for (const p of reqs) {
+      if (p.seqs.every((s) => s.finish)) {
+        p.resolve({
+          samples: p.seqs.map((s) => ({ tokenIds: s.out, logprobs: s.logprobs, finishReason: s.finish! })),
+          promptTokens: p.req.promptIds.length,
+          cachedPromptTokens: p.cached,
+        });
+      }
+    }
+  }
+}
