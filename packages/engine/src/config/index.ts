@@ -1,0 +1,10 @@
+// Model config: parse a Hugging Face config.json and derive the weight shapes it implies.
+export {
+  parseConfig,
+  ConfigError,
+  type ModelConfig,
+  type Family,
+  type RopeScaling,
+  type TorchDtype,
+} from "./config.ts";
+export { tensorShapes, isIgnorableTensor, parameterCount, describeConfig } from "./shapes.ts";

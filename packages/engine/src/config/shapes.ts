@@ -1,0 +1,74 @@
+// Every weight a config implies, by its Hugging Face name and shape, plus the parameter count and a one-line
+// summary. Shapes follow torch's nn.Linear layout: (out_features, in_features).
+
+import type { ModelConfig } from "./config.ts";
+
+/** HF weight name → shape, in checkpoint order (embedding, layers 0..L-1, final norm, lm_head). */
+export function tensorShapes(c: ModelConfig): Map<string, number[]> {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
+  const m = new Map<string, number[]>();
+  m.set("model.embed_tokens.weight", [V, C]);
+  for (let i = 0; i < c.numLayers; i++) {
+    const p = `model.layers.${i}.`;
+    m.set(p + "input_layernorm.weight", [C]);
+    m.set(p + "self_attn.q_proj.weight", [H * D, C]);
+    m.set(p + "self_attn.k_proj.weight", [KV * D, C]);
+    m.set(p + "self_attn.v_proj.weight", [KV * D, C]);
+    if (c.qkvBias) {
+      m.set(p + "self_attn.q_proj.bias", [H * D]);
+      m.set(p + "self_attn.k_proj.bias", [KV * D]);
+      m.set(p + "self_attn.v_proj.bias", [KV * D]);
+    }
+    if (c.qkNorm) {
+      m.set(p + "self_attn.q_norm.weight", [D]);
+      m.set(p + "self_attn.k_norm.weight", [D]);
+    }
+    m.set(p + "self_attn.o_proj.weight", [C, H * D]);
+    if (c.oBias) m.set(p + "self_attn.o_proj.bias", [C]);
+    m.set(p + "post_attention_layernorm.weight", [C]);
+    m.set(p + "mlp.gate_proj.weight", [F, C]);
+    m.set(p + "mlp.up_proj.weight", [F, C]);
+    m.set(p + "mlp.down_proj.weight", [C, F]);
+  }
+  m.set("model.norm.weight", [C]);
+  if (!c.tieWordEmbeddings) m.set("lm_head.weight", [V, C]);
+  return m;
+}
+
+/**
+ * Tensors a checkpoint may hold that the model does not use: a copy of the tied lm_head, and the RoPE
+ * inverse-frequency buffers some older exports saved. Loaders skip these instead of calling them extra.
+ */
+export function isIgnorableTensor(c: ModelConfig, name: string): boolean {
+  return (c.tieWordEmbeddings && name === "lm_head.weight") || name.endsWith(".rotary_emb.inv_freq");
+}
+
+export function parameterCount(c: ModelConfig): number {
+  let n = 0;
+  for (const shape of tensorShapes(c).values()) n += shape.reduce((a, b) => a * b, 1);
+  return n;
+}
+
+const BYTES_PER: Record<string, number> = { float32: 4, float16: 2, bfloat16: 2 };
+
+/** One line for logs and the UI, e.g. "qwen3 (Qwen3ForCausalLM): 28 layers, C=1024 ... 596.0M parameters". */
+export function describeConfig(c: ModelConfig): string {
+  const n = parameterCount(c);
+  const count = n >= 1e9 ? `${(n / 1e9).toFixed(2)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : `${n}`;
+  const dtype = c.torchDtype ?? "float32";
+  const gb = (n * BYTES_PER[dtype]) / 1e9;
+  const rope = c.ropeScaling.type === "llama3" ? `, llama3 rope scaling x${c.ropeScaling.factor}` : "";
+  const extras = [
+    c.qkvBias && "qkv bias",
+    c.oBias && "o bias",
+    c.qkNorm && "q/k norm",
+    c.tieWordEmbeddings && "tied embeddings",
+  ]
+    .filter(Boolean)
+    .join(", ");
+  return (
+    `${c.family} (${c.architecture}): ${c.numLayers} layers, C=${c.hiddenSize}, F=${c.intermediateSize}, ` +
+    `H=${c.numHeads}, KV=${c.numKvHeads}, D=${c.headDim}, V=${c.vocabSize}${extras ? ", " + extras : ""}, ` +
+    `rope theta ${c.ropeTheta}${rope}; ${count} parameters (${gb.toFixed(2)} GB in ${dtype})`
+  );
+}

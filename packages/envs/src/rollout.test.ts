@@ -1,0 +1,160 @@
+// Rollouts through the real `openai` SDK against a scripted /chat/completions server (custom fetch):
+// trajectory structure, exactly what was sent, rewards, bounded 2048 context, and errors.
+import { describe, expect, it } from "vitest";
+import { rollout2048, rolloutTicTacToe, chatPlayer } from "./rollout.ts";
+import { scriptedOpenAI } from "./scripted.ts";
+import { evaluateTicTacToe } from "./evaluate.ts";
+import { legalMoves, type Direction } from "./game2048.ts";
+import { ticTacToeSystemPrompt } from "./tictactoe.ts";
+import { isChoice, type Message, type MessagesAndChoices } from "./types.ts";
+
+const lastUser = (messages: Message[]) => String(messages[messages.length - 1].content);
+
+/** Reads the board as a person would from the rendered text and takes the first empty cell. */
+function firstEmptyCell(messages: Message[]): string {
+  for (const line of lastUser(messages).split("\n").slice(1)) {
+    const col = line.slice(2).split(" ").indexOf(".");
+    if (col >= 0) return `I'll play here. <move>${line[0]}${col + 1}</move>`;
+  }
+  throw new Error("no empty cell");
+}
+
+/** Parses the 2048 board text and plays the first move that changes it. */
+function first2048Move(messages: Message[]): string {
+  const board = lastUser(messages)
+    .split("\n")
+    .flatMap((row) => row.split("|").map((c) => (c === "_" ? 0 : Number(c))));
+  const moves: Direction[] = legalMoves(board);
+  return `<move>${moves[0]}</move>`;
+}
+
+/** The conversation as the model saw it: Choices become assistant messages. */
+const asMessages = (h: MessagesAndChoices): Message[] =>
+  h.map((m) => (isChoice(m) ? { role: "assistant", content: m.message.content } : m));
+
+describe("rolloutTicTacToe", () => {
+  it("keeps the system message, every board, and each turn's Choice; requests are the conversation so far", async () => {
+    const server = scriptedOpenAI(firstEmptyCell);
+    for (const seed of [1, 2, 3, 4]) {
+      server.requests.length = 0;
+      const t = await rolloutTicTacToe(server.client, {
+        model: "tiny",
+        scenario: { seed },
+        temperature: 0.7,
+        maxTokens: 16,
+      });
+      const h = t.messagesAndChoices;
+      const agent = t.metadata.agent as "x" | "o";
+      expect(h[0]).toEqual({ role: "system", content: ticTacToeSystemPrompt(agent) });
+      const choices = h.filter(isChoice);
+      expect(choices.length).toBe(server.requests.length);
+      expect(choices.length).toBe(t.metrics.moves);
+      // system, then (board, choice) pairs.
+      h.slice(1).forEach((m, i) => expect(isChoice(m)).toBe(i % 2 === 1));
+      for (const [i, req] of server.requests.entries()) {
+        expect(req.messages).toEqual(asMessages(h.slice(0, 2 + 2 * i)));
+        expect(req).toMatchObject({ model: "tiny", temperature: 0.7, max_completion_tokens: 16, logprobs: true });
+      }
+      for (const c of choices) {
+        expect(c.logprobs?.content?.map((x) => x.token).join("")).toBe(c.message.content);
+        expect(c.finish_reason).toBe("stop");
+      }
+      const outcome = (["win", "draw", "loss"] as const).find((o) => t.metrics[o] === 1)!;
+      expect(t.reward).toBe({ win: 1, draw: 0.5, loss: 0 }[outcome]);
+      expect(t.metrics.invalid).toBe(0);
+      expect(t.metadata).toMatchObject({ game: "tictactoe", seed });
+      expect(t.logs[0]).toContain(`outcome: ${outcome}`);
+      expect(t.additionalHistories).toBeUndefined();
+    }
+  });
+
+  it("replays exactly from the scenario seed", async () => {
+    const a = await rolloutTicTacToe(scriptedOpenAI(firstEmptyCell).client, { model: "m", scenario: { seed: 8 } });
+    const b = await rolloutTicTacToe(scriptedOpenAI(firstEmptyCell).client, { model: "m", scenario: { seed: 8 } });
+    const strip = (h: MessagesAndChoices) => asMessages(h);
+    expect(strip(b.messagesAndChoices)).toEqual(strip(a.messagesAndChoices));
+    expect(b.reward).toBe(a.reward);
+  });
+
+  it("an unparseable reply ends the game at -1 after one choice", async () => {
+    const server = scriptedOpenAI(() => "The center, obviously.");
+    const t = await rolloutTicTacToe(server.client, { model: "m", scenario: { seed: 1, agent: "x" } });
+    expect(t.reward).toBe(-1);
+    expect(t.metrics.invalid).toBe(1);
+    expect(t.messagesAndChoices.filter(isChoice).length).toBe(1);
+    expect(t.logs[0]).toMatch(/no move/);
+  });
+
+  it("a server error rejects the rollout (for gather to count it)", async () => {
+    const server = scriptedOpenAI(() => {
+      throw new Error("model crashed");
+    });
+    await expect(rolloutTicTacToe(server.client, { model: "m", scenario: { seed: 1 } })).rejects.toThrow(
+      /model crashed/,
+    );
+  });
+
+  it("chatPlayer evaluates a model through the same prompts", async () => {
+    const server = scriptedOpenAI(firstEmptyCell);
+    const r = await evaluateTicTacToe(chatPlayer(server.client, { model: "m" }), { games: 10, seed: 3 });
+    expect(r.invalid).toBe(0);
+    expect(r.win + r.draw + r.loss).toBeCloseTo(1, 12);
+    expect(server.requests[0].messages[0].role).toBe("system");
+  });
+});
+
+describe("rollout2048", () => {
+  it("by default makes each move its own short history, all sharing the reward", async () => {
+    const server = scriptedOpenAI(first2048Move);
+    const t = await rollout2048(server.client, { model: "m", scenario: { seed: 2, winningValue: 16 } });
+    const histories = [t.messagesAndChoices, ...(t.additionalHistories ?? []).map((h) => h.messagesAndChoices)];
+    expect(histories.length).toBe(server.requests.length);
+    expect(histories.length).toBe(t.metrics.moves);
+    expect(histories.length).toBeGreaterThan(3);
+    for (const [i, h] of histories.entries()) {
+      expect(h.length).toBe(3); // system, board, choice
+      expect(isChoice(h[2])).toBe(true);
+      expect(server.requests[i].messages).toEqual(asMessages(h.slice(0, 2)));
+    }
+    expect(t.metrics.win).toBe(1);
+    expect(t.reward).toBe(2);
+    expect(t.metadata).toMatchObject({ game: "2048", seed: 2, winningValue: 16, historyTurns: 0 });
+  });
+
+  it("with historyTurns k, each prompt carries the last k (board, move) pairs", async () => {
+    const k = 2;
+    const server = scriptedOpenAI(first2048Move);
+    const t = await rollout2048(server.client, {
+      model: "m",
+      scenario: { seed: 3, winningValue: 16 },
+      historyTurns: k,
+    });
+    const reqs = server.requests.map((r) => r.messages);
+    for (const [i, msgs] of reqs.entries()) {
+      expect(msgs.length).toBe(2 + 2 * Math.min(i, k));
+      // The earlier pairs are exactly the previous requests' boards and the replies given to them.
+      for (let j = 1; j <= Math.min(i, k); j++) {
+        const prev = reqs[i - j];
+        expect(msgs[msgs.length - 1 - 2 * j]).toEqual(prev[prev.length - 1]);
+      }
+    }
+    const histories = [t.messagesAndChoices, ...(t.additionalHistories ?? []).map((h) => h.messagesAndChoices)];
+    expect(histories.length).toBe(reqs.length);
+    histories.forEach((h, i) => expect(asMessages(h.slice(0, -1))).toEqual(reqs[i]));
+  });
+
+  it("a move that changes nothing ends the game at -1", async () => {
+    const server = scriptedOpenAI((messages) => {
+      const board = lastUser(messages)
+        .split("\n")
+        .flatMap((row) => row.split("|").map((c) => (c === "_" ? 0 : Number(c))));
+      const legal = legalMoves(board);
+      const stuck = (["left", "right", "up", "down"] as const).find((d) => !legal.includes(d));
+      return `<move>${stuck ?? "sideways"}</move>`;
+    });
+    const t = await rollout2048(server.client, { model: "m", scenario: { seed: 4 } });
+    expect(t.reward).toBe(-1);
+    expect(t.metrics.invalid).toBe(1);
+    expect(server.requests.length).toBe(1);
+  });
+});

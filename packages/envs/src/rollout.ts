@@ -1,0 +1,89 @@
+// Rollouts written as a user of the `openai` SDK would write them (any OpenAI-compatible endpoint, or the
+// engine's client), plus the same games played by a `Player` (baselines), both giving a trajectory.
+import type OpenAI from "openai";
+import { playEpisode, toTrajectory, type Act } from "./episode.ts";
+import { newTicTacToe, ticTacToeEnv, type TicTacToeGame, type TicTacToeOptions } from "./tictactoe.ts";
+import { env2048, new2048, type Game2048, type Game2048Options } from "./game2048.ts";
+import type { Player, SamplingOptions, TrajectoryLike } from "./types.ts";
+
+export type TicTacToeScenario = TicTacToeOptions;
+export type Game2048Scenario = Game2048Options;
+
+/**
+ * How many earlier (board, move) pairs each 2048 prompt carries; 0 by default. A 2048 board is the whole state
+ * (the game is Markov), and games run to ~100+ moves, so a growing conversation would outgrow a small model's
+ * context and make each training sequence quadratic in the game length. Instead every move is its own short
+ * history (system, board, choice): the first in `messagesAndChoices`, the rest in `additionalHistories`, all
+ * trained with the game's reward, as ART does with `additional_histories`.
+ */
+export const HISTORY_TURNS_2048 = 0;
+
+/** One game of tic-tac-toe; every agent turn is a chat completion, kept as its `Choice`. */
+export async function rolloutTicTacToe(
+  client: OpenAI,
+  opts: SamplingOptions & { scenario: TicTacToeScenario },
+): Promise<TrajectoryLike> {
+  return runTicTacToe(opts.scenario, chatAct(client, opts));
+}
+
+/** One game of 2048; see HISTORY_TURNS_2048 for how the context is kept bounded. */
+export async function rollout2048(
+  client: OpenAI,
+  opts: SamplingOptions & { scenario: Game2048Scenario; historyTurns?: number },
+): Promise<TrajectoryLike> {
+  return run2048(opts.scenario, chatAct(client, opts), opts.historyTurns);
+}
+
+/** One game of tic-tac-toe played by a `Player` (replies become plain assistant messages). */
+export async function playTicTacToe(
+  player: Player<TicTacToeGame>,
+  scenario: TicTacToeScenario,
+): Promise<TrajectoryLike> {
+  return runTicTacToe(scenario, async (game, prompt) => ({ text: await player(game, prompt) }));
+}
+
+export async function play2048(
+  player: Player<Game2048>,
+  scenario: Game2048Scenario,
+  historyTurns?: number,
+): Promise<TrajectoryLike> {
+  return run2048(scenario, async (game, prompt) => ({ text: await player(game, prompt) }), historyTurns);
+}
+
+/** A player that asks a chat model, for evaluating a model with the baselines' evaluation. */
+export function chatPlayer(client: OpenAI, opts: SamplingOptions): Player<unknown> {
+  const act = chatAct(client, opts);
+  return async (game, conversation) => (await act(game, conversation)).text;
+}
+
+async function runTicTacToe(scenario: TicTacToeScenario, act: Act<TicTacToeGame>): Promise<TrajectoryLike> {
+  const game = newTicTacToe(scenario);
+  const turns = await playEpisode(ticTacToeEnv, game, act);
+  const opponent = scenario.opponent ? "custom" : "random";
+  return toTrajectory(ticTacToeEnv, game, turns, { seed: scenario.seed, agent: game.agent, opponent });
+}
+
+async function run2048(scenario: Game2048Scenario, act: Act<Game2048>, historyTurns = HISTORY_TURNS_2048) {
+  const game = new2048(scenario);
+  const turns = await playEpisode(env2048, game, act, historyTurns);
+  return toTrajectory(env2048, game, turns, {
+    seed: scenario.seed,
+    winningValue: game.winningValue,
+    historyTurns: Number.isFinite(historyTurns) ? historyTurns : null, // null: the whole game
+  });
+}
+
+function chatAct(client: OpenAI, { model, temperature, maxTokens }: SamplingOptions): Act<unknown> {
+  return async (_game, prompt) => {
+    const completion = await client.chat.completions.create({
+      model,
+      messages: prompt,
+      temperature,
+      max_completion_tokens: maxTokens,
+      logprobs: true,
+    });
+    const choice = completion.choices[0];
+    if (!choice) throw new Error(`chat completion from model "${model}" has no choices`);
+    return { text: choice.message.content ?? "", choice };
+  };
+}

@@ -1,0 +1,152 @@
+// Tic-tac-toe against a random opponent, as in ART's example: the agent's symbol is random (x moves first),
+// it answers <move>B2</move>; win 1, draw 0.5, loss 0, and an unparseable reply or occupied cell ends the game at -1.
+import { Rng } from "@webart/shaders/util/random.ts";
+import { moveText } from "./parse.ts";
+import type { Env } from "./episode.ts";
+
+export type Mark = "x" | "o";
+export type Cell = Mark | null;
+export type TicTacToeOutcome = "win" | "draw" | "loss" | "invalid";
+
+/** An opponent policy: the index (0..8, row-major, A1 = 0, C3 = 8) of the empty cell it takes. */
+export type Opponent = (board: readonly Cell[], mark: Mark, rng: Rng) => number;
+
+export interface TicTacToeGame {
+  board: Cell[]; // 9 cells, row-major: A1 A2 A3 B1 ... C3
+  agent: Mark;
+  opponent: Opponent;
+  rng: Rng; // the opponent's randomness
+  agentMoves: number;
+  outcome: TicTacToeOutcome | null;
+  /** Why the game ended as invalid, for the logs. */
+  error: string | null;
+}
+
+export interface TicTacToeOptions {
+  seed: number;
+  /** The agent's symbol; random from the seed when omitted. */
+  agent?: Mark;
+  /** Default: a uniformly random empty cell. */
+  opponent?: Opponent;
+}
+
+const ROWS = "ABC";
+// prettier-ignore
+const LINES = [
+  [0, 1, 2], [3, 4, 5], [6, 7, 8], // rows
+  [0, 3, 6], [1, 4, 7], [2, 5, 8], // columns
+  [0, 4, 8], [2, 4, 6], // diagonals
+];
+
+export const other = (m: Mark): Mark => (m === "x" ? "o" : "x");
+export const cellName = (i: number): string => `${ROWS[Math.floor(i / 3)]}${(i % 3) + 1}`;
+export const emptyCells = (board: readonly Cell[]): number[] => board.flatMap((c, i) => (c === null ? [i] : []));
+
+export const randomOpponent: Opponent = (board, _mark, rng) => {
+  const empty = emptyCells(board);
+  return empty[rng.int(empty.length)];
+};
+
+/** A new game; when the agent is o the opponent (x) has already made its first move. */
+export function newTicTacToe(opts: TicTacToeOptions): TicTacToeGame {
+  const rng = new Rng(opts.seed);
+  const agent = opts.agent ?? (rng.int(2) === 0 ? "x" : "o");
+  const game: TicTacToeGame = {
+    board: Array<Cell>(9).fill(null),
+    agent,
+    opponent: opts.opponent ?? randomOpponent,
+    rng,
+    agentMoves: 0,
+    outcome: null,
+    error: null,
+  };
+  if (agent === "o") opponentMove(game);
+  return game;
+}
+
+/** The mark that completed a line, if any. */
+export function lineWinner(board: readonly Cell[]): Mark | null {
+  for (const [a, b, c] of LINES)
+    if (board[a] !== null && board[a] === board[b] && board[a] === board[c]) return board[a];
+  return null;
+}
+
+/** The cell index named in the reply's <move> tag (row A-C, column 1-3, any case and spacing), or null. */
+export function parseTicTacToeMove(reply: string): number | null {
+  const text = moveText(reply);
+  const m = text === null ? null : /^([abc])\s*([123])$/i.exec(text);
+  return m ? ROWS.indexOf(m[1].toUpperCase()) * 3 + Number(m[2]) - 1 : null;
+}
+
+/** Header `  1 2 3`, then one line per row: `A x . o` (`.` is empty). */
+export function renderTicTacToe(board: readonly Cell[]): string {
+  const rows = [0, 1, 2].map(
+    (r) =>
+      `${ROWS[r]} ${board
+        .slice(r * 3, r * 3 + 3)
+        .map((c) => c ?? ".")
+        .join(" ")}`,
+  );
+  return ["  1 2 3", ...rows].join("\n");
+}
+
+export function ticTacToeSystemPrompt(agent: Mark): string {
+  return (
+    `You play tic-tac-toe as ${agent} against ${other(agent)}; x moves first. ` +
+    `Rows are A-C, columns 1-3, "." is an empty cell. ` +
+    `Answer with one empty cell, like <move>B2</move>.`
+  );
+}
+
+/** The agent's turn: apply its reply, then (unless the game ended) the opponent's move. */
+export function ticTacToeStep(game: TicTacToeGame, reply: string): void {
+  if (game.outcome !== null) throw new Error(`tic-tac-toe: the game is over (${game.outcome}); start a new one`);
+  const cell = parseTicTacToeMove(reply);
+  if (cell === null || game.board[cell] !== null) {
+    game.outcome = "invalid";
+    game.error = cell === null ? `no move in reply ${JSON.stringify(reply)}` : `cell ${cellName(cell)} is taken`;
+    return;
+  }
+  game.board[cell] = game.agent;
+  game.agentMoves++;
+  if (settle(game)) return;
+  opponentMove(game);
+  settle(game);
+}
+
+export function ticTacToeReward(game: TicTacToeGame): number {
+  return { win: 1, draw: 0.5, loss: 0, invalid: -1 }[game.outcome ?? "loss"];
+}
+
+function opponentMove(game: TicTacToeGame): void {
+  const mark = other(game.agent);
+  const cell = game.opponent(game.board, mark, game.rng);
+  if (!(cell >= 0 && cell < 9) || game.board[cell] !== null)
+    throw new Error(`tic-tac-toe: the opponent chose cell ${cell}, which is not an empty cell (0..8)`);
+  game.board[cell] = mark;
+}
+
+/** Sets the outcome when a line is complete or the board is full; true if the game ended. */
+function settle(game: TicTacToeGame): boolean {
+  const w = lineWinner(game.board);
+  if (w !== null) game.outcome = w === game.agent ? "win" : "loss";
+  else if (game.board.every((c) => c !== null)) game.outcome = "draw";
+  return game.outcome !== null;
+}
+
+export const ticTacToeEnv: Env<TicTacToeGame> = {
+  name: "tictactoe",
+  system: (g) => ticTacToeSystemPrompt(g.agent),
+  observe: (g) => renderTicTacToe(g.board),
+  step: ticTacToeStep,
+  done: (g) => g.outcome !== null,
+  reward: ticTacToeReward,
+  metrics: (g) => ({
+    win: Number(g.outcome === "win"),
+    draw: Number(g.outcome === "draw"),
+    loss: Number(g.outcome === "loss"),
+    invalid: Number(g.outcome === "invalid"),
+    moves: g.agentMoves,
+  }),
+  describe: (g) => `${renderTicTacToe(g.board)}\noutcome: ${g.outcome}${g.error ? ` (${g.error})` : ""}`,
+};
