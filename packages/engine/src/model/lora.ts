@@ -1,0 +1,169 @@
+// LoRA adapter state: all layers' A (R, in) and B (out, R) in one flat f32 buffer (with gradients and
+// AdamW moments alike), saved and loaded in PEFT's names and shapes.
+import type { Gpu } from "@webart/engine/gpu";
+import { Rng } from "@webart/shaders/util/random.ts";
+import type { LoraSlot } from "@webart/shaders/lora/index.ts";
+import type { ModelConfig } from "../config/index.ts";
+import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
+import { tensorToF32, writeSafetensors, type WeightReader } from "../weights/index.ts";
+
+export interface LoraConfig {
+  rank: number;
+  alpha: number;
+  targets: LoraTarget[];
+}
+
+export const DEFAULT_LORA: LoraConfig = { rank: 8, alpha: 16, targets: [...LORA_TARGETS] };
+
+const MODULE: Record<LoraTarget, string> = {
+  q: "self_attn.q_proj",
+  k: "self_attn.k_proj",
+  v: "self_attn.v_proj",
+  o: "self_attn.o_proj",
+  gate: "mlp.gate_proj",
+  up: "mlp.up_proj",
+  down: "mlp.down_proj",
+};
+
+export interface LoraEntry {
+  layer: number;
+  target: LoraTarget;
+  in: number;
+  out: number;
+  /** Element offsets of A and B in the flat buffers. */
+  a: number;
+  b: number;
+}
+
+export function loraDims(c: ModelConfig, t: LoraTarget): { in: number; out: number } {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
+  const d: Record<LoraTarget, [number, number]> = {
+    q: [C, H * D], k: [C, KV * D], v: [C, KV * D], o: [H * D, C], gate: [C, F], up: [C, F], down: [F, C],
+  };
+  return { in: d[t][0], out: d[t][1] };
+}
+
+export function validateLoraConfig(l: Partial<LoraConfig>): LoraConfig {
+  const out = { ...DEFAULT_LORA, ...l };
+  if (!Number.isInteger(out.rank) || out.rank < 1 || out.rank > 256) throw new Error(`lora.rank: ${out.rank} must be an integer in [1, 256]`);
+  if (!(out.alpha > 0)) throw new Error(`lora.alpha: ${out.alpha} must be > 0`);
+  for (const t of out.targets) {
+    if (!LORA_TARGETS.includes(t)) throw new Error(`lora.targets: "${t}" is not one of ${LORA_TARGETS.join(", ")}`);
+  }
+  if (!out.targets.length) throw new Error("lora.targets: at least one target");
+  return { ...out, targets: LORA_TARGETS.filter((t) => out.targets.includes(t)) };
+}
+
+export class LoraState {
+  readonly entries: LoraEntry[] = [];
+  readonly byLayer: Map<LoraTarget, LoraEntry>[] = [];
+  readonly size: number;
+  readonly scale: number;
+  params: GPUBuffer;
+  grads?: GPUBuffer;
+  m?: GPUBuffer;
+  v?: GPUBuffer;
+  /** Whether inference applies the adapter (off = the base model, for reference logprobs). */
+  enabled = true;
+
+  constructor(
+    private gpu: Gpu,
+    readonly model: ModelConfig,
+    readonly config: LoraConfig,
+  ) {
+    let off = 0;
+    for (let l = 0; l < model.numLayers; l++) {
+      const map = new Map<LoraTarget, LoraEntry>();
+      for (const t of config.targets) {
+        const d = loraDims(model, t);
+        const e = { layer: l, target: t, ...d, a: off, b: off + config.rank * d.in };
+        off += config.rank * (d.in + d.out);
+        this.entries.push(e);
+        map.set(t, e);
+      }
+      this.byLayer.push(map);
+    }
+    this.size = off;
+    this.scale = config.alpha / config.rank;
+    this.params = gpu.buffer(off * 4, "lora", "lora params");
+  }
+
+  /** PEFT's initialisation: A ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming-uniform, a=sqrt(5)), B = 0. */
+  initialize(seed: number): void {
+    const rng = new Rng(seed);
+    const w = new Float32Array(this.size);
+    for (const e of this.entries) {
+      const bound = 1 / Math.sqrt(e.in);
+      for (let i = 0; i < this.config.rank * e.in; i++) w[e.a + i] = rng.uniform(-bound, bound);
+    }
+    this.gpu.write(this.params, w);
+  }
+
+  slot(layer: number, t: LoraTarget, buf: GPUBuffer = this.params): LoraSlot | undefined {
+    const e = this.byLayer[layer].get(t);
+    return e ? { buffer: buf, a: e.a, b: e.b } : undefined;
+  }
+
+  ensureOptimizer(): void {
+    if (this.grads) return;
+    const z = new Float32Array(this.size);
+    this.grads = this.gpu.upload(z, "optimizer", "lora grads");
+    this.m = this.gpu.upload(z, "optimizer", "adam m");
+    this.v = this.gpu.upload(z, "optimizer", "adam v");
+  }
+
+  static peftName(layer: number, t: LoraTarget, ab: "A" | "B"): string {
+    return `base_model.model.model.layers.${layer}.${MODULE[t]}.lora_${ab}.weight`;
+  }
+
+  /** adapter_model.safetensors bytes, in PEFT's names: lora_A (R, in), lora_B (out, R). */
+  async toSafetensors(): Promise<Uint8Array> {
+    const w = await this.gpu.readF32(this.params, this.size);
+    const R = this.config.rank;
+    const tensors = this.entries.flatMap((e) => [
+      { name: LoraState.peftName(e.layer, e.target, "A"), dtype: "F32" as const, shape: [R, e.in], data: w.slice(e.a, e.a + R * e.in) },
+      { name: LoraState.peftName(e.layer, e.target, "B"), dtype: "F32" as const, shape: [e.out, R], data: w.slice(e.b, e.b + R * e.out) },
+    ]);
+    return writeSafetensors(tensors, { format: "pt" });
+  }
+
+  adapterConfig(baseModel: string): Record<string, unknown> {
+    return {
+      peft_type: "LORA",
+      task_type: "CAUSAL_LM",
+      base_model_name_or_path: baseModel,
+      r: this.config.rank,
+      lora_alpha: this.config.alpha,
+      lora_dropout: 0,
+      bias: "none",
+      fan_in_fan_out: false,
+      inference_mode: true,
+      init_lora_weights: true,
+      use_rslora: false,
+      target_modules: this.config.targets.map((t) => MODULE[t].split(".")[1]),
+    };
+  }
+
+  /** Loads a PEFT adapter (any float dtype); every expected tensor must be there with its shape. */
+  async load(reader: WeightReader): Promise<void> {
+    const w = new Float32Array(this.size);
+    const R = this.config.rank;
+    for (const e of this.entries) {
+      for (const [ab, off, shape] of [["A", e.a, [R, e.in]], ["B", e.b, [e.out, R]]] as const) {
+        const name = LoraState.peftName(e.layer, e.target, ab);
+        const info = reader.tensorsInfo.get(name);
+        if (!info) throw new Error(`${reader.name}: tensor ${name} is missing (rank ${R}, targets ${this.config.targets.join(",")})`);
+        if (info.shape.join(",") !== shape.join(",")) {
+          throw new Error(`${reader.name}: tensor ${name} has shape [${info.shape}], expected [${shape}]`);
+        }
+        const t = await reader.read(name);
+        w.set(tensorToF32({ dtype: t.dtype, bytes: t.bytes }), off);
+      }
+    }
+    this.gpu.write(this.params, w);
+  }
+
+  dispose(): void {
+    this.gpu.release(this.params, this.grads, this.m, this.v);
+  }
+}

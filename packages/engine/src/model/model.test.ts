@@ -1,0 +1,109 @@
+// The whole model against the independent PyTorch reference (scripts/fixtures.py): prefill logits,
+// token-by-token decode through the KV cache, and two sequences batched in one step.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { assertClose } from "@webart/shaders/util/check.ts";
+import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
+import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
+import { KvCache } from "./kv.ts";
+import { Model } from "./model.ts";
+import { uploadWeights } from "./weights.ts";
+
+const FIX = join(import.meta.dirname, "../../fixtures");
+
+async function refTensors(name: string): Promise<Map<string, Float32Array>> {
+  const bytes = readFileSync(join(FIX, name, "reference.safetensors"));
+  const r = await WeightReader.fromSource(memorySource(new Uint8Array(bytes), "reference.safetensors"));
+  const out = new Map<string, Float32Array>();
+  for (const n of r.tensorsInfo.keys()) {
+    const t = await r.read(n);
+    out.set(n, new Float32Array(t.bytes.buffer, t.bytes.byteOffset, t.bytes.byteLength / 4));
+  }
+  return out;
+}
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+async function load(name: string): Promise<Model> {
+  // The fixtures have no tokenizer, so the pieces openModel uses are called one by one.
+  const files = await modelFiles(join(FIX, name));
+  const config = parseConfig((await readJson(files, "config.json"))!);
+  const reader = await WeightReader.open(files);
+  const w = await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }));
+  await reader.close();
+  return new Model(gpu, config, w);
+}
+
+/** Feeds tokens (slot, pos, id) through the model and returns logits (rows, V) for every fed token. */
+async function run(model: Model, kv: KvCache, toks: { slot: number; pos: number; id: number }[], decode = false): Promise<Float32Array> {
+  const N = toks.length;
+  const V = model.config.vocabSize;
+  const rec = gpu.recorder();
+  kv.flush(rec);
+  const ids = gpu.upload(Uint32Array.from(toks.map((t) => t.id)));
+  const slotPos = gpu.upload(Uint32Array.from(toks.flatMap((t) => [t.slot, t.pos])));
+  const maxLen = Math.max(...toks.map((t) => t.pos + 1));
+  const { x } = model.forward(rec, ids, N, { kind: "cache", kv, slotPos, decode, maxLen }, false);
+  const rows = gpu.upload(Uint32Array.from(toks.map((_, i) => i)));
+  const logits = gpu.buffer(N * V * 4);
+  model.logits(rec, x, N, rows, N, logits);
+  const out = rec.read(logits, N * V * 4);
+  gpu.release(ids, slotPos, x, rows, logits);
+  await rec.submit();
+  return new Float32Array(await out);
+}
+
+describe.each([
+  ["llama-tiny", 2e-4],
+  ["qwen2-tiny", 2e-4],
+  ["qwen3-tiny", 2e-4],
+  ["qwen3-tiny-bf16", 2e-4],
+])("%s against PyTorch", (name, atol) => {
+  let model: Model;
+  let ref: Map<string, Float32Array>;
+  let json: { prefill: { ids: number[] }; decode: { prompt: number[]; steps: number[] }; batch: { sequences: number[][] } };
+  beforeAll(async () => {
+    model = await load(name);
+    ref = await refTensors(name);
+    json = JSON.parse(readFileSync(join(FIX, name, "reference.json"), "utf8"));
+  });
+
+  it("prefill logits", async () => {
+    const kv = new KvCache(gpu, model.config, 2, 32);
+    const ids = json.prefill.ids;
+    const got = await run(model, kv, ids.map((id, pos) => ({ slot: 1, pos, id })));
+    assertClose(`${name} prefill`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
+    kv.dispose();
+  });
+
+  it("decode through the KV cache, token by token", async () => {
+    const kv = new KvCache(gpu, model.config, 1, 32);
+    const { prompt, steps } = json.decode;
+    const V = model.config.vocabSize;
+    const rows: Float32Array[] = [];
+    const first = await run(model, kv, prompt.map((id, pos) => ({ slot: 0, pos, id })));
+    rows.push(first.subarray((prompt.length - 1) * V));
+    for (let i = 0; i < steps.length; i++) {
+      rows.push(await run(model, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
+    }
+    const got = new Float32Array(rows.length * V);
+    rows.forEach((r, i) => got.set(r, i * V));
+    assertClose(`${name} decode`, got, ref.get("decode.logits")!, { atol, rtol: 1e-4 });
+    kv.dispose();
+  });
+
+  it("two sequences of different lengths in one batch", async () => {
+    const kv = new KvCache(gpu, model.config, 3, 16);
+    const [a, b] = json.batch.sequences;
+    const toks = [...a.map((id, pos) => ({ slot: 2, pos, id })), ...b.map((id, pos) => ({ slot: 0, pos, id }))];
+    const got = await run(model, kv, toks);
+    const V = model.config.vocabSize;
+    assertClose(`${name} batch 0`, got.subarray(0, a.length * V), ref.get("batch.0.logits")!, { atol, rtol: 1e-4 });
+    assertClose(`${name} batch 1`, got.subarray(a.length * V), ref.get("batch.1.logits")!, { atol, rtol: 1e-4 });
+    kv.dispose();
+    expect(gpu.errors).toEqual([]);
+  });
+});

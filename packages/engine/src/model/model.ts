@@ -1,0 +1,338 @@
+// The transformer, top to bottom: config → forward (prefill/decode against the KV cache, or a training
+// micro-batch that keeps what backward needs) → backward mirroring forward in reverse, into LoRA A/B.
+// Llama, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm). No autograd: each op has its backward.
+//
+// Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
+// F = MLP width, V vocab, R LoRA rank, S sampled rows.
+import type { Gpu, Recorder } from "@webart/engine/gpu";
+import { attentionBackward, attentionDecode, attentionForward } from "@webart/shaders/attention/index.ts";
+import { embedding, tableViews } from "@webart/shaders/embedding/index.ts";
+import { kvcacheWrite } from "@webart/shaders/kvcache/index.ts";
+import { loraBackward, loraForward } from "@webart/shaders/lora/index.ts";
+import { matmul } from "@webart/shaders/matmul/index.ts";
+import { matvec } from "@webart/shaders/matvec/index.ts";
+import { rmsnorm, rmsnormBackward } from "@webart/shaders/rmsnorm/index.ts";
+import { ropeBackward, ropeForward, ropeInvFreq } from "@webart/shaders/rope/index.ts";
+import { swiglu, swigluBackward } from "@webart/shaders/swiglu/index.ts";
+import type { ModelConfig } from "../config/index.ts";
+import type { LoraTarget } from "../plan.ts";
+import type { KvCache } from "./kv.ts";
+import type { LoraState } from "./lora.ts";
+import type { GpuWeights, Matrix } from "./weights.ts";
+
+/** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
+export type Attend =
+  | { kind: "cache"; kv: KvCache; slotPos: GPUBuffer; decode: boolean; maxLen: number }
+  | { kind: "train"; B: number; T: number; slotPos: GPUBuffer };
+
+/** What one layer's forward keeps for its backward (training only). */
+interface Saved {
+  x: GPUBuffer; // (N, C) layer input
+  h1: GPUBuffer; // (N, C)
+  rstd1: GPUBuffer; // (N)
+  qPre?: GPUBuffer; // (N, H*D) before q_norm (Qwen3)
+  kPre?: GPUBuffer; // (N, KV*D)
+  rstdQ?: GPUBuffer; // (N*H)
+  rstdK?: GPUBuffer; // (N*KV)
+  q: GPUBuffer; // (N, H*D) after RoPE
+  k: GPUBuffer; // (B, T, KV, D) after RoPE
+  v: GPUBuffer; // (B, T, KV, D)
+  o: GPUBuffer; // (N, H*D) attention output
+  lse: GPUBuffer; // (N, H)
+  xMid: GPUBuffer; // (N, C) residual after attention
+  h2: GPUBuffer; // (N, C)
+  rstd2: GPUBuffer; // (N)
+  g: GPUBuffer; // (N, F)
+  u: GPUBuffer; // (N, F)
+  a: GPUBuffer; // (N, F) silu(g) * u
+  t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates
+}
+
+export interface Activations {
+  N: number;
+  layers: Saved[];
+  /** (N, C) input of the final norm, and the normed states with their rstd. */
+  xL: GPUBuffer;
+  hN: GPUBuffer;
+  rstdN: GPUBuffer;
+  /** The (slot, pos) pairs the forward used; backward rotates gradients with the same positions. */
+  slotPos: GPUBuffer;
+}
+
+export class Model {
+  readonly invFreq: GPUBuffer;
+  lora?: LoraState;
+
+  constructor(
+    readonly gpu: Gpu,
+    readonly config: ModelConfig,
+    readonly weights: GpuWeights,
+  ) {
+    const c = config;
+    const scaling = c.ropeScaling.type === "llama3" ? c.ropeScaling : undefined;
+    this.invFreq = gpu.upload(ropeInvFreq(c.headDim, c.ropeTheta, scaling), "weights", "rope inv_freq");
+  }
+
+  private get useLora(): boolean {
+    return !!this.lora && this.lora.enabled;
+  }
+
+  /** y (=|+=) x·Wᵀ (+ bias) for x (M, in): matvec for few rows, else the tiled matmul. */
+  private linear(rec: Recorder, x: GPUBuffer, W: Matrix, y: GPUBuffer, M: number, bias?: GPUBuffer, accumulate = false): void {
+    if (!accumulate && M <= 64) {
+      matvec(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, wDtype: W.dtype, bias });
+    } else {
+      matmul(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, mode: "nt", bDtype: W.dtype, bias, accumulate });
+    }
+  }
+
+  /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
+  private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
+    matmul(this.gpu, rec, dy, W.buffer, dx, { M, N: W.cols, K: W.rows, mode: "nn", bDtype: W.dtype, accumulate });
+  }
+
+  /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
+  private loraFwd(rec: Recorder, layer: number, target: LoraTarget, x: GPUBuffer, y: GPUBuffer, N: number, keep: boolean): GPUBuffer | undefined {
+    if (!this.useLora) return undefined;
+    const l = this.lora!;
+    const slot = l.slot(layer, target);
+    if (!slot) return undefined;
+    const e = l.byLayer[layer].get(target)!;
+    const t = this.gpu.buffer(N * l.config.rank * 4, "activations", `lora t ${target}`);
+    loraForward(this.gpu, rec, { N, in: e.in, out: e.out, R: l.config.rank, scale: l.scale }, slot, x, t, y);
+    if (!keep) {
+      this.gpu.release(t);
+      return undefined;
+    }
+    return t;
+  }
+
+  /**
+   * Runs the layers over N tokens (ids on the GPU) and returns the final residual stream x (N, C).
+   * With `save`, every layer's activations are kept for backward (training).
+   */
+  forward(rec: Recorder, ids: GPUBuffer, N: number, attend: Attend, save: boolean): { x: GPUBuffer; acts?: Activations } {
+    const gpu = this.gpu;
+    const c = this.config;
+    const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
+    const w = this.weights;
+    const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
+    let x = buf(N * C, "x"); // (N, C)
+    embedding(gpu, rec, w.embed, ids, x, N);
+    const layers: Saved[] = [];
+    for (let l = 0; l < c.numLayers; l++) {
+      const L = w.layers[l];
+      // --- attention block
+      const h1 = buf(N * C, "h1");
+      const rstd1 = buf(N, "rstd1");
+      rmsnorm(gpu, rec, x, L.inNorm, h1, rstd1, N, C, c.rmsNormEps);
+      let q = buf(N * H * D, "q"); // (N, H*D)
+      let k = buf(N * KV * D, "k"); // (N, KV*D)
+      const v = buf(N * KV * D, "v");
+      this.linear(rec, h1, L.q, q, N, L.qBias);
+      this.linear(rec, h1, L.k, k, N, L.kBias);
+      this.linear(rec, h1, L.v, v, N, L.vBias);
+      const tq = this.loraFwd(rec, l, "q", h1, q, N, save);
+      const tk = this.loraFwd(rec, l, "k", h1, k, N, save);
+      const tv = this.loraFwd(rec, l, "v", h1, v, N, save);
+      let qPre: GPUBuffer | undefined, kPre: GPUBuffer | undefined, rstdQ: GPUBuffer | undefined, rstdK: GPUBuffer | undefined;
+      if (c.qkNorm) {
+        qPre = q;
+        kPre = k;
+        q = buf(N * H * D, "qn");
+        k = buf(N * KV * D, "kn");
+        rstdQ = buf(N * H, "rstdQ");
+        rstdK = buf(N * KV, "rstdK");
+        rmsnorm(gpu, rec, qPre, L.qNorm!, q, rstdQ, N * H, D, c.rmsNormEps);
+        rmsnorm(gpu, rec, kPre, L.kNorm!, k, rstdK, N * KV, D, c.rmsNormEps);
+        if (!save) {
+          gpu.release(qPre, kPre, rstdQ, rstdK);
+          qPre = kPre = rstdQ = rstdK = undefined;
+        }
+      }
+      ropeForward(gpu, rec, q, q, attend.slotPos, this.invFreq, { n: N, heads: H, d: D });
+      ropeForward(gpu, rec, k, k, attend.slotPos, this.invFreq, { n: N, heads: KV, d: D });
+      const o = buf(N * H * D, "o");
+      const lse = buf(N * H, "lse");
+      if (attend.kind === "cache") {
+        const kv = attend.kv;
+        kvcacheWrite(gpu, rec, { slotPos: attend.slotPos, k, v, kc: kv.k[l], vc: kv.v[l] }, { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax });
+        const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
+        const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax };
+        if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
+        else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
+      } else {
+        // Training: token i is (i / T, i % T), so k and v already have the cache layout (B, T, KV, D).
+        attentionForward(gpu, rec, { q, slotPos: attend.slotPos, k, v, o, lse }, { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T });
+      }
+      // Residual: xMid = x + o·Woᵀ (+ LoRA); at inference x is updated in place.
+      let xMid = x;
+      if (save) {
+        xMid = buf(N * C, "xMid");
+        rec.copy(x, 0, xMid, 0, N * C * 4);
+      }
+      this.linear(rec, o, L.o, xMid, N, L.oBias, true);
+      const to = this.loraFwd(rec, l, "o", o, xMid, N, save);
+      // --- MLP block
+      const h2 = buf(N * C, "h2");
+      const rstd2 = buf(N, "rstd2");
+      rmsnorm(gpu, rec, xMid, L.postNorm, h2, rstd2, N, C, c.rmsNormEps);
+      const g = buf(N * F, "g");
+      const u = buf(N * F, "u");
+      this.linear(rec, h2, L.gate, g, N);
+      this.linear(rec, h2, L.up, u, N);
+      const tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
+      const tu = this.loraFwd(rec, l, "up", h2, u, N, save);
+      const a = buf(N * F, "a");
+      swiglu(gpu, rec, g, u, a, N * F);
+      let xOut = xMid;
+      if (save) {
+        xOut = buf(N * C, "xOut");
+        rec.copy(xMid, 0, xOut, 0, N * C * 4);
+      }
+      this.linear(rec, a, L.down, xOut, N, undefined, true);
+      const td = this.loraFwd(rec, l, "down", a, xOut, N, save);
+      if (save) {
+        layers.push({
+          x, h1, rstd1, qPre, kPre, rstdQ, rstdK, q, k, v, o, lse, xMid, h2, rstd2, g, u, a,
+          t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
+        });
+      } else {
+        gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, g, u, a);
+      }
+      x = xOut;
+    }
+    if (!save) return { x };
+    const hN = buf(N * C, "hN");
+    const rstdN = buf(N, "rstdN");
+    rmsnorm(gpu, rec, x, w.finalNorm, hN, rstdN, N, C, c.rmsNormEps);
+    return { x, acts: { N, layers, xL: x, hN, rstdN, slotPos: attend.slotPos } };
+  }
+
+  /** Final norm of S selected rows of x, then logits (S, V) through the LM head (row shards). */
+  logits(rec: Recorder, x: GPUBuffer, N: number, rows: GPUBuffer, S: number, out: GPUBuffer): void {
+    const gpu = this.gpu;
+    const { hiddenSize: C, vocabSize: V, rmsNormEps } = this.config;
+    const sel = gpu.buffer(S * C * 4, "activations", "selected rows");
+    embedding(gpu, rec, tableViews(gpu, x, N, C, "f32"), rows, sel, S);
+    const hs = gpu.buffer(S * C * 4, "activations", "normed rows");
+    const rstd = gpu.buffer(S * 4, "activations", "rstd");
+    rmsnorm(gpu, rec, sel, this.weights.finalNorm, hs, rstd, S, C, rmsNormEps);
+    this.head(rec, hs, S, out, 0, V, V);
+    gpu.release(sel, hs, rstd);
+  }
+
+  /** out[:, 0:(v1-v0)] (row stride ld) = h (M, C) · W_head[v0:v1]ᵀ, walking the head's row shards. */
+  head(rec: Recorder, h: GPUBuffer, M: number, out: GPUBuffer, v0: number, v1: number, ld: number): void {
+    const C = this.config.hiddenSize;
+    const dt = this.weights.headDtype;
+    let r0 = 0;
+    for (const s of this.weights.head) {
+      const a = Math.max(v0, r0);
+      const b = Math.min(v1, r0 + s.rows);
+      if (a < b) {
+        const offW = (s.offset ?? 0) + (a - r0) * C;
+        if (M <= 64) matvec(this.gpu, rec, h, s.buffer, out, { M, N: b - a, K: C, wDtype: dt, offsetW: offW, ldy: ld, offsetY: a - v0 });
+        else matmul(this.gpu, rec, h, s.buffer, out, { M, N: b - a, K: C, mode: "nt", bDtype: dt, offsetB: offW, ldc: ld, offsetC: a - v0 });
+      }
+      r0 += s.rows;
+    }
+  }
+
+  /** dh (M, C) += dlogits (M, v1-v0) · W_head[v0:v1]: the LM head's input gradient for one vocab chunk. */
+  headBack(rec: Recorder, dlogits: GPUBuffer, M: number, dh: GPUBuffer, v0: number, v1: number): void {
+    const C = this.config.hiddenSize;
+    let r0 = 0;
+    for (const s of this.weights.head) {
+      const a = Math.max(v0, r0);
+      const b = Math.min(v1, r0 + s.rows);
+      if (a < b) {
+        matmul(this.gpu, rec, dlogits, s.buffer, dh, {
+          M, N: C, K: b - a, mode: "nn", bDtype: this.weights.headDtype,
+          lda: v1 - v0, offsetA: a - v0, offsetB: (s.offset ?? 0) + (a - r0) * C, accumulate: true,
+        });
+      }
+      r0 += s.rows;
+    }
+  }
+
+  /**
+   * Backward from dhN (N, C), the gradient at the final norm's output, through every layer into the
+   * LoRA gradients (accumulated into lora.grads). Frees the activations as it goes.
+   */
+  backward(rec: Recorder, acts: Activations, dhN: GPUBuffer, attend: { B: number; T: number }): void {
+    const gpu = this.gpu;
+    const c = this.config;
+    const lora = this.lora;
+    if (!lora?.grads) throw new Error("backward: the LoRA adapter and its gradient buffers must exist");
+    const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
+    const { N } = acts;
+    const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
+    const w = this.weights;
+    const loraBack = (l: number, t: LoraTarget, x: GPUBuffer, tBuf: GPUBuffer | undefined, dy: GPUBuffer, dx: GPUBuffer) => {
+      const e = lora.byLayer[l].get(t);
+      if (!e || !tBuf) return;
+      const dims = { N, in: e.in, out: e.out, R: lora.config.rank, scale: lora.scale };
+      loraBackward(gpu, rec, dims, lora.slot(l, t)!, lora.slot(l, t, lora.grads!)!, { x, t: tBuf, dy, dx });
+    };
+    // dx: gradient of the residual stream, carried down through the layers.
+    const dx = buf(N * C, "dx");
+    rmsnormBackward(gpu, rec, { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx }, N, C);
+    gpu.release(acts.hN, acts.rstdN);
+    for (let l = c.numLayers - 1; l >= 0; l--) {
+      const s = acts.layers[l];
+      const L = w.layers[l];
+      // --- MLP block: xOut = xMid + down(a) ; dx flows to xMid unchanged, plus the branch.
+      const da = buf(N * F, "da");
+      this.linearBack(rec, dx, L.down, da, N, false);
+      loraBack(l, "down", s.a, s.t.down, dx, da);
+      const dg = buf(N * F, "dg");
+      const du = buf(N * F, "du");
+      swigluBackward(gpu, rec, s.g, s.u, da, dg, du, N * F);
+      const dh2 = buf(N * C, "dh2");
+      this.linearBack(rec, dg, L.gate, dh2, N, false);
+      this.linearBack(rec, du, L.up, dh2, N, true);
+      loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
+      loraBack(l, "up", s.h2, s.t.up, du, dh2);
+      rmsnormBackward(gpu, rec, { x: s.xMid, w: L.postNorm, rstd: s.rstd2, dy: dh2, dx }, N, C, { accumulate: true });
+      gpu.release(da, dg, du, dh2);
+      // --- attention block: xMid = x + o_proj(o).
+      const dO = buf(N * H * D, "do");
+      this.linearBack(rec, dx, L.o, dO, N, false);
+      loraBack(l, "o", s.o, s.t.o, dx, dO);
+      const dq = buf(N * H * D, "dq");
+      const dk = buf(N * KV * D, "dk");
+      const dv = buf(N * KV * D, "dv");
+      attentionBackward(gpu, rec, { q: s.q, k: s.k, v: s.v, o: s.o, lse: s.lse, dout: dO, dq, dk, dv }, { b: attend.B, t: attend.T, h: H, kv: KV, d: D });
+      // RoPE is a rotation: its backward rotates the gradient back (in place).
+      const pos = acts.slotPos;
+      ropeBackward(gpu, rec, dq, dq, pos, this.invFreq, { n: N, heads: H, d: D });
+      ropeBackward(gpu, rec, dk, dk, pos, this.invFreq, { n: N, heads: KV, d: D });
+      let dqPre = dq;
+      let dkPre = dk;
+      if (c.qkNorm) {
+        dqPre = buf(N * H * D, "dqPre");
+        dkPre = buf(N * KV * D, "dkPre");
+        rmsnormBackward(gpu, rec, { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre }, N * H, D);
+        rmsnormBackward(gpu, rec, { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre }, N * KV, D);
+      }
+      const dh1 = buf(N * C, "dh1");
+      this.linearBack(rec, dqPre, L.q, dh1, N, false);
+      this.linearBack(rec, dkPre, L.k, dh1, N, true);
+      this.linearBack(rec, dv, L.v, dh1, N, true);
+      loraBack(l, "q", s.h1, s.t.q, dqPre, dh1);
+      loraBack(l, "k", s.h1, s.t.k, dkPre, dh1);
+      loraBack(l, "v", s.h1, s.t.v, dv, dh1);
+      rmsnormBackward(gpu, rec, { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx }, N, C, { accumulate: true });
+      gpu.release(dO, dq, dk, dv, dh1);
+      if (dqPre !== dq) gpu.release(dqPre, dkPre);
+      freeSaved(gpu, s);
+    }
+    gpu.release(dx, acts.xL);
+  }
+}
+
+/** Frees a layer's saved set, its input x included (the previous layer's output, or the embedding). */
+function freeSaved(gpu: Gpu, s: Saved): void {
+  gpu.release(s.x, s.h1, s.rstd1, s.qPre, s.kPre, s.rstdQ, s.rstdK, s.q, s.k, s.v, s.o, s.lse, s.xMid, s.h2, s.rstd2, s.g, s.u, s.a, ...Object.values(s.t));
+}

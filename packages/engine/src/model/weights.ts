@@ -1,0 +1,136 @@
+// Frozen base weights on the GPU: matrices keep their file's 16-bit form (bf16/f16 packed two per u32) or
+// f32; norm weights and biases become f32. The embedding (and an untied LM head) are split in row shards
+// when they exceed one storage binding. Tensors are streamed one at a time from the reader.
+import type { Gpu } from "@webart/engine/gpu";
+import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders/embedding/index.ts";
+import type { WeightShard } from "@webart/shaders/matmul/index.ts";
+import type { ModelConfig } from "../config/index.ts";
+import { tensorToF32, type Dtype } from "../weights/index.ts";
+import type { LoadProgress, Tensor } from "../weights/index.ts";
+
+export type WDtype = "f32" | "bf16" | "f16";
+
+export interface Matrix {
+  buffer: GPUBuffer;
+  dtype: WDtype;
+  /** (rows, cols) = (out, in), as nn.Linear. */
+  rows: number;
+  cols: number;
+}
+
+export interface LayerWeights {
+  inNorm: GPUBuffer; // (C)
+  q: Matrix; // (H*D, C)
+  k: Matrix; // (KV*D, C)
+  v: Matrix; // (KV*D, C)
+  o: Matrix; // (C, H*D)
+  qBias?: GPUBuffer;
+  kBias?: GPUBuffer;
+  vBias?: GPUBuffer;
+  oBias?: GPUBuffer;
+  qNorm?: GPUBuffer; // (D)
+  kNorm?: GPUBuffer; // (D)
+  postNorm: GPUBuffer; // (C)
+  gate: Matrix; // (F, C)
+  up: Matrix; // (F, C)
+  down: Matrix; // (C, F)
+}
+
+export interface GpuWeights {
+  embed: EmbeddingTable; // (V, C)
+  /** The LM head as row shards (the embedding's when tied). */
+  head: WeightShard[];
+  headDtype: WDtype;
+  layers: LayerWeights[];
+  finalNorm: GPUBuffer; // (C)
+  bytes: number;
+}
+
+const DT: Record<Dtype, WDtype> = { F32: "f32", BF16: "bf16", F16: "f16" };
+
+function pad4(b: Uint8Array): Uint8Array {
+  if (b.byteLength % 4 === 0) return b;
+  const p = new Uint8Array(Math.ceil(b.byteLength / 4) * 4);
+  p.set(b);
+  return p;
+}
+
+export function tableShards(t: EmbeddingTable): WeightShard[] {
+  return t.shards.map((s) => ({ buffer: "buffer" in s.binding ? s.binding.buffer : s.binding, rows: s.r1 - s.r0, offset: s.first }));
+}
+
+/** Streams tensors to the GPU; `toF32` forces f32 matrices (e.g. when training the base weights). */
+export async function uploadWeights(
+  gpu: Gpu,
+  config: ModelConfig,
+  tensors: AsyncIterable<Tensor>,
+  opts: { toF32?: boolean; onProgress?: (p: LoadProgress) => void } = {},
+): Promise<GpuWeights> {
+  const mats = new Map<string, Matrix>();
+  const vecs = new Map<string, GPUBuffer>();
+  let embed: EmbeddingTable | undefined;
+  let head: EmbeddingTable | undefined;
+  let bytes = 0;
+  for await (const t of tensors) {
+    const name = t.name;
+    if (t.shape.length === 1) {
+      const f = tensorToF32({ dtype: t.dtype, bytes: t.bytes });
+      vecs.set(name, gpu.upload(f, "weights", name));
+      bytes += f.byteLength;
+      continue;
+    }
+    let dtype = DT[t.dtype];
+    let data: Uint8Array = t.bytes;
+    if (opts.toF32 && dtype !== "f32") {
+      data = new Uint8Array(tensorToF32({ dtype: t.dtype, bytes: t.bytes }).buffer);
+      dtype = "f32";
+    }
+    const [rows, cols] = t.shape;
+    if (name === "model.embed_tokens.weight" || name === "lm_head.weight") {
+      const words = dtype === "f32" ? new Float32Array(data.buffer, data.byteOffset, data.byteLength / 4) : new Uint32Array(pad4(data).buffer);
+      const table = uploadTable(gpu, words, rows, cols, dtype as EmbeddingDtype);
+      if (name === "lm_head.weight") head = table;
+      else embed = table;
+    } else {
+      mats.set(name, { buffer: gpu.upload(pad4(data), "weights", name), dtype, rows, cols });
+    }
+    bytes += data.byteLength;
+  }
+  if (!embed) throw new Error("weights: model.embed_tokens.weight is missing");
+  const need = <T>(m: Map<string, T>, n: string): T => {
+    const v = m.get(n);
+    if (!v) throw new Error(`weights: tensor ${n} is missing`);
+    return v;
+  };
+  const layers: LayerWeights[] = [];
+  for (let i = 0; i < config.numLayers; i++) {
+    const p = `model.layers.${i}.`;
+    layers.push({
+      inNorm: need(vecs, p + "input_layernorm.weight"),
+      q: need(mats, p + "self_attn.q_proj.weight"),
+      k: need(mats, p + "self_attn.k_proj.weight"),
+      v: need(mats, p + "self_attn.v_proj.weight"),
+      o: need(mats, p + "self_attn.o_proj.weight"),
+      qBias: vecs.get(p + "self_attn.q_proj.bias"),
+      kBias: vecs.get(p + "self_attn.k_proj.bias"),
+      vBias: vecs.get(p + "self_attn.v_proj.bias"),
+      oBias: vecs.get(p + "self_attn.o_proj.bias"),
+      qNorm: vecs.get(p + "self_attn.q_norm.weight"),
+      kNorm: vecs.get(p + "self_attn.k_norm.weight"),
+      postNorm: need(vecs, p + "post_attention_layernorm.weight"),
+      gate: need(mats, p + "mlp.gate_proj.weight"),
+      up: need(mats, p + "mlp.up_proj.weight"),
+      down: need(mats, p + "mlp.down_proj.weight"),
+    });
+  }
+  const headTable = config.tieWordEmbeddings ? embed : head;
+  if (!headTable) throw new Error("weights: lm_head.weight is missing and tie_word_embeddings is false");
+  return {
+    embed,
+    head: tableShards(headTable),
+    headDtype: headTable.dtype,
+    layers,
+    finalNorm: need(vecs, "model.norm.weight"),
+    bytes,
+  };
+}

@@ -1,0 +1,104 @@
+// AdamW over one flat f32 buffer of n parameters (all LoRA tensors), with the global grad norm and
+// its clip factor computed on the GPU, so a training step records everything with no readback; the
+// stats buffer (norm, clip factor, finite flag, sum of squares) can be read later for metrics.
+// A non-finite grad norm skips the update (weights and moments untouched; stats[2] = 0 says so).
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import code from "./forward.wgsl";
+
+const WG = 256;
+/** Workgroups of the first reduction stage (so the partials buffer holds this many f32). */
+export const ADAMW_PARTS = 256;
+export const adamwPartsBytes = ADAMW_PARTS * 4;
+export const adamwStatsBytes = 16;
+
+const spec = (name: string): KernelSpec => ({ name, code, overrides: { WG } });
+export const adamwSumsq = spec("adamw_sumsq");
+export const adamwNorm = spec("adamw_norm");
+export const adamwForward = spec("adamw_forward");
+export const adamwScale = spec("adamw_scale");
+
+export interface AdamWConfig {
+  lr: number;
+  beta1: number;
+  beta2: number;
+  eps: number;
+  /** Decoupled: w *= 1 - lr * weightDecay before the Adam step. */
+  weightDecay: number;
+  /** Clip the global grad norm to this; <= 0: no clipping (the norm is still measured). */
+  maxNorm: number;
+}
+
+function need(buf: GPUBuffer, bytes: number, what: string): void {
+  if (buf.size < bytes) throw new RangeError(`${what}: buffer has ${buf.size} bytes, needs ${bytes}`);
+}
+
+function params(n: number, parts: number, c?: AdamWConfig, step = 1, scale = 1): Params {
+  const bc1 = c ? 1 - c.beta1 ** step : 1;
+  const bc2 = c ? 1 - c.beta2 ** step : 1;
+  return new Params()
+    .u32(n, parts)
+    .f32(c?.lr ?? 0, c?.beta1 ?? 0, c?.beta2 ?? 0, c?.eps ?? 0, c?.weightDecay ?? 0, bc1, bc2, c?.maxNorm ?? 0, scale);
+}
+
+/** Records the global grad norm of n grads into stats (norm, clip factor for maxNorm, finite, sumsq). */
+export function gradNorm(
+  gpu: Gpu,
+  rec: Recorder,
+  grads: GPUBuffer, // (n,)
+  parts: GPUBuffer, // adamwPartsBytes of scratch
+  stats: GPUBuffer, // adamwStatsBytes
+  n: number,
+  maxNorm: number,
+): void {
+  need(grads, n * 4, "gradNorm grads");
+  need(parts, adamwPartsBytes, "gradNorm parts");
+  need(stats, adamwStatsBytes, "gradNorm stats");
+  const nparts = Math.max(1, Math.min(ADAMW_PARTS, Math.ceil(n / WG)));
+  const c = { lr: 0, beta1: 0, beta2: 0, eps: 0, weightDecay: 0, maxNorm };
+  rec.dispatch(adamwSumsq, [grads, parts], nparts, params(n, nparts, c));
+  rec.dispatch(adamwNorm, [parts, stats], 1, params(n, nparts, c));
+}
+
+/** Records the AdamW update for step `step` (1-based), scaling grads by the clip factor in stats. */
+export function adamwUpdate(
+  gpu: Gpu,
+  rec: Recorder,
+  weights: GPUBuffer, // (n,)
+  grads: GPUBuffer, // (n,)
+  m: GPUBuffer, // (n,) first moment
+  v: GPUBuffer, // (n,) second moment
+  stats: GPUBuffer, // from gradNorm
+  n: number,
+  config: AdamWConfig,
+  step: number,
+): void {
+  if (!(Number.isInteger(step) && step >= 1)) throw new RangeError(`adamwUpdate: step ${step} must be an integer >= 1`);
+  for (const [b, w] of [
+    [weights, "weights"],
+    [grads, "grads"],
+    [m, "m"],
+    [v, "v"],
+  ] as const)
+    need(b, n * 4, `adamwUpdate ${w}`);
+  need(stats, adamwStatsBytes, "adamwUpdate stats");
+  rec.dispatch(adamwForward, [weights, grads, m, v, stats], gpu.grid(Math.ceil(n / WG)), params(n, 1, config, step));
+}
+
+/** gradNorm + adamwUpdate: one optimizer step with global grad-norm clipping, no readback. */
+export function adamwStep(
+  gpu: Gpu,
+  rec: Recorder,
+  b: { weights: GPUBuffer; grads: GPUBuffer; m: GPUBuffer; v: GPUBuffer; parts: GPUBuffer; stats: GPUBuffer },
+  n: number,
+  config: AdamWConfig,
+  step: number,
+): void {
+  gradNorm(gpu, rec, b.grads, b.parts, b.stats, n, config.maxNorm);
+  adamwUpdate(gpu, rec, b.weights, b.grads, b.m, b.v, b.stats, n, config, step);
+}
+
+/** grads *= scale (scale 0 writes exact zeros), e.g. to average accumulated micro-batch gradients. */
+export function scaleGrads(gpu: Gpu, rec: Recorder, grads: GPUBuffer, n: number, scale: number): void {
+  need(grads, n * 4, "scaleGrads grads");
+  rec.dispatch(adamwScale, [grads], gpu.grid(Math.ceil(n / WG)), params(n, 1, undefined, 1, scale));
+}

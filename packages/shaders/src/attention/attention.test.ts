@@ -1,0 +1,177 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { assertClose } from "../util/check.ts";
+import { kvcacheWrite } from "../kvcache/index.ts";
+import { kvcacheWriteReference } from "../kvcache/reference.ts";
+import {
+  attentionDecode,
+  attentionForward,
+  chooseTiles,
+  decodeSplit,
+  tileBytes,
+  type ForwardOptions,
+  type Tiles,
+} from "./index.ts";
+import { attentionReference } from "./reference.ts";
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+// f32 GPU vs the f64 reference on O(1) inputs: scores and sums of <= 48 terms, error ~1e-6.
+const tol = { atol: 1e-5, rtol: 1e-4 };
+
+interface Case {
+  h: number;
+  kv: number;
+  d: number;
+  slots: number;
+  tmax: number;
+  /** Per sequence: [slot, cached tokens, new tokens]; new tokens are laid out one sequence after another. */
+  seqs: [number, number, number][];
+}
+
+/** Runs kv write + attention on the GPU and the same on the CPU; the whole cache is random, so rows a token
+ *  must not see (later positions, other slots) would show up as errors. */
+async function check(c: Case, opts: ForwardOptions & { decode?: boolean }, seed: number): Promise<void> {
+  const { h, kv, d, slots, tmax } = c;
+  const rng = new Rng(seed);
+  const sp: number[] = [];
+  for (const [s, cached, fresh] of c.seqs) for (let i = 0; i < fresh; i++) sp.push(s, cached + i);
+  sp.push(0xffffffff, 0); // a padding token: no keys, o = 0, lse = 0
+  const slotPos = Uint32Array.from(sp);
+  const n = slotPos.length / 2;
+  const q = rng.f32(n * h * d);
+  const [k, v] = [rng.f32(n * kv * d), rng.f32(n * kv * d)];
+  const [kc, vc] = [rng.f32(slots * tmax * kv * d), rng.f32(slots * tmax * kv * d)];
+  const b = {
+    q: gpu.upload(q),
+    slotPos: gpu.upload(slotPos),
+    nk: gpu.upload(k),
+    nv: gpu.upload(v),
+    k: gpu.upload(kc),
+    v: gpu.upload(vc),
+    o: gpu.buffer(n * h * d * 4),
+    lse: gpu.buffer(n * h * 4),
+  };
+  const dims = { n, h, kv, d, slots, tmax };
+  const rec = gpu.recorder();
+  kvcacheWrite(gpu, rec, { slotPos: b.slotPos, k: b.nk, v: b.nv, kc: b.k, vc: b.v }, dims);
+  const maxLen = Math.max(...c.seqs.map(([, cached, fresh]) => cached + fresh));
+  const used = opts.decode
+    ? attentionDecode(gpu, rec, b, { ...dims, maxLen }, opts)
+    : attentionForward(gpu, rec, b, dims, opts);
+  const [go, gl] = [rec.read(b.o, n * h * d * 4), rec.read(b.lse, n * h * 4)];
+  await rec.submit();
+  const cache = kvcacheWriteReference(kc, vc, k, v, slotPos, n, kv * d, slots, tmax);
+  const ref = attentionReference(q, slotPos, cache.kc, cache.vc, { ...dims, scale: 1 / Math.sqrt(d) });
+  const what = `${JSON.stringify(used)}`;
+  assertClose(`o ${what}`, new Float32Array(await go), ref.o, tol);
+  assertClose(`lse ${what}`, new Float32Array(await gl), ref.lse, tol);
+  gpu.release(...Object.values(b));
+  expect(gpu.errors).toEqual([]);
+  if (opts.split) expect(used.split).toBe(opts.split);
+}
+
+// Prefill: slot 0 continues from 5 cached tokens, slot 2 starts fresh, slot 1 continues from 3.
+const prefill = (h: number, kv: number, d: number): Case => ({
+  h,
+  kv,
+  d,
+  slots: 3,
+  tmax: 24,
+  seqs: [
+    [0, 5, 7],
+    [2, 0, 9],
+    [1, 3, 2],
+  ],
+});
+// Small tiles: blocks of 3 tokens straddle sequences (one pass per slot), 4-key tiles, heads split across workgroups.
+const small: Partial<Tiles> = { bq: 3, gh: 1, bk: 4, wg: 64 };
+// "default" is what this adapter gets (the "cpu" profile on SwiftShader); "gpu" is what real GPUs get.
+const tilesFor = (kind: "forward" | "decode", which: string, d: number, g: number): Partial<Tiles> =>
+  which === "small" ? small : which === "gpu" ? chooseTiles(gpu, kind, d, g, {}, "gpu") : {};
+
+describe("attention_forward (prefill over a KV cache) vs CPU reference", () => {
+  it.each([
+    [4, 4, 8, "default"],
+    [4, 2, 64, "default"],
+    [8, 2, 8, "default"],
+    [4, 4, 8, "small"],
+    [4, 2, 64, "small"],
+    [8, 2, 8, "small"],
+    [8, 2, 8, "gpu"],
+    [4, 2, 64, "gpu"],
+  ] as const)("H=%i KV=%i D=%i tiles=%s", async (h, kv, d, tiles) => {
+    await check(prefill(h, kv, d), { tiles: tilesFor("forward", tiles, d, h / kv) }, h * 100 + d);
+  });
+
+  it("many tokens per workgroup with all heads of a group (bq=5, gh=4) and split-KV over a prefill", async () => {
+    await check(prefill(8, 2, 8), { tiles: { bq: 5, gh: 4, bk: 8, wg: 64 }, split: 3 }, 7);
+  });
+});
+
+// Decode: 5 sequences of lengths 1, 7, 23, 40, 16 (none a multiple of the chunk or tile) in scattered slots.
+const decode = (h: number, kv: number, d: number): Case => ({
+  h,
+  kv,
+  d,
+  slots: 6,
+  tmax: 48,
+  seqs: [
+    [4, 0, 1],
+    [0, 6, 1],
+    [5, 22, 1],
+    [1, 39, 1],
+    [3, 15, 1],
+  ],
+});
+
+describe("attention decode (split-KV) vs CPU reference", () => {
+  it.each([
+    [4, 1, 8, 1],
+    [4, 1, 8, 3],
+    [4, 2, 64, 1],
+    [4, 2, 64, 3],
+    [2, 2, 8, 5],
+  ] as const)("H=%i KV=%i D=%i split=%i", async (h, kv, d, split) => {
+    await check(decode(h, kv, d), { decode: true, split, tiles: { bk: 8 } }, h * 10 + d + split);
+  });
+
+  it("split with chunks shorter than the longest sequence: the last chunk runs to the end", async () => {
+    await check(decode(4, 2, 8), { decode: true, split: 3, chunk: 8, tiles: { bk: 4 } }, 5);
+  });
+
+  it("default decode tiles and the automatic split", async () => {
+    await check(decode(14, 2, 64), { decode: true }, 99);
+  });
+
+  it("real-GPU decode tiles (all 7 heads of a group, 64-key tiles), split=2", async () => {
+    await check(decode(14, 2, 8), { decode: true, split: 2, tiles: tilesFor("decode", "gpu", 8, 7) }, 98);
+  });
+
+  it("decodeSplit: one chunk for short contexts, more for long ones with few sequences", () => {
+    expect(decodeSplit(40, 16)).toBe(1);
+    expect(decodeSplit(4096, 4)).toBeGreaterThan(8);
+    expect(decodeSplit(4096, 1024)).toBe(1); // enough workgroups already
+    expect(decodeSplit(512, 16, { minChunk: 256 })).toBe(2);
+  });
+});
+
+describe("tile choice", () => {
+  it("fits every supported shape on both profiles within this adapter's limits", () => {
+    for (const profile of ["gpu", "cpu"] as const)
+      for (const kind of ["forward", "decode", "dq", "dkv"] as const)
+        for (const d of [2, 8, 64, 80, 128, 256])
+          for (const g of [1, 2, 4, 7, 8, 16]) {
+            const t = chooseTiles(gpu, kind, d, g, {}, profile); // throws when something does not fit
+            expect(g % t.gh).toBe(0);
+            expect(tileBytes(kind, t, d)).toBeLessThanOrEqual(gpu.limits.maxComputeWorkgroupStorageSize);
+          }
+  });
+
+  it("rejects tiles that do not fit, saying why", () => {
+    expect(() => chooseTiles(gpu, "forward", 64, 4, { gh: 3 })).toThrow(/gh 3 does not divide H \/ KV = 4/);
+    expect(() => chooseTiles(gpu, "dq", 256, 1, { bq: 32, bk: 64, wg: 64 })).toThrow(/accumulate|workgroup memory/);
+  });
+});

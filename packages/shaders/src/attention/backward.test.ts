@@ -1,0 +1,91 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { assertClose, dot, f64, finiteDiff } from "../util/check.ts";
+import { attentionBackward, attentionForward, chooseTiles, trainingSlotPos, type Tiles } from "./index.ts";
+import { attentionBackwardReference, attentionTrainReference, type TrainDims } from "./reference.ts";
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+// f32 GPU vs f64 reference on O(1) inputs; the gradients sum up to T * H / KV terms of size ~1.
+const fwdTol = { atol: 1e-5, rtol: 1e-4 };
+const bwdTol = { atol: 3e-5, rtol: 2e-4 };
+
+describe("attention backward CPU reference", () => {
+  it("matches central finite differences of the forward reference (f64)", () => {
+    const dims: TrainDims = { b: 2, t: 3, h: 2, kv: 1, d: 4, scale: 0.7 };
+    const rng = new Rng(1);
+    const nq = dims.b * dims.t * dims.h * dims.d;
+    const nk = dims.b * dims.t * dims.kv * dims.d;
+    const [q, k, v] = [f64(rng.f32(nq)), f64(rng.f32(nk)), f64(rng.f32(nk))];
+    const w = f64(rng.f32(nq)); // upstream gradient: loss = sum(o * w)
+    const num = finiteDiff(([qq, kk, vv]) => dot(attentionTrainReference(qq, kk, vv, dims).o, w), [q, k, v]);
+    const ref = attentionBackwardReference(q, k, v, w, dims);
+    const t = { atol: 1e-8, rtol: 1e-6 };
+    assertClose("dq", ref.dq, num[0], t);
+    assertClose("dk", ref.dk, num[1], t);
+    assertClose("dv", ref.dv, num[2], t);
+  });
+});
+
+// Training layout: T = 13 is not a multiple of any tile; sequences are causal each on its own.
+describe("attention forward + backward (training layout) GPU vs CPU reference", () => {
+  const small = {
+    dq: { bq: 3, gh: 1, bk: 4, wg: 64 },
+    dkv: { bk: 5, bq: 2, gh: 1, wg: 64 },
+    fwd: { bq: 3, gh: 1, bk: 4, wg: 64 },
+  };
+  it.each([
+    [2, 2, 8, "default"],
+    [4, 2, 64, "default"],
+    [4, 1, 8, "default"],
+    [2, 2, 8, "small"],
+    [4, 2, 64, "small"],
+    [4, 1, 8, "small"],
+    [4, 2, 8, "gpu"],
+  ] as const)("H=%i KV=%i D=%i tiles=%s", async (h, kv, d, tiles) => {
+    const [b, t] = [2, 13];
+    const dims: TrainDims = { b, t, h, kv, d, scale: 1 / Math.sqrt(d) };
+    const rng = new Rng(h * 100 + kv * 10 + d);
+    const nq = b * t * h * d;
+    const nk = b * t * kv * d;
+    const [q, k, v, dout] = [rng.f32(nq), rng.f32(nk), rng.f32(nk), rng.f32(nq)];
+    const buf = {
+      q: gpu.upload(q),
+      k: gpu.upload(k),
+      v: gpu.upload(v),
+      dout: gpu.upload(dout),
+      slotPos: gpu.upload(trainingSlotPos(b, t)),
+      o: gpu.buffer(nq * 4),
+      lse: gpu.buffer(b * t * h * 4),
+      dq: gpu.buffer(nq * 4),
+      dk: gpu.buffer(nk * 4),
+      dv: gpu.buffer(nk * 4),
+    };
+    // "default": this adapter's choice (the "cpu" profile on SwiftShader); "gpu": what real GPUs get.
+    const pick = (kind: "forward" | "dq" | "dkv", x: Partial<Tiles>) =>
+      tiles === "small" ? x : tiles === "gpu" ? chooseTiles(gpu, kind, d, h / kv, {}, "gpu") : {};
+    const rec = gpu.recorder();
+    attentionForward(gpu, rec, buf, { n: b * t, h, kv, d, slots: b, tmax: t }, { tiles: pick("forward", small.fwd) });
+    attentionBackward(
+      gpu,
+      rec,
+      buf,
+      { b, t, h, kv, d },
+      { dqTiles: pick("dq", small.dq), dkvTiles: pick("dkv", small.dkv) },
+    );
+    const out = [buf.o, buf.lse, buf.dq, buf.dk, buf.dv].map((x, i) => rec.read(x, [nq, b * t * h, nq, nk, nk][i] * 4));
+    await rec.submit();
+    const [o, lse, dq, dk, dv] = (await Promise.all(out)).map((x) => new Float32Array(x));
+    const fwd = attentionTrainReference(q, k, v, dims);
+    assertClose("o", o, fwd.o, fwdTol);
+    assertClose("lse", lse, fwd.lse, fwdTol);
+    const ref = attentionBackwardReference(q, k, v, dout, dims);
+    assertClose("dq", dq, ref.dq, bwdTol);
+    assertClose("dk", dk, ref.dk, bwdTol);
+    assertClose("dv", dv, ref.dv, bwdTol);
+    gpu.release(...Object.values(buf));
+    expect(gpu.errors).toEqual([]);
+  });
+});

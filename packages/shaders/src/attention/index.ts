@@ -1,0 +1,268 @@
+// Causal grouped-query attention dispatches: forward over a KV cache (prefill, training, and decode with split-KV
+// plus its reduce) and the FlashAttention-2 backward in the training layout; tile sizes chosen per head dim,
+// group size and the adapter's workgroup memory. Shapes: N tokens, H heads, KV kv-heads (H % KV == 0), D head dim
+// (even, <= 256), S slots x Tmax rows of cache; training: B sequences of T tokens, token i <-> (i / T, i % T).
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import forwardCode from "./forward.wgsl";
+import reduceCode from "./reduce.wgsl";
+import dqCode from "./backward.wgsl";
+import dkvCode from "./backward_dkv.wgsl";
+
+/** Per-thread accumulator capacity in vec4 (ACC in the WGSL). */
+const ACC = 4;
+
+/** A workgroup's share of the work: bq query tokens x gh heads (a divisor of H / KV) as rows, bk keys per tile. */
+export interface Tiles {
+  bq: number;
+  gh: number;
+  bk: number;
+  wg: number;
+}
+export type TileKind = "forward" | "decode" | "dq" | "dkv";
+
+/** Workgroup-memory bytes of a kernel with these tiles (mirrors the var<workgroup> declarations: rows of D as
+ *  ceil(D / 4) vec4, K/V rows padded by one vec4). */
+export function tileBytes(kind: TileKind, t: Tiles, d: number): number {
+  const r = t.bq * t.gh;
+  const d4 = Math.ceil(d / 4);
+  const kvRows = 16 * t.bk * (d4 + 1);
+  if (kind === "forward" || kind === "decode") return 16 * r * d4 + kvRows + 4 * (r * t.bk + 3 * r + 2 * t.bq + 2);
+  if (kind === "dq") return 32 * r * d4 + 2 * kvRows + 4 * (r * t.bk + 2 * r);
+  return 2 * kvRows + 32 * r * d4 + 4 * (2 * r * t.bk + 2 * r);
+}
+
+/** vec4 accumulators per thread (dq/forward: rows x D; dkv: keys x D). */
+const accPerThread = (kind: TileKind, t: Tiles, d: number) =>
+  Math.ceil(((kind === "dkv" ? t.bk : t.bq * t.gh) * Math.ceil(d / 4)) / t.wg);
+
+function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
+  const { maxComputeInvocationsPerWorkgroup: maxWg, maxComputeWorkgroupStorageSize: maxBytes } = gpu.limits;
+  const problems = [
+    g % t.gh !== 0 && `gh ${t.gh} does not divide H / KV = ${g}`,
+    (t.bq < 1 || t.bq > 32 || t.bk < 1 || t.wg < t.bq) && "need 1 <= bq <= 32, bq <= wg and bk >= 1",
+    accPerThread(kind, t, d) > ACC && `each thread would accumulate ${accPerThread(kind, t, d)} vec4 (max ${ACC})`,
+    t.wg > maxWg && `wg ${t.wg} exceeds maxComputeInvocationsPerWorkgroup ${maxWg}`,
+    tileBytes(kind, t, d) > maxBytes &&
+      `${tileBytes(kind, t, d)} bytes of workgroup memory exceed the adapter's ${maxBytes}`,
+  ].filter(Boolean);
+  if (problems.length)
+    throw new Error(`attention ${kind} tiles ${JSON.stringify(t)} at D=${d}: ${problems.join("; ")}`);
+}
+
+/**
+ * "gpu": workgroup memory is fast, so big shared tiles (about 16 query rows, all heads of a kv group when they fit,
+ * 16-64 keys). "cpu" (SwiftShader): workgroup memory is no faster than global memory there, and Dawn's zero-init
+ * of it makes pipeline creation slow (measured ~7 s for 27 KiB), so small tiles (about 4 rows, 8-16 keys).
+ */
+export type TileProfile = "gpu" | "cpu";
+
+export const tileProfile = (gpu: Gpu): TileProfile => (gpu.adapter.architecture === "swiftshader" ? "cpu" : "gpu");
+
+/** Default tiles for a kernel (or `over` where given), shrunk until they fit the adapter's workgroup memory. */
+export function chooseTiles(
+  gpu: Gpu,
+  kind: TileKind,
+  d: number,
+  g: number,
+  over: Partial<Tiles> = {},
+  profile = tileProfile(gpu),
+): Tiles {
+  const cpu = profile === "cpu";
+  const rows = cpu ? 4 : 16;
+  const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+  const gh = over.gh ?? Math.max(...divisors.filter((x) => x <= rows));
+  const keys = kind === "decode" ? (cpu ? 16 : d <= 64 ? 64 : 32) : cpu ? 8 : kind === "dkv" || d > 64 ? 16 : 32;
+  const t: Tiles = {
+    gh,
+    bq: over.bq ?? (kind === "decode" ? 1 : Math.min(32, Math.max(1, Math.floor(rows / gh)))),
+    bk: over.bk ?? keys,
+    wg: 0,
+  };
+  const accRows = () => (kind === "dkv" ? t.bk : t.bq * t.gh);
+  const threads = () =>
+    over.wg ??
+    Math.min(
+      gpu.limits.maxComputeInvocationsPerWorkgroup,
+      256,
+      Math.max(64, 2 ** Math.ceil(Math.log2((accRows() * d) / 8))),
+    );
+  t.wg = threads();
+  const fits = () =>
+    tileBytes(kind, t, d) <= gpu.limits.maxComputeWorkgroupStorageSize && accPerThread(kind, t, d) <= ACC;
+  while (!fits()) {
+    if (over.bk === undefined && t.bk > 8) t.bk /= 2;
+    else if (over.bq === undefined && t.bq > 1) t.bq = Math.ceil(t.bq / 2);
+    else if (over.gh === undefined && t.gh > 1) t.gh = Math.max(...divisors.filter((x) => x < t.gh));
+    else break; // check() reports what does not fit
+    t.wg = threads();
+  }
+  check(gpu, kind, t, d, g);
+  return t;
+}
+
+function dimsCheck(h: number, kv: number, d: number): void {
+  if (h % kv !== 0 || d % 2 !== 0 || d > 256 || d < 2) {
+    throw new Error(`attention: need H % KV == 0 and an even D <= 256; got H=${h} KV=${kv} D=${d}`);
+  }
+}
+
+export interface AttentionDims {
+  /** N query tokens (rows of q). */
+  n: number;
+  h: number;
+  kv: number;
+  d: number;
+  /** S slots and Tmax rows per slot of k/v (training: B and T). */
+  slots: number;
+  tmax: number;
+  /** Softmax scale; default 1/sqrt(D). */
+  scale?: number;
+}
+
+export interface AttentionBuffers {
+  q: GPUBuffer; // (N, H, D)
+  slotPos: GPUBuffer; // (N, 2) u32
+  k: GPUBuffer; // (S, Tmax, KV, D)
+  v: GPUBuffer; // (S, Tmax, KV, D)
+  o: GPUBuffer; // (N, H, D) out
+  lse: GPUBuffer; // (N, H) out, for the backward
+}
+
+export interface ForwardOptions {
+  /** Key-range chunks processed by separate workgroups and combined by attention_reduce (default 1). */
+  split?: number;
+  /** Keys per chunk when split > 1; default ceil(maxLen / split) rounded up to the key tile. */
+  chunk?: number;
+  /** Upper bound on any token's pos + 1 (used to size chunks); default Tmax. */
+  maxLen?: number;
+  tiles?: Partial<Tiles>;
+  /** "decode" tiles: one query token per workgroup, longer key tiles. Default "forward". */
+  kind?: "forward" | "decode";
+}
+
+const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec => ({
+  name: split ? "attention_forward_split" : "attention_forward",
+  entryPoint: "attention_forward",
+  code: forwardCode,
+  overrides: { D: d, BQ: t.bq, GH: t.gh, BK: t.bk, WG: t.wg, SPLIT: split ? 1 : 0 },
+});
+
+/**
+ * o, lse = causal attention of each token (slot, pos) over cache rows 0..pos of its slot. Tokens with a slot or
+ * pos out of range get o = 0, lse = 0. Returns the tiles and split used.
+ */
+export function attentionForward(
+  gpu: Gpu,
+  rec: Recorder,
+  bufs: AttentionBuffers,
+  dims: AttentionDims,
+  opts: ForwardOptions = {},
+): { tiles: Tiles; split: number } {
+  const { n, h, kv, d, slots, tmax, scale = 1 / Math.sqrt(d) } = dims;
+  dimsCheck(h, kv, d);
+  const tiles = chooseTiles(gpu, opts.kind ?? "forward", d, h / kv, opts.tiles);
+  const split = Math.max(1, Math.floor(opts.split ?? 1));
+  const maxLen = Math.min(opts.maxLen ?? tmax, tmax);
+  const chunk = opts.chunk ?? Math.ceil(Math.ceil(maxLen / split) / tiles.bk) * tiles.bk;
+  const grid: [number, number, number] = [Math.ceil(n / tiles.bq), h / tiles.gh, split];
+  if (grid[0] > gpu.limits.maxComputeWorkgroupsPerDimension)
+    throw new Error(
+      `attention: ${n} tokens need more than ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups; run fewer per dispatch`,
+    );
+  const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale);
+  const { q, slotPos, k, v, o, lse } = bufs;
+  if (split === 1) {
+    rec.dispatch(forwardSpec(tiles, d, false), [q, slotPos, k, v, o, lse], grid, params);
+    return { tiles, split };
+  }
+  const part = gpu.buffer(split * n * h * d * 4, "activations", "attention partials");
+  const ml = gpu.buffer(split * n * h * 2 * 4, "activations", "attention partial max/sum");
+  rec.dispatch(forwardSpec(tiles, d, true), [q, slotPos, k, v, part, ml], grid, params);
+  const wg = 256;
+  const reduce: KernelSpec = { name: "attention_reduce", code: reduceCode, overrides: { D: d, WG: wg } };
+  rec.dispatch(reduce, [part, ml, o, lse], gpu.grid(Math.ceil((n * h * d) / wg)), new Params().u32(n * h, split));
+  gpu.release(part, ml); // reusable only after this recorder is submitted
+  return { tiles, split };
+}
+
+/**
+ * Split count for decode: enough workgroups (`target`) to fill the GPU, but chunks of at least `minChunk` keys so
+ * the partials stay small next to the K/V reads. `groups` = workgroups without splitting (B x KV for decode).
+ */
+export function decodeSplit(maxLen: number, groups: number, opts: { target?: number; minChunk?: number } = {}): number {
+  const { target = 128, minChunk = 64 } = opts;
+  return Math.max(1, Math.min(Math.ceil(target / Math.max(1, groups)), Math.floor(maxLen / minChunk)));
+}
+
+/**
+ * Decode: one query token per sequence (q (B, H, D), slotPos (B, 2)), sequences of different lengths in one
+ * dispatch; all H / KV heads of a kv-head share its K/V reads; split-KV chosen from `maxLen` (the longest
+ * pos + 1 in the batch) unless `split` is given.
+ */
+export function attentionDecode(
+  gpu: Gpu,
+  rec: Recorder,
+  bufs: AttentionBuffers,
+  dims: AttentionDims & { maxLen: number },
+  opts: { split?: number; chunk?: number; tiles?: Partial<Tiles> } = {},
+): { tiles: Tiles; split: number } {
+  const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles);
+  const split = opts.split ?? decodeSplit(dims.maxLen, dims.n * (dims.h / tiles.gh));
+  return attentionForward(gpu, rec, bufs, dims, { ...opts, kind: "decode", tiles, split, maxLen: dims.maxLen });
+}
+
+/** The (slot, pos) buffer of the training layout: token i of B sequences of T <-> (i / T, i % T). */
+export function trainingSlotPos(b: number, t: number): Uint32Array {
+  const a = new Uint32Array(2 * b * t);
+  for (let i = 0; i < b * t; i++) {
+    a[2 * i] = Math.floor(i / t);
+    a[2 * i + 1] = i % t;
+  }
+  return a;
+}
+
+export interface BackwardDims {
+  b: number;
+  t: number;
+  h: number;
+  kv: number;
+  d: number;
+  scale?: number;
+}
+
+export interface BackwardBuffers {
+  q: GPUBuffer; // (B*T, H, D)
+  k: GPUBuffer; // (B, T, KV, D)
+  v: GPUBuffer; // (B, T, KV, D)
+  o: GPUBuffer; // (B*T, H, D) from the forward
+  lse: GPUBuffer; // (B*T, H) from the forward
+  dout: GPUBuffer; // (B*T, H, D)
+  dq: GPUBuffer; // (B*T, H, D) out
+  dk: GPUBuffer; // (B, T, KV, D) out
+  dv: GPUBuffer; // (B, T, KV, D) out
+}
+
+/** dq, dk, dv of causal attention in the training layout (two dispatches: query side, then key side). */
+export function attentionBackward(
+  gpu: Gpu,
+  rec: Recorder,
+  bufs: BackwardBuffers,
+  dims: BackwardDims,
+  opts: { dqTiles?: Partial<Tiles>; dkvTiles?: Partial<Tiles> } = {},
+): { dq: Tiles; dkv: Tiles } {
+  const { b, t, h, kv, d, scale = 1 / Math.sqrt(d) } = dims;
+  dimsCheck(h, kv, d);
+  const g = h / kv;
+  const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles);
+  const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles);
+  const params = new Params().u32(b, t, h, kv).f32(scale);
+  const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
+  const delta = gpu.buffer(b * t * h * 4, "activations", "attention delta");
+  const ov = (x: Tiles) => ({ D: d, BQ: x.bq, GH: x.gh, BK: x.bk, WG: x.wg });
+  const dqSpec: KernelSpec = { name: "attention_backward_dq", code: dqCode, overrides: ov(tq) };
+  const dkvSpec: KernelSpec = { name: "attention_backward_dkv", code: dkvCode, overrides: ov(tk) };
+  rec.dispatch(dqSpec, [q, k, v, o, dout, lse, dq, delta], [b * Math.ceil(t / tq.bq), h / tq.gh], params);
+  rec.dispatch(dkvSpec, [q, k, v, dout, lse, delta, dk, dv], [b * Math.ceil(t / tk.bk), kv], params);
+  gpu.release(delta);
+  return { dq: tq, dkv: tk };
+}

@@ -1,0 +1,32 @@
+// KV-cache write dispatch: new k, v rows (N, KV, D) into the caches (S, Tmax, KV, D) at each token's (slot, pos).
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import code from "./forward.wgsl";
+
+const WG = 256;
+export const kvcacheForwardSpec: KernelSpec = { name: "kvcache_forward", code, overrides: { WG } };
+
+export interface KvCacheDims {
+  /** N new tokens. */
+  n: number;
+  kv: number;
+  d: number;
+  /** S sequence slots. */
+  slots: number;
+  /** Tmax rows per slot. */
+  tmax: number;
+}
+
+/** Scatters k, v (N, KV, D) into kc, vc (S, Tmax, KV, D); tokens with slot >= S or pos >= Tmax are skipped. */
+export function kvcacheWrite(
+  gpu: Gpu,
+  rec: Recorder,
+  bufs: { slotPos: GPUBuffer; k: GPUBuffer; v: GPUBuffer; kc: GPUBuffer; vc: GPUBuffer },
+  dims: KvCacheDims,
+): void {
+  const { n, kv, d, slots, tmax } = dims;
+  if (slots * tmax * kv * d >= 2 ** 32)
+    throw new Error(`kvcache: ${slots}x${tmax}x${kv}x${d} elements overflow u32 indexing`);
+  const params = new Params().u32(n, kv * d, slots, tmax);
+  const { slotPos, k, v, kc, vc } = bufs;
+  rec.dispatch(kvcacheForwardSpec, [slotPos, k, v, kc, vc], gpu.grid(Math.ceil((n * kv * d) / WG)), params);
+}

@@ -1,0 +1,110 @@
+import { beforeAll, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { assertClose, dot, f64, finiteDiff } from "../util/check.ts";
+import { logprobsBackward, logprobsChunk, logprobsFinalize, logprobsStatsBytes } from "./index.ts";
+import { logprobsBackwardReference, logprobsReference } from "./reference.ts";
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+interface Case {
+  N: number;
+  V: number;
+  Vc: number; // chunk width
+  T: number; // temperature
+  padded: boolean; // chunk buffers stored (N, Vc) even when the last chunk is narrower
+  scale: number; // logits uniform in [-scale, scale)
+}
+
+function inputs(c: Case, seed: number) {
+  const rng = new Rng(seed);
+  const logits = rng.f32(c.N * c.V, -c.scale, c.scale); // (N, V)
+  const targets = Uint32Array.from({ length: c.N }, () => rng.int(c.V));
+  const dlogp = rng.f32(c.N);
+  const dentropy = rng.f32(c.N);
+  return { logits, targets, dlogp, dentropy };
+}
+
+/** The chunk [v0, v0 + cols) of every row, as the LM-head matmul would write it. */
+function chunkOf(logits: Float32Array, c: Case, v0: number, cols: number): { data: Float32Array; ld: number } {
+  const ld = c.padded ? c.Vc : cols;
+  const data = new Float32Array((c.N - 1) * ld + cols);
+  for (let n = 0; n < c.N; n++) data.set(logits.subarray(n * c.V + v0, n * c.V + v0 + cols), n * ld);
+  return { data, ld };
+}
+
+const cases: Case[] = [
+  { N: 5, V: 1000, Vc: 256, T: 1, padded: false, scale: 4 },
+  { N: 7, V: 333, Vc: 100, T: 0.7, padded: true, scale: 4 },
+  { N: 3, V: 1001, Vc: 1001, T: 1.3, padded: false, scale: 4 },
+  { N: 4, V: 517, Vc: 64, T: 1, padded: false, scale: 30 }, // large logits: the online max must keep it stable
+];
+
+it.each(cases)("chunked forward and backward match the unchunked reference: %o", async (c) => {
+  const { logits, targets, dlogp, dentropy } = inputs(c, c.N * 1000 + c.V);
+  const ref = logprobsReference(logits, targets, c.N, c.V, c.T);
+  const [bt, bstats] = [gpu.upload(targets), gpu.buffer(logprobsStatsBytes(c.N))];
+  const [blp, bent, blse] = [gpu.buffer(c.N * 4), gpu.buffer(c.N * 4), gpu.buffer(c.N * 4)];
+  const rec = gpu.recorder();
+  const chunks: GPUBuffer[] = [];
+  for (let v0 = 0; v0 < c.V; v0 += c.Vc) {
+    const cols = Math.min(c.Vc, c.V - v0);
+    const { data, ld } = chunkOf(logits, c, v0, cols);
+    const b = gpu.upload(data);
+    chunks.push(b);
+    logprobsChunk(gpu, rec, b, bt, bstats, c.N, { v0, cols, ld }, { first: v0 === 0, temperature: c.T });
+  }
+  logprobsFinalize(gpu, rec, bstats, blp, bent, blse, c.N);
+  const outs = [blp, bent, blse].map((b) => rec.read(b, c.N * 4));
+  await rec.submit();
+  const [lp, ent, lse] = (await Promise.all(outs)).map((b) => new Float32Array(b));
+  // f32 on the GPU vs f64 on the CPU: a few ulps of |lse| (up to ~45 here).
+  const tol = { atol: 2e-5 * c.scale, rtol: 1e-5 };
+  assertClose("logprob", lp, ref.logprob, tol);
+  assertClose("entropy", ent, ref.entropy, tol);
+  assertClose("lse", lse, ref.lse, tol);
+
+  // Backward, chunk by chunk, in place over the chunk buffers; with and without dentropy.
+  for (const withEnt of [true, false]) {
+    const [bd, bde] = [gpu.upload(dlogp), gpu.upload(dentropy)];
+    const rec2 = gpu.recorder();
+    const reads: Promise<ArrayBuffer>[] = [];
+    chunks.forEach((b, k) => {
+      const v0 = k * c.Vc;
+      const cols = Math.min(c.Vc, c.V - v0);
+      const { data, ld } = chunkOf(logits, c, v0, cols);
+      gpu.write(b, data); // the engine recomputes the chunk's logits before its backward
+      logprobsBackward(gpu, rec2, b, bt, blse, bent, bd, withEnt ? bde : null, c.N, { v0, cols, ld }, c.T);
+      reads.push(rec2.read(b, data.byteLength));
+    });
+    await rec2.submit();
+    const dlogits = new Float32Array(c.N * c.V);
+    (await Promise.all(reads)).forEach((buf, k) => {
+      const v0 = k * c.Vc;
+      const cols = Math.min(c.Vc, c.V - v0);
+      const d = new Float32Array(buf);
+      const ld = c.padded ? c.Vc : cols;
+      for (let n = 0; n < c.N; n++) dlogits.set(d.subarray(n * ld, n * ld + cols), n * c.V + v0);
+    });
+    const dref = logprobsBackwardReference(logits, targets, c.N, c.V, c.T, dlogp, withEnt ? dentropy : undefined);
+    assertClose(`dlogits (entropy grad ${withEnt})`, dlogits, dref, { atol: 2e-6 * c.scale, rtol: 1e-4 });
+    gpu.release(bd, bde);
+  }
+  gpu.release(bt, bstats, blp, bent, blse, ...chunks);
+  expect(gpu.errors).toEqual([]);
+});
+
+it.each([1, 0.6])("backward reference matches central finite differences (f64), T=%f", (T) => {
+  const c: Case = { N: 3, V: 7, Vc: 7, T, padded: false, scale: 2 };
+  const { logits, targets, dlogp, dentropy } = inputs(c, 7);
+  // Scalar loss: sum_n dlogp_n * logprob_n + dentropy_n * entropy_n.
+  const loss = ([x]: Float64Array[]) => {
+    const r = logprobsReference(x, targets, c.N, c.V, T);
+    return dot(r.logprob, dlogp) + dot(r.entropy, dentropy);
+  };
+  const [fd] = finiteDiff(loss, [f64(logits)]);
+  const analytic = logprobsBackwardReference(logits, targets, c.N, c.V, T, dlogp, dentropy);
+  assertClose("dlogits vs finite differences", analytic, fd, { atol: 1e-7, rtol: 1e-6 });
+  expect(Math.max(...fd.map(Math.abs))).toBeGreaterThan(0.01); // the check is not vacuous
+});

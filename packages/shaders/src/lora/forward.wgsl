@@ -1,0 +1,91 @@
+// LoRA's products as one small strided matmul: out[i, j] (+)= scale * sum_k P[i, k] * Q[k, j], each operand
+// at an element offset with its own strides. Forward (t = x·Aᵀ, y += s·t·Bᵀ) and backward (dt, dB, dA, dx)
+// are all this shape with R as J or K, so one kernel serves both entry points.
+struct Params {
+  I: u32, J: u32, K: u32, tilesI: u32,
+  pOff: u32, pi: u32, pk: u32, tiles: u32,
+  qOff: u32, qk: u32, qj: u32, accumulate: u32,
+  oOff: u32, oi: u32, oj: u32, scale: f32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> P: array<f32>; // (I, K) at pOff, strides (pi, pk)
+@group(0) @binding(2) var<storage, read> Q: array<f32>; // (K, J) at qOff, strides (qk, qj)
+@group(0) @binding(3) var<storage, read_write> out: array<f32>; // (I, J) at oOff, strides (oi, oj)
+
+// A workgroup is WI x WJ x WK threads; a thread owns TM rows (i, WI apart) x 4 columns (j, WJ apart),
+// so neighbouring threads touch neighbouring elements. WK threads split k and are summed in a fixed tree.
+override WI: u32 = 1;
+override WJ: u32 = 1;
+override WK: u32 = 64; // a power of two
+override TM: u32 = 4; // 1..TMAX
+const TMAX = 4u;
+
+var<workgroup> red: array<vec4f, WI * WJ * WK * TM>;
+
+fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
+  let tile = wid.x + wid.y * nwg.x;
+  if (tile >= p.tiles) { return; }
+  let wi = l % WI;
+  let wj = (l / WI) % WJ;
+  let wk = l / (WI * WJ);
+  let i0 = (tile % p.tilesI) * WI * TM + wi;
+  let j0 = (tile / p.tilesI) * WJ * 4u + wj;
+  // Loads use indices clamped into range; results for rows or columns past the end are never stored.
+  let jj = min(vec4u(j0, j0 + WJ, j0 + 2u * WJ, j0 + 3u * WJ), vec4u(p.J - 1u));
+  let qcol = p.qOff + jj * p.qj;
+  var prow: array<u32, TMAX>;
+  for (var m = 0u; m < TM; m++) {
+    prow[m] = p.pOff + min(i0 + m * WI, p.I - 1u) * p.pi;
+  }
+  var acc: array<vec4f, TMAX>;
+  for (var k = wk; k < p.K; k += WK) {
+    let qk = k * p.qk;
+    let q = vec4f(Q[qcol.x + qk], Q[qcol.y + qk], Q[qcol.z + qk], Q[qcol.w + qk]);
+    for (var m = 0u; m < TM; m++) {
+      acc[m] += P[prow[m] + k * p.pk] * q;
+    }
+  }
+  if (WK > 1u) {
+    let plane = WI * WJ * TM;
+    let slot = (wi + wj * WI) * TM;
+    for (var m = 0u; m < TM; m++) { red[wk * plane + slot + m] = acc[m]; }
+    for (var s = WK / 2u; s > 0u; s >>= 1u) {
+      workgroupBarrier();
+      if (wk < s) {
+        for (var m = 0u; m < TM; m++) { red[wk * plane + slot + m] += red[(wk + s) * plane + slot + m]; }
+      }
+    }
+    workgroupBarrier();
+    if (wk != 0u) { return; }
+    for (var m = 0u; m < TM; m++) { acc[m] = red[slot + m]; }
+  }
+  for (var m = 0u; m < TM; m++) {
+    let i = i0 + m * WI;
+    if (i >= p.I) { break; }
+    for (var c = 0u; c < 4u; c++) {
+      let j = j0 + c * WJ;
+      if (j >= p.J) { break; }
+      let o = p.oOff + i * p.oi + j * p.oj;
+      let v = p.scale * acc[m][c];
+      if (p.accumulate != 0u) { out[o] += v; } else { out[o] = v; }
+    }
+  }
+}
+
+@compute @workgroup_size(WI * WJ * WK)
+fn lora_forward(
+  @builtin(local_invocation_index) l: u32,
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+) {
+  lora_matmul(l, wid, nwg);
+}
+
+@compute @workgroup_size(WI * WJ * WK)
+fn lora_backward(
+  @builtin(local_invocation_index) l: u32,
+  @builtin(workgroup_id) wid: vec3u,
+  @builtin(num_workgroups) nwg: vec3u,
+) {
+  lora_matmul(l, wid, nwg);
+}

@@ -1,0 +1,144 @@
+import { beforeAll, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { assertClose, dot, f64, finiteDiff } from "../util/check.ts";
+import {
+  LORA_TILING_CPU,
+  LORA_TILING_GPU,
+  loraBackward,
+  loraForward,
+  type LoraDims,
+  type LoraProduct,
+  type LoraTiling,
+} from "./index.ts";
+import { loraBackwardReference, loraReference } from "./reference.ts";
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+// f32 sums over up to ~900 terms of products of O(1) values, in another order than the CPU loops.
+const TOL = { atol: 2e-5, rtol: 1e-4 };
+
+type Tilings = Partial<Record<LoraProduct, LoraTiling>>;
+const ALL = (t: LoraTiling): Tilings => ({ shrink: t, expand: t, grad: t });
+
+/** Runs forward and backward on the GPU with A, B, dA, dB at odd offsets among other adapters' values. */
+async function check(g: Gpu, d: LoraDims, tiling: Tilings, accumulate: boolean, seed: number) {
+  const { N, R } = d;
+  const rng = new Rng(seed);
+  const x = rng.f32(N * d.in);
+  const A = rng.f32(R * d.in);
+  const B = rng.f32(d.out * R);
+  const y0 = rng.f32(N * d.out); // the base weight's output
+  const dy = rng.f32(N * d.out);
+  const dx0 = rng.f32(N * d.in); // the base weight's input gradient
+  const a = 3 + rng.int(100); // flat layout: [pad | A | pad | B | pad]
+  const bOff = a + A.length + 5;
+  const flat = rng.f32(bOff + B.length + 7);
+  flat.set(A, a);
+  flat.set(B, bOff);
+  const grads0 = rng.f32(flat.length); // other micro-batches' (and other adapters') gradients
+  const [bx, bparams, bgrads, by, bdy, bdx] = [x, flat, grads0, y0, dy, dx0].map((v) => g.upload(v));
+  const bt = g.buffer(N * R * 4);
+  const rec = g.recorder();
+  const w = { buffer: bparams, a, b: bOff };
+  const gs = { buffer: bgrads, a, b: bOff };
+  loraForward(g, rec, d, w, bx, bt, by, { tiling });
+  // The overwrite case also brings its own dt scratch buffer; the others take one from the pool.
+  const bdt = accumulate ? undefined : g.buffer(N * R * 4);
+  loraBackward(g, rec, d, w, gs, { x: bx, t: bt, dy: bdy, dx: bdx, dt: bdt }, { tiling, accumulate });
+  const reads = [bt, by, bgrads, bdx].map((buf, i) => rec.read(buf, [N * R, N * d.out, flat.length, N * d.in][i] * 4));
+  await rec.submit();
+  const [t, y, grads, dx] = (await Promise.all(reads)).map((v) => new Float32Array(v));
+  const ref = loraReference(d, x, A, B, y0);
+  const bref = loraBackwardReference(d, x, A, B, ref.t, dy);
+  const eGrads = grads0.slice();
+  bref.dA.forEach((v, i) => (eGrads[a + i] = (accumulate ? grads0[a + i] : 0) + v));
+  bref.dB.forEach((v, i) => (eGrads[bOff + i] = (accumulate ? grads0[bOff + i] : 0) + v));
+  assertClose("t", t, ref.t, TOL);
+  assertClose("y", y, ref.y, TOL);
+  assertClose("dA, dB (and untouched neighbours)", grads, eGrads, TOL);
+  assertClose(
+    "dx",
+    dx,
+    dx0.map((v, i) => v + bref.dx[i]),
+    TOL,
+  );
+  g.release(bx, bparams, bgrads, by, bdy, bdx, bt, bdt);
+  expect(g.errors).toEqual([]);
+}
+
+const dims = (N: number, inF: number, out: number, R: number): LoraDims => ({ N, in: inF, out, R, scale: 16 / R });
+
+// [N, in, out, R]: sizes off every tile, R = 1, 8, 16, and a C ~ 900 layer.
+it.each([
+  [1, 1, 1, 1],
+  [5, 33, 17, 1],
+  [7, 37, 29, 8],
+  [13, 100, 70, 16],
+  [6, 897, 65, 8],
+])("lora N=%i in=%i out=%i R=%i matches the CPU reference (GPU and CPU presets)", async (N, inF, out, R) => {
+  await check(gpu, dims(N, inF, out, R), LORA_TILING_GPU, true, N * 7 + R);
+  await check(gpu, dims(N, inF, out, R), LORA_TILING_CPU, true, N * 7 + R + 1);
+});
+
+// Other workgroup shapes, each used for all six products: none split k (SwiftShader-friendly), and
+// mixes of threads along i, j and k with 1..4 rows per thread.
+it.each([
+  [{ WI: 1, WJ: 1, WK: 1, TM: 1 }],
+  [{ WI: 1, WJ: 4, WK: 1, TM: 4 }],
+  [{ WI: 4, WJ: 2, WK: 4, TM: 3 }],
+  [{ WI: 2, WJ: 8, WK: 16, TM: 2 }],
+  [{ WI: 1, WJ: 1, WK: 32, TM: 4 }],
+])("lora with tiling %o matches the CPU reference", async (t) => {
+  await check(gpu, dims(9, 41, 23, 5), ALL(t), true, t.WI + t.WJ * 3 + t.WK * 7);
+});
+
+it("lora backward can overwrite dA and dB instead of accumulating", async () => {
+  await check(gpu, dims(4, 19, 11, 3), {}, false, 77);
+});
+
+it("lora binds aligned windows of a flat buffer larger than one storage binding", async () => {
+  const small = await getDevice({ limitOverrides: { maxStorageBufferBindingSize: 1024 } });
+  // A and B sit 4 KB into an 8 KB buffer, so they are reached through offset windows.
+  const d = dims(3, 20, 12, 4);
+  const { N, R } = d;
+  const rng = new Rng(5);
+  const [x, A, B, dy] = [rng.f32(N * d.in), rng.f32(R * d.in), rng.f32(d.out * R), rng.f32(N * d.out)];
+  const flat = rng.f32(2048);
+  const [a, b] = [1001, 1499];
+  flat.set(A, a);
+  flat.set(B, b);
+  const [bx, bp, bg, by, bdy] = [x, flat, new Float32Array(2048), new Float32Array(N * d.out), dy].map((v) =>
+    small.upload(v),
+  );
+  const bt = small.buffer(N * R * 4);
+  const rec = small.recorder();
+  loraForward(small, rec, d, { buffer: bp, a, b }, bx, bt, by);
+  loraBackward(small, rec, d, { buffer: bp, a, b }, { buffer: bg, a, b }, { x: bx, t: bt, dy: bdy });
+  const [y, grads] = [rec.read(by, N * d.out * 4), rec.read(bg)];
+  await rec.submit();
+  const ref = loraReference(d, x, A, B);
+  const bref = loraBackwardReference(d, x, A, B, ref.t, dy);
+  const g = new Float32Array(await grads);
+  assertClose("y", new Float32Array(await y), ref.y, TOL);
+  assertClose("dA", g.subarray(a, a + A.length), bref.dA, TOL);
+  assertClose("dB", g.subarray(b, b + B.length), bref.dB, TOL);
+  small.release(bx, bp, bg, by, bdy, bt);
+  expect(small.errors).toEqual([]);
+});
+
+it("lora backward reference matches finite differences (f64)", () => {
+  const d = dims(3, 4, 5, 2);
+  const rng = new Rng(21);
+  const [x, A, B, dy] = [rng.f32(12), rng.f32(8), rng.f32(10), rng.f32(15)];
+  const loss = (v: Float64Array[]) => dot(loraReference(d, v[0], v[1], v[2], undefined, Float64Array).y, dy);
+  const [fx, fA, fB] = finiteDiff(loss, [f64(x), f64(A), f64(B)]);
+  const { t } = loraReference(d, x, A, B);
+  const ref = loraBackwardReference(d, x, A, B, t, dy);
+  // f32 analytic gradients (with scale 8) vs f64 differences.
+  const tol = { atol: 1e-5, rtol: 1e-5 };
+  assertClose("dx vs finite diff", ref.dx, fx, tol);
+  assertClose("dA vs finite diff", ref.dA, fA, tol);
+  assertClose("dB vs finite diff", ref.dB, fB, tol);
+});

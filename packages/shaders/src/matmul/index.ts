@@ -1,0 +1,220 @@
+// Matmul C = alpha·op(A)·op(B) (+ bias) (+ C), op = identity or transpose per operand, batched with
+// strides (0 broadcasts), B in f32 or packed bf16/f16. Two variants, chosen per adapter by measuring.
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { packHalf } from "../util/half.ts";
+import { tune, tuned } from "../tune/index.ts";
+import regblockCode from "./forward.wgsl";
+import tiledCode from "./tiled.wgsl";
+
+/** Letters say whether A and B are transposed: "nt" is x·Wᵀ with W [N, K], "tn" is Aᵀ·B. */
+export type MatmulMode = "nn" | "nt" | "tn" | "tt";
+/** B's storage: f32, or 16-bit floats packed two per u32 over the flat row-major array. */
+export type WeightDtype = "f32" | "bf16" | "f16";
+export const MATMUL_VARIANTS = ["regblock", "tiled"] as const;
+export type MatmulVariant = (typeof MATMUL_VARIANTS)[number];
+
+export interface MatmulOptions {
+  /** C is (M, N); the reduction runs over K. */
+  M: number;
+  N: number;
+  K: number;
+  mode?: MatmulMode;
+  bDtype?: WeightDtype;
+  batch?: number;
+  /** Row strides in elements (defaults: tight). ldc > N with offsetC writes a column range of a wider C. */
+  lda?: number;
+  ldb?: number;
+  ldc?: number;
+  /** Element offsets into each buffer (B's counts 16-bit elements when packed, so odd values work). */
+  offsetA?: number;
+  offsetB?: number;
+  offsetC?: number;
+  /** Elements between batches (defaults: one tight matrix); 0 reuses the same matrix for every batch. */
+  strideA?: number;
+  strideB?: number;
+  strideC?: number;
+  /** [N] f32 added to every row (once, after alpha). */
+  bias?: GPUBuffer;
+  offsetBias?: number;
+  /** C += result instead of C = result (gradient accumulation). */
+  accumulate?: boolean;
+  alpha?: number;
+  /** Force a variant; otherwise the tuned one, else a default for the adapter's architecture. */
+  variant?: MatmulVariant;
+}
+
+const B_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
+/** Threads per workgroup (WGN, WGM) and C elements per thread (TN, TM) of each variant. */
+const GEOMETRY: Record<MatmulVariant, { WGN: number; WGM: number; TN: number; TM: number }> = {
+  regblock: { WGN: 4, WGM: 4, TN: 8, TM: 8 },
+  tiled: { WGN: 16, WGM: 16, TN: 4, TM: 4 },
+};
+
+const specs = new Map<string, KernelSpec>();
+
+export function matmulSpec(variant: MatmulVariant, bDtype: WeightDtype = "f32", transB = false): KernelSpec {
+  // Register blocking with 16-bit B in (K, N) layout gives each thread adjacent column pairs (one word).
+  const pairN = variant === "regblock" && bDtype !== "f32" && !transB;
+  const key = `${variant}.${bDtype}.${pairN}`;
+  let s = specs.get(key);
+  if (!s) {
+    const { WGN, WGM } = GEOMETRY[variant];
+    const kind = B_KIND[bDtype];
+    s =
+      variant === "regblock"
+        ? { name: "matmul_forward", code: regblockCode, overrides: { B_KIND: kind, PAIR_N: pairN ? 1 : 0, WGN, WGM } }
+        : { name: "matmul_forward_tiled", code: tiledCode, overrides: { B_KIND: kind, WGN, WGM, BK: 16 } };
+    specs.set(key, s);
+  }
+  return s;
+}
+
+/** Architectures where workgroup memory is slow (CPU implementations of WebGPU). */
+const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
+
+export function defaultMatmulVariant(gpu: Gpu): MatmulVariant {
+  return CPU_ARCH.test(`${gpu.adapter.architecture} ${gpu.adapter.description}`) ? "regblock" : "tiled";
+}
+
+const tuneKey = (mode: MatmulMode, bDtype: WeightDtype) => `matmul.${mode}.${bDtype}`;
+
+/** The variant matmul() uses here: tuned for this mode and dtype, else tuned for nn/f32, else the default. */
+export function matmulVariant(gpu: Gpu, mode: MatmulMode = "nn", bDtype: WeightDtype = "f32"): MatmulVariant {
+  const t = tuned(gpu, tuneKey(mode, bDtype)) ?? tuned(gpu, tuneKey("nn", "f32"));
+  return (t as MatmulVariant | undefined) ?? defaultMatmulVariant(gpu);
+}
+
+/**
+ * Times every variant once per adapter for each (mode, dtype) on a size×size×size problem and caches
+ * the winners (see tune/). Returns them by tune key, e.g. { "matmul.nn.f32": "regblock" }.
+ */
+export async function tuneMatmul(
+  gpu: Gpu,
+  cases: { mode: MatmulMode; bDtype: WeightDtype }[] = [{ mode: "nn", bDtype: "f32" }],
+  size = 256,
+): Promise<Record<string, MatmulVariant>> {
+  const rng = new Rng(1);
+  const values = rng.f32(size * size);
+  const a = gpu.upload(values, "tune");
+  const c = gpu.buffer(size * size * 4, "tune");
+  const out: Record<string, MatmulVariant> = {};
+  try {
+    for (const { mode, bDtype } of cases) {
+      const b = gpu.upload(bDtype === "f32" ? values : packHalf(values, bDtype), "tune");
+      const o: MatmulOptions = { M: size, N: size, K: size, mode, bDtype };
+      try {
+        out[tuneKey(mode, bDtype)] = await tune(gpu, tuneKey(mode, bDtype), MATMUL_VARIANTS, (variant, rec) =>
+          matmul(gpu, rec, a, b, c, { ...o, variant }),
+        );
+      } finally {
+        gpu.release(b);
+      }
+    }
+  } finally {
+    gpu.release(a, c);
+  }
+  return out;
+}
+
+/** Records C = alpha·op(A)·op(B) (+ bias) (+ C). Checks every access against the buffers' sizes first. */
+export function matmul(gpu: Gpu, rec: Recorder, a: GPUBuffer, b: GPUBuffer, c: GPUBuffer, o: MatmulOptions): void {
+  const { M, N, K, mode = "nn", bDtype = "f32", batch = 1, alpha = 1 } = o;
+  const tA = mode[0] === "t";
+  const tB = mode[1] === "t";
+  for (const [k, v] of Object.entries({ M, N, K, batch })) {
+    if (!Number.isInteger(v) || v < 1) throw new Error(`matmul: ${k} = ${v} must be a positive integer`);
+  }
+  if (!(bDtype in B_KIND)) throw new Error(`matmul: bDtype "${bDtype}" is not supported (f32, bf16, f16)`);
+  const lda = o.lda ?? (tA ? M : K);
+  const ldb = o.ldb ?? (tB ? K : N);
+  const ldc = o.ldc ?? N;
+  const rowsA = tA ? K : M;
+  const rowsB = tB ? N : K;
+  const sA = o.strideA ?? rowsA * lda;
+  const sB = o.strideB ?? rowsB * ldb;
+  const sC = o.strideC ?? M * ldc;
+  const [offA, offB, offC, offBias] = [o.offsetA ?? 0, o.offsetB ?? 0, o.offsetC ?? 0, o.offsetBias ?? 0];
+  const half = bDtype !== "f32";
+  // Robustness is off on the engine's devices, so every index the kernel can form is checked here.
+  checkOperand("A", a, 4, offA, batch, sA, rowsA, lda, tA ? M : K);
+  checkOperand("B", b, half ? 2 : 4, offB, batch, sB, rowsB, ldb, tB ? K : N);
+  checkOperand("C", c, 4, offC, batch, sC, M, ldc, N);
+  if (o.bias) checkOperand("bias", o.bias, 4, offBias, 1, 0, 1, N, N);
+  if (c === a || c === b || c === o.bias) throw new Error("matmul: C must not alias A, B or bias");
+
+  const variant = o.variant ?? matmulVariant(gpu, mode, bDtype);
+  const g = GEOMETRY[variant];
+  if (!g) throw new Error(`matmul: unknown variant "${variant}" (${MATMUL_VARIANTS.join(", ")})`);
+  const wg: [number, number, number] = [Math.ceil(N / (g.WGN * g.TN)), Math.ceil(M / (g.WGM * g.TM)), batch];
+  const max = gpu.limits.maxComputeWorkgroupsPerDimension;
+  if (wg.some((x) => x > max)) throw new Error(`matmul: grid ${wg.join("×")} exceeds ${max} workgroups per dimension`);
+  const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (o.bias ? 4 : 0) | (o.accumulate ? 8 : 0);
+  const params = new Params()
+    .u32(M, N, K, flags, lda, ldb, ldc)
+    .f32(alpha)
+    .u32(offA, offB, offC, offBias, sA, sB, sC);
+  // Without a bias, A fills the binding (never read: both are read-only storage, so sharing is valid).
+  rec.dispatch(matmulSpec(variant, bDtype, tB), [a, b, o.bias ?? a, c], wg, params);
+}
+
+/** Checks that the highest element index of a strided, batched matrix fits the buffer and a u32. */
+function checkOperand(
+  name: string,
+  buf: GPUBuffer,
+  bytesPerElement: number,
+  offset: number,
+  batch: number,
+  stride: number,
+  rows: number,
+  ld: number,
+  cols: number,
+): void {
+  for (const [k, v] of Object.entries({ offset, stride, ld })) {
+    if (!Number.isInteger(v) || v < 0) throw new Error(`matmul: ${name} ${k} = ${v} must be an integer >= 0`);
+  }
+  if (ld < cols) throw new Error(`matmul: ${name} row stride ${ld} is less than its row length ${cols}`);
+  const end = offset + (batch - 1) * stride + (rows - 1) * ld + cols; // one past the last element
+  const bytes = bytesPerElement === 2 ? Math.ceil(end / 2) * 4 : end * 4;
+  if (end > 0xffffffff) throw new Error(`matmul: ${name} spans ${end} elements, past u32 indexing`);
+  if (bytes > buf.size) {
+    throw new Error(`matmul: ${name} needs ${bytes} bytes (elements up to ${end - 1}) but its buffer has ${buf.size}`);
+  }
+}
+
+/** One row-range shard of a weight W [N, K] that was split across buffers (e.g. an LM head). */
+export interface WeightShard {
+  buffer: GPUBuffer;
+  /** Rows of W (output columns of C) in this shard. */
+  rows: number;
+  /** Element offset of the shard's first row inside its buffer. */
+  offset?: number;
+}
+
+/**
+ * C[:, n0:n1] = A·W[n0:n1]ᵀ (+ bias[n0:n1]) for each shard in order, into a C with row stride ldc
+ * (default: all shards' rows) starting at column offsetC; so the shards fill one wide C.
+ */
+export function matmulShards(
+  gpu: Gpu,
+  rec: Recorder,
+  a: GPUBuffer,
+  shards: WeightShard[],
+  c: GPUBuffer,
+  o: Omit<MatmulOptions, "N" | "mode" | "ldb" | "offsetB" | "strideB" | "batch">,
+): void {
+  const total = shards.reduce((s, x) => s + x.rows, 0);
+  let n0 = 0;
+  for (const s of shards) {
+    matmul(gpu, rec, a, s.buffer, c, {
+      ...o,
+      N: s.rows,
+      mode: "nt",
+      offsetB: s.offset ?? 0,
+      ldc: o.ldc ?? total,
+      offsetC: (o.offsetC ?? 0) + n0,
+      offsetBias: (o.offsetBias ?? 0) + n0,
+    });
+    n0 += s.rows;
+  }
+}

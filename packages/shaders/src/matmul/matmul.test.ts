@@ -1,0 +1,145 @@
+// Every matmul variant against the CPU reference: modes, B dtypes, odd sizes, batches and broadcast,
+// bias, accumulate, alpha, row strides and offsets, weight shards, and the argument checks.
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { assertClose, type Tolerance } from "../util/check.ts";
+import { packHalf, roundHalf } from "../util/half.ts";
+import { MATMUL_VARIANTS, matmul, matmulShards, matmulVariant, type MatmulOptions, type MatmulVariant } from "./index.ts";
+import { matmulReference } from "./reference.ts";
+
+// f32 accumulation in a different order (and possibly fused) than the reference: K ≤ 257 terms
+// of |x| < 1 give sums below ~20, so 1e-4 relative plus 1e-4 absolute covers it. 16-bit B is
+// compared against the reference on the rounded weights, so the same tolerance holds.
+const TOL: Tolerance = { atol: 1e-4, rtol: 1e-4 };
+const SIZES: [number, number, number][] = [
+  [1, 1, 1],
+  [7, 13, 5],
+  [33, 65, 17],
+  [130, 3, 257],
+];
+
+/** Even K and N: every 16-bit row starts on a word. */
+const HALF_SIZES: [number, number, number][] = [
+  [6, 10, 8],
+  [34, 66, 18],
+];
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+afterAll(() => expect(gpu.errors).toEqual([]));
+
+/** Builds random operands for `o` (with a few spare elements), runs the GPU and the reference, compares all of C. */
+async function check(g: Gpu, o: MatmulOptions & { variant: MatmulVariant }, seed: number, bias = false) {
+  const rng = new Rng(seed);
+  const { M, N, K, mode = "nn", bDtype = "f32", batch = 1 } = o;
+  const [tA, tB] = [mode[0] === "t", mode[1] === "t"];
+  const lda = o.lda ?? (tA ? M : K);
+  const ldb = o.ldb ?? (tB ? K : N);
+  const ldc = o.ldc ?? N;
+  const sA = o.strideA ?? (tA ? K : M) * lda;
+  const sB = o.strideB ?? (tB ? N : K) * ldb;
+  const sC = o.strideC ?? M * ldc;
+  const size = (off = 0, s: number, rows: number, ld: number) => off + (batch - 1) * s + rows * ld + 3;
+  const aVals = rng.f32(size(o.offsetA, sA, tA ? K : M, lda));
+  const bVals = rng.f32(size(o.offsetB, sB, tB ? N : K, ldb));
+  const cInit = rng.f32(size(o.offsetC, sC, M, ldc));
+  const biasVals = rng.f32((o.offsetBias ?? 0) + N + 1);
+  const bRef = bDtype === "f32" ? bVals : roundHalf(bVals, bDtype);
+  const ba = g.upload(aVals);
+  const bb = g.upload(bDtype === "f32" ? bVals : packHalf(bVals, bDtype));
+  const bc = g.upload(cInit);
+  const bbias = bias ? g.upload(biasVals) : undefined;
+  const rec = g.recorder();
+  matmul(g, rec, ba, bb, bc, { ...o, bias: bbias });
+  const out = rec.read(bc, cInit.byteLength);
+  await rec.submit();
+  const got = new Float32Array(await out);
+  g.release(ba, bb, bc, bbias);
+  const want = matmulReference(aVals, bRef, cInit.slice(), { ...o, transA: tA, transB: tB }, bias ? biasVals : undefined);
+  assertClose(`matmul ${o.variant} ${mode} ${bDtype} ${M}x${N}x${K}`, got, want, TOL);
+}
+
+describe.each(MATMUL_VARIANTS)("matmul %s", (variant) => {
+  it.each(["nn", "nt", "tn"] as const)("f32 %s at odd sizes", async (mode) => {
+    for (const [i, [M, N, K]] of SIZES.entries()) await check(gpu, { M, N, K, mode, variant }, 10 + i);
+  });
+
+  // Word-aligned 16-bit rows (even ldb and offset) take the fast paths; odd ones the general path.
+  it.each(["bf16", "f16"] as const)("%s B in nn and nt: aligned, odd K / N, odd offsets", async (bDtype) => {
+    for (const mode of ["nn", "nt"] as const) {
+      for (const [i, [M, N, K]] of [...SIZES.slice(0, 3), ...HALF_SIZES].entries()) {
+        await check(gpu, { M, N, K, mode, bDtype, variant }, 20 + i);
+        await check(gpu, { M, N, K, mode, bDtype, variant, offsetB: 2 * i + 1, offsetA: i }, 30 + i);
+      }
+      // Aligned rows with an odd K (nt) or N (nn) inside a padded, even row stride.
+      const [M, N, K] = [9, 13, 7];
+      await check(gpu, { M, N, K, mode, bDtype, variant, ldb: mode === "nt" ? K + 1 : N + 1, offsetB: 4 }, 40);
+    }
+  });
+
+  it("batches with per-operand strides, broadcast (stride 0), bias, alpha and accumulate", async () => {
+    await check(gpu, { M: 9, N: 35, K: 6, batch: 3, variant }, 40);
+    await check(gpu, { M: 9, N: 35, K: 6, batch: 3, strideB: 0, mode: "nt", variant }, 41, true);
+    await check(gpu, { M: 5, N: 7, K: 11, batch: 4, strideA: 0, mode: "tn", alpha: -0.5, accumulate: true, variant }, 42);
+    await check(gpu, { M: 17, N: 40, K: 9, bDtype: "bf16", mode: "nt", alpha: 2, accumulate: true, variant }, 43, true);
+  });
+
+  it("writes a column range of a wider C (ldc, offsetC) with padded lda/ldb", async () => {
+    await check(gpu, { M: 10, N: 21, K: 7, lda: 9, ldb: 30, ldc: 50, offsetC: 13, variant }, 50, true);
+    await check(gpu, { M: 10, N: 21, K: 7, mode: "tn", lda: 12, ldc: 33, offsetC: 5, offsetBias: 3, variant }, 51, true);
+  });
+});
+
+it("matmulShards fills one wide C from row-range shards of a 16-bit weight", async () => {
+  const rng = new Rng(60);
+  const [M, K] = [5, 9];
+  const rows = [7, 4, 10];
+  const N = rows.reduce((s, r) => s + r, 0);
+  const w = rng.f32(N * K); // W (N, K)
+  const x = rng.f32(M * K);
+  const biasVals = rng.f32(N);
+  // Shard 1 starts at an odd element offset inside its buffer, as a split of a packed file would.
+  const shards = rows.map((r, i) => {
+    const start = rows.slice(0, i).reduce((s, v) => s + v, 0) * K;
+    const pad = i === 1 ? 3 : 0;
+    const vals = new Float32Array(pad + r * K);
+    vals.set(w.subarray(start, start + r * K), pad);
+    return { buffer: gpu.upload(packHalf(vals, "bf16")), rows: r, offset: pad };
+  });
+  const [bx, bc, bbias] = [gpu.upload(x), gpu.buffer(M * N * 4), gpu.upload(biasVals)];
+  const rec = gpu.recorder();
+  matmulShards(gpu, rec, bx, shards, bc, { M, K, bDtype: "bf16", bias: bbias });
+  const out = rec.read(bc, M * N * 4);
+  await rec.submit();
+  const want = matmulReference(x, roundHalf(w, "bf16"), new Float32Array(M * N), { M, N, K, transB: true }, biasVals);
+  assertClose("matmulShards", new Float32Array(await out), want, TOL);
+  gpu.release(bx, bc, bbias, ...shards.map((s) => s.buffer));
+});
+
+it("refuses accesses past a buffer and bad strides, before recording anything", async () => {
+  const [a, b, c] = [gpu.buffer(16 * 4), gpu.buffer(16 * 4), gpu.buffer(16 * 4)];
+  const rec = gpu.recorder();
+  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 5 })).toThrow(/A needs 80 bytes/);
+  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 4, offsetC: 1 })).toThrow(/C needs/);
+  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 4, lda: 3 })).toThrow(/row stride 3/);
+  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 4, batch: 2, strideB: 0 })).toThrow(/A needs/);
+  expect(() => matmul(gpu, rec, a, b, a, { M: 4, N: 4, K: 4 })).toThrow(/alias/);
+  matmul(gpu, rec, a, b, c, { M: 2, N: 4, K: 8, bDtype: "f16" }); // 32 halves fit in 16 words
+  expect(rec.dispatches).toBe(1);
+  await rec.submit();
+  gpu.release(a, b, c);
+});
+
+it("defaults to register blocking on SwiftShader and workgroup tiling elsewhere", () => {
+  const v = matmulVariant(gpu, "nt", "bf16");
+  expect(v).toBe(/swiftshader/i.test(gpu.adapter.architecture) ? "regblock" : "tiled");
+});
+
+it("gives the same results with Dawn's robustness on (as in browsers)", async () => {
+  const robust = await getDevice({ robustness: true });
+  for (const variant of MATMUL_VARIANTS) {
+    await check(robust, { M: 33, N: 65, K: 17, mode: "nt", bDtype: "bf16", variant }, 70, true);
+  }
+  expect(robust.errors).toEqual([]);
+});

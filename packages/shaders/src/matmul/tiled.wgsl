@@ -1,0 +1,91 @@
+// Workgroup-memory tiled matmul, same contract and bindings as forward.wgsl: the workgroup stages
+// BK-deep slices of op(A) and op(B) in workgroup memory and each thread computes 4 × 4 of C. For GPUs.
+struct Params {
+  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
+  lda: u32, ldb: u32, ldc: u32, alpha: f32,
+  offA: u32, offB: u32, offC: u32, offBias: u32,
+  sA: u32, sB: u32, sC: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<u32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> c: array<f32>;
+
+override B_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
+override WGN: u32 = 16u;
+override WGM: u32 = 16u;
+override BK: u32 = 16u;
+
+// k-major tiles; rows padded by one so column-wise stores do not hit one bank.
+var<workgroup> As: array<f32, BK * (WGM * 4u + 1u)>; // (BK, BM + 1)
+var<workgroup> Bs: array<f32, BK * (WGN * 4u + 1u)>; // (BK, BN + 1)
+
+fn loadB(e: u32) -> f32 {
+  if (B_KIND == 0u) { return bitcast<f32>(b[e]); }
+  let w = b[e >> 1u];
+  if (B_KIND == 1u) { return select(bitcast<f32>(w & 0xffff0000u), bitcast<f32>(w << 16u), (e & 1u) == 0u); }
+  let h = unpack2x16float(w);
+  return select(h.y, h.x, (e & 1u) == 0u);
+}
+
+@compute @workgroup_size(WGN, WGM)
+fn matmul_forward_tiled(
+  @builtin(local_invocation_id) lid: vec3u,
+  @builtin(local_invocation_index) tid: u32,
+  @builtin(workgroup_id) wid: vec3u,
+) {
+  let BM = WGM * 4u;
+  let BN = WGN * 4u;
+  let AS = BM + 1u;
+  let BS = BN + 1u;
+  let tA = (p.flags & 1u) != 0u;
+  let tB = (p.flags & 2u) != 0u;
+  let mBlock = wid.y * BM;
+  let nBlock = wid.x * BN;
+  let aBase = p.offA + wid.z * p.sA;
+  let bBase = p.offB + wid.z * p.sB;
+  var acc: array<vec4f, 4>; // rows lid.y + WGM·i, columns lid.x + WGN·j
+  for (var k0 = 0u; k0 < p.K; k0 += BK) {
+    // Consecutive threads walk each operand's unit-stride axis, so global loads coalesce.
+    for (var l = tid; l < BM * BK; l += WGN * WGM) {
+      let r = select(l / BK, l % BM, tA); // row m within the tile
+      let q = select(l % BK, l / BM, tA); // k within the tile
+      let m = mBlock + r;
+      let k = k0 + q;
+      var v = 0.0;
+      if (m < p.M && k < p.K) { v = a[aBase + select(m * p.lda + k, k * p.lda + m, tA)]; }
+      As[q * AS + r] = v;
+    }
+    for (var l = tid; l < BN * BK; l += WGN * WGM) {
+      let r = select(l % BN, l / BK, tB); // column n within the tile
+      let q = select(l / BN, l % BK, tB);
+      let n = nBlock + r;
+      let k = k0 + q;
+      var v = 0.0;
+      if (n < p.N && k < p.K) { v = loadB(bBase + select(k * p.ldb + n, n * p.ldb + k, tB)); }
+      Bs[q * BS + r] = v;
+    }
+    workgroupBarrier();
+    for (var q = 0u; q < BK; q++) {
+      let o = q * BS + lid.x;
+      let bv = vec4f(Bs[o], Bs[o + WGN], Bs[o + 2u * WGN], Bs[o + 3u * WGN]);
+      for (var i = 0u; i < 4u; i++) { acc[i] += As[q * AS + lid.y + WGM * i] * bv; }
+    }
+    workgroupBarrier();
+  }
+  let cBase = p.offC + wid.z * p.sC;
+  for (var i = 0u; i < 4u; i++) {
+    let m = mBlock + lid.y + WGM * i;
+    for (var j = 0u; j < 4u; j++) {
+      let n = nBlock + lid.x + WGN * j;
+      if (m < p.M && n < p.N) {
+        let idx = cBase + m * p.ldc + n;
+        var v = p.alpha * acc[i][j];
+        if ((p.flags & 4u) != 0u) { v += bias[p.offBias + n]; }
+        if ((p.flags & 8u) != 0u) { v += c[idx]; }
+        c[idx] = v;
+      }
+    }
+  }
+}

@@ -1,0 +1,145 @@
+// RoPE: inverse frequencies on the CPU (HF default and Llama-3 scaling, so the scaling logic stays in TS) and the
+// dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not.
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import code from "./forward.wgsl";
+
+const WG = 256;
+const spec = (name: string): KernelSpec => ({ name, code, overrides: { WG } });
+export const ropeForwardSpec = spec("rope_forward");
+export const ropeForwardInplaceSpec = spec("rope_forward_inplace");
+export const ropeBackwardSpec = spec("rope_backward");
+export const ropeBackwardInplaceSpec = spec("rope_backward_inplace");
+
+/** Llama-3 frequency scaling, HF `rope_scaling` with `rope_type: "llama3"`. */
+export interface Llama3RopeScaling {
+  type: "llama3";
+  factor: number;
+  lowFreqFactor: number;
+  highFreqFactor: number;
+  originalMaxPositionEmbeddings: number;
+}
+export type RopeScaling = Llama3RopeScaling;
+
+/** Reads HF `config.json` `rope_scaling` (null, "default" or "llama3"); any other kind is an error. */
+export function parseRopeScaling(raw: unknown): RopeScaling | undefined {
+  if (raw === null || raw === undefined) return undefined;
+  if (typeof raw !== "object") throw new Error(`config.json: rope_scaling ${JSON.stringify(raw)} is not an object`);
+  const r = raw as Record<string, unknown>;
+  const kind = r.rope_type ?? r.type ?? "default";
+  if (kind === "default") return undefined;
+  if (kind !== "llama3") {
+    throw new Error(
+      `config.json: rope_scaling.rope_type ${JSON.stringify(kind)} is not supported (supported: default, llama3)`,
+    );
+  }
+  const num = (k: string): number => {
+    const v = r[k];
+    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
+      throw new Error(`config.json: rope_scaling.${k} is ${JSON.stringify(v)}; llama3 scaling needs a positive number`);
+    }
+    return v;
+  };
+  const s: Llama3RopeScaling = {
+    type: "llama3",
+    factor: num("factor"),
+    lowFreqFactor: num("low_freq_factor"),
+    highFreqFactor: num("high_freq_factor"),
+    originalMaxPositionEmbeddings: num("original_max_position_embeddings"),
+  };
+  if (s.highFreqFactor <= s.lowFreqFactor) {
+    throw new Error(
+      `config.json: rope_scaling.high_freq_factor (${s.highFreqFactor}) must exceed low_freq_factor (${s.lowFreqFactor})`,
+    );
+  }
+  return s;
+}
+
+/**
+ * Inverse frequencies (D/2) = theta^(-2i/D), with Llama-3 scaling as HF `_compute_llama3_parameters`: wavelengths
+ * longer than original_max / low_freq_factor are slowed by `factor`, shorter than original_max / high_freq_factor
+ * kept, and the band between interpolated smoothly.
+ */
+export function ropeInvFreq(d: number, theta: number, scaling?: RopeScaling): Float32Array {
+  if (d % 2 !== 0 || d <= 0) throw new Error(`rope: head dim ${d} must be even and positive`);
+  const out = new Float32Array(d / 2);
+  for (let i = 0; i < d / 2; i++) {
+    const f = 1 / theta ** ((2 * i) / d);
+    out[i] = scaling ? llama3(f, scaling) : f;
+  }
+  return out;
+}
+
+function llama3(f: number, s: Llama3RopeScaling): number {
+  const wavelen = (2 * Math.PI) / f;
+  const lowWavelen = s.originalMaxPositionEmbeddings / s.lowFreqFactor;
+  const highWavelen = s.originalMaxPositionEmbeddings / s.highFreqFactor;
+  if (wavelen < highWavelen) return f;
+  if (wavelen > lowWavelen) return f / s.factor;
+  const smooth = (s.originalMaxPositionEmbeddings / wavelen - s.lowFreqFactor) / (s.highFreqFactor - s.lowFreqFactor);
+  return (1 - smooth) * (f / s.factor) + smooth * f;
+}
+
+export interface RopeDims {
+  /** N tokens. */
+  n: number;
+  heads: number;
+  /** D head dim (even). */
+  d: number;
+  /** u32 words per token in `pos`: 2 for the (slot, pos) buffer (default), 1 for a plain position array. */
+  posStride?: 1 | 2;
+}
+
+function record(
+  gpu: Gpu,
+  rec: Recorder,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  pos: GPUBuffer,
+  invFreq: GPUBuffer,
+  dims: RopeDims,
+  backward: boolean,
+): void {
+  const { n, heads, d, posStride = 2 } = dims;
+  if (d % 2 !== 0) throw new Error(`rope: head dim ${d} must be even`);
+  const inplace = x === y;
+  const s = backward
+    ? inplace
+      ? ropeBackwardInplaceSpec
+      : ropeBackwardSpec
+    : inplace
+      ? ropeForwardInplaceSpec
+      : ropeForwardSpec;
+  const params = new Params().u32(n * heads, heads, d / 2, posStride);
+  rec.dispatch(
+    s,
+    inplace ? [pos, invFreq, y] : [pos, invFreq, y, x],
+    gpu.grid(Math.ceil((n * heads * d) / 2 / WG)),
+    params,
+  );
+}
+
+/** y = rope(x) on (N, heads, D) rows; pass y === x to rotate in place. `pos` holds each token's position. */
+export function ropeForward(
+  gpu: Gpu,
+  rec: Recorder,
+  x: GPUBuffer,
+  y: GPUBuffer,
+  pos: GPUBuffer,
+  invFreq: GPUBuffer,
+  dims: RopeDims,
+): void {
+  record(gpu, rec, x, y, pos, invFreq, dims, false);
+}
+
+/** dx = rope(dy) by the negative angle (the transpose of the rotation); dx === dy works in place. */
+export function ropeBackward(
+  gpu: Gpu,
+  rec: Recorder,
+  dy: GPUBuffer,
+  dx: GPUBuffer,
+  pos: GPUBuffer,
+  invFreq: GPUBuffer,
+  dims: RopeDims,
+): void {
+  record(gpu, rec, dy, dx, pos, invFreq, dims, true);
+}

@@ -1,0 +1,159 @@
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Rng } from "../util/random.ts";
+import { assertClose, dot, f64, finiteDiff } from "../util/check.ts";
+import { parseRopeScaling, ropeBackward, ropeForward, ropeInvFreq, type RopeScaling } from "./index.ts";
+import { ropeReference } from "./reference.ts";
+
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+// Llama 3.2's published rope_scaling.
+const llama32 = {
+  factor: 32,
+  high_freq_factor: 4,
+  low_freq_factor: 1,
+  original_max_position_embeddings: 8192,
+  rope_type: "llama3",
+};
+
+/** (slot, pos) pairs, or plain positions when stride is 1. */
+function positions(rng: Rng, n: number, maxPos: number, stride: 1 | 2): Uint32Array {
+  const a = new Uint32Array(n * stride);
+  for (let t = 0; t < n; t++) {
+    if (stride === 2) a[2 * t] = rng.int(4);
+    a[t * stride + stride - 1] = rng.int(maxPos + 1);
+  }
+  return a;
+}
+
+async function runGpu(
+  x: Float32Array,
+  pos: Uint32Array,
+  inv: Float32Array,
+  n: number,
+  heads: number,
+  d: number,
+  o: { backward: boolean; inplace: boolean; stride: 1 | 2 },
+): Promise<Float32Array> {
+  const [bx, bp, bi] = [gpu.upload(x), gpu.upload(pos), gpu.upload(inv)];
+  const by = o.inplace ? bx : gpu.buffer(x.byteLength);
+  const rec = gpu.recorder();
+  const f = o.backward ? ropeBackward : ropeForward;
+  f(gpu, rec, bx, by, bp, bi, { n, heads, d, posStride: o.stride });
+  const out = rec.read(by, x.byteLength);
+  await rec.submit();
+  gpu.release(bx, bp, bi, ...(o.inplace ? [] : [by]));
+  expect(gpu.errors).toEqual([]);
+  return new Float32Array(await out);
+}
+
+// Inputs in [-1, 1]; the kernel's own sin/cos are within a few f32 ulps (max error measured ~2e-7), so 1e-6 absolute.
+const tol = { atol: 1e-6, rtol: 0 };
+
+describe("rope GPU vs CPU reference", () => {
+  const cases: [number, number, number, boolean, boolean, 1 | 2][] = [
+    // n, heads, d, backward, inplace, posStride
+    [5, 3, 8, false, false, 2],
+    [5, 3, 8, false, true, 2],
+    [7, 2, 64, true, false, 2],
+    [7, 2, 64, true, true, 2],
+    [300, 3, 8, false, false, 1], // several workgroups, plain positions
+  ];
+  it.each(cases)(
+    "n=%i heads=%i d=%i backward=%s inplace=%s posStride=%i",
+    async (n, heads, d, backward, inplace, stride) => {
+      const rng = new Rng(n * 100 + d + (backward ? 1 : 0) + (inplace ? 2 : 0));
+      const x = rng.f32(n * heads * d);
+      const pos = positions(rng, n, 200, stride);
+      const inv = ropeInvFreq(d, 10000);
+      const y = await runGpu(x, pos, inv, n, heads, d, { backward, inplace, stride });
+      assertClose("rope", y, ropeReference(x, pos, inv, n, heads, d, backward ? -1 : 1, stride), tol);
+    },
+  );
+
+  it("large positions with Llama-3 scaled frequencies (angle range reduction)", async () => {
+    const [n, heads, d] = [9, 2, 64];
+    const rng = new Rng(9);
+    const x = rng.f32(n * heads * d);
+    const pos = positions(rng, n, 60_000, 2);
+    const inv = ropeInvFreq(d, 500_000, parseRopeScaling(llama32));
+    const y = await runGpu(x, pos, inv, n, heads, d, { backward: false, inplace: false, stride: 2 });
+    // pos * invFreq is rounded to f32 on both sides; reducing angles up to 6e4 costs at most a few 1e-7.
+    assertClose("rope large pos", y, ropeReference(x, pos, inv, n, heads, d), { atol: 2e-6, rtol: 0 });
+  });
+});
+
+describe("rope CPU reference", () => {
+  it("backward matches central finite differences of the forward (f64)", () => {
+    const [n, heads, d] = [3, 2, 6];
+    const rng = new Rng(3);
+    const x = f64(rng.f32(n * heads * d));
+    const w = f64(rng.f32(n * heads * d));
+    const pos = positions(rng, n, 50, 2);
+    const inv = ropeInvFreq(d, 10000);
+    const [num] = finiteDiff(([xx]) => dot(ropeReference(xx, pos, inv, n, heads, d), w), [x]);
+    assertClose("drope", ropeReference(w, pos, inv, n, heads, d, -1), num, { atol: 1e-8, rtol: 1e-6 });
+  });
+
+  it("backward undoes forward (rotation is orthogonal)", () => {
+    const rng = new Rng(4);
+    const x = rng.f32(2 * 3 * 8);
+    const pos = positions(rng, 2, 1000, 2);
+    const inv = ropeInvFreq(8, 10000);
+    const back = ropeReference(ropeReference(x, pos, inv, 2, 3, 8), pos, inv, 2, 3, 8, -1);
+    assertClose("roundtrip", back, x, { atol: 1e-12, rtol: 0 });
+  });
+});
+
+describe("rope inverse frequencies", () => {
+  it("default: theta^(-2i/D), decreasing from 1", () => {
+    const inv = ropeInvFreq(64, 10000);
+    expect(inv[0]).toBe(1);
+    for (let i = 1; i < 32; i++) {
+      expect(inv[i]).toBeLessThan(inv[i - 1]);
+      expect(inv[i] / inv[i - 1]).toBeCloseTo(10000 ** (-2 / 64), 6);
+    }
+  });
+
+  it("llama3: keeps high, slows low (by factor), blends the band between", () => {
+    const s = parseRopeScaling(llama32) as RopeScaling;
+    expect(s).toEqual({
+      type: "llama3",
+      factor: 32,
+      lowFreqFactor: 1,
+      highFreqFactor: 4,
+      originalMaxPositionEmbeddings: 8192,
+    });
+    const base = ropeInvFreq(64, 500_000);
+    const scaled = ropeInvFreq(64, 500_000, s);
+    const kinds = new Set<string>();
+    let prevRatio = 1;
+    for (let i = 0; i < 32; i++) {
+      const wavelen = (2 * Math.PI) / base[i];
+      const ratio = scaled[i] / base[i];
+      if (wavelen < 8192 / 4) {
+        kinds.add("high");
+        expect(ratio).toBeCloseTo(1, 6);
+      } else if (wavelen > 8192 / 1) {
+        kinds.add("low");
+        expect(ratio).toBeCloseTo(1 / 32, 6);
+      } else {
+        kinds.add("mid");
+        expect(ratio).toBeLessThan(1);
+        expect(ratio).toBeGreaterThan(1 / 32);
+      }
+      expect(ratio).toBeLessThanOrEqual(prevRatio + 1e-7); // lower frequencies are scaled down more
+      prevRatio = ratio;
+    }
+    expect([...kinds].sort()).toEqual(["high", "low", "mid"]);
+  });
+
+  it("rope_scaling: null and default mean none; unknown kinds and bad fields are errors", () => {
+    expect(parseRopeScaling(null)).toBeUndefined();
+    expect(parseRopeScaling({ rope_type: "default" })).toBeUndefined();
+    expect(() => parseRopeScaling({ rope_type: "yarn", factor: 4 })).toThrow(/"yarn" is not supported/);
+    expect(() => parseRopeScaling({ ...llama32, factor: "8" })).toThrow(/rope_scaling.factor/);
+    expect(parseRopeScaling({ ...llama32, rope_type: undefined, type: "llama3" })?.factor).toBe(32);
+  });
+});

@@ -1,0 +1,100 @@
+// GPU decode sampling for B rows of logits (B, V): greedy / temperature, top-k, top-p, seeded per row,
+// optional allowed-token bitmask. Only the token ids (B,) u32 and their logprobs (B,) f32 are read back.
+//
+// The reported logprob is log softmax(logits)[token] over the whole vocabulary at temperature 1,
+// ignoring top-k, top-p and the bitmask: it is what the trainer recomputes from the model (the
+// sampler's "old" logprob in GRPO), not the probability the filtered sampler drew it with. With
+// `logprobAtTemperature` it is log softmax(logits / T) instead, for a trainer that divides by T too
+// (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import code from "./forward.wgsl";
+
+/** The kernel at a workgroup size (a power of two, 32..256; one workgroup per row). */
+export const sampleSpec = (wg = 256): KernelSpec => {
+  if (!(wg >= 32 && wg <= 256 && (wg & (wg - 1)) === 0))
+    throw new RangeError(`sample: workgroup size ${wg} must be a power of two in [32, 256]`);
+  return { name: "sample_forward", code, overrides: { WG: wg } };
+};
+export const sampleForward: KernelSpec = sampleSpec(256);
+
+/** Token id written for a row whose mask allows nothing. */
+export const SAMPLE_NONE = 0xffffffff;
+
+export interface SampleRow {
+  /** <= 0: greedy argmax (first index on ties). */
+  temperature: number;
+  /** Keep the k highest logits (ties with the k-th kept too); 0 or >= allowed count: off. */
+  topK?: number;
+  /** Keep the highest tokens whose mass (after top-k) first reaches topP; >= 1: off. */
+  topP?: number;
+  /** Per-request seed (u32). */
+  seed: number;
+  /** Decode step of the sequence (u32). */
+  step: number;
+  /** Stream id within the request (u32), e.g. the choice index; defaults to the batch row. */
+  stream?: number;
+}
+
+/** Packs per-row params (6 words a row) for the rows buffer. */
+export function packSampleRows(rows: SampleRow[]): Uint32Array {
+  const u = new Uint32Array(rows.length * 6);
+  const f = new Float32Array(u.buffer);
+  rows.forEach((r, b) => {
+    f[b * 6] = r.temperature;
+    u[b * 6 + 1] = r.topK ?? 0;
+    f[b * 6 + 2] = r.topP ?? 1;
+    u[b * 6 + 3] = r.seed >>> 0;
+    u[b * 6 + 4] = r.step >>> 0;
+    u[b * 6 + 5] = (r.stream ?? b) >>> 0;
+  });
+  return u;
+}
+
+/** u32 words per bitmask row. */
+export const sampleMaskWords = (V: number): number => Math.ceil(V / 32);
+
+/** A (B, ceil(V/32)) bitmask allowing only the listed token ids of each row. */
+export function packAllowedMask(V: number, allowed: ArrayLike<number>[]): Uint32Array {
+  const words = sampleMaskWords(V);
+  const mask = new Uint32Array(allowed.length * words);
+  allowed.forEach((ids, b) => {
+    for (let i = 0; i < ids.length; i++) {
+      const j = ids[i];
+      if (!(j >= 0 && j < V)) throw new RangeError(`packAllowedMask: token ${j} of row ${b} is outside [0, ${V})`);
+      mask[b * words + (j >>> 5)] |= 1 << (j & 31);
+    }
+  });
+  return mask;
+}
+
+function need(buf: GPUBuffer, bytes: number, what: string): void {
+  if (buf.size < bytes) throw new RangeError(`${what}: buffer has ${buf.size} bytes, needs ${bytes}`);
+}
+
+/** Samples one token per row; tokens (B,) u32 and logprobs (B,) f32 are written on the GPU. */
+export function sample(
+  gpu: Gpu,
+  rec: Recorder,
+  logits: GPUBuffer, // (B, V) f32
+  rows: GPUBuffer, // packSampleRows
+  tokens: GPUBuffer, // (B,) u32
+  logprobs: GPUBuffer, // (B,) f32
+  B: number,
+  V: number,
+  opts: { mask?: GPUBuffer; logprobAtTemperature?: boolean; wg?: number } = {},
+): void {
+  if (B * V > 0xffffffff) throw new RangeError(`sample: B*V = ${B * V} passes 2^32`);
+  need(logits, B * V * 4, "sample logits");
+  need(rows, B * 24, "sample rows");
+  need(tokens, B * 4, "sample tokens");
+  need(logprobs, B * 4, "sample logprobs");
+  if (opts.mask) need(opts.mask, B * sampleMaskWords(V) * 4, "sample mask");
+  const params = new Params().u32(B, V, sampleMaskWords(V), opts.mask ? 1 : 0, opts.logprobAtTemperature ? 1 : 0);
+  // Without a mask the kernel never reads binding 3; the rows buffer fills the slot.
+  rec.dispatch(
+    opts.wg ? sampleSpec(opts.wg) : sampleForward,
+    [logits, rows, opts.mask ?? rows, tokens, logprobs],
+    gpu.grid(B),
+    params,
+  );
+}

@@ -1,0 +1,110 @@
+// Per-adapter kernel variant choice by measurement: times each candidate once per adapter and
+// problem key, caches the winner in memory, and exposes the table so it can be persisted.
+import type { Gpu, Recorder } from "@webart/engine/gpu";
+
+export interface TuneEntry {
+  winner: string;
+  /** Median ms per candidate, as measured. */
+  ms: Record<string, number>;
+}
+
+/** Full key (adapter key + "|" + problem key) → entry. */
+export type TuneTable = Record<string, TuneEntry>;
+
+export interface TuneOptions {
+  /** Untimed runs first (pipeline compile, buffer warm-up). */
+  warmup?: number;
+  minReps?: number;
+  /** Keep repeating a candidate until this much time is spent on it (bounded by maxReps). */
+  minMs?: number;
+  maxReps?: number;
+}
+
+const table = new Map<string, TuneEntry>();
+const inflight = new Map<string, Promise<string>>();
+
+/** Identifies an adapter and its settings: the same GPU with robustness on can pick differently. */
+export function adapterKey(gpu: Gpu): string {
+  const a = gpu.adapter;
+  return `${a.description || a.device || a.vendor}|${a.architecture}|${a.runtime}|robust=${a.robustness}`;
+}
+
+/** The cached winner for a problem key on this adapter, if tuning has run. */
+export function tuned(gpu: Gpu, key: string): string | undefined {
+  return table.get(`${adapterKey(gpu)}|${key}`)?.winner;
+}
+
+/**
+ * Times `runOne` for every candidate (recording its work into a fresh recorder, submitting and
+ * waiting for the GPU) and returns the fastest; later calls with the same adapter and key return
+ * the cached winner without timing. The candidates' work must be correct before it is timed.
+ */
+export async function tune<C extends string>(
+  gpu: Gpu,
+  key: string,
+  candidates: readonly C[],
+  runOne: (candidate: C, rec: Recorder) => void,
+  opts: TuneOptions = {},
+): Promise<C> {
+  if (!candidates.length) throw new Error(`tune("${key}"): no candidates`);
+  const full = `${adapterKey(gpu)}|${key}`;
+  const hit = table.get(full);
+  if (hit && candidates.includes(hit.winner as C)) return hit.winner as C;
+  let p = inflight.get(full);
+  if (!p) {
+    p = measure(gpu, full, candidates, runOne, opts).finally(() => inflight.delete(full));
+    inflight.set(full, p);
+  }
+  return (await p) as C;
+}
+
+async function measure<C extends string>(
+  gpu: Gpu,
+  full: string,
+  candidates: readonly C[],
+  runOne: (candidate: C, rec: Recorder) => void,
+  opts: TuneOptions,
+): Promise<C> {
+  const { warmup = 1, minReps = 3, minMs = 30, maxReps = 20 } = opts;
+  const once = async (c: C) => {
+    const rec = gpu.recorder();
+    runOne(c, rec);
+    const t0 = performance.now();
+    await rec.submit();
+    await gpu.sync();
+    return performance.now() - t0;
+  };
+  const ms: Record<string, number> = {};
+  for (const c of candidates) {
+    for (let i = 0; i < warmup; i++) await once(c);
+    const times: number[] = [];
+    let total = 0;
+    while ((times.length < minReps || total < minMs) && times.length < maxReps) {
+      const t = await once(c);
+      times.push(t);
+      total += t;
+    }
+    times.sort((x, y) => x - y);
+    ms[c] = times[Math.floor(times.length / 2)];
+  }
+  const winner = candidates.reduce((best, c) => (ms[c] < ms[best] ? c : best));
+  table.set(full, { winner, ms });
+  return winner;
+}
+
+/** A copy of every tuning result so far (to persist, e.g. as JSON). */
+export function tuneTable(): TuneTable {
+  return Object.fromEntries([...table].map(([k, v]) => [k, { winner: v.winner, ms: { ...v.ms } }]));
+}
+
+/** Loads persisted results; entries for other adapters are kept but never match this one. */
+export function loadTuneTable(t: TuneTable): void {
+  for (const [k, v] of Object.entries(t)) {
+    if (typeof v?.winner !== "string") throw new Error(`loadTuneTable: entry "${k}" has no winner`);
+    table.set(k, { winner: v.winner, ms: { ...(v.ms ?? {}) } });
+  }
+}
+
+export function clearTuneTable(): void {
+  table.clear();
+}
