@@ -311,8 +311,11 @@ export class Recorder {
   private submitted = false;
   dispatches = 0;
 
+  private errorsAtStart: number;
+
   constructor(private gpu: Gpu) {
     this.encoder = gpu.device.createCommandEncoder();
+    this.errorsAtStart = gpu.errors.length;
   }
 
   private uniform(data: Uint8Array): { buffer: GPUBuffer; offset: number; size: number } {
@@ -408,6 +411,8 @@ export class Recorder {
       this.encoder.copyBufferToBuffer(resolveBuf, 0, stampStaging, 0, n * 8);
     }
     for (const c of this.chunks) gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
+    gpu.device.pushErrorScope("validation");
+    let scope: Promise<GPUError | null> | undefined;
     try {
       await gpu._submit([this.encoder.finish()], () => {
         for (const c of this.chunks) gpu.pool.release(c.buf);
@@ -415,6 +420,19 @@ export class Recorder {
     } catch (e) {
       for (const r of this.reads) r.reject(e);
       throw e;
+    } finally {
+      scope = gpu.device.popErrorScope();
+    }
+    // An invalid command buffer runs nothing: readbacks would return stale data, so it is an error here.
+    const verr = await scope;
+    const recorded = gpu.errors.slice(this.errorsAtStart);
+    if (verr || recorded.length) {
+      const err = new Error(`GPU validation failed; nothing in this submit ran: ${verr?.message ?? recorded.join("; ")}`);
+      for (const r of this.reads) {
+        gpu.pool.release(r.staging);
+        r.reject(err);
+      }
+      throw err;
     }
     const waits: Promise<void>[] = this.reads.map(async (r) => {
       try {

@@ -37,11 +37,17 @@ export class KvCache {
     this.pending.push({ src, dst, len });
   }
 
-  /** Records the pending slot copies (call first in a step's recorder). */
+  /** Records the pending slot copies (call first in a step's recorder). WebGPU forbids a copy within one
+   *  buffer, so rows go through a scratch buffer. */
   flush(rec: Recorder): void {
     const row = this.rowFloats * 4;
     for (const { src, dst, len } of this.pending) {
-      for (const buf of [...this.k, ...this.v]) rec.copy(buf, src * this.tmax * row, buf, dst * this.tmax * row, len * row);
+      const tmp = this.gpu.buffer(len * row, "kv", "kv copy");
+      for (const buf of [...this.k, ...this.v]) {
+        rec.copy(buf, src * this.tmax * row, tmp, 0, len * row);
+        rec.copy(tmp, 0, buf, dst * this.tmax * row, len * row);
+      }
+      this.gpu.release(tmp);
     }
     this.pending = [];
   }

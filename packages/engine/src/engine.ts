@@ -1,0 +1,128 @@
+// The engine: a loaded model (weights on the GPU, tokenizer, chat template), its KV cache and batching
+// scheduler, and the OpenAI-compatible handler and client in front of them. Runs the same in Node, in a
+// Web Worker, or in a page.
+import type OpenAI from "openai";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { isIgnorableTensor, tensorShapes, type ModelConfig } from "./config/index.ts";
+import { Scheduler } from "./generate/scheduler.ts";
+import type { Generator } from "./generate/types.ts";
+import { LoraState, validateLoraConfig, type LoraConfig } from "./model/lora.ts";
+import { Model } from "./model/model.ts";
+import { ModelRunner } from "./model/runner.ts";
+import { uploadWeights } from "./model/weights.ts";
+import { clientForHandler } from "./openai/client.ts";
+import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
+import { checkPlan, planMemory, type MemoryPlan } from "./plan.ts";
+import { Tokenizer } from "./tokenizer/index.ts";
+import { openModel, type LoadProgress, type ModelSource, type OpenModelOptions, type OpenedModel } from "./weights/index.ts";
+import type { TokenConstraint } from "./generate/types.ts";
+
+export interface EngineOptions extends OpenModelOptions {
+  gpu?: Gpu;
+  /** Name clients use in `model` (default: the source's folder or repo name). */
+  name?: string;
+  /** Sequences the KV cache holds at once (default 16). */
+  kvSlots?: number;
+  /** Context length of each sequence (default min(max_position_embeddings, 2048)). */
+  maxContext?: number;
+  /** Prompt tokens per engine step (default 256). */
+  prefillChunk?: number;
+  /** Keep 16-bit weights as f32 on the GPU (default false: frozen weights stay in their file's form). */
+  weightsF32?: boolean;
+  /** Refuse plans over this many bytes (default: only the adapter's per-binding limits are checked). */
+  memoryBudget?: number;
+  onProgress?: (p: LoadProgress) => void;
+  /** Builds the JSON constraint for response_format (from the constrain module). */
+  jsonConstraint?: (tok: Tokenizer, eos: number[]) => (schema: Record<string, unknown> | null) => () => TokenConstraint;
+}
+
+/** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
+export function chatTokenizer(tok: Tokenizer, config: ModelConfig, generationConfig: Record<string, unknown> | null): HandlerTokenizer & { inner: Tokenizer } {
+  const stops = new Set<number>(config.eosTokenIds);
+  if (tok.eosId !== null) stops.add(tok.eosId);
+  const gen = generationConfig?.eos_token_id;
+  for (const id of Array.isArray(gen) ? gen : typeof gen === "number" ? [gen] : []) stops.add(id as number);
+  const imEnd = tok.tokenToId("<|im_end|>");
+  if (imEnd !== undefined) stops.add(imEnd);
+  return {
+    inner: tok,
+    stopTokenIds: [...stops],
+    applyChatTemplate: (messages, opts) => tok.applyChatTemplate(messages as never, opts as never),
+    encode: (text, o) => tok.encode(text, o),
+    decode: (ids, o) => tok.decode(ids, o),
+  };
+}
+
+export class Engine {
+  readonly scheduler: Scheduler;
+  readonly handler: Handler;
+  readonly served: ServedModel[] = [];
+  private client?: OpenAI;
+
+  private constructor(
+    readonly gpu: Gpu,
+    readonly name: string,
+    readonly opened: OpenedModel,
+    readonly model: Model,
+    readonly runner: ModelRunner,
+    readonly tokenizer: ReturnType<typeof chatTokenizer>,
+    readonly plan: MemoryPlan,
+    opts: EngineOptions,
+  ) {
+    this.scheduler = new Scheduler(runner, { prefillChunk: opts.prefillChunk });
+    const json = opts.jsonConstraint?.(tokenizer.inner, tokenizer.stopTokenIds);
+    this.served.push({ name, generator: this.scheduler, tokenizer, jsonConstraint: json, created: Math.floor(Date.now() / 1000) });
+    this.handler = createHandler({ models: () => this.served });
+  }
+
+  static async load(source: ModelSource, opts: EngineOptions = {}): Promise<Engine> {
+    const gpu = opts.gpu ?? (await getDevice());
+    const opened = await openModel(source, opts);
+    const c = opened.config;
+    const maxContext = opts.maxContext ?? Math.min(c.maxPositionEmbeddings, 2048);
+    const kvSlots = opts.kvSlots ?? 16;
+    const plan = planMemory(c, {
+      weightBytes: opts.weightsF32 || c.torchDtype === "float32" || !c.torchDtype ? 4 : 2,
+      kvSlots,
+      kvContext: maxContext,
+      prefillChunk: opts.prefillChunk ?? 256,
+      vocabChunk: Math.min(c.vocabSize, 8192),
+    });
+    checkPlan(plan, { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize }, opts.memoryBudget);
+    const weights = await uploadWeights(gpu, c, opened.weights.tensors(tensorShapes(c), { onProgress: opts.onProgress, ignore: (n) => isIgnorableTensor(c, n) }), {
+      toF32: opts.weightsF32,
+    });
+    const model = new Model(gpu, c, weights);
+    const runner = new ModelRunner(model, kvSlots, maxContext);
+    const tok = Tokenizer.fromJSON(opened.tokenizerJson, opened.tokenizerConfig, { chatTemplate: opened.chatTemplate ?? undefined });
+    const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
+    return new Engine(gpu, name, opened, model, runner, chatTokenizer(tok, c, opened.generationConfig), plan, opts);
+  }
+
+  get config(): ModelConfig {
+    return this.model.config;
+  }
+
+  get generator(): Generator {
+    return this.scheduler;
+  }
+
+  /** Attaches a LoRA adapter (fresh, PEFT-initialised with `seed`), used by inference from now on. */
+  attachLora(config: Partial<LoraConfig> = {}, seed = 0): LoraState {
+    this.model.lora?.dispose();
+    const l = new LoraState(this.gpu, this.config, validateLoraConfig(config));
+    l.initialize(seed);
+    this.model.lora = l;
+    this.scheduler.invalidateCache();
+    return l;
+  }
+
+  /** An `openai` SDK client whose requests go straight to this engine's handler. */
+  openaiClient(): OpenAI {
+    return (this.client ??= clientForHandler(this.handler));
+  }
+
+  async close(): Promise<void> {
+    await this.opened.close();
+  }
+}
