@@ -1,0 +1,145 @@
+// LoRA GRPO against the independent PyTorch autograd reference (scripts/fixtures.py): loss, KL, policy
+// logprobs and every LoRA gradient for five loss variants, on Qwen3 and Llama tiny models; and
+// micro-batched gradients equal to the single-batch gradient.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
+import { LoraState } from "../model/lora.ts";
+import { Model } from "../model/model.ts";
+import { uploadWeights } from "../model/weights.ts";
+import { memorySource, modelFiles, readJson, tensorToF32, WeightReader } from "../weights/index.ts";
+import type { LoraTarget } from "../plan.ts";
+import { accumulateGradients, type GrpoOptions, type TrainSequence } from "./grpo.ts";
+
+const FIX = join(import.meta.dirname, "../../fixtures");
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+interface Variant {
+  config: { ratio: "token" | "sequence"; objective: "ppo" | "cispo"; epsilon: number; epsilon_high: number; beta: number; normalization: string; max_length?: number };
+  loss: number;
+  policy_loss: number;
+  kl: number;
+  num_sequences: number;
+  num_tokens: number;
+  grads: string;
+}
+
+async function readAll(path: string): Promise<Map<string, Float32Array>> {
+  const r = await WeightReader.fromSource(memorySource(new Uint8Array(readFileSync(path)), path));
+  const out = new Map<string, Float32Array>();
+  for (const n of r.tensorsInfo.keys()) {
+    const t = await r.read(n);
+    out.set(n, tensorToF32({ dtype: t.dtype, bytes: t.bytes }));
+  }
+  return out;
+}
+
+async function setup(fixture: string) {
+  const inputs = JSON.parse(readFileSync(join(FIX, fixture, "inputs.json"), "utf8"));
+  const reference = JSON.parse(readFileSync(join(FIX, fixture, "reference.json"), "utf8"));
+  const files = await modelFiles(join(FIX, inputs.base_model));
+  const config = parseConfig((await readJson(files, "config.json"))!);
+  const reader = await WeightReader.open(files);
+  const w = await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }));
+  const model = new Model(gpu, config, w);
+  const targets = (inputs.lora.target_modules as string[]).map((m) => m.replace("_proj", "") as LoraTarget);
+  model.lora = new LoraState(gpu, config, { rank: inputs.lora.r, alpha: inputs.lora.alpha, targets });
+  const adapter = await WeightReader.fromSource(memorySource(new Uint8Array(readFileSync(join(FIX, fixture, "adapter_model.safetensors"))), "adapter_model.safetensors"));
+  await model.lora.load(adapter);
+  return { inputs, reference, model };
+}
+
+type Traj = { ids: number[]; mask: number[]; old_logprobs: number[]; ref_logprobs: number[] };
+
+function sequences(inputs: { groups: { advantages: number[]; trajectories: Traj[] }[] }, v: Variant, withRef: boolean): TrainSequence[] {
+  const out: TrainSequence[] = [];
+  const trainable = inputs.groups.flatMap((g) => g.trajectories.map((t, i) => ({ t, a: g.advantages[i] }))).filter((x) => x.a !== 0);
+  const nSeq = trainable.length;
+  const nTok = trainable.reduce((s, x) => s + x.t.mask.reduce((a, b) => a + b, 0), 0);
+  for (const { t, a } of trainable) {
+    const n = t.mask.reduce((x, y) => x + y, 0);
+    const coef = v.config.normalization === "token" ? 1 / nTok : v.config.normalization === "constant" ? 1 / (nSeq * v.config.max_length!) : 1 / (nSeq * n);
+    out.push({ ids: t.ids, mask: t.mask, oldLogprobs: t.old_logprobs, refLogprobs: withRef ? t.ref_logprobs : undefined, advantage: a, coef });
+  }
+  return out;
+}
+
+function options(v: Variant, microBatchTokens: number): GrpoOptions {
+  return { loss: v.config.objective, level: v.config.ratio, epsilon: v.config.epsilon, epsilonHigh: v.config.epsilon_high, beta: v.config.beta, microBatchTokens };
+}
+
+async function gradsByName(model: Model): Promise<Map<string, Float32Array>> {
+  const l = model.lora!;
+  const g = await gpu.readF32(l.grads!, l.size);
+  const R = l.config.rank;
+  const out = new Map<string, Float32Array>();
+  for (const e of l.entries) {
+    out.set(LoraState.peftName(e.layer, e.target, "A"), g.slice(e.a, e.a + R * e.in));
+    out.set(LoraState.peftName(e.layer, e.target, "B"), g.slice(e.b, e.b + R * e.out));
+  }
+  return out;
+}
+
+/** max |a - b| relative to the reference tensor's max |value|, over all tensors (the worst one). */
+function worstRelErr(got: Map<string, Float32Array>, want: Map<string, Float32Array>): { err: number; name: string } {
+  let worst = { err: 0, name: "" };
+  for (const [name, w] of want) {
+    const g = got.get(name);
+    if (!g) throw new Error(`missing gradient ${name}`);
+    let m = 0;
+    let d = 0;
+    for (let i = 0; i < w.length; i++) {
+      m = Math.max(m, Math.abs(w[i]));
+      d = Math.max(d, Math.abs(g[i] - w[i]));
+    }
+    const err = d / Math.max(m, 1e-12);
+    if (err > worst.err) worst = { err, name };
+  }
+  return worst;
+}
+
+describe.each(["grpo-qwen3", "grpo-llama"])("%s against PyTorch autograd", (fixture) => {
+  let ctx: Awaited<ReturnType<typeof setup>>;
+  beforeAll(async () => void (ctx = await setup(fixture)));
+
+  it.each(["art", "token", "dr_grpo", "gspo", "cispo"])("%s: loss, KL and LoRA gradients", async (name) => {
+    const v = ctx.reference.variants[name] as Variant;
+    const r = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096), { newLogprobs: name === "art" });
+    const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-3);
+    expect(rel(r.loss, v.loss)).toBeLessThan(1e-3);
+    expect(rel(r.policyLoss, v.policy_loss)).toBeLessThan(1e-3);
+    expect(rel(r.kl, v.kl)).toBeLessThan(1e-3);
+    expect(r.trainedTokens).toBe(v.num_tokens);
+    const worst = worstRelErr(await gradsByName(ctx.model), await readAll(join(FIX, fixture, v.grads)));
+    expect(worst.err, `worst gradient ${worst.name}`).toBeLessThan(1e-3);
+    if (r.newLogprobs) {
+      // The policy's logprobs at every trained position match the reference policy's.
+      const trainable = (ctx.reference.trainable as boolean[][]).flat();
+      const want = (ctx.reference.new_logprobs as number[][][]).flat().filter((_, i) => trainable[i]);
+      const seqs = sequences(ctx.inputs, v, true);
+      seqs.forEach((s, i) => {
+        for (let t = 1; t < s.ids.length; t++) expect(Math.abs(r.newLogprobs![i][t] - want[i][t])).toBeLessThan(2e-4);
+      });
+    }
+  });
+
+  it("computes the reference logprobs itself (adapter off) and gets the same KL", async () => {
+    const v = ctx.reference.variants.art as Variant;
+    const r = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, false), options(v, 4096));
+    expect(Math.abs(r.kl - v.kl) / v.kl).toBeLessThan(1e-3);
+  });
+
+  it.each(["art", "token", "gspo"])("%s: micro-batches of a few sequences give the single-batch gradient", async (name) => {
+    const v = ctx.reference.variants[name] as Variant;
+    const whole = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096));
+    const g1 = await gradsByName(ctx.model);
+    const split = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));
+    expect(split.microBatches).toBeGreaterThan(2);
+    const g2 = await gradsByName(ctx.model);
+    expect(worstRelErr(g2, g1).err).toBeLessThan(1e-4);
+    expect(Math.abs(split.loss - whole.loss)).toBeLessThan(1e-5);
+  });
+});
