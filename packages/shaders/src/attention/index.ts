@@ -51,12 +51,21 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
 
 /**
  * "gpu": workgroup memory is fast, so big shared tiles (about 16 query rows, all heads of a kv group when they fit,
- * 16-64 keys). "cpu" (SwiftShader): workgroup memory is no faster than global memory there, and Dawn's zero-init
- * of it makes pipeline creation slow (measured ~7 s for 27 KiB), so small tiles (about 4 rows, 8-16 keys).
+ * 16-64 keys) and threads enough for ~2 vec4 accumulators each. "cpu" (SwiftShader, a JIT without unrolling):
+ * fewer, busier threads (64, up to 4 vec4 each) amortise its costly barriers, and small tiles, since Dawn's
+ * zero-init of workgroup memory makes pipeline creation there take ~0.1-0.2 s per KiB of it.
  */
 export type TileProfile = "gpu" | "cpu";
 
 export const tileProfile = (gpu: Gpu): TileProfile => (gpu.adapter.architecture === "swiftshader" ? "cpu" : "gpu");
+
+/** Default rows (query tokens x heads) and keys per tile. */
+function defaults(kind: TileKind, d: number, profile: TileProfile): { rows: number; keys: number } {
+  if (profile === "cpu")
+    return kind === "dq" || kind === "dkv" ? { rows: 4, keys: 8 } : { rows: 8, keys: kind === "decode" ? 32 : 16 };
+  if (kind === "decode") return { rows: 16, keys: d <= 64 ? 64 : 32 };
+  return { rows: 16, keys: kind === "dkv" || d > 64 ? 16 : 32 };
+}
 
 /** Default tiles for a kernel (or `over` where given), shrunk until they fit the adapter's workgroup memory. */
 export function chooseTiles(
@@ -67,25 +76,19 @@ export function chooseTiles(
   over: Partial<Tiles> = {},
   profile = tileProfile(gpu),
 ): Tiles {
-  const cpu = profile === "cpu";
-  const rows = cpu ? 4 : 16;
+  const { rows, keys } = defaults(kind, d, profile);
   const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
   const gh = over.gh ?? Math.max(...divisors.filter((x) => x <= rows));
-  const keys = kind === "decode" ? (cpu ? 16 : d <= 64 ? 64 : 32) : cpu ? 8 : kind === "dkv" || d > 64 ? 16 : 32;
   const t: Tiles = {
     gh,
     bq: over.bq ?? (kind === "decode" ? 1 : Math.min(32, Math.max(1, Math.floor(rows / gh)))),
     bk: over.bk ?? keys,
     wg: 0,
   };
-  const accRows = () => (kind === "dkv" ? t.bk : t.bq * t.gh);
-  const threads = () =>
-    over.wg ??
-    Math.min(
-      gpu.limits.maxComputeInvocationsPerWorkgroup,
-      256,
-      Math.max(64, 2 ** Math.ceil(Math.log2((accRows() * d) / 8))),
-    );
+  const maxWg = Math.min(gpu.limits.maxComputeInvocationsPerWorkgroup, 256);
+  const vec4s = () => (kind === "dkv" ? t.bk : t.bq * t.gh) * Math.ceil(d / 4); // accumulated per workgroup
+  const perThread = profile === "cpu" ? ACC : 2;
+  const threads = () => over.wg ?? Math.min(maxWg, Math.max(64, 2 ** Math.ceil(Math.log2(vec4s() / perThread))));
   t.wg = threads();
   const fits = () =>
     tileBytes(kind, t, d) <= gpu.limits.maxComputeWorkgroupStorageSize && accPerThread(kind, t, d) <= ACC;
@@ -194,6 +197,9 @@ export function decodeSplit(maxLen: number, groups: number, opts: { target?: num
   return Math.max(1, Math.min(Math.ceil(target / Math.max(1, groups)), Math.floor(maxLen / minChunk)));
 }
 
+/** Workgroups that keep the adapter busy: a real GPU's many cores, or SwiftShader's few CPU threads. */
+const decodeTarget = (profile: TileProfile) => (profile === "cpu" ? 4 : 128);
+
 /**
  * Decode: one query token per sequence (q (B, H, D), slotPos (B, 2)), sequences of different lengths in one
  * dispatch; all H / KV heads of a kv-head share its K/V reads; split-KV chosen from `maxLen` (the longest
@@ -207,7 +213,8 @@ export function attentionDecode(
   opts: { split?: number; chunk?: number; tiles?: Partial<Tiles> } = {},
 ): { tiles: Tiles; split: number } {
   const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles);
-  const split = opts.split ?? decodeSplit(dims.maxLen, dims.n * (dims.h / tiles.gh));
+  const target = decodeTarget(tileProfile(gpu));
+  const split = opts.split ?? decodeSplit(dims.maxLen, dims.n * (dims.h / tiles.gh), { target });
   return attentionForward(gpu, rec, bufs, dims, { ...opts, kind: "decode", tiles, split, maxLen: dims.maxLen });
 }
 
@@ -255,6 +262,12 @@ export function attentionBackward(
   const g = h / kv;
   const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles);
   const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles);
+  const maxWgs = gpu.limits.maxComputeWorkgroupsPerDimension;
+  if (b * Math.ceil(t / Math.min(tq.bq, tk.bk)) > maxWgs) {
+    throw new Error(
+      `attention backward: B=${b} x T=${t} needs more than ${maxWgs} workgroups; use smaller micro-batches`,
+    );
+  }
   const params = new Params().u32(b, t, h, kv).f32(scale);
   const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
   const delta = gpu.buffer(b * t * h * 4, "activations", "attention delta");

@@ -102,13 +102,10 @@ function record(
   const { n, heads, d, posStride = 2 } = dims;
   if (d % 2 !== 0) throw new Error(`rope: head dim ${d} must be even`);
   const inplace = x === y;
-  const s = backward
-    ? inplace
-      ? ropeBackwardInplaceSpec
-      : ropeBackwardSpec
-    : inplace
-      ? ropeForwardInplaceSpec
-      : ropeForwardSpec;
+  const s = [
+    [ropeForwardSpec, ropeForwardInplaceSpec],
+    [ropeBackwardSpec, ropeBackwardInplaceSpec],
+  ][+backward][+inplace];
   const params = new Params().u32(n * heads, heads, d / 2, posStride);
   rec.dispatch(
     s,

@@ -1,0 +1,108 @@
+// Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, split-KV against
+// one chunk per sequence, and causal prefill forward at T=256 in GFLOP/s. Outputs are verified first.
+import type { Gpu, Recorder } from "@webart/engine/gpu";
+import { attentionDecode, attentionForward, trainingSlotPos } from "@webart/shaders/attention/index.ts";
+import { attentionReference } from "@webart/shaders/attention/reference.ts";
+import { Rng } from "@webart/shaders/util/random.ts";
+import { assertClose } from "@webart/shaders/util/check.ts";
+import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
+
+const [H, KV, D] = [14, 2, 64];
+const TOL = { atol: 1e-5, rtol: 1e-4 }; // f32 vs the f64 reference, as in the kernel tests
+
+interface Setup {
+  n: number;
+  slots: number;
+  tmax: number;
+  slotPos: Uint32Array;
+  bufs: { q: GPUBuffer; slotPos: GPUBuffer; k: GPUBuffer; v: GPUBuffer; o: GPUBuffer; lse: GPUBuffer };
+  want: Float64Array;
+}
+
+function setup(gpu: Gpu, n: number, slots: number, tmax: number, slotPos: Uint32Array, seed: number): Setup {
+  const rng = new Rng(seed);
+  const q = rng.f32(n * H * D);
+  const [k, v] = [rng.f32(slots * tmax * KV * D), rng.f32(slots * tmax * KV * D)];
+  const dims = { n, h: H, kv: KV, d: D, slots, tmax, scale: 1 / Math.sqrt(D) };
+  const bufs = {
+    q: gpu.upload(q, "bench"),
+    slotPos: gpu.upload(slotPos, "bench"),
+    k: gpu.upload(k, "bench"),
+    v: gpu.upload(v, "bench"),
+    o: gpu.buffer(n * H * D * 4, "bench"),
+    lse: gpu.buffer(n * H * 4, "bench"),
+  };
+  return { n, slots, tmax, slotPos, bufs, want: attentionReference(q, slotPos, k, v, dims).o };
+}
+
+async function verifyAndTime(gpu: Gpu, s: Setup, name: string, record: (r: Recorder) => void, quick: boolean) {
+  const rec = gpu.recorder();
+  record(rec);
+  const out = rec.read(s.bufs.o, s.n * H * D * 4);
+  await rec.submit();
+  assertClose(name, new Float32Array(await out), s.want, TOL);
+  return timeGpu(gpu, record, { minMs: quick ? 50 : 1000, maxReps: quick ? 5 : 30 });
+}
+
+export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
+  const { gpu, quick, peak } = ctx;
+  const results: BenchResult[] = [];
+
+  // Decode: one query token per sequence at position len - 1.
+  const [B, len] = [8, quick ? 128 : 512];
+  const sp = new Uint32Array(2 * B);
+  for (let b = 0; b < B; b++) sp.set([b, len - 1], 2 * b);
+  const dec = setup(gpu, B, B, len, sp, 1);
+  const dims = { n: B, h: H, kv: KV, d: D, slots: B, tmax: len, maxLen: len };
+  const bytes = 2 * B * len * KV * D * 4; // K and V, each read once
+  const timeDecode = async (split?: number) => {
+    let used = 0;
+    const ms = await verifyAndTime(
+      gpu,
+      dec,
+      `decode split=${split ?? "auto"}`,
+      (r) => {
+        used = attentionDecode(gpu, r, dec.bufs, dims, split ? { split } : {}).split;
+      },
+      quick,
+    );
+    return { ms, used };
+  };
+  const auto = await timeDecode();
+  const one = await timeDecode(1);
+  const gbps = (ms: number) => bytes / (ms * 1e6);
+  const id = `attention.decode.f32.b${B}_t${len}`;
+  results.push({
+    id: `${id}.split1`,
+    value: gbps(one.ms),
+    unit: "GB/s",
+    fraction_of_peak: gbps(one.ms) / peak.copy_gbps,
+  });
+  results.push({
+    id,
+    value: gbps(auto.ms),
+    unit: "GB/s",
+    fraction_of_peak: gbps(auto.ms) / peak.copy_gbps,
+    vs: { id: `${id}.split1`, ratio: one.ms / auto.ms },
+    note: `split=${auto.used}`,
+  });
+  Object.values(dec.bufs).forEach((b) => gpu.release(b));
+
+  // Prefill: one causal sequence of T tokens; 2 matmuls (q.k and p.v) of 2 D flops per visible (query, key) pair.
+  const T = quick ? 64 : 256;
+  const pre = setup(gpu, T, 1, T, trainingSlotPos(1, T), 2);
+  const flops = 4 * D * H * ((T * (T + 1)) / 2);
+  const pdims = { n: T, h: H, kv: KV, d: D, slots: 1, tmax: T };
+  const ms = await verifyAndTime(gpu, pre, "prefill", (r) => void attentionForward(gpu, r, pre.bufs, pdims), quick);
+  const gf = flops / (ms * 1e6);
+  results.push({
+    id: `attention.prefill.f32.t${T}`,
+    value: gf,
+    unit: "GFLOP/s",
+    fraction_of_peak: gf / peak.fma_gflops,
+  });
+  Object.values(pre.bufs).forEach((b) => gpu.release(b));
+  return results;
+};
+
+export default attentionSuite;

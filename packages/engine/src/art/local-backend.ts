@@ -1,0 +1,282 @@
+// LocalBackend: the model and its training on this device's WebGPU (Node through Dawn, or a browser
+// worker). Runs live under `.art/{project}/models/{name}/` (Node) or the same keys in IndexedDB.
+import type OpenAI from "openai";
+import { Engine, type EngineOptions } from "../engine.ts";
+import { IdbStore } from "../store/idb.ts";
+import { FsStore } from "../store/fs.ts";
+import type { RunStore } from "../store/store.ts";
+import { accumulateGradients, optimizerStep, type TrainSequence } from "../train/grpo.ts";
+import { computeAdvantages } from "./advantages.ts";
+import type { Backend, ModelSpec, TrainMetrics, TrainResult } from "./backend.ts";
+import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
+import { tokenizeHistory } from "./tokenize.ts";
+import { resolveTrainConfig, type TrainConfig } from "./train-config.ts";
+import type { TrajectoryGroup } from "./trajectories.ts";
+
+export interface LocalBackendOptions {
+  /** Node: the runs folder (default ".art"). */
+  path?: string;
+  /** Where runs are kept; default: the file system in Node, IndexedDB in a browser. */
+  store?: RunStore;
+  /** Options for loading each base model (KV slots, context, GPU, ...). */
+  engine?: EngineOptions;
+}
+
+interface Run {
+  spec: ModelSpec;
+  engine: Engine;
+  files: RunFiles;
+  step: number;
+}
+
+const isNode = () => typeof process !== "undefined" && !!process.versions?.node;
+
+export class LocalBackend implements Backend {
+  private runs = new Map<string, Run>();
+  private store?: RunStore;
+
+  constructor(private opts: LocalBackendOptions = {}) {}
+
+  private async getStore(): Promise<RunStore> {
+    this.store ??= this.opts.store ?? (isNode() ? await FsStore.open(this.opts.path ?? ".art") : new IdbStore());
+    return this.store;
+  }
+
+  private key(spec: ModelSpec): string {
+    return `${spec.project}/${spec.name}`;
+  }
+
+  private run(spec: ModelSpec): Run {
+    const r = this.runs.get(this.key(spec));
+    if (!r) throw new Error(`model "${spec.name}" (project "${spec.project}") is not registered with this backend`);
+    return r;
+  }
+
+  /** The engine serving a registered model (for direct access, e.g. evaluation in the same process). */
+  engine(spec: ModelSpec): Engine {
+    return this.run(spec).engine;
+  }
+
+  async register(spec: ModelSpec): Promise<{ step: number }> {
+    const existing = this.runs.get(this.key(spec));
+    if (existing) return { step: existing.step };
+    const files = new RunFiles(await this.getStore(), spec.project, spec.name);
+    const saved = await files.readJson<{ base_model: string; lora: ModelSpec["lora"] }>("model.json");
+    if (saved) {
+      const same = saved.base_model === spec.baseModel && JSON.stringify(saved.lora) === JSON.stringify(spec.lora);
+      if (!same) {
+        throw new Error(
+          `${files.path("model.json")}: this run was created with base model ${saved.base_model} and LoRA ${JSON.stringify(saved.lora)}; ` +
+            `register it with the same settings, or use another model name`,
+        );
+      }
+    } else {
+      await files.writeJson("model.json", { name: spec.name, project: spec.project, base_model: spec.baseModel, lora: spec.lora, seed: spec.seed, trainable: true });
+    }
+    const engine = await Engine.load(spec.baseModel, { ...this.opts.engine, name: spec.name });
+    const lora = engine.attachLora(spec.lora, spec.seed);
+    const run: Run = { spec, engine, files, step: 0 };
+    const latest = await files.latestStep();
+    if (latest !== null) {
+      const ck = await files.readCheckpoint(latest);
+      await lora.load(ck.adapter);
+      lora.ensureOptimizer();
+      if (ck.optimizer) {
+        const o = await unpackOptimizer(ck.optimizer);
+        if (o.m.length !== lora.size) throw new Error(`${files.path(`checkpoints/${stepDir(latest)}`)}: optimizer state has ${o.m.length} values, the adapter ${lora.size}`);
+        engine.gpu.write(lora.m!, o.m);
+        engine.gpu.write(lora.v!, o.v);
+      }
+      run.step = latest;
+    } else {
+      await this.checkpoint(run);
+    }
+    this.runs.set(this.key(spec), run);
+    return { step: run.step };
+  }
+
+  openaiClient(spec: ModelSpec): OpenAI {
+    return this.run(spec).engine.openaiClient();
+  }
+
+  async getStep(spec: ModelSpec): Promise<number> {
+    return this.run(spec).step;
+  }
+
+  private async checkpoint(run: Run): Promise<void> {
+    const lora = run.engine.model.lora!;
+    lora.ensureOptimizer();
+    const gpu = run.engine.gpu;
+    const [m, v] = await Promise.all([gpu.readF32(lora.m!, lora.size), gpu.readF32(lora.v!, lora.size)]);
+    await run.files.writeCheckpoint(run.step, {
+      adapterConfig: lora.adapterConfig(run.spec.baseModel),
+      adapter: await lora.toSafetensors(),
+      optimizer: packOptimizer(m, v, { step: String(run.step), format: "webart-adamw" }),
+    });
+  }
+
+  async train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
+    const cfg = resolveTrainConfig(partial);
+    const run = this.run(spec);
+    const { engine } = run;
+    const t0 = performance.now();
+    const adv = computeAdvantages(groups, cfg.scaleRewards);
+    const seqs: (TrainSequence & { n: number })[] = [];
+    let trajectories = 0;
+    let exceptions = 0;
+    groups.forEach((g, gi) => {
+      exceptions += g.exceptions.length;
+      g.trajectories.forEach((t, ti) => {
+        trajectories++;
+        if (!t.hasTrainableTurns()) {
+          throw new Error(
+            `train: trajectory ${ti} of group ${gi} has no trainable assistant turn: it needs Choices returned by this ` +
+              `model's openai client (they carry token_ids and token_logprobs), not plain assistant messages`,
+          );
+        }
+        const a = adv.advantages[gi][ti];
+        if (a === 0) return;
+        for (const h of t.histories()) {
+          const tk = tokenizeHistory(engine.tokenizer, h);
+          if (!tk) continue;
+          if (tk.ids.length > engine.runner.maxContext) {
+            throw new Error(`train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`);
+          }
+          seqs.push({ ids: tk.ids, mask: tk.mask, oldLogprobs: tk.oldLogprobs, advantage: a, coef: 0, n: tk.trainableTokens });
+        }
+      });
+    });
+    const nSeq = seqs.length;
+    const nTok = seqs.reduce((s, q) => s + q.n, 0);
+    const maxLen = cfg.drGrpoMaxTokens || Math.max(1, ...seqs.map((s) => s.n));
+    for (const s of seqs) s.coef = cfg.lossType === "token" ? 1 / nTok : cfg.lossType === "dr_grpo" ? 1 / (nSeq * maxLen) : 1 / (nSeq * s.n);
+    const t1 = performance.now();
+    let fb = { loss: 0, policyLoss: 0, kl: 0, clipFraction: 0, entropy: 0, trainedTokens: 0 };
+    let opt = { gradNorm: 0, finite: true };
+    let t2 = t1;
+    let t3 = t1;
+    const skipped = nSeq === 0;
+    if (skipped) {
+      console.warn(`train step ${run.step + 1}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`);
+    } else {
+      await engine.scheduler.exclusive(async () => {
+        fb = await accumulateGradients(engine.model, seqs, {
+          loss: cfg.policyLoss,
+          level: cfg.importanceSampling,
+          epsilon: cfg.epsilon,
+          epsilonHigh: cfg.epsilonHigh,
+          beta: cfg.beta,
+          microBatchTokens: cfg.microBatchTokens,
+        });
+        t2 = performance.now();
+        opt = await optimizerStep(
+          engine.model,
+          { lr: cfg.learningRate, beta1: cfg.adamBeta1, beta2: cfg.adamBeta2, eps: cfg.adamEps, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm },
+          run.step + 1,
+        );
+        t3 = performance.now();
+      });
+      engine.scheduler.invalidateCache();
+    }
+    run.step += 1;
+    await this.checkpoint(run);
+    const t4 = performance.now();
+    const tokensProcessed = seqs.reduce((s, q) => s + q.ids.length, 0);
+    const metrics: TrainMetrics = {
+      step: run.step,
+      reward: adv.rewardMean,
+      reward_std: adv.rewardStd,
+      reward_std_dev: adv.meanGroupStd,
+      num_groups_submitted: groups.length,
+      num_groups_trainable: adv.groupsTrainable,
+      num_trajectories: trajectories,
+      exception_rate: trajectories + exceptions ? exceptions / (trajectories + exceptions) : 0,
+      policy_loss: fb.policyLoss,
+      loss: fb.loss,
+      kl_div: fb.kl,
+      entropy: fb.entropy,
+      clip_fraction: fb.clipFraction,
+      grad_norm: opt.gradNorm,
+      num_tokens_trained: fb.trainedTokens,
+      tokens_per_second: t2 > t1 ? tokensProcessed / ((t2 - t1) / 1000) : 0,
+      step_seconds: (t4 - t0) / 1000,
+      time_tokenize: (t1 - t0) / 1000,
+      time_forward_backward: (t2 - t1) / 1000,
+      time_optimizer: (t3 - t2) / 1000,
+      time_checkpoint: (t4 - t3) / 1000,
+      skipped,
+      nonfinite_gradients: !opt.finite,
+    };
+    await run.files.writeTrajectories("train", run.step, groups);
+    const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
+    for (const [k, v] of Object.entries(metrics)) if (k !== "step") row[`train/${k}`] = v;
+    await run.files.appendHistory(row);
+    return { step: run.step, metrics };
+  }
+
+  async log(spec: ModelSpec, groups: TrajectoryGroup[], split: string, metrics: Record<string, number> = {}): Promise<void> {
+    const run = this.run(spec);
+    const adv = computeAdvantages(groups, false);
+    const row: Record<string, unknown> = {
+      step: run.step,
+      recorded_at: new Date().toISOString(),
+      [`${split}/reward`]: adv.rewardMean,
+      [`${split}/reward_std_dev`]: adv.meanGroupStd,
+      [`${split}/num_trajectories`]: groups.reduce((s, g) => s + g.trajectories.length, 0),
+      [`${split}/exception_rate`]: (() => {
+        const e = groups.reduce((s, g) => s + g.exceptions.length, 0);
+        const n = groups.reduce((s, g) => s + g.trajectories.length, 0) + e;
+        return n ? e / n : 0;
+      })(),
+    };
+    // Mean of every numeric trajectory metric (e.g. win) across the split.
+    const sums = new Map<string, { s: number; n: number }>();
+    for (const g of groups)
+      for (const t of g.trajectories)
+        for (const [k, v] of Object.entries(t.metrics)) {
+          const x = typeof v === "boolean" ? Number(v) : v;
+          const e = sums.get(k) ?? { s: 0, n: 0 };
+          e.s += x;
+          e.n++;
+          sums.set(k, e);
+        }
+    for (const [k, { s, n }] of sums) row[`${split}/${k}`] = s / n;
+    for (const [k, v] of Object.entries(metrics)) row[`${split}/${k}`] = v;
+    await run.files.writeTrajectories(split, run.step, groups);
+    await run.files.appendHistory(row);
+  }
+
+  async listCheckpoints(spec: ModelSpec): Promise<number[]> {
+    return this.run(spec).files.listCheckpoints();
+  }
+
+  async deleteCheckpoints(spec: ModelSpec, steps: number[]): Promise<void> {
+    const run = this.run(spec);
+    for (const s of steps) {
+      if (s === run.step) throw new Error(`deleteCheckpoints: step ${s} is the latest checkpoint`);
+      await run.files.deleteCheckpoint(s);
+    }
+  }
+
+  async history(spec: ModelSpec): Promise<Record<string, unknown>[]> {
+    return this.run(spec).files.history();
+  }
+
+  async adapterFiles(spec: ModelSpec, step?: number): Promise<{ step: number; files: Record<string, Uint8Array> }> {
+    const run = this.run(spec);
+    const s = step ?? run.step;
+    const d = `checkpoints/${stepDir(s)}`;
+    const out: Record<string, Uint8Array> = {};
+    for (const f of ["adapter_config.json", "adapter_model.safetensors"]) {
+      const b = await run.files.store.read(run.files.path(`${d}/${f}`));
+      if (!b) throw new Error(`${run.files.path(d)}/${f} does not exist`);
+      out[f] = b;
+    }
+    return { step: s, files: out };
+  }
+
+  async close(): Promise<void> {
+    for (const r of this.runs.values()) await r.engine.close();
+    this.runs.clear();
+  }
+}
