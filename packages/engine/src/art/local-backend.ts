@@ -136,9 +136,7 @@ export class LocalBackend implements Backend {
         }
         const a = adv.advantages[gi][ti];
         if (a === 0) return;
-        for (const h of t.histories()) {
-          const tk = tokenizeHistory(engine.tokenizer, h);
-          if (!tk) continue;
+        for (const tk of t.histories().flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
           if (tk.ids.length > engine.runner.maxContext) {
             throw new Error(`train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`);
           }

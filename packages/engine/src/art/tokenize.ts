@@ -1,7 +1,10 @@
-// Turns a trajectory's history into training tokens: the chat template is rendered with each sampled
-// assistant turn replaced by a sentinel, and each sentinel by the exact token ids the sampler produced
-// (no re-tokenisation drift). Only those ids are trained (mask 1); everything else is context.
-import { isChoice, isTrainableChoice, type History, type Message, type Tool } from "./trajectories.ts";
+// Turns a trajectory's history into training tokens that match what the sampler saw. Each sampled
+// assistant turn's context is the chat template rendered up to that turn with the generation prompt
+// (exactly the engine's prompt for that request), followed by the turn's exact sampled token ids (no
+// re-tokenisation drift); those ids are trained (mask 1), everything else is context. Turns whose
+// context extends the previous sequence share one sequence; when a template re-renders earlier turns
+// differently (e.g. Qwen3 dropping old reasoning), the turn starts a new sequence in its own context.
+import { choiceToMessage, isChoice, isTrainableChoice, type History, type Message, type Tool } from "./trajectories.ts";
 
 /** What tokenisation needs from a tokenizer (the engine's Tokenizer implements it). */
 export interface ChatTokenizer {
@@ -19,65 +22,48 @@ export interface TokenizedHistory {
   trainableTokens: number;
 }
 
-const SENTINEL = (i: number) => `\u0001webart-sampled-turn-${i}\u0001`;
+interface Building {
+  ids: number[];
+  mask: number[];
+  old: number[];
+}
 
-export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistory | null {
-  // ART cuts the history after the last trainable assistant turn.
-  let last = -1;
-  h.messagesAndChoices.forEach((m, i) => {
-    if (isTrainableChoice(m)) last = i;
-  });
-  if (last < 0) return null;
-  const items = h.messagesAndChoices.slice(0, last + 1);
-  const sampled: { ids: number[]; logprobs: number[] }[] = [];
-  const messages: Message[] = items.map((m) => {
-    if (!isChoice(m)) return m;
-    if (!isTrainableChoice(m)) {
-      // A Choice without sampler ids (e.g. from another provider) is context, like a plain message.
-      return { role: "assistant", content: m.message.content ?? "" };
-    }
-    const idx = sampled.length;
-    sampled.push({ ids: m.token_ids!, logprobs: m.token_logprobs! });
-    const msg: Message = { role: "assistant", content: SENTINEL(idx) };
-    if (m.message.tool_calls?.length) {
-      // Tool calls are part of the sampled text, which the sentinel already stands for.
-      (msg as { tool_calls?: unknown }).tool_calls = undefined;
-    }
-    return msg;
-  });
-  const text = tok.applyChatTemplate(messages, { tools: h.tools, addGenerationPrompt: false });
-  const ids: number[] = [];
-  const mask: number[] = [];
-  const old: number[] = [];
-  let rest = text;
-  for (let i = 0; i < sampled.length; i++) {
-    const s = SENTINEL(i);
-    const at = rest.indexOf(s);
-    if (at < 0) throw new Error(`tokenize: the chat template dropped assistant turn ${i}; cannot place its sampled tokens`);
-    const before = tok.encode(rest.slice(0, at), { addSpecialTokens: false });
-    for (const id of before) {
-      ids.push(id);
-      mask.push(0);
-      old.push(NaN);
-    }
-    for (let k = 0; k < sampled[i].ids.length; k++) {
-      ids.push(sampled[i].ids[k]);
-      mask.push(1);
-      old.push(sampled[i].logprobs[k]);
-    }
-    rest = rest.slice(at + s.length);
-    // The sampler's ids end with the stop token when it stopped there; the template adds it again.
-    const lastId = sampled[i].ids[sampled[i].ids.length - 1];
-    const stop = tok.decode([lastId], { skipSpecialTokens: false });
-    const isSpecial = tok.decode([lastId], { skipSpecialTokens: true }) === "";
-    if (isSpecial && stop && rest.startsWith(stop)) rest = rest.slice(stop.length);
-  }
-  // The trailing part after the last trained turn (end-of-turn markers) is cut, as in ART.
+function finish(b: Building): TokenizedHistory {
   return {
-    ids,
-    mask: Uint8Array.from(mask),
-    oldLogprobs: Float32Array.from(old),
-    trainableTokens: mask.reduce((a, b) => a + b, 0),
+    ids: b.ids,
+    mask: Uint8Array.from(b.mask),
+    oldLogprobs: Float32Array.from(b.old),
+    trainableTokens: b.mask.reduce((a, x) => a + x, 0),
   };
 }
 
+/** The training sequences of one history (usually one; empty when nothing in it was sampled here). */
+export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistory[] {
+  const out: TokenizedHistory[] = [];
+  const messages: Message[] = h.messagesAndChoices.map((m) => (isChoice(m) ? choiceToMessage(m) : m));
+  let cur: Building | null = null;
+  h.messagesAndChoices.forEach((m, i) => {
+    if (!isTrainableChoice(m) || !isChoice(m)) return;
+    const ctx = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { tools: h.tools, addGenerationPrompt: true }), {
+      addSpecialTokens: false,
+    });
+    const extends_ = cur !== null && ctx.length >= cur.ids.length && cur.ids.every((id, k) => ctx[k] === id);
+    if (!extends_) {
+      if (cur) out.push(finish(cur));
+      cur = { ids: [], mask: [], old: [] };
+    }
+    const b = cur!;
+    for (let k = b.ids.length; k < ctx.length; k++) {
+      b.ids.push(ctx[k]);
+      b.mask.push(0);
+      b.old.push(NaN);
+    }
+    m.token_ids!.forEach((id, k) => {
+      b.ids.push(id);
+      b.mask.push(1);
+      b.old.push(m.token_logprobs![k]);
+    });
+  });
+  if (cur) out.push(finish(cur));
+  return out;
+}

@@ -1,9 +1,12 @@
 // The ART-style API end to end on the embedded model: learning happens on a toy task with a verifiable
 // reward; checkpoints are PEFT files; exact resume after a "crash"; nothing-trainable is loud.
-import { mkdtempSync, readFileSync, existsSync } from "node:fs";
+import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { describe, expect, it } from "vitest";
+import { beforeAll, describe, expect, it } from "vitest";
+import { Rng } from "@webart/shaders/util/random.ts";
+import { parseConfig } from "../config/index.ts";
+import { randomWeights } from "../model/init.ts";
 import { getDevice } from "@webart/engine/gpu";
 import { LocalBackend } from "./local-backend.ts";
 import { TrainableModel } from "./model.ts";
@@ -12,20 +15,41 @@ import { Trajectory, type SampledChoice } from "./trajectories.ts";
 import { WeightReader, memorySource, tensorToF32 } from "../weights/index.ts";
 
 const BASE = join(import.meta.dirname, "../../../../models/webart-tiny");
-const messages = [
-  { role: "system" as const, content: "Answer with one token." },
-  { role: "user" as const, content: "Go." },
-];
+const messages = [{ role: "user" as const, content: "Go." }];
 
-/** Toy task: the reward is 1 when the single sampled token's id is a multiple of 4 (about a quarter of them). */
+/**
+ * A toy task with a verifiable reward: reply with one token from a fixed fifth of the vocabulary (the
+ * tokens whose LM-head rows point most along a random direction, so a LoRA can reach them). The model is
+ * the embedded model's shape with random weights and an untied head, written to a temp folder.
+ */
+async function toyModel(): Promise<{ dir: string; target: Set<number> }> {
+  const dir = mkdtempSync(join(tmpdir(), "webart-toy-"));
+  for (const f of ["tokenizer.json", "tokenizer_config.json"]) copyFileSync(join(BASE, f), join(dir, f));
+  const cj = { ...JSON.parse(readFileSync(join(BASE, "config.json"), "utf8")), tie_word_embeddings: false };
+  writeFileSync(join(dir, "config.json"), JSON.stringify(cj));
+  const cfg = parseConfig(cj);
+  const bytes = randomWeights(cfg, { headStd: 0.1, seed: 3 });
+  writeFileSync(join(dir, "model.safetensors"), bytes);
+  const head = tensorToF32(await (await WeightReader.fromSource(memorySource(bytes, "m"))).read("lm_head.weight"));
+  const rng = new Rng(9);
+  const C = cfg.hiddenSize;
+  const d = Float32Array.from({ length: C }, () => rng.normal());
+  const proj = Array.from({ length: cfg.vocabSize }, (_, t) => head.subarray(t * C, (t + 1) * C).reduce((s, x, i) => s + x * d[i], 0));
+  const thr = [...proj].sort((a, b) => b - a)[Math.floor(cfg.vocabSize / 5)];
+  return { dir, target: new Set(proj.flatMap((p, t) => (p > thr ? [t] : []))) };
+}
+
+let toy: { dir: string; target: Set<number> };
+const reward = (c: SampledChoice) => (toy.target.has(c.token_ids![0]) ? 1 : 0);
+
 async function rollout(model: TrainableModel, seed: number): Promise<Trajectory> {
   const client = model.openaiClient();
   const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 1, temperature: 1, seed });
   const c = r.choices[0] as SampledChoice;
-  return new Trajectory({ messagesAndChoices: [...messages, c], reward: c.token_ids![0] % 4 === 0 ? 1 : 0 });
+  return new Trajectory({ messagesAndChoices: [...messages, c], reward: reward(c) });
 }
 
-async function step(model: TrainableModel, s: number, groups = 4, size = 8) {
+async function step(model: TrainableModel, s: number, groups = 2, size = 8) {
   return gatherTrajectoryGroups(
     Array.from({ length: groups }, (_, g) => Array.from({ length: size }, (_, i) => () => rollout(model, 1000 * s + 100 * g + i))),
     { progressBar: "off" },
@@ -39,11 +63,13 @@ const adapterWeights = async (bytes: Uint8Array) => {
   return Float32Array.from(out);
 };
 
+beforeAll(async () => void (toy = await toyModel()));
+
 describe("TrainableModel + LocalBackend", () => {
   it("learns a toy task: mean reward from below 0.4 to above 0.8 within 40 steps", async () => {
     const dir = mkdtempSync(join(tmpdir(), "webart-learn-"));
     const backend = new LocalBackend({ path: dir, engine: { kvSlots: 32, maxContext: 64 } });
-    const model = new TrainableModel({ name: "toy", project: "test", baseModel: BASE, lora: { rank: 8, alpha: 16 } });
+    const model = new TrainableModel({ name: "toy", project: "test", baseModel: toy.dir, lora: { rank: 8, alpha: 16 } });
     await model.register(backend);
     const engine = backend.engine(model.spec);
     const base0 = await (await getDevice()).readF32(engine.model.weights.layers[0].q.buffer);
@@ -51,7 +77,7 @@ describe("TrainableModel + LocalBackend", () => {
     let s = await model.getStep();
     for (; s < 40; s++) {
       const groups = await step(model, s);
-      const r = await model.train(groups, { learningRate: 2e-2, maxGradNorm: 1, weightDecay: 0 });
+      const r = await model.train(groups, { learningRate: 5e-3, maxGradNorm: 1, weightDecay: 0 });
       rewards.push(r.metrics.reward);
       if (rewards.length >= 3 && rewards.slice(-3).reduce((a, b) => a + b) / 3 > 0.85) break;
     }
@@ -82,7 +108,7 @@ describe("TrainableModel + LocalBackend", () => {
   it("resumes exactly: 3 steps straight = 1 step, crash, resume, 2 steps (LoRA within 1e-6)", async () => {
     const train = async (dir: string, from: number, to: number) => {
       const backend = new LocalBackend({ path: dir, engine: { kvSlots: 16, maxContext: 64 } });
-      const model = new TrainableModel({ name: "r", project: "p", baseModel: BASE, seed: 5 });
+      const model = new TrainableModel({ name: "r", project: "p", baseModel: toy.dir, seed: 5 });
       await model.register(backend);
       expect(await model.getStep()).toBe(from);
       for (let s = from; s < to; s++) await model.train(await step(model, s, 2, 4), { learningRate: 1e-2 });
@@ -104,7 +130,7 @@ describe("TrainableModel + LocalBackend", () => {
   it("refuses trajectories with nothing trainable, and advances when no group has variance", async () => {
     const dir = mkdtempSync(join(tmpdir(), "webart-c-"));
     const backend = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });
-    const model = new TrainableModel({ name: "z", project: "p", baseModel: BASE });
+    const model = new TrainableModel({ name: "z", project: "p", baseModel: toy.dir });
     await model.register(backend);
     const plain = new Trajectory({ messagesAndChoices: [...messages, { role: "assistant", content: "x" }], reward: 1 });
     await expect(model.train([new (await import("./trajectories.ts")).TrajectoryGroup([plain, plain])])).rejects.toThrow(/no trainable assistant turn/);

@@ -47,8 +47,11 @@ async function loadDawn(): Promise<DawnModule> {
 }
 
 function dawnFlags(opts: GpuApiOptions): string[] {
-  const enable = ["allow_unsafe_apis"]; // timestamp queries without quantisation
-  if (opts.robustness === false) enable.push("disable_robustness");
+  // allow_unsafe_apis: timestamp queries without quantisation. disable_workgroup_init: Dawn zero-fills
+  // workgroup memory otherwise, which costs seconds of pipeline creation on SwiftShader; the engine's
+  // kernels write workgroup memory before reading it (browsers keep the zero-fill, so both are tested).
+  const enable = ["allow_unsafe_apis"];
+  if (opts.robustness === false) enable.push("disable_robustness", "disable_workgroup_init");
   return [`enable-dawn-features=${enable.join(",")}`, ...(opts.dawnFlags ?? [])];
 }
 
