@@ -6,7 +6,7 @@
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
 import type { Gpu, Recorder } from "@webart/engine/gpu";
 import { attentionBackward, attentionDecode, attentionForward } from "@webart/shaders/attention/index.ts";
-import { embedding, tableViews } from "@webart/shaders/embedding/index.ts";
+import { embedding, embeddingBackward, tableViews } from "@webart/shaders/embedding/index.ts";
 import { kvcacheWrite } from "@webart/shaders/kvcache/index.ts";
 import { loraBackward, loraForward } from "@webart/shaders/lora/index.ts";
 import { matmul } from "@webart/shaders/matmul/index.ts";
@@ -14,7 +14,7 @@ import { matvec } from "@webart/shaders/matvec/index.ts";
 import { rmsnorm, rmsnormBackward } from "@webart/shaders/rmsnorm/index.ts";
 import { ropeBackward, ropeForward, ropeInvFreq } from "@webart/shaders/rope/index.ts";
 import { swiglu, swigluBackward } from "@webart/shaders/swiglu/index.ts";
-import type { ModelConfig } from "../config/index.ts";
+import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import type { KvCache } from "./kv.ts";
 import type { LoraState } from "./lora.ts";
@@ -58,6 +58,39 @@ export interface Activations {
   /** The (slot, pos) pairs the forward used; backward rotates gradients with the same positions. */
   slotPos: GPUBuffer;
 }
+
+/**
+ * Gradients of every base weight, for full fine-tuning (f32 weights): one flat f32 buffer, the embedding
+ * first (so it can be viewed as a table), each tensor at a 64-element (256-byte) aligned offset.
+ */
+export interface FullGrads {
+  buffer: GPUBuffer;
+  /** HF tensor name → element offset. */
+  offsets: Map<string, number>;
+  size: number;
+  /** Token ids of the micro-batch on the CPU (the embedding backward groups rows by id). */
+  ids?: Uint32Array;
+}
+
+export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; size: number } {
+  const offsets = new Map<string, number>();
+  let off = 0;
+  for (const [name, shape] of tensorShapes(c)) {
+    offsets.set(name, off);
+    off += Math.ceil(shape.reduce((a, b) => a * b, 1) / 64) * 64;
+  }
+  return { offsets, size: off };
+}
+
+const LINEAR: Record<LoraTarget, string> = {
+  q: "self_attn.q_proj",
+  k: "self_attn.k_proj",
+  v: "self_attn.v_proj",
+  o: "self_attn.o_proj",
+  gate: "mlp.gate_proj",
+  up: "mlp.up_proj",
+  down: "mlp.down_proj",
+};
 
 export class Model {
   readonly invFreq: GPUBuffer;
@@ -256,28 +289,53 @@ export class Model {
     }
   }
 
+  /** Full fine-tuning: dW_head[v0:v1] += dlogitsᵀ · h for one vocab chunk (the embedding's rows when tied). */
+  headGrad(rec: Recorder, dlogits: GPUBuffer, h: GPUBuffer, M: number, v0: number, v1: number, full: FullGrads): void {
+    const C = this.config.hiddenSize;
+    const name = this.config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    const off = full.offsets.get(name)! + v0 * C;
+    matmul(this.gpu, rec, dlogits, h, full.buffer, { M: v1 - v0, N: C, K: M, mode: "tn", lda: v1 - v0, offsetC: off, accumulate: true });
+  }
+
   /**
    * Backward from dhN (N, C), the gradient at the final norm's output, through every layer into the
    * LoRA gradients (accumulated into lora.grads). Frees the activations as it goes.
    */
-  backward(rec: Recorder, acts: Activations, dhN: GPUBuffer, attend: { B: number; T: number }): void {
+  backward(rec: Recorder, acts: Activations, dhN: GPUBuffer, attend: { B: number; T: number }, full?: FullGrads): void {
     const gpu = this.gpu;
     const c = this.config;
     const lora = this.lora;
-    if (!lora?.grads) throw new Error("backward: the LoRA adapter and its gradient buffers must exist");
+    if (!full && !lora?.grads) throw new Error("backward: nothing to train (no LoRA gradients and no full gradients)");
+    const win = (name: string, n: number) => ({ buffer: full!.buffer, offset: full!.offsets.get(name)! * 4, size: n * 4 });
+    /** Full fine-tuning: dW += dyᵀ·x for a linear layer of layer l (and db += Σ dy for its bias). */
+    const wGrad = (l: number, t: LoraTarget, x: GPUBuffer, dy: GPUBuffer) => {
+      if (!full) return;
+      const W = w.layers[l][t];
+      const name = `model.layers.${l}.${LINEAR[t]}`;
+      matmul(gpu, rec, dy, x, full.buffer, { M: W.rows, N: W.cols, K: N, mode: "tn", offsetC: full.offsets.get(`${name}.weight`)!, accumulate: true });
+      const bias = full.offsets.get(`${name}.bias`);
+      if (bias !== undefined) {
+        ones ??= gpu.upload(new Float32Array(N).fill(1), "activations", "ones");
+        matmul(gpu, rec, ones, dy, full.buffer, { M: 1, N: W.rows, K: N, mode: "nn", offsetC: bias, accumulate: true });
+      }
+    };
+    let ones: GPUBuffer | undefined;
     const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
     const { N } = acts;
     const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
     const w = this.weights;
     const loraBack = (l: number, t: LoraTarget, x: GPUBuffer, tBuf: GPUBuffer | undefined, dy: GPUBuffer, dx: GPUBuffer) => {
+      wGrad(l, t, x, dy);
+      if (!lora?.grads) return;
       const e = lora.byLayer[l].get(t);
       if (!e || !tBuf) return;
       const dims = { N, in: e.in, out: e.out, R: lora.config.rank, scale: lora.scale };
-      loraBackward(gpu, rec, dims, lora.slot(l, t)!, lora.slot(l, t, lora.grads!)!, { x, t: tBuf, dy, dx });
+      loraBackward(gpu, rec, dims, lora.slot(l, t)!, lora.slot(l, t, lora.grads)!, { x, t: tBuf, dy, dx });
     };
     // dx: gradient of the residual stream, carried down through the layers.
     const dx = buf(N * C, "dx");
-    rmsnormBackward(gpu, rec, { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx }, N, C);
+    const fdw = (name: string, n: number) => (full ? { dw: win(name, n) } : {});
+    rmsnormBackward(gpu, rec, { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw("model.norm.weight", C) }, N, C, { accumulateDw: true });
     gpu.release(acts.hN, acts.rstdN);
     for (let l = c.numLayers - 1; l >= 0; l--) {
       const s = acts.layers[l];
@@ -294,7 +352,8 @@ export class Model {
       this.linearBack(rec, du, L.up, dh2, N, true);
       loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
       loraBack(l, "up", s.h2, s.t.up, du, dh2);
-      rmsnormBackward(gpu, rec, { x: s.xMid, w: L.postNorm, rstd: s.rstd2, dy: dh2, dx }, N, C, { accumulate: true });
+      const p = `model.layers.${l}.`;
+      rmsnormBackward(gpu, rec, { x: s.xMid, w: L.postNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + "post_attention_layernorm.weight", C) }, N, C, { accumulate: true, accumulateDw: true });
       gpu.release(da, dg, du, dh2);
       // --- attention block: xMid = x + o_proj(o).
       const dO = buf(N * H * D, "do");
@@ -313,8 +372,8 @@ export class Model {
       if (c.qkNorm) {
         dqPre = buf(N * H * D, "dqPre");
         dkPre = buf(N * KV * D, "dkPre");
-        rmsnormBackward(gpu, rec, { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre }, N * H, D);
-        rmsnormBackward(gpu, rec, { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre }, N * KV, D);
+        rmsnormBackward(gpu, rec, { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(p + "self_attn.q_norm.weight", D) }, N * H, D, { accumulateDw: true });
+        rmsnormBackward(gpu, rec, { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(p + "self_attn.k_norm.weight", D) }, N * KV, D, { accumulateDw: true });
       }
       const dh1 = buf(N * C, "dh1");
       this.linearBack(rec, dqPre, L.q, dh1, N, false);
@@ -323,12 +382,17 @@ export class Model {
       loraBack(l, "q", s.h1, s.t.q, dqPre, dh1);
       loraBack(l, "k", s.h1, s.t.k, dkPre, dh1);
       loraBack(l, "v", s.h1, s.t.v, dv, dh1);
-      rmsnormBackward(gpu, rec, { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx }, N, C, { accumulate: true });
+      rmsnormBackward(gpu, rec, { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx, ...fdw(p + "input_layernorm.weight", C) }, N, C, { accumulate: true, accumulateDw: true });
       gpu.release(dO, dq, dk, dv, dh1);
       if (dqPre !== dq) gpu.release(dqPre, dkPre);
       freeSaved(gpu, s);
     }
-    gpu.release(dx, acts.xL);
+    if (full) {
+      // dx is now the gradient at the embedding's output: scatter-add it into the embedding rows.
+      if (!full.ids) throw new Error("backward: full fine-tuning needs the token ids on the CPU");
+      embeddingBackward(gpu, rec, dx, full.ids, tableViews(gpu, full.buffer, c.vocabSize, C, "f32"));
+    }
+    gpu.release(dx, acts.xL, ones);
   }
 }
 

@@ -71,7 +71,7 @@ export function microBatches(lengths: number[], budget: number): number[][] {
  * Token logprobs of `targets` from final-normed states h (N, C), streaming the LM head over vocabulary
  * chunks; writes lp, entropy and lse (N each).
  */
-function headLogprobs(model: Model, rec: Recorder, h: GPUBuffer, targets: GPUBuffer, N: number, lp: GPUBuffer, ent: GPUBuffer, lse: GPUBuffer, chunk: number): void {
+export function headLogprobs(model: Model, rec: Recorder, h: GPUBuffer, targets: GPUBuffer, N: number, lp: GPUBuffer, ent: GPUBuffer, lse: GPUBuffer, chunk: number): void {
   const gpu = model.gpu;
   const V = model.config.vocabSize;
   const stats = gpu.buffer(logprobsStatsBytes(N), "activations", "logprob stats");

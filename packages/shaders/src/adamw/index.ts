@@ -28,8 +28,12 @@ export interface AdamWConfig {
   maxNorm: number;
 }
 
-function need(buf: GPUBuffer, bytes: number, what: string): void {
-  if (buf.size < bytes) throw new RangeError(`${what}: buffer has ${buf.size} bytes, needs ${bytes}`);
+/** A buffer, or a window of one (e.g. one tensor's slice of a flat gradient buffer; offsets 256-aligned). */
+type Buf = GPUBuffer | { buffer: GPUBuffer; offset?: number; size?: number };
+
+function need(buf: Buf, bytes: number, what: string): void {
+  const size = "buffer" in buf ? (buf.size ?? buf.buffer.size - (buf.offset ?? 0)) : buf.size;
+  if (size < bytes) throw new RangeError(`${what}: buffer has ${size} bytes, needs ${bytes}`);
 }
 
 function params(n: number, parts: number, c?: AdamWConfig, step = 1, scale = 1): Params {
@@ -63,10 +67,10 @@ export function gradNorm(
 export function adamwUpdate(
   gpu: Gpu,
   rec: Recorder,
-  weights: GPUBuffer, // (n,)
-  grads: GPUBuffer, // (n,)
-  m: GPUBuffer, // (n,) first moment
-  v: GPUBuffer, // (n,) second moment
+  weights: Buf, // (n,)
+  grads: Buf, // (n,)
+  m: Buf, // (n,) first moment
+  v: Buf, // (n,) second moment
   stats: GPUBuffer, // from gradNorm
   n: number,
   config: AdamWConfig,

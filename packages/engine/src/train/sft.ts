@@ -1,0 +1,153 @@
+// Full-parameter supervised fine-tuning (the embedded model's pretraining): next-token cross-entropy on
+// the masked (assistant) tokens, backward into every base weight (f32), global grad-norm clip + AdamW.
+import type { Gpu } from "@webart/engine/gpu";
+import { adamwPartsBytes, adamwStatsBytes, adamwUpdate, gradNorm } from "@webart/shaders/adamw/index.ts";
+import { logprobsBackward } from "@webart/shaders/logprobs/index.ts";
+import { trainingSlotPos } from "@webart/shaders/attention/index.ts";
+import { tensorShapes } from "../config/index.ts";
+import { fullGradLayout, type FullGrads, type Model } from "../model/model.ts";
+import { headLogprobs, microBatches, type OptimizerConfig } from "./grpo.ts";
+
+export interface SftSequence {
+  ids: ArrayLike<number>;
+  /** 1 at positions whose token is learned (assistant tokens). */
+  mask: ArrayLike<number>;
+}
+
+type Win = { buffer: GPUBuffer; offset: number; size: number };
+
+/** Gradient and AdamW state for every base weight of a model loaded with f32 weights. */
+export class FullTrainer {
+  readonly grads: FullGrads;
+  readonly m: GPUBuffer;
+  readonly v: GPUBuffer;
+  /** Each tensor: its weight binding and its element offset / count in the flat buffers. */
+  readonly tensors: { name: string; weight: GPUBuffer | Win; offset: number; n: number }[] = [];
+  step = 0;
+
+  constructor(readonly model: Model) {
+    const gpu = model.gpu;
+    const c = model.config;
+    const w = model.weights;
+    const { offsets, size } = fullGradLayout(c);
+    const z = new Float32Array(size);
+    this.grads = { buffer: gpu.upload(z, "optimizer", "full grads"), offsets, size };
+    this.m = gpu.upload(z, "optimizer", "full adam m");
+    this.v = gpu.upload(z, "optimizer", "full adam v");
+    const byName = new Map<string, GPUBuffer | Win>();
+    if (w.embed.dtype !== "f32" || w.embed.shards.length !== 1) throw new Error("full fine-tuning needs f32 weights (load with weightsF32) and a single embedding shard");
+    const e = w.embed.shards[0].binding;
+    byName.set("model.embed_tokens.weight", "buffer" in e ? (e as Win) : e);
+    w.layers.forEach((L, i) => {
+      const p = `model.layers.${i}.`;
+      for (const [k, t] of [["q", "self_attn.q_proj"], ["k", "self_attn.k_proj"], ["v", "self_attn.v_proj"], ["o", "self_attn.o_proj"], ["gate", "mlp.gate_proj"], ["up", "mlp.up_proj"], ["down", "mlp.down_proj"]] as const) {
+        if (L[k].dtype !== "f32") throw new Error(`full fine-tuning needs f32 weights; ${p}${t}.weight is ${L[k].dtype}`);
+        byName.set(`${p}${t}.weight`, L[k].buffer);
+      }
+      byName.set(p + "input_layernorm.weight", L.inNorm);
+      byName.set(p + "post_attention_layernorm.weight", L.postNorm);
+      if (L.qBias) byName.set(p + "self_attn.q_proj.bias", L.qBias);
+      if (L.kBias) byName.set(p + "self_attn.k_proj.bias", L.kBias);
+      if (L.vBias) byName.set(p + "self_attn.v_proj.bias", L.vBias);
+      if (L.oBias) byName.set(p + "self_attn.o_proj.bias", L.oBias);
+      if (L.qNorm) byName.set(p + "self_attn.q_norm.weight", L.qNorm);
+      if (L.kNorm) byName.set(p + "self_attn.k_norm.weight", L.kNorm);
+    });
+    byName.set("model.norm.weight", w.finalNorm);
+    if (!c.tieWordEmbeddings) byName.set("lm_head.weight", w.head[0].buffer);
+    for (const [name, shape] of tensorShapes(c)) {
+      const weight = byName.get(name);
+      if (!weight) throw new Error(`full fine-tuning: no GPU buffer for ${name}`);
+      this.tensors.push({ name, weight, offset: offsets.get(name)!, n: shape.reduce((a, b) => a * b, 1) });
+    }
+  }
+
+  /** One optimizer step on sequences; returns the mean loss over masked tokens and the grad norm. */
+  async step_(seqs: SftSequence[], o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number }): Promise<{ loss: number; tokens: number; gradNorm: number }> {
+    const model = this.model;
+    const gpu: Gpu = model.gpu;
+    const C = model.config.hiddenSize;
+    const V = model.config.vocabSize;
+    const chunk = Math.min(o.vocabChunk ?? 8192, V);
+    const total = seqs.reduce((s, q) => s + Array.from(q.mask).slice(1).reduce((a, b) => a + (b ? 1 : 0), 0), 0);
+    if (!total) throw new Error("sft: no masked tokens to learn");
+    const lossBuf = gpu.buffer(seqs.reduce((s, q) => s + q.ids.length, 0) * 4, "optimizer", "sft lp");
+    const weights: number[] = [];
+    {
+      const rec = gpu.recorder();
+      rec.clear(this.grads.buffer);
+      await rec.submit();
+    }
+    let row = 0;
+    for (const idx of microBatches(seqs.map((s) => s.ids.length), o.microBatchTokens)) {
+      const B = idx.length;
+      const T = Math.max(...idx.map((i) => seqs[i].ids.length));
+      const N = B * T;
+      const ids = new Uint32Array(N);
+      const targets = new Uint32Array(N);
+      const dlogp = new Float32Array(N);
+      idx.forEach((si, b) => {
+        const s = seqs[si];
+        for (let t = 0; t < s.ids.length; t++) {
+          ids[b * T + t] = s.ids[t];
+          if (t + 1 < s.ids.length) {
+            targets[b * T + t] = s.ids[t + 1];
+            // loss = -(1/total) Σ mask·logp, so dloss/dlogp = -mask/total.
+            dlogp[b * T + t] = s.mask[t + 1] ? -1 / total : 0;
+          }
+        }
+      });
+      const rec = gpu.recorder();
+      const bIds = gpu.upload(ids);
+      const bT = gpu.upload(targets);
+      const bD = gpu.upload(dlogp);
+      const slotPos = gpu.upload(trainingSlotPos(B, T));
+      const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true);
+      const lp = gpu.buffer(N * 4);
+      const ent = gpu.buffer(N * 4);
+      const lse = gpu.buffer(N * 4);
+      headLogprobs(model, rec, acts!.hN, bT, N, lp, ent, lse, chunk);
+      idx.forEach((si, b) => {
+        const L = seqs[si].ids.length;
+        rec.copy(lp, b * T * 4, lossBuf, row * 4, L * 4);
+        for (let t = 0; t < L; t++) weights.push(t + 1 < L && seqs[si].mask[t + 1] ? 1 : 0);
+        row += L;
+      });
+      const dhN = gpu.buffer(N * C * 4);
+      rec.clear(dhN);
+      const logits = gpu.buffer(N * chunk * 4);
+      for (let v0 = 0; v0 < V; v0 += chunk) {
+        const cols = Math.min(chunk, V - v0);
+        model.head(rec, acts!.hN, N, logits, v0, v0 + cols, cols);
+        logprobsBackward(gpu, rec, logits, bT, lse, ent, bD, null, N, { v0, cols });
+        model.headBack(rec, logits, N, dhN, v0, v0 + cols);
+        model.headGrad(rec, logits, acts!.hN, N, v0, v0 + cols, this.grads);
+      }
+      model.backward(rec, acts!, dhN, { B, T }, { ...this.grads, ids });
+      gpu.release(bIds, bT, bD, slotPos, lp, ent, lse, dhN, logits);
+      await rec.submit();
+    }
+    this.step += 1;
+    const parts = gpu.buffer(adamwPartsBytes, "optimizer");
+    const stats = gpu.buffer(adamwStatsBytes, "optimizer");
+    const rec = gpu.recorder();
+    gradNorm(gpu, rec, this.grads.buffer, parts, stats, this.grads.size, o.maxGradNorm);
+    const cfg = { lr: o.lr, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weightDecay: o.weightDecay, maxNorm: o.maxGradNorm };
+    for (const t of this.tensors) {
+      const w = (b: GPUBuffer): Win => ({ buffer: b, offset: t.offset * 4, size: t.n * 4 });
+      // Norm weights and biases are not decayed (as is usual).
+      const decay = t.name.endsWith("norm.weight") || t.name.endsWith(".bias") ? 0 : cfg.weightDecay;
+      adamwUpdate(gpu, rec, t.weight, w(this.grads.buffer), w(this.m), w(this.v), stats, t.n, { ...cfg, weightDecay: decay }, this.step);
+    }
+    const sRead = rec.read(stats, adamwStatsBytes);
+    const lRead = rec.read(lossBuf, row * 4);
+    gpu.release(parts, stats, lossBuf);
+    await rec.submit();
+    const s = new Float32Array(await sRead);
+    const lp = new Float32Array(await lRead);
+    let loss = 0;
+    // Row r of a sequence holds the logprob of the token at r + 1.
+    for (let i = 0; i < row; i++) loss -= weights[i] * lp[i];
+    return { loss: loss / total, tokens: total, gradNorm: s[0] };
+  }
+}
