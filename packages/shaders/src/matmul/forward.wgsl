@@ -30,6 +30,8 @@ fn hi(w: u32) -> f32 {
   if (B_KIND == 1u) { return bitcast<f32>(w & 0xffff0000u); }
   return unpack2x16float(w).y;
 }
+fn lo4(w: vec4u) -> vec4f { return vec4f(lo(w.x), lo(w.y), lo(w.z), lo(w.w)); }
+fn hi4(w: vec4u) -> vec4f { return vec4f(hi(w.x), hi(w.y), hi(w.z), hi(w.w)); }
 // Element e of B, any dtype (the slow general path for 16-bit layouts that are not word aligned).
 fn loadB(e: u32) -> f32 {
   if (B_KIND == 0u) { return bitcast<f32>(b[e]); }
@@ -84,8 +86,8 @@ fn matmul_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
     for (var q = 0u; k + 1u < p.K; k += 2u) {
       let w0 = vec4u(b[u0.x + q], b[u0.y + q], b[u0.z + q], b[u0.w + q]);
       let w1 = vec4u(b[u1.x + q], b[u1.y + q], b[u1.z + q], b[u1.w + q]);
-      rank1(k * aK, vec4f(lo(w0.x), lo(w0.y), lo(w0.z), lo(w0.w)), vec4f(lo(w1.x), lo(w1.y), lo(w1.z), lo(w1.w)));
-      rank1((k + 1u) * aK, vec4f(hi(w0.x), hi(w0.y), hi(w0.z), hi(w0.w)), vec4f(hi(w1.x), hi(w1.y), hi(w1.z), hi(w1.w)));
+      rank1(k * aK, lo4(w0), lo4(w1));
+      rank1((k + 1u) * aK, hi4(w0), hi4(w1));
       q++;
     }
   } else if (aligned && PAIR_N) {

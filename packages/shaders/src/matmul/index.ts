@@ -150,10 +150,7 @@ export function matmul(gpu: Gpu, rec: Recorder, a: GPUBuffer, b: GPUBuffer, c: G
   const max = gpu.limits.maxComputeWorkgroupsPerDimension;
   if (wg.some((x) => x > max)) throw new Error(`matmul: grid ${wg.join("×")} exceeds ${max} workgroups per dimension`);
   const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (o.bias ? 4 : 0) | (o.accumulate ? 8 : 0);
-  const params = new Params()
-    .u32(M, N, K, flags, lda, ldb, ldc)
-    .f32(alpha)
-    .u32(offA, offB, offC, offBias, sA, sB, sC);
+  const params = new Params().u32(M, N, K, flags, lda, ldb, ldc).f32(alpha).u32(offA, offB, offC, offBias, sA, sB, sC);
   // Without a bias, A fills the binding (never read: both are read-only storage, so sharing is valid).
   rec.dispatch(matmulSpec(variant, bDtype, tB), [a, b, o.bias ?? a, c], wg, params);
 }

@@ -3,9 +3,16 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu } from "@webart/engine/gpu";
 import { Rng } from "../util/random.ts";
-import { assertClose, type Tolerance } from "../util/check.ts";
+import { assertClose, f64, finiteDiff, type Tolerance } from "../util/check.ts";
 import { packHalf, roundHalf } from "../util/half.ts";
-import { MATMUL_VARIANTS, matmul, matmulShards, matmulVariant, type MatmulOptions, type MatmulVariant } from "./index.ts";
+import {
+  MATMUL_VARIANTS,
+  matmul,
+  matmulShards,
+  matmulVariant,
+  type MatmulOptions,
+  type MatmulVariant,
+} from "./index.ts";
 import { matmulReference } from "./reference.ts";
 
 // f32 accumulation in a different order (and possibly fused) than the reference: K ≤ 257 terms
@@ -56,12 +63,18 @@ async function check(g: Gpu, o: MatmulOptions & { variant: MatmulVariant }, seed
   await rec.submit();
   const got = new Float32Array(await out);
   g.release(ba, bb, bc, bbias);
-  const want = matmulReference(aVals, bRef, cInit.slice(), { ...o, transA: tA, transB: tB }, bias ? biasVals : undefined);
+  const want = matmulReference(
+    aVals,
+    bRef,
+    cInit.slice(),
+    { ...o, transA: tA, transB: tB },
+    bias ? biasVals : undefined,
+  );
   assertClose(`matmul ${o.variant} ${mode} ${bDtype} ${M}x${N}x${K}`, got, want, TOL);
 }
 
 describe.each(MATMUL_VARIANTS)("matmul %s", (variant) => {
-  it.each(["nn", "nt", "tn"] as const)("f32 %s at odd sizes", async (mode) => {
+  it.each(["nn", "nt", "tn", "tt"] as const)("f32 %s at odd sizes", async (mode) => {
     for (const [i, [M, N, K]] of SIZES.entries()) await check(gpu, { M, N, K, mode, variant }, 10 + i);
   });
 
@@ -81,14 +94,50 @@ describe.each(MATMUL_VARIANTS)("matmul %s", (variant) => {
   it("batches with per-operand strides, broadcast (stride 0), bias, alpha and accumulate", async () => {
     await check(gpu, { M: 9, N: 35, K: 6, batch: 3, variant }, 40);
     await check(gpu, { M: 9, N: 35, K: 6, batch: 3, strideB: 0, mode: "nt", variant }, 41, true);
-    await check(gpu, { M: 5, N: 7, K: 11, batch: 4, strideA: 0, mode: "tn", alpha: -0.5, accumulate: true, variant }, 42);
+    await check(
+      gpu,
+      { M: 5, N: 7, K: 11, batch: 4, strideA: 0, mode: "tn", alpha: -0.5, accumulate: true, variant },
+      42,
+    );
     await check(gpu, { M: 17, N: 40, K: 9, bDtype: "bf16", mode: "nt", alpha: 2, accumulate: true, variant }, 43, true);
   });
 
   it("writes a column range of a wider C (ldc, offsetC) with padded lda/ldb", async () => {
     await check(gpu, { M: 10, N: 21, K: 7, lda: 9, ldb: 30, ldc: 50, offsetC: 13, variant }, 50, true);
-    await check(gpu, { M: 10, N: 21, K: 7, mode: "tn", lda: 12, ldc: 33, offsetC: 5, offsetBias: 3, variant }, 51, true);
+    await check(
+      gpu,
+      { M: 10, N: 21, K: 7, mode: "tn", lda: 12, ldc: 33, offsetC: 5, offsetBias: 3, variant },
+      51,
+      true,
+    );
   });
+});
+
+it("nt and tn give the gradients of nn (checked against f64 finite differences)", async () => {
+  // loss = sum(C ⊙ G) with C = A·B: dA = G·Bᵀ (nt) and dB = Aᵀ·G (tn), the engine's backward pass.
+  const rng = new Rng(80);
+  const [M, N, K] = [3, 4, 5];
+  const [A, B, G] = [rng.f32(M * K), rng.f32(K * N), rng.f32(M * N)];
+  const loss = ([a, b]: Float64Array[]) => {
+    let s = 0; // in f64, so the differences are exact to ~1e-10
+    for (let m = 0; m < M; m++)
+      for (let n = 0; n < N; n++) for (let k = 0; k < K; k++) s += G[m * N + n] * a[m * K + k] * b[k * N + n];
+    return s;
+  };
+  const [dA, dB] = finiteDiff(loss, [f64(A), f64(B)]);
+  const [ba, bb, bg] = [gpu.upload(A), gpu.upload(B), gpu.upload(G)];
+  const [bdA, bdB] = [gpu.buffer(M * K * 4), gpu.buffer(K * N * 4)];
+  for (const variant of MATMUL_VARIANTS) {
+    const rec = gpu.recorder();
+    matmul(gpu, rec, bg, bb, bdA, { M, N: K, K: N, mode: "nt", variant }); // (M, N)·(K, N)ᵀ
+    matmul(gpu, rec, ba, bg, bdB, { M: K, N, K: M, mode: "tn", variant }); // (M, K)ᵀ·(M, N)
+    const [ga, gb] = [rec.read(bdA, M * K * 4), rec.read(bdB, K * N * 4)];
+    await rec.submit();
+    // GPU f32 sums of ≤ 5 products against f64 differences.
+    assertClose(`dA ${variant}`, new Float32Array(await ga), dA, { atol: 1e-5, rtol: 1e-5 });
+    assertClose(`dB ${variant}`, new Float32Array(await gb), dB, { atol: 1e-5, rtol: 1e-5 });
+  }
+  gpu.release(ba, bb, bg, bdA, bdB);
 });
 
 it("matmulShards fills one wide C from row-range shards of a 16-bit weight", async () => {
@@ -115,6 +164,29 @@ it("matmulShards fills one wide C from row-range shards of a 16-bit weight", asy
   const want = matmulReference(x, roundHalf(w, "bf16"), new Float32Array(M * N), { M, N, K, transB: true }, biasVals);
   assertClose("matmulShards", new Float32Array(await out), want, TOL);
   gpu.release(bx, bc, bbias, ...shards.map((s) => s.buffer));
+});
+
+it("the backward through a sharded weight: dx = dy·W accumulated over shards' K ranges", async () => {
+  // W (N, C) split by rows into shards; dy (M, N). Shard i holds W[n0:n1], so dx += dy[:, n0:n1]·W[n0:n1].
+  const rng = new Rng(61);
+  const [M, C] = [6, 11];
+  const rows = [5, 8];
+  const N = rows[0] + rows[1];
+  const w = rng.f32(N * C);
+  const dy = rng.f32(M * N);
+  const [bdy, bdx] = [gpu.upload(dy), gpu.buffer(M * C * 4)];
+  const shards = [w.subarray(0, rows[0] * C), w.subarray(rows[0] * C)].map((v) => gpu.upload(packHalf(v, "f16")));
+  for (const variant of MATMUL_VARIANTS) {
+    const rec = gpu.recorder();
+    matmul(gpu, rec, bdy, shards[0], bdx, { M, N: C, K: rows[0], lda: N, bDtype: "f16", variant });
+    const o = { M, N: C, K: rows[1], lda: N, offsetA: rows[0], bDtype: "f16" as const, accumulate: true, variant };
+    matmul(gpu, rec, bdy, shards[1], bdx, o);
+    const out = rec.read(bdx, M * C * 4);
+    await rec.submit();
+    const want = matmulReference(dy, roundHalf(w, "f16"), new Float32Array(M * C), { M, N: C, K: N });
+    assertClose(`sharded backward ${variant}`, new Float32Array(await out), want, TOL);
+  }
+  gpu.release(bdy, bdx, ...shards);
 });
 
 it("refuses accesses past a buffer and bad strides, before recording anything", async () => {

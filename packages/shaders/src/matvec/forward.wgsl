@@ -44,7 +44,7 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
     if (W_KIND == 0u) {
       // Consecutive threads take consecutive k: contiguous loads of W and x.
       for (var k = t; k < p.K; k += WG) {
-        let wv = vec4f(bitcast<f32>(w[r.x + k]), bitcast<f32>(w[r.y + k]), bitcast<f32>(w[r.z + k]), bitcast<f32>(w[r.w + k]));
+        let wv = bitcast<vec4f>(vec4u(w[r.x + k], w[r.y + k], w[r.z + k], w[r.w + k]));
         s0 += x[xr.x + k] * wv;
         if (MT > 1u) { s1 += x[xr.y + k] * wv; }
         if (MT > 2u) { s2 += x[xr.z + k] * wv; }

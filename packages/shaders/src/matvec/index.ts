@@ -35,7 +35,7 @@ export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
 /** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the other 4. */
 const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64 };
 const CG = 4;
-/** Rows of x per pass (the kernels keep MT × 4 or MT × 8 sums per thread). */
+/** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one). */
 const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4 };
 const specs = new Map<string, KernelSpec>();
 
@@ -110,14 +110,23 @@ export function matvec(gpu: Gpu, rec: Recorder, x: GPUBuffer, w: GPUBuffer, y: G
   if (!matvecVariants(gpu).includes(variant)) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
-  const MT = Math.min(M, MAX_MT[variant]);
+  // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines.
+  const MT = Math.min(2 ** Math.ceil(Math.log2(M)), MAX_MT[variant]);
   const params = new Params().u32(M, N, K, o.bias ? 1 : 0, ldx, ldy, offW, offY, offBias, offX);
   const groups = Math.ceil(N / (variant === "subgroup" ? 16 * CG : 4));
   // Without a bias, x fills the binding (never read; both are read-only storage).
   rec.dispatch(matvecSpec(variant, wDtype, MT), [x, w, o.bias ?? x, y], gpu.grid(groups), params);
 }
 
-function check(name: string, buf: GPUBuffer, bytesPerElement: number, offset: number, rows: number, ld: number, cols: number) {
+function check(
+  name: string,
+  buf: GPUBuffer,
+  bytesPerElement: number,
+  offset: number,
+  rows: number,
+  ld: number,
+  cols: number,
+) {
   for (const [k, v] of Object.entries({ offset, ld })) {
     if (!Number.isInteger(v) || v < 0) throw new Error(`matvec: ${name} ${k} = ${v} must be an integer >= 0`);
   }

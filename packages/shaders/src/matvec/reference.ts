@@ -5,7 +5,16 @@ export function matvecReference(
   x: ArrayLike<number>,
   w: ArrayLike<number>,
   y: Float32Array,
-  d: { M: number; N: number; K: number; ldx?: number; ldy?: number; offsetX?: number; offsetW?: number; offsetY?: number },
+  d: {
+    M: number;
+    N: number;
+    K: number;
+    ldx?: number;
+    ldy?: number;
+    offsetX?: number;
+    offsetW?: number;
+    offsetY?: number;
+  },
   bias?: ArrayLike<number>,
   offsetBias = 0,
 ): Float32Array {

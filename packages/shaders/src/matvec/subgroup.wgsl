@@ -46,9 +46,14 @@ fn rows(k: u32, w0: vec4f, w1: vec4f, w2: vec4f, w3: vec4f, xr0: vec4u, xr1: vec
   if (MT > 7u) { v = x[xr1.w + k]; acc[28] += v * w0; acc[29] += v * w1; acc[30] += v * w2; acc[31] += v * w3; }
 }
 
-// Unpacked words of 4 columns: (.x of each, .y of each) = elements k and k + 1.
-fn split(a: vec2f, b: vec2f, c: vec2f, d: vec2f) -> array<vec4f, 2> {
-  return array<vec4f, 2>(vec4f(a.x, b.x, c.x, d.x), vec4f(a.y, b.y, c.y, d.y));
+// Elements k (low halves) and k + 1 (high halves) of four columns' words.
+fn lo4(v: vec4u) -> vec4f {
+  if (W_KIND == 1u) { return bitcast<vec4f>(v * 0x10000u); }
+  return vec4f(unpack2x16float(v.x).x, unpack2x16float(v.y).x, unpack2x16float(v.z).x, unpack2x16float(v.w).x);
+}
+fn hi4(v: vec4u) -> vec4f {
+  if (W_KIND == 1u) { return bitcast<vec4f>(v & vec4u(0xffff0000u)); }
+  return vec4f(unpack2x16float(v.x).y, unpack2x16float(v.y).y, unpack2x16float(v.z).y, unpack2x16float(v.w).y);
 }
 
 @compute @workgroup_size(WG)
@@ -80,12 +85,12 @@ fn matvec_forward_subgroup(
       acc = array<vec4f, 32>(); // whole-array writes and constant indices keep acc out of gathers
       let u0 = r0 / 2u; let u1 = r1 / 2u; let u2 = r2 / 2u; let u3 = r3 / 2u; // row starts in words (when even)
       for (var q = lane; 2u * q < kPairs; q += S) { // q: word within the row, k = 2q
-        let a = split(unpack(w[u0.x + q]), unpack(w[u0.y + q]), unpack(w[u0.z + q]), unpack(w[u0.w + q]));
-        let b = split(unpack(w[u1.x + q]), unpack(w[u1.y + q]), unpack(w[u1.z + q]), unpack(w[u1.w + q]));
-        let d = split(unpack(w[u2.x + q]), unpack(w[u2.y + q]), unpack(w[u2.z + q]), unpack(w[u2.w + q]));
-        let e = split(unpack(w[u3.x + q]), unpack(w[u3.y + q]), unpack(w[u3.z + q]), unpack(w[u3.w + q]));
-        rows(q + q, a[0], b[0], d[0], e[0], xr0, xr1);
-        rows(q + q + 1u, a[1], b[1], d[1], e[1], xr0, xr1);
+        let a = vec4u(w[u0.x + q], w[u0.y + q], w[u0.z + q], w[u0.w + q]);
+        let b = vec4u(w[u1.x + q], w[u1.y + q], w[u1.z + q], w[u1.w + q]);
+        let d = vec4u(w[u2.x + q], w[u2.y + q], w[u2.z + q], w[u2.w + q]);
+        let e = vec4u(w[u3.x + q], w[u3.y + q], w[u3.z + q], w[u3.w + q]);
+        rows(q + q, lo4(a), lo4(b), lo4(d), lo4(e), xr0, xr1);
+        rows(q + q + 1u, hi4(a), hi4(b), hi4(d), hi4(e), xr0, xr1);
       }
       // f32, or 16-bit rows that start mid-word: lanes take consecutive single k.
       for (var k = kPairs + lane; k < p.K; k += S) {
@@ -96,14 +101,36 @@ fn matvec_forward_subgroup(
         rows(k, w0, w1, w2, w3, xr0, xr1);
       }
       var t: array<vec4f, 32>;
-      t[0] = subgroupAdd(acc[0]); t[1] = subgroupAdd(acc[1]); t[2] = subgroupAdd(acc[2]); t[3] = subgroupAdd(acc[3]);
-      if (MT > 1u) { t[4] = subgroupAdd(acc[4]); t[5] = subgroupAdd(acc[5]); t[6] = subgroupAdd(acc[6]); t[7] = subgroupAdd(acc[7]); }
-      if (MT > 2u) { t[8] = subgroupAdd(acc[8]); t[9] = subgroupAdd(acc[9]); t[10] = subgroupAdd(acc[10]); t[11] = subgroupAdd(acc[11]); }
-      if (MT > 3u) { t[12] = subgroupAdd(acc[12]); t[13] = subgroupAdd(acc[13]); t[14] = subgroupAdd(acc[14]); t[15] = subgroupAdd(acc[15]); }
-      if (MT > 4u) { t[16] = subgroupAdd(acc[16]); t[17] = subgroupAdd(acc[17]); t[18] = subgroupAdd(acc[18]); t[19] = subgroupAdd(acc[19]); }
-      if (MT > 5u) { t[20] = subgroupAdd(acc[20]); t[21] = subgroupAdd(acc[21]); t[22] = subgroupAdd(acc[22]); t[23] = subgroupAdd(acc[23]); }
-      if (MT > 6u) { t[24] = subgroupAdd(acc[24]); t[25] = subgroupAdd(acc[25]); t[26] = subgroupAdd(acc[26]); t[27] = subgroupAdd(acc[27]); }
-      if (MT > 7u) { t[28] = subgroupAdd(acc[28]); t[29] = subgroupAdd(acc[29]); t[30] = subgroupAdd(acc[30]); t[31] = subgroupAdd(acc[31]); }
+      t[0] = subgroupAdd(acc[0]); t[1] = subgroupAdd(acc[1]);
+      t[2] = subgroupAdd(acc[2]); t[3] = subgroupAdd(acc[3]);
+      if (MT > 1u) {
+        t[4] = subgroupAdd(acc[4]); t[5] = subgroupAdd(acc[5]);
+        t[6] = subgroupAdd(acc[6]); t[7] = subgroupAdd(acc[7]);
+      }
+      if (MT > 2u) {
+        t[8] = subgroupAdd(acc[8]); t[9] = subgroupAdd(acc[9]);
+        t[10] = subgroupAdd(acc[10]); t[11] = subgroupAdd(acc[11]);
+      }
+      if (MT > 3u) {
+        t[12] = subgroupAdd(acc[12]); t[13] = subgroupAdd(acc[13]);
+        t[14] = subgroupAdd(acc[14]); t[15] = subgroupAdd(acc[15]);
+      }
+      if (MT > 4u) {
+        t[16] = subgroupAdd(acc[16]); t[17] = subgroupAdd(acc[17]);
+        t[18] = subgroupAdd(acc[18]); t[19] = subgroupAdd(acc[19]);
+      }
+      if (MT > 5u) {
+        t[20] = subgroupAdd(acc[20]); t[21] = subgroupAdd(acc[21]);
+        t[22] = subgroupAdd(acc[22]); t[23] = subgroupAdd(acc[23]);
+      }
+      if (MT > 6u) {
+        t[24] = subgroupAdd(acc[24]); t[25] = subgroupAdd(acc[25]);
+        t[26] = subgroupAdd(acc[26]); t[27] = subgroupAdd(acc[27]);
+      }
+      if (MT > 7u) {
+        t[28] = subgroupAdd(acc[28]); t[29] = subgroupAdd(acc[29]);
+        t[30] = subgroupAdd(acc[30]); t[31] = subgroupAdd(acc[31]);
+      }
       if (lane == 0u) {
         for (var mm = 0u; mm < MT && m0 + mm < p.M; mm++) {
           for (var j = 0u; j < 16u; j++) {

@@ -1,0 +1,217 @@
+// Kernels bench for matmul and the decode matvec: GFLOP/s against the probe's FMA peak and against
+// tfjs-backend-webgpu on the same adapter, robustness off and on, and matvec GB/s for f32 vs bf16.
+// Every kernel's output is checked against the CPU reference before its time is reported.
+import { findAdapter, type Gpu, type Recorder } from "@webart/engine/gpu";
+import { matmul, matmulVariant } from "@webart/shaders/matmul/index.ts";
+import { matmulReference } from "@webart/shaders/matmul/reference.ts";
+import { matvec } from "@webart/shaders/matvec/index.ts";
+import { matvecReference } from "@webart/shaders/matvec/reference.ts";
+import { Rng } from "@webart/shaders/util/random.ts";
+import { packHalf, roundHalf } from "@webart/shaders/util/half.ts";
+import { assertClose } from "@webart/shaders/util/check.ts";
+import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
+
+const gflops = (n: number, ms: number) => (2 * n * n * n) / (ms * 1e6);
+
+interface Square {
+  n: number;
+  a: Float32Array;
+  b: Float32Array;
+  want: Float32Array;
+}
+
+function square(n: number, seed: number): Square {
+  const rng = new Rng(seed);
+  const a = rng.f32(n * n);
+  const b = rng.f32(n * n);
+  const want = matmulReference(a, b, new Float32Array(n * n), { M: n, N: n, K: n });
+  return { n, a, b, want };
+}
+
+// Sums of up to 1024 products of values in [-1, 1), accumulated in another order than the reference.
+const MATMUL_TOL = { atol: 2e-4, rtol: 1e-4 };
+
+/** A verified contender: `once()` runs one call and waits for it, returning ms; `done()` frees it. */
+interface Timed {
+  once(): Promise<number>;
+  done(): void;
+}
+
+/** The engine's NN matmul on one device, checked against the reference before any timing. */
+async function engineMatmul(gpu: Gpu, s: Square): Promise<Timed> {
+  const { n } = s;
+  const [a, b, c] = [gpu.upload(s.a, "bench"), gpu.upload(s.b, "bench"), gpu.buffer(n * n * 4, "bench")];
+  const o = { M: n, N: n, K: n };
+  const rec = gpu.recorder();
+  matmul(gpu, rec, a, b, c, o);
+  const out = rec.read(c, n * n * 4);
+  await rec.submit();
+  assertClose(`matmul.f32.${n} (${matmulVariant(gpu)})`, new Float32Array(await out), s.want, MATMUL_TOL);
+  return {
+    once: () => timeGpu(gpu, (r) => matmul(gpu, r, a, b, c, o), { warmup: 0, minReps: 1, minMs: 0, maxReps: 1 }),
+    done: () => gpu.release(a, b, c),
+  };
+}
+
+type Tf = typeof import("@tensorflow/tfjs-core");
+
+/**
+ * tfjs-backend-webgpu on the same Dawn instance (hence adapter and flags) as `gpu`: tfjs asks
+ * navigator.gpu for its adapter, which Node lacks, so Dawn's GPU object is put there first.
+ */
+async function loadTfjs(gpu: Gpu): Promise<Tf> {
+  const { gpu: dawn } = await findAdapter({ robustness: gpu.adapter.robustness });
+  const g = globalThis as { navigator?: { gpu?: GPU } };
+  if (!g.navigator) Object.defineProperty(globalThis, "navigator", { value: {}, configurable: true, writable: true });
+  if (g.navigator!.gpu !== dawn) Object.defineProperty(g.navigator!, "gpu", { value: dawn, configurable: true });
+  const tf = await import("@tensorflow/tfjs-core");
+  await import("@tensorflow/tfjs-backend-webgpu"); // registers "webgpu" now that navigator.gpu exists
+  tf.env().set("WEBGPU_CPU_FORWARD", false); // keep small work on the GPU too
+  if (!(await tf.setBackend("webgpu"))) throw new Error("tfjs: the webgpu backend failed to initialise");
+  await tf.ready();
+  return tf;
+}
+
+/** tf.matMul, checked against the reference first; each call syncs with tfjs's own download. */
+async function tfjsMatmul(tf: Tf, s: Square): Promise<Timed> {
+  const { n } = s;
+  const a = tf.tensor2d(s.a, [n, n]);
+  const b = tf.tensor2d(s.b, [n, n]);
+  const run = async () => {
+    const t0 = performance.now();
+    const c = tf.matMul(a, b);
+    const got = (await c.data()) as Float32Array;
+    const ms = performance.now() - t0;
+    c.dispose();
+    return { ms, got };
+  };
+  assertClose(`tfjs.matmul.f32.${n}`, (await run()).got, s.want, MATMUL_TOL); // also uploads and compiles
+  return {
+    once: async () => (await run()).ms,
+    done: () => tf.dispose([a, b]),
+  };
+}
+
+/**
+ * Median ms per call of each contender, timed in alternating rounds after one warm-up call each,
+ * so a change in machine load (other work on the same cores) does not skew their ratios.
+ */
+async function alternate(contenders: Timed[], rounds: number): Promise<number[]> {
+  for (const c of contenders) await c.once();
+  const times: number[][] = contenders.map(() => []);
+  for (let r = 0; r < rounds; r++) {
+    for (const [i, c] of contenders.entries()) times[i].push(await c.once());
+  }
+  for (const c of contenders) c.done();
+  return times.map((t) => t.sort((x, y) => x - y)[Math.floor(t.length / 2)]);
+}
+
+/**
+ * Verifies, then times y = x·Wᵀ for W (N, K) in f32 and in bf16; ms per call for each. The two are
+ * timed in alternating rounds so a change in machine load between them does not skew their ratio.
+ */
+async function timeMatvecs(gpu: Gpu, M: number, N: number, K: number, quick: boolean) {
+  const rng = new Rng(7);
+  const w = rng.f32(N * K);
+  const xv = rng.f32(M * K);
+  const [x, y] = [gpu.upload(xv, "bench"), gpu.buffer(M * N * 4, "bench")];
+  const kinds = ["f32", "bf16"] as const;
+  const ws = kinds.map((d) => gpu.upload(d === "f32" ? w : packHalf(w, d), "bench"));
+  for (const [i, wDtype] of kinds.entries()) {
+    const o = { M, N, K, wDtype };
+    const rec = gpu.recorder();
+    matvec(gpu, rec, x, ws[i], y, o);
+    const out = rec.read(y, M * N * 4);
+    await rec.submit();
+    const want = matvecReference(xv, wDtype === "f32" ? w : roundHalf(w, wDtype), new Float32Array(M * N), o);
+    assertClose(`matvec.${wDtype}.${K}x${N}.b${M}`, new Float32Array(await out), want, MATMUL_TOL);
+  }
+  // Several calls per submit (about 60 ms of work), so thread wake-up latency is amortised.
+  const one = (i: number) => (r: Recorder) => matvec(gpu, r, x, ws[i], y, { M, N, K, wDtype: kinds[i] });
+  const reps: number[] = [];
+  for (const i of [0, 1]) {
+    const ms = await timeGpu(gpu, one(i), { minReps: 1, minMs: 0, maxReps: 1 });
+    reps.push(Math.max(1, Math.min(50, Math.ceil(60 / ms))));
+  }
+  const times: number[][] = [[], []];
+  for (let round = 0; round < (quick ? 1 : 5); round++) {
+    for (const i of [0, 1]) {
+      const record = (r: Recorder) => {
+        for (let k = 0; k < reps[i]; k++) one(i)(r);
+      };
+      times[i].push((await timeGpu(gpu, record, { minMs: quick ? 20 : 150, maxReps: 10 })) / reps[i]);
+    }
+  }
+  gpu.release(x, y, ...ws);
+  const median = (t: number[]) => t.sort((a, b) => a - b)[Math.floor(t.length / 2)];
+  return { f32: median(times[0]), bf16: median(times[1]) };
+}
+
+export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
+  const results: BenchResult[] = [];
+  const sizes = ctx.quick ? [128] : [512, 1024];
+  const peak = ctx.peak.fma_gflops;
+  const robust = await ctx.device({ robustness: true });
+  // The comparison is optional: a missing or broken tfjs leaves the engine's own figures.
+  const tf = await loadTfjs(ctx.gpu).catch((e: Error) => void ctx.log(`tfjs unavailable, no comparison: ${e.message}`));
+  for (const n of sizes) {
+    const s = square(n, n);
+    const contenders = [await engineMatmul(ctx.gpu, s), await engineMatmul(robust, s)];
+    if (tf) contenders.push(await tfjsMatmul(tf, s));
+    const t = await alternate(contenders, ctx.quick ? 1 : n >= 1024 ? 3 : 5);
+    const [ms, rMs] = t;
+    const tfMs: number | undefined = t[2];
+    const v = gflops(n, ms);
+    const tfId = `tfjs.matmul.f32.${n}`;
+    results.push(
+      {
+        id: `matmul.f32.${n}`,
+        value: v,
+        unit: "GFLOP/s",
+        fraction_of_peak: v / peak,
+        ...(tfMs !== undefined ? { vs: { id: tfId, ratio: tfMs / ms } } : {}),
+        note: `${ms.toFixed(1)} ms, ${matmulVariant(ctx.gpu)}`,
+      },
+      {
+        id: `matmul.f32.${n}.robust`,
+        value: gflops(n, rMs),
+        unit: "GFLOP/s",
+        fraction_of_peak: gflops(n, rMs) / peak,
+        note: `${rMs.toFixed(1)} ms, robustness on, ${matmulVariant(robust)}`,
+      },
+    );
+    if (tfMs !== undefined) {
+      const tv = gflops(n, tfMs);
+      results.push({
+        id: tfId,
+        value: tv,
+        unit: "GFLOP/s",
+        fraction_of_peak: tv / peak,
+        note: `${tfMs.toFixed(1)} ms incl. download`,
+      });
+    }
+    ctx.log(`matmul ${n}: engine ${ms.toFixed(1)} ms, robust ${rMs.toFixed(1)} ms, tfjs ${tfMs?.toFixed(1) ?? "-"} ms`);
+  }
+  tf?.engine().reset(); // frees tfjs's GPU memory; its device stays idle
+
+  // Decode projections of a Qwen2.5-0.5B MLP: W (4864, 896), K = 896.
+  const [N, K] = ctx.quick ? [512, 256] : [4864, 896];
+  for (const M of [1, 8]) {
+    const { f32: f32Ms, bf16: bfMs } = await timeMatvecs(ctx.gpu, M, N, K, ctx.quick);
+    const gbps = (bytes: number, ms: number) => (bytes + M * (N + K) * 4) / (ms * 1e6);
+    const f32Id = `matvec.f32.${K}x${N}.b${M}`;
+    results.push(
+      { id: f32Id, value: gbps(N * K * 4, f32Ms), unit: "GB/s", note: `${f32Ms.toFixed(3)} ms` },
+      {
+        id: `matvec.bf16.${K}x${N}.b${M}`,
+        value: gbps(N * K * 2, bfMs),
+        unit: "GB/s",
+        vs: { id: f32Id, ratio: f32Ms / bfMs },
+        note: `${bfMs.toFixed(3)} ms; vs ratio = f32 time / bf16 time`,
+      },
+    );
+  }
+  return results;
+};
+
+export default matmulSuite;

@@ -1,0 +1,254 @@
+// Test helpers for the JSON constraint: a validator for the supported JSON Schema subset (written apart from
+// the compiler, as the independent check), random JSON values that fit a schema, and a random-policy driver.
+import type { Rng } from "@webart/shaders/util/random.ts";
+import type { JsonConstraint } from "./json.ts";
+
+type Json = Record<string, unknown>;
+const isObj = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
+
+function deref(s: Json, root: Json): Json {
+  while (typeof s.$ref === "string") {
+    const [, section, name] = /^#(?:\/([^/]+)\/(.+))?$/.exec(s.$ref)!;
+    s = (section ? (root[section] as Json)[name] : root) as Json;
+  }
+  return s;
+}
+
+function typeOf(v: unknown): string {
+  if (v === null) return "null";
+  if (Array.isArray(v)) return "array";
+  if (typeof v === "number") return Number.isInteger(v) ? "integer" : "number";
+  return typeof v === "object" ? "object" : typeof v;
+}
+
+/** Why `v` does not fit `schema` (null when it does). Numeric bounds and format are not checked (ignored by the compiler). */
+export function validate(v: unknown, schema: Json | boolean, root: Json = schema as Json, path = "$"): string | null {
+  if (schema === true) return null;
+  if (schema === false) return `${path}: schema false`;
+  const s = deref(schema, root);
+  if (s.nullable === true && v === null) return null;
+  for (const k of ["anyOf", "oneOf", "allOf"] as const) {
+    if (!Array.isArray(s[k])) continue;
+    const fits = (s[k] as Json[]).filter((o) => validate(v, o, root, path) === null).length;
+    const n = (s[k] as Json[]).length;
+    if (k === "anyOf" ? fits === 0 : k === "oneOf" ? fits !== 1 : fits !== n)
+      return `${path}: ${fits} of ${n} ${k} branches fit ${JSON.stringify(v)}`;
+  }
+  if ("const" in s && JSON.stringify(s.const) !== JSON.stringify(v)) return `${path}: not the const`;
+  if (Array.isArray(s.enum) && !s.enum.some((e) => JSON.stringify(e) === JSON.stringify(v)))
+    return `${path}: ${JSON.stringify(v)} not in enum`;
+  if (s.type !== undefined) {
+    const types = Array.isArray(s.type) ? s.type : [s.type];
+    const t = typeOf(v);
+    if (!types.includes(t) && !(t === "integer" && types.includes("number"))) return `${path}: ${t}, expected ${types}`;
+  }
+  if (typeof v === "string") {
+    const n = [...v].length;
+    if (typeof s.maxLength === "number" && n > s.maxLength) return `${path}: length ${n} > ${s.maxLength}`;
+    if (typeof s.minLength === "number" && n < s.minLength) return `${path}: length ${n} < ${s.minLength}`;
+  }
+  if (Array.isArray(v)) {
+    if (typeof s.maxItems === "number" && v.length > s.maxItems) return `${path}: ${v.length} items > ${s.maxItems}`;
+    if (typeof s.minItems === "number" && v.length < s.minItems) return `${path}: ${v.length} items < ${s.minItems}`;
+    for (let i = 0; i < v.length; i++) {
+      const e = validate(v[i], (s.items as Json | boolean | undefined) ?? true, root, `${path}[${i}]`);
+      if (e) return e;
+    }
+  }
+  if (isObj(v)) {
+    const props = (s.properties ?? {}) as Json;
+    for (const r of (s.required ?? []) as string[]) if (!(r in v)) return `${path}: missing ${r}`;
+    for (const [k, x] of Object.entries(v)) {
+      const sub = k in props ? (props[k] as Json) : ((s.additionalProperties ?? true) as Json | boolean);
+      const e = validate(x, sub, root, `${path}.${k}`);
+      if (e) return e;
+    }
+  }
+  return null;
+}
+
+/** A random value that fits `schema` (strings of printable and non-ASCII characters, small numbers). */
+export function randomValue(schema: Json | boolean, rng: Rng, root: Json = schema as Json, depth = 0): unknown {
+  if (schema === true || Object.keys(schema).length === 0)
+    return randomValue({ type: ["string", "number", "boolean", "null"] }, rng, root, depth);
+  const s = deref(schema as Json, root);
+  const pick = <T>(xs: T[]): T => xs[rng.int(xs.length)];
+  if (s.nullable === true && rng.next() < 0.3) return null;
+  if (Array.isArray(s.anyOf ?? s.oneOf ?? s.allOf))
+    return randomValue(pick((s.anyOf ?? s.oneOf ?? s.allOf) as Json[]), rng, root, depth);
+  if ("const" in s) return s.const;
+  if (Array.isArray(s.enum)) return pick(s.enum);
+  const type = Array.isArray(s.type) ? pick(s.type as string[]) : ((s.type as string | undefined) ?? "object");
+  switch (type) {
+    case "string": {
+      const min = (s.minLength as number | undefined) ?? 0;
+      const max = (s.maxLength as number | undefined) ?? min + 12;
+      const n = min + rng.int(Math.min(max - min, 12) + 1);
+      const alphabet = [...'abc XYZ09_-.,:;{}[]"\\/\n\té你好🎉ß€'];
+      return Array.from({ length: n }, () => pick(alphabet)).join("");
+    }
+    case "integer":
+      return rng.int(2001) - 1000;
+    case "number":
+      return pick([0, -1, 3.25, 1e21, -2.5e-7, 123456.75, rng.int(100)]);
+    case "boolean":
+      return rng.next() < 0.5;
+    case "null":
+      return null;
+    case "array": {
+      const min = (s.minItems as number | undefined) ?? 0;
+      const max = Math.min((s.maxItems as number | undefined) ?? 3, min + 3);
+      const n = depth > 3 ? min : min + rng.int(max - min + 1);
+      return Array.from({ length: n }, () => randomValue((s.items as Json | undefined) ?? true, rng, root, depth + 1));
+    }
+    default: {
+      const out: Json = {};
+      const props = (s.properties ?? {}) as Json;
+      const required = new Set((s.required ?? []) as string[]);
+      for (const [k, sub] of Object.entries(props))
+        if (required.has(k) || (depth < 3 && rng.next() < 0.5)) out[k] = randomValue(sub as Json, rng, root, depth + 1);
+      return out;
+    }
+  }
+}
+
+export interface Drive {
+  ids: number[];
+  /** "eos": the policy picked an end token; "done": the constraint reported completion. */
+  end: "eos" | "done" | "stuck" | "limit";
+  /** Steps whose mask allowed an end token. */
+  eosSteps: number[];
+}
+
+function popcount(x: number): number {
+  x -= (x >>> 1) & 0x55555555;
+  x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
+  return (((x + (x >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
+}
+
+/** A uniformly random set bit of `mask`, or -1 when none is set. */
+export function randomAllowed(mask: Uint32Array, rng: Rng): number {
+  let total = 0;
+  for (let w = 0; w < mask.length; w++) total += popcount(mask[w]);
+  if (total === 0) return -1;
+  let k = rng.int(total);
+  for (let w = 0; w < mask.length; w++) {
+    const p = popcount(mask[w]);
+    if (k >= p) {
+      k -= p;
+      continue;
+    }
+    for (let b = 0; b < 32; b++) if ((mask[w] >>> b) & 1 && k-- === 0) return w * 32 + b;
+  }
+  return -1;
+}
+
+export const isAllowed = (mask: Uint32Array, id: number) => ((mask[id >>> 5] >>> (id & 31)) & 1) === 1;
+
+/**
+ * Runs a random policy: each step picks uniformly among the allowed tokens. Every `checkEvery` steps it also
+ * checks `probe` random token ids: the mask (trie walk, string fast path, cache) must agree with feeding the
+ * token to a fork of the state byte by byte.
+ */
+export function drive(
+  c: JsonConstraint,
+  rng: Rng,
+  opts: { eosIds: number[]; maxSteps: number; probe?: number; checkEvery?: number; vocab: number },
+): Drive {
+  const ids: number[] = [];
+  const eosSteps: number[] = [];
+  for (let step = 0; step < opts.maxSteps; step++) {
+    const mask = c.allowed();
+    if (opts.eosIds.some((e) => isAllowed(mask, e))) eosSteps.push(step);
+    if (opts.probe && step % (opts.checkEvery ?? 1) === 0) {
+      for (let i = 0; i < opts.probe; i++) {
+        const id = i % 2 ? rng.int(opts.vocab) : Math.max(0, randomAllowed(mask, rng));
+        if (opts.eosIds.includes(id)) continue;
+        const f = c.fork();
+        f.accept(id);
+        if (isAllowed(mask, id) === f.failed)
+          throw new Error(`mask and accept disagree on token ${id} at step ${step}`);
+      }
+    }
+    const id = randomAllowed(mask, rng);
+    if (id < 0) return { ids, end: "stuck", eosSteps };
+    if (opts.eosIds.includes(id)) return { ids, end: "eos", eosSteps };
+    ids.push(id);
+    c.accept(id);
+    if (c.failed) throw new Error(`token ${id} was allowed but accept failed at step ${step}`);
+    if (c.done()) return { ids, end: "done", eosSteps };
+  }
+  return { ids, end: "limit", eosSteps };
+}
+
+/** Schemas the tests drive, one per feature of the supported subset. */
+export const SCHEMAS: Record<string, Json> = {
+  person: {
+    type: "object",
+    properties: {
+      name: { type: "string", minLength: 1, maxLength: 12 },
+      age: { type: "integer", minimum: 0 },
+      email: { type: ["string", "null"], maxLength: 10 },
+      tags: { type: "array", items: { type: "string", maxLength: 6 }, maxItems: 3 },
+      role: { enum: ["admin", "user", "guest"] },
+      address: {
+        type: "object",
+        properties: { city: { type: "string", maxLength: 8 }, zip: { type: "string", maxLength: 5 } },
+        required: ["city", "zip"],
+        additionalProperties: false,
+      },
+      score: { type: "number" },
+      active: { type: "boolean" },
+    },
+    required: ["name", "age", "email", "tags", "role", "address", "score", "active"],
+    additionalProperties: false,
+  },
+  tree: {
+    $ref: "#/$defs/node",
+    $defs: {
+      node: {
+        type: "object",
+        properties: {
+          value: { type: "integer" },
+          children: { type: "array", items: { $ref: "#/$defs/node" }, maxItems: 2 },
+        },
+        required: ["value", "children"],
+        additionalProperties: false,
+      },
+    },
+  },
+  shape: {
+    oneOf: [
+      {
+        type: "object",
+        properties: { kind: { const: "circle" }, r: { type: "number" } },
+        required: ["kind", "r"],
+        additionalProperties: false,
+      },
+      {
+        type: "object",
+        properties: { kind: { const: "rect" }, w: { type: "integer" }, h: { type: "integer" } },
+        required: ["kind", "w", "h"],
+        additionalProperties: false,
+      },
+    ],
+  },
+  literals: { enum: [1, 12, 123, -1.5, true, null, "x", { a: [1, "b"] }] },
+  number: { type: "number" },
+  words: { type: "array", items: { type: "string", minLength: 2, maxLength: 5 }, minItems: 1, maxItems: 3 },
+  optional: {
+    type: "object",
+    properties: {
+      a: { type: "boolean" },
+      b: { type: "null" },
+      c: { type: "integer" },
+      d: { anyOf: [{ type: "string", maxLength: 3 }, { type: "integer" }] },
+      e: { type: "boolean", description: "annotations are ignored", title: "E" },
+    },
+    required: ["b", "d"],
+    additionalProperties: false,
+  },
+  counts: { type: "object", additionalProperties: { type: "integer" } },
+  text: { type: "string", maxLength: 8 },
+  any: {},
+};
