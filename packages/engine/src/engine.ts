@@ -15,7 +15,7 @@ import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } 
 import { checkPlan, planMemory, type MemoryPlan } from "./plan.ts";
 import { Tokenizer } from "./tokenizer/index.ts";
 import { openModel, type LoadProgress, type ModelSource, type OpenModelOptions, type OpenedModel } from "./weights/index.ts";
-import type { TokenConstraint } from "./generate/types.ts";
+import { createJsonConstraintFactory, toolCallConstraint, toolCallSchema, vocabFor, type ToolSpecLike } from "./constrain/index.ts";
 
 export interface EngineOptions extends OpenModelOptions {
   gpu?: Gpu;
@@ -32,8 +32,8 @@ export interface EngineOptions extends OpenModelOptions {
   /** Refuse plans over this many bytes (default: only the adapter's per-binding limits are checked). */
   memoryBudget?: number;
   onProgress?: (p: LoadProgress) => void;
-  /** Builds the JSON constraint for response_format (from the constrain module). */
-  jsonConstraint?: (tok: Tokenizer, eos: number[]) => (schema: Record<string, unknown> | null) => () => TokenConstraint;
+  /** Constrained decoding for response_format and forced tool calls (default on). */
+  constrained?: boolean;
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
@@ -70,8 +70,19 @@ export class Engine {
     opts: EngineOptions,
   ) {
     this.scheduler = new Scheduler(runner, { prefillChunk: opts.prefillChunk });
-    const json = opts.jsonConstraint?.(tokenizer.inner, tokenizer.stopTokenIds);
-    this.served.push({ name, generator: this.scheduler, tokenizer, jsonConstraint: json, created: Math.floor(Date.now() / 1000) });
+    const served: ServedModel = { name, generator: this.scheduler, tokenizer, created: Math.floor(Date.now() / 1000) };
+    if (opts.constrained !== false) {
+      // The vocabulary tables are built on first use (about a second for a 150k vocabulary).
+      const V = runner.vocabSize;
+      const eos = tokenizer.stopTokenIds;
+      const json = createJsonConstraintFactory(tokenizer.inner, { eosIds: eos, vocabSize: V });
+      served.jsonConstraint = json;
+      served.toolConstraint = (tools, only) => {
+        const body = json(toolCallSchema(tools as ToolSpecLike[], only));
+        return toolCallConstraint(vocabFor(tokenizer.inner, V, []), V, eos, body);
+      };
+    }
+    this.served.push(served);
     this.handler = createHandler({ models: () => this.served });
   }
 

@@ -2,3 +2,4 @@
 export { createJsonConstraintFactory, JsonConstraint, JsonGrammar, type JsonConstraintOptions } from "./json.ts";
 export { compileSchema, DEFAULT_LIMITS, JsonSchemaError, type JsonLimits } from "./schema.ts";
 export { vocabFor, type Vocab, type VocabTokenizer } from "./vocab.ts";
+export { toolCallConstraint, toolCallSchema, type ToolSpecLike } from "./tool.ts";

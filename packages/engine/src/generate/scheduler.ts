@@ -276,7 +276,9 @@ export class Scheduler implements Generator {
     s.logprobs.push(logprob);
     s.constraint?.accept(id);
     const keep = s.req.onToken?.({ sample: s.sample, tokenId: id, logprob, top }) !== false;
-    if (r.stopTokenIds.includes(id) || !keep || s.constraint?.done()) s.finish = "stop";
+    // A finished constraint allows only the stop tokens, so the sample still ends with one (training
+    // needs the model to learn to stop).
+    if (r.stopTokenIds.includes(id) || !keep) s.finish = "stop";
     else if (r.signal?.aborted) s.finish = "abort";
     else if (s.out.length >= r.maxTokens || s.kvLen + 1 >= this.model.maxContext) s.finish = "length";
     else s.feed = [id];

@@ -14,7 +14,7 @@ const messages = [
 ];
 
 beforeAll(async () => {
-  engine = await Engine.load(MODEL_DIR, { name: "tiny", kvSlots: 8, maxContext: 256 });
+  engine = await Engine.load(MODEL_DIR, { name: "tiny", kvSlots: 8, maxContext: 1024 });
   client = engine.openaiClient();
 });
 afterAll(() => engine.close());
@@ -103,11 +103,63 @@ describe("chat.completions through the openai SDK", () => {
     expect(next.usage!.prompt_tokens_details!.cached_tokens).toBeGreaterThan(20);
   });
 
+  it("returns JSON that parses and fits a json_schema, even from a tiny model", async () => {
+    const schema = {
+      type: "object",
+      properties: { move: { type: "string", enum: ["A1", "B2", "C3"] }, confidence: { type: "number" }, notes: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 2 } },
+      required: ["move", "confidence", "notes"],
+      additionalProperties: false,
+    };
+    const r = await client.chat.completions.create({
+      model: "tiny", messages, max_tokens: 600, temperature: 1, seed: 9, n: 2,
+      response_format: { type: "json_schema", json_schema: { name: "move", schema, strict: true } },
+    });
+    for (const c of r.choices) {
+      expect(c.finish_reason).toBe("stop");
+      const v = JSON.parse(c.message.content!);
+      expect(["A1", "B2", "C3"]).toContain(v.move);
+      expect(typeof v.confidence).toBe("number");
+      expect(Array.isArray(v.notes) && v.notes.length <= 2).toBe(true);
+      // The sample ends with the end-of-turn token, as training needs.
+      const ids = (c as SampledChoice).token_ids!;
+      expect(engine.tokenizer.stopTokenIds).toContain(ids[ids.length - 1]);
+    }
+  });
+
+  it("round-trips a forced tool call and its result", async () => {
+    const tools = [
+      { type: "function" as const, function: { name: "place_mark", description: "Place your mark", parameters: { type: "object", properties: { cell: { type: "string", enum: ["A1", "A2", "B2"] } }, required: ["cell"], additionalProperties: false } } },
+      { type: "function" as const, function: { name: "resign", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+    ];
+    const r = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: "required", max_tokens: 60, temperature: 1, seed: 4 });
+    const c = r.choices[0];
+    expect(c.finish_reason).toBe("tool_calls");
+    const call = c.message.tool_calls![0];
+    expect(call.type).toBe("function");
+    const fn = (call as { function: { name: string; arguments: string } }).function;
+    expect(["place_mark", "resign"]).toContain(fn.name);
+    const args = JSON.parse(fn.arguments);
+    if (fn.name === "place_mark") expect(["A1", "A2", "B2"]).toContain(args.cell);
+    const named = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: { type: "function", function: { name: "place_mark" } }, max_tokens: 60, temperature: 1, seed: 5 });
+    expect((named.choices[0].message.tool_calls![0] as { function: { name: string } }).function.name).toBe("place_mark");
+    // The tool's result goes back and the model answers (auto: it may call again or reply).
+    const next = await client.chat.completions.create({
+      model: "tiny",
+      messages: [...messages, c.message, { role: "tool", tool_call_id: call.id, content: "ok, placed" }],
+      tools,
+      max_tokens: 8,
+      temperature: 0,
+    });
+    expect(next.choices[0].message.role).toBe("assistant");
+    expect(next.usage!.prompt_tokens).toBeGreaterThan(r.usage!.prompt_tokens);
+  });
+
   it.each([
+    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a+$" } } } }, 400, /pattern/],
     [{ model: "nope" }, 404, /does not exist/],
     [{ temperature: 5 }, 400, /temperature/],
     [{ max_tokens: 10_000 }, 400, /maximum context length/],
-    [{ messages: [{ role: "user", content: "x ".repeat(400) }] }, 400, /maximum context length/],
+    [{ messages: [{ role: "user", content: "x ".repeat(1200) }] }, 400, /maximum context length/],
     [{ n: 0 }, 400, /n: 0/],
   ])("rejects bad input %j with OpenAI's error shape", async (extra, status, msg) => {
     const err = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 4, ...(extra as object) } as never).catch((e) => e);

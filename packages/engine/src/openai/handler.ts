@@ -23,6 +23,8 @@ export interface ServedModel {
   tokenizer: HandlerTokenizer;
   /** Builds a constraint for JSON output (json_object when schema is null); absent = not supported. */
   jsonConstraint?: (schema: Record<string, unknown> | null) => () => TokenConstraint;
+  /** Builds a constraint forcing one call among `tools` (or of the named one), for tool_choice required/named. */
+  toolConstraint?: (tools: ChatRequest["tools"], name?: string) => () => TokenConstraint;
   created?: number;
 }
 
@@ -102,10 +104,25 @@ function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
 }
 
 function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstraint) | undefined {
-  const rf = cr.response_format;
-  if (rf.type === "text") return undefined;
-  if (!model.jsonConstraint) throw badRequest(`response_format: ${rf.type} is not supported by model ${model.name}`, "response_format");
-  return model.jsonConstraint(rf.type === "json_schema" ? (rf.json_schema.schema ?? {}) : null);
+  const tc = cr.tool_choice;
+  const forced = tc === "required" || typeof tc === "object";
+  if (forced && cr.response_format.type !== "text") {
+    throw badRequest("tool_choice that forces a call cannot be combined with a JSON response_format", "tool_choice");
+  }
+  try {
+    if (forced) {
+      if (!model.toolConstraint) throw badRequest(`tool_choice: forcing a call is not supported by model ${model.name}`, "tool_choice");
+      return model.toolConstraint(cr.tools, typeof tc === "object" ? tc.function.name : undefined);
+    }
+    const rf = cr.response_format;
+    if (rf.type === "text") return undefined;
+    if (!model.jsonConstraint) throw badRequest(`response_format: ${rf.type} is not supported by model ${model.name}`, "response_format");
+    return model.jsonConstraint(rf.type === "json_schema" ? (rf.json_schema.schema ?? {}) : null);
+  } catch (e) {
+    // Schema errors (an unsupported keyword, a bad $ref) are the client's: a 400 naming the keyword and path.
+    if (e instanceof ApiError) throw e;
+    throw badRequest(`${forced ? "tools" : "response_format"}: ${(e as Error).message}`, forced ? "tools" : "response_format");
+  }
 }
 
 interface ChoiceState {

@@ -1,0 +1,156 @@
+// RemoteBackend against a real `webart serve` child process on 127.0.0.1 (the embedded model): a training
+// loop of 2 steps, checkpoints and adapter downloads, log/history/pruning, errors, and kill -9 mid-step
+// followed by a restart with the same arguments, which resumes at the last complete step.
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { TrainableModel } from "./model.ts";
+import { RemoteBackend, RemoteError } from "./remote-backend.ts";
+import { Trajectory, TrajectoryGroup, type SampledChoice } from "./trajectories.ts";
+
+const ROOT = join(import.meta.dirname, "../../../..");
+const messages = [{ role: "user" as const, content: "  1 2 3\nA . . .\nB . x .\nC . . .\nYour move?" }];
+const tmp = (p: string) => mkdtempSync(join(tmpdir(), `webart-remote-${p}-`));
+
+interface Served {
+  url: string;
+  proc: ChildProcess;
+  exited: Promise<number | null>;
+}
+
+/** Starts `webart serve` as its own process and waits until it listens. */
+async function serve(runs: string, port: number): Promise<Served> {
+  const proc = spawn(
+    process.execPath,
+    ["--import", "tsx", "--import", "./scripts/wgsl-loader.mjs", "apps/cli/src/main.ts", "serve", "--port", String(port), "--runs", runs, "--kv-slots", "8", "--max-context", "256"],
+    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  const exited = new Promise<number | null>((r) => proc.on("exit", (code) => r(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = "";
+    proc.stdout!.on("data", (c) => {
+      out += c;
+      const m = /(http:\/\/\S+)\/v1 serving/.exec(out);
+      if (m) resolve(m[1]);
+    });
+    let err = "";
+    proc.stderr!.on("data", (c) => (err += c));
+    proc.on("exit", (code) => reject(new Error(`webart serve exited (${code}) before listening:\n${out}\n${err}`)));
+  });
+  return { url, proc, exited };
+}
+
+/** A port that is free now (so a restarted server can take the same arguments). */
+const freePort = () =>
+  new Promise<number>((resolve) => {
+    const s = createServer().listen(0, "127.0.0.1", () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => resolve(port));
+    });
+  });
+
+/** Rollouts through the server's openai endpoint: 2 groups of 2 with rewards 1 and 0, so every trajectory trains. */
+async function groups(model: TrainableModel, seed: number): Promise<TrajectoryGroup[]> {
+  const client = model.openaiClient();
+  const one = async (i: number) => {
+    const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 3, temperature: 1, seed: seed + i });
+    return new Trajectory({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice], reward: i % 2, metrics: { win: i % 2 === 1 } });
+  };
+  return Promise.all([0, 2].map(async (g) => new TrajectoryGroup(await Promise.all([one(g), one(g + 1)]))));
+}
+
+const runFile = (runs: string, name: string, f: string) => new Uint8Array(readFileSync(join(runs, "rb/models", name, f)));
+
+describe("RemoteBackend against webart serve", () => {
+  it("runs a training loop: steps advance, checkpoints and adapters download, history and pruning work", async () => {
+    const runs = tmp("loop");
+    const s = await serve(runs, 0);
+    try {
+      const backend = new RemoteBackend(`${s.url}/v1`);
+      const model = new TrainableModel({ name: "remote", project: "rb", baseModel: "webart-tiny", lora: { rank: 4, alpha: 8 }, seed: 3 });
+      await model.register(backend);
+      expect(await model.getStep()).toBe(0);
+      for (let k = 1; k <= 2; k++) {
+        const r = await model.train(await groups(model, 10 * k), { learningRate: 1e-2 });
+        expect(r.step).toBe(k);
+        expect(r.metrics.num_trajectories).toBe(4);
+        expect(r.metrics.num_groups_trainable).toBe(2);
+        expect(Number.isFinite(r.metrics.loss)).toBe(true);
+        expect(await model.getStep()).toBe(k);
+      }
+      expect(await backend.listCheckpoints(model.spec)).toEqual([0, 1, 2]);
+      // Downloads are the checkpoint's files byte for byte; the adapter moved between steps.
+      const latest = await backend.adapterFiles(model.spec);
+      expect(latest.step).toBe(2);
+      expect(latest.files["adapter_model.safetensors"]).toEqual(runFile(runs, "remote", "checkpoints/0002/adapter_model.safetensors"));
+      expect(JSON.parse(new TextDecoder().decode(latest.files["adapter_config.json"]))).toMatchObject({ peft_type: "LORA", r: 4, lora_alpha: 8 });
+      const first = await backend.adapterFiles(model.spec, 1);
+      expect(first.step).toBe(1);
+      expect(first.files["adapter_model.safetensors"]).toEqual(runFile(runs, "remote", "checkpoints/0001/adapter_model.safetensors"));
+      expect(first.files["adapter_model.safetensors"]).not.toEqual(latest.files["adapter_model.safetensors"]);
+      // An evaluation logged at step 2; history has both train rows and it; pruning keeps the latest (= best).
+      await model.log(await groups(model, 99), { split: "val", metrics: { extra: 0.5 } });
+      const hist = await backend.history(model.spec);
+      expect(hist.filter((h) => "train/loss" in h).map((h) => h.step)).toEqual([1, 2]);
+      expect(hist.find((h) => "val/reward" in h)).toMatchObject({ step: 2, "val/reward": 0.5, "val/win": 0.5, "val/extra": 0.5 });
+      expect(await model.deleteCheckpoints()).toEqual([0, 1]);
+      expect(await backend.listCheckpoints(model.spec)).toEqual([2]);
+      const gone = await backend.adapterFiles(model.spec, 1).catch((e) => e);
+      expect(gone).toBeInstanceOf(RemoteError);
+      expect(gone.status).toBe(404);
+      // The same run with other LoRA settings, or another base model, is refused by name.
+      const clash = await backend.register({ ...model.spec, lora: { ...model.spec.lora, rank: 8 } }).catch((e) => e);
+      expect([clash.status, clash.code]).toEqual([409, "conflict"]);
+      const other = await backend.register({ ...model.spec, baseModel: "Qwen/Qwen3-0.6B" }).catch((e) => e);
+      expect([other.status, other.param]).toEqual([400, "baseModel"]);
+    } finally {
+      s.proc.kill("SIGTERM");
+      expect(await s.exited).toBe(0);
+    }
+  });
+
+  it("kill -9 during a step, restart with the same arguments: training resumes at the last complete step", async () => {
+    const runs = tmp("kill");
+    const port = await freePort();
+    const s = await serve(runs, port);
+    const backend = new RemoteBackend(s.url, { maxRetries: 0 });
+    const model = new TrainableModel({ name: "crashy", project: "rb", baseModel: "webart-tiny", seed: 1 });
+    await model.register(backend);
+    expect((await model.train(await groups(model, 1), { learningRate: 1e-2 })).step).toBe(1);
+    const step1 = runFile(runs, "crashy", "checkpoints/0001/adapter_model.safetensors");
+    const doomed = model.train(await groups(model, 5), { learningRate: 1e-2 });
+    const failed = doomed.then(
+      () => false,
+      () => true,
+    );
+    // Kill once the server reports the step running.
+    for (;;) {
+      const st = (await (await fetch(`${s.url}/v1/webart/status`)).json()) as { training: string[] };
+      if (st.training.includes("crashy")) break;
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    s.proc.kill("SIGKILL");
+    await s.exited;
+    expect(await failed).toBe(true);
+    const latest = Number(readFileSync(join(runs, "rb/models/crashy/latest"), "utf8"));
+    expect(latest).toBeGreaterThanOrEqual(1);
+
+    const again = await serve(runs, port);
+    try {
+      expect(again.url).toBe(s.url);
+      // The server forgot the model; RemoteBackend registers it again, which resumes from disk.
+      expect(await model.getStep()).toBe(latest);
+      expect(await backend.listCheckpoints(model.spec)).toEqual(Array.from({ length: latest + 1 }, (_, i) => i));
+      if (latest === 1) expect((await backend.adapterFiles(model.spec)).files["adapter_model.safetensors"]).toEqual(step1);
+      const r = await model.train(await groups(model, 20), { learningRate: 1e-2 });
+      expect(r.step).toBe(latest + 1);
+      expect((await backend.adapterFiles(model.spec)).step).toBe(latest + 1);
+    } finally {
+      again.proc.kill("SIGTERM");
+      expect(await again.exited).toBe(0);
+    }
+  });
+});

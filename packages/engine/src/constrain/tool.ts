@@ -1,0 +1,90 @@
+// Forced tool calls (tool_choice "required" or a named function): the output is constrained to
+// `<tool_call>\n{"name": <one of the tools>, "arguments": <its parameters schema>}\n</tool_call>`, the
+// Hermes/Qwen format the chat templates and the handler's parser use.
+import type { TokenConstraint } from "../generate/types.ts";
+import type { Vocab } from "./vocab.ts";
+
+const enc = new TextEncoder();
+
+/** Only tokens whose bytes continue a fixed text (never spanning past its end). */
+class Literal {
+  private rest: Uint8Array;
+  constructor(
+    private vocab: Vocab,
+    private V: number,
+    text: string,
+  ) {
+    this.rest = enc.encode(text);
+  }
+  get done(): boolean {
+    return this.rest.length === 0;
+  }
+  mask(): Uint32Array {
+    const m = new Uint32Array(this.vocab.words);
+    for (let id = 0; id < this.V; id++) {
+      const b = this.vocab.bytes(id);
+      if (!b || b.length === 0 || b.length > this.rest.length) continue;
+      let ok = true;
+      for (let i = 0; i < b.length && ok; i++) ok = b[i] === this.rest[i];
+      if (ok) m[id >>> 5] |= 1 << (id & 31);
+    }
+    return m;
+  }
+  accept(id: number): boolean {
+    const b = this.vocab.bytes(id);
+    if (!b || b.length > this.rest.length || b.some((x, i) => x !== this.rest[i])) return false;
+    this.rest = this.rest.subarray(b.length);
+    return true;
+  }
+}
+
+export interface ToolSpecLike {
+  function: { name: string; parameters?: Record<string, unknown> };
+}
+
+/** The schema of one call: the tool's name and its arguments (a union over tools when several). */
+export function toolCallSchema(tools: ToolSpecLike[], only?: string): Record<string, unknown> {
+  const pick = only ? tools.filter((t) => t.function.name === only) : tools;
+  const one = (t: ToolSpecLike) => ({
+    type: "object",
+    properties: { name: { const: t.function.name }, arguments: t.function.parameters ?? { type: "object" } },
+    required: ["name", "arguments"],
+    additionalProperties: false,
+  });
+  return pick.length === 1 ? one(pick[0]) : { anyOf: pick.map(one) };
+}
+
+/** literal prefix → JSON (from a JSON constraint factory) → literal suffix → end of turn. */
+export function toolCallConstraint(
+  vocab: Vocab,
+  V: number,
+  eosIds: number[],
+  json: () => TokenConstraint,
+): () => TokenConstraint {
+  return () => {
+    const prefix = new Literal(vocab, V, "<tool_call>\n");
+    const suffix = new Literal(vocab, V, "\n</tool_call>");
+    const body = json();
+    let failed = false;
+    const eos = new Uint32Array(vocab.words);
+    for (const id of eosIds) if (id < V) eos[id >>> 5] |= 1 << (id & 31);
+    const bodyDone = () => body.done();
+    return {
+      allowed() {
+        if (failed) return new Uint32Array(vocab.words);
+        if (!prefix.done) return prefix.mask();
+        if (!bodyDone()) return body.allowed() ?? new Uint32Array(vocab.words);
+        if (!suffix.done) return suffix.mask();
+        return eos;
+      },
+      accept(id) {
+        if (!prefix.done) failed ||= !prefix.accept(id);
+        else if (!bodyDone()) body.accept(id);
+        else if (!suffix.done) failed ||= !suffix.accept(id);
+      },
+      done() {
+        return !failed && prefix.done && bodyDone() && suffix.done;
+      },
+    };
+  };
+}

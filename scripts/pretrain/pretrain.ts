@@ -1,0 +1,142 @@
+// `npm run pretrain`: makes the embedded default model from nothing, seeded and reproducible:
+//  1. game transcripts (legal but unskilled play) → a byte-level BPE tokenizer (tokenizer.json, chat template);
+//  2. a small Llama-form config and random weights;
+//  3. full-parameter supervised fine-tuning with the engine on the assistant tokens of the transcripts,
+//     until the time budget or the legal-move target is reached; then the weights are written as f32.
+//   npm run pretrain -- [--out models/webart-tiny] [--minutes 50] [--seed 1]
+import { mkdirSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import {
+  Engine,
+  FullTrainer,
+  parseConfig,
+  randomWeights,
+  tensorShapes,
+  tokenizeHistory,
+  writeSafetensors,
+  type Message,
+  type SampledChoice,
+  type SftSequence,
+} from "@webart/engine";
+import { SPECIAL_TOKENS, generateTranscripts, renderChat, tokenizerConfig, tokenizerJson, trainBpe, rolloutTicTacToe, summarizeTicTacToe } from "@webart/envs";
+import { Rng } from "@webart/shaders/util/random.ts";
+import { int, parseArgs } from "./args.ts";
+
+const usage = "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.9]";
+const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95" });
+const seed = int("seed", a.seed);
+const t0 = performance.now();
+const elapsedMin = () => (performance.now() - t0) / 60000;
+const log = (m: string) => console.log(`[pretrain ${elapsedMin().toFixed(1)}m] ${m}`);
+
+// 1. Transcripts and tokenizer.
+const ttt = await generateTranscripts({ game: "tictactoe", games: int("games", a.games), seed });
+const g2048 = await generateTranscripts({ game: "2048", games: Math.ceil(int("games", a.games) / 200), seed: seed + 1 });
+const convs = [...ttt, ...g2048];
+const bpe = trainBpe(convs.map((m) => renderChat(m)), { vocabSize: 2000, specialTokens: SPECIAL_TOKENS });
+mkdirSync(a.out, { recursive: true });
+writeFileSync(join(a.out, "tokenizer.json"), JSON.stringify(tokenizerJson(bpe), null, 2) + "\n");
+writeFileSync(join(a.out, "tokenizer_config.json"), JSON.stringify(tokenizerConfig(bpe, { modelMaxLength: 1024 }), null, 2) + "\n");
+const V = bpe.vocab.size + bpe.specialTokens.length;
+log(`${ttt.length} tic-tac-toe + ${g2048.length} 2048 conversations; tokenizer of ${V} ids`);
+
+// 2. Config and random weights (Llama form, tied embeddings, ~0.43M parameters: small enough to train on a CPU WebGPU).
+const eos = V - bpe.specialTokens.length + SPECIAL_TOKENS.indexOf("<|im_end|>");
+const config = {
+  architectures: ["LlamaForCausalLM"], model_type: "llama", attention_bias: false, attention_dropout: 0.0,
+  bos_token_id: V - bpe.specialTokens.length + SPECIAL_TOKENS.indexOf("<|endoftext|>"), eos_token_id: eos,
+  head_dim: 32, hidden_act: "silu", hidden_size: 96, initializer_range: 0.02, intermediate_size: 256,
+  max_position_embeddings: 1024, mlp_bias: false, num_attention_heads: 3, num_hidden_layers: 4, num_key_value_heads: 1,
+  pretraining_tp: 1, rms_norm_eps: 1e-5, rope_scaling: null, rope_theta: 10000.0, tie_word_embeddings: true,
+  torch_dtype: "float32", use_cache: true, vocab_size: V,
+};
+writeFileSync(join(a.out, "config.json"), JSON.stringify(config, null, 2) + "\n");
+writeFileSync(join(a.out, "generation_config.json"), JSON.stringify({ eos_token_id: [eos], bos_token_id: config.bos_token_id }, null, 2) + "\n");
+writeFileSync(join(a.out, "model.safetensors"), randomWeights(parseConfig(config), { seed }));
+
+// 3. SFT with the engine (f32 weights, every parameter trained).
+const engine = await Engine.load(a.out, { weightsF32: true, kvSlots: 64, maxContext: 512, name: "webart-tiny" });
+const tok = engine.tokenizer;
+const imEnd = tok.inner.tokenToId("<|im_end|>")!;
+/** Assistant messages become "sampled" turns (their ids + <|im_end|>), so SFT sees exactly the RL layout. */
+function toSequences(conv: Message[]): SftSequence[] {
+  const mc = conv.map((m) => {
+    if (m.role !== "assistant") return m;
+    const ids = [...tok.encode(String(m.content)), imEnd];
+    const c: SampledChoice = { index: 0, finish_reason: "stop", logprobs: null, message: { role: "assistant", content: String(m.content), refusal: null }, token_ids: ids, token_logprobs: ids.map(() => 0) };
+    return c;
+  });
+  return tokenizeHistory(tok, { messagesAndChoices: mc }).map((t) => ({ ids: t.ids, mask: t.mask }));
+}
+const data = convs.flatMap(toSequences);
+log(`${data.length} sequences, ${data.reduce((s, q) => s + q.ids.length, 0)} tokens, mean ${(data.reduce((s, q) => s + q.ids.length, 0) / data.length).toFixed(0)}`);
+const trainer = new FullTrainer(engine.model);
+const rng = new Rng(seed + 2);
+const client = engine.openaiClient();
+
+async function legalRate(games: number, evalSeed: number): Promise<{ legal: number; win: number; draw: number; invalid: number }> {
+  engine.scheduler.invalidateCache();
+  const trajs = await Promise.all(
+    Array.from({ length: games }, (_, i) => rolloutTicTacToe(client, { model: "webart-tiny", scenario: { seed: evalSeed + i }, temperature: 1 })),
+  );
+  const s = summarizeTicTacToe(trajs);
+  let moves = 0;
+  let legal = 0;
+  for (const t of trajs) {
+    const turns = t.messagesAndChoices.filter((m) => "message" in m).length;
+    moves += turns;
+    legal += t.reward === -1 ? turns - 1 : turns;
+  }
+  return { legal: legal / moves, win: s.win, draw: s.draw, invalid: s.invalid };
+}
+
+const minutes = Number(a.minutes);
+const batch = int("batch", a.batch);
+const lr0 = Number(a.lr);
+const target = Number(a.target);
+let step = 0;
+let order: number[] = [];
+let best = { legal: 0 };
+for (;;) {
+  if (!order.length) {
+    order = data.map((_, i) => i);
+    for (let i = order.length - 1; i > 0; i--) {
+      const j = rng.int(i + 1);
+      [order[i], order[j]] = [order[j], order[i]];
+    }
+  }
+  const seqs = order.splice(0, batch).map((i) => data[i]);
+  step++;
+  const frac = Math.min(1, elapsedMin() / minutes);
+  const lr = lr0 * Math.min(1, step / 50) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
+  const r = await trainer.step_(seqs, { lr, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0.01, maxGradNorm: 1, microBatchTokens: 2048 });
+  if (step % 5 === 0) log(`step ${step} loss ${r.loss.toFixed(4)} grad ${r.gradNorm.toFixed(3)} lr ${lr.toExponential(2)}`);
+  const done = elapsedMin() >= minutes;
+  if (step % 40 === 0 || done) {
+    const e = await legalRate(int("eval-games", a["eval-games"]), 1_000_000 + step);
+    log(`eval: ${(100 * e.legal).toFixed(1)}% legal moves; win ${e.win.toFixed(2)} draw ${e.draw.toFixed(2)} invalid games ${e.invalid.toFixed(2)}`);
+    best = e;
+    if (e.legal >= target || done) break;
+  }
+}
+
+// Save f32 weights in HF names.
+const shapes = tensorShapes(engine.config);
+const tensors = await Promise.all(
+  trainer.tensors.map(async (t) => {
+    const buf = "buffer" in t.weight ? t.weight.buffer : t.weight;
+    const off = "buffer" in t.weight ? t.weight.offset : 0;
+    const data = new Float32Array(await engine.gpu.read(buf, t.n * 4, off));
+    return { name: t.name, dtype: "F32" as const, shape: shapes.get(t.name)!, data };
+  }),
+);
+writeFileSync(join(a.out, "model.safetensors"), writeSafetensors(tensors, { format: "pt" }));
+const final = await legalRate(400, 7_000_000);
+const report = {
+  seed, steps: step, minutes: Number(elapsedMin().toFixed(1)), sequences: data.length, vocab: V,
+  parameters: trainer.tensors.reduce((s, t) => s + t.n, 0),
+  eval_400_games: final, best_during_training: best,
+};
+writeFileSync(join(a.out, "pretrain.json"), JSON.stringify(report, null, 2) + "\n");
+log(`done: ${JSON.stringify(report)}`);
+process.exit(0);
