@@ -9,6 +9,7 @@ import { adapterReport, measurePeak } from "./probe.ts";
 
 const SUITES: Record<string, () => Promise<Suite>> = {
   probe: async () => async () => [],
+  serve: async () => (await import("./serve.ts")).serveSuite,
 };
 
 export function registerSuite(name: string, load: () => Promise<Suite>): void {
