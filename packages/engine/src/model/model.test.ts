@@ -3,7 +3,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { createDevice, getDevice, type Gpu } from "@webart/engine/gpu";
 import { assertClose } from "@webart/shaders/util/check.ts";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
@@ -27,14 +27,14 @@ async function refTensors(name: string): Promise<Map<string, Float32Array>> {
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
-async function load(name: string): Promise<Model> {
+async function load(name: string, g: Gpu = gpu): Promise<Model> {
   // The fixtures have no tokenizer, so the pieces openModel uses are called one by one.
   const files = await modelFiles(join(FIX, name));
   const config = parseConfig((await readJson(files, "config.json"))!);
   const reader = await WeightReader.open(files);
-  const w = await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }));
+  const w = await uploadWeights(g, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }));
   await reader.close();
-  return new Model(gpu, config, w);
+  return new Model(g, config, w);
 }
 
 /** Feeds tokens (slot, pos, id) through the model and returns logits (rows, V) for every fed token. */
@@ -105,5 +105,28 @@ describe.each([
     assertClose(`${name} batch 1`, got.subarray(a.length * V), ref.get("batch.1.logits")!, { atol, rtol: 1e-4 });
     kv.dispose();
     expect(gpu.errors).toEqual([]);
+  });
+});
+
+describe("tensors over the storage-binding limit", () => {
+  it("splits the embedding and the untied LM head across bindings and still matches PyTorch", async () => {
+    // 40 KB bindings: qwen3-tiny's (310, 64) f32 embedding (79 KB) and LM head split in 2-3 shards each.
+    const small = await createDevice({ limitOverrides: { maxStorageBufferBindingSize: 40 * 1024 } });
+    const model = await load("qwen3-tiny", small);
+    expect(model.weights.embed.shards.length).toBeGreaterThan(1);
+    expect(model.weights.head.length).toBeGreaterThan(1);
+    const ref = await refTensors("qwen3-tiny");
+    const json = JSON.parse(readFileSync(join(FIX, "qwen3-tiny", "reference.json"), "utf8"));
+    const kv = new KvCache(small, model.config, 1, 32);
+    const saved = gpu;
+    gpu = small;
+    try {
+      const got = await run(model, kv, (json.prefill.ids as number[]).map((id, pos) => ({ slot: 0, pos, id })));
+      assertClose("split prefill", got, ref.get("prefill.logits")!, { atol: 2e-4, rtol: 1e-4 });
+    } finally {
+      gpu = saved;
+    }
+    expect(small.errors).toEqual([]);
+    small.destroy();
   });
 });
