@@ -1,43 +1,350 @@
-// The web app's shell. For now: which WebGPU adapter the engine worker got.
-import { useEffect, useState } from "react";
-import { engine } from "./engine.ts";
-import type { AdapterInfo } from "./worker.ts";
+// The app: model and settings on the left, the current run's charts, games and a play board on the right.
+// All engine work happens in the worker; this component keeps the page's state and reacts to its events.
+import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import type {
+  AdapterInfo,
+  EngineEvent,
+  EnvName,
+  FailureKind,
+  ModelChoice,
+  ModelInfo,
+  RunSummary,
+  StepRow,
+  StorageInfo,
+} from "./api.ts";
+import { engine, onEngineEvent } from "./engine.ts";
+import { defaultDraft, KEY_STORAGE, newRunName, validate, type SettingsDraft } from "./lib/settings.ts";
+import { Charts } from "./components/Charts.tsx";
+import { GpuBanner, type Banner } from "./components/GpuBanner.tsx";
+import { ModelPanel, type LoadProgress } from "./components/ModelPanel.tsx";
+import { PlayBoard } from "./components/PlayBoard.tsx";
+import { RolloutViewer } from "./components/RolloutViewer.tsx";
+import { RunControls, type Status } from "./components/RunControls.tsx";
+import { RunList } from "./components/RunList.tsx";
+import { SettingsForm } from "./components/SettingsForm.tsx";
+import { Tabs } from "./components/Tabs.tsx";
+
+const IDLE: Status = { run: null, state: "idle", step: 0, target: 0, phase: null };
+
+function failureText(kind: FailureKind, message: string, step: number): string {
+  switch (kind) {
+    case "device-lost":
+      return (
+        `${message.replace(/\.*$/, ".")} The run is paused at step ${step}, its last complete checkpoint. ` +
+        `Press Resume to continue on a new device; if it happens again, close other GPU-heavy tabs, update the graphics driver, or reload the page.`
+      );
+    case "webgpu-missing":
+      return `${message} Training needs WebGPU: use a recent Chrome or Edge over https:// or http://localhost.`;
+    default:
+      return message;
+  }
+}
+
+/** Keeps the last few notices; a step's notice replaces the previous step's. */
+function addNotice(list: string[], message: string): string[] {
+  const kept = /^Step \d+:/.test(message) ? list.filter((n) => !/^Step \d+:/.test(n)) : list;
+  return [...kept.slice(-3), message];
+}
 
 export function App() {
+  const api = engine();
   const [adapter, setAdapter] = useState<AdapterInfo>();
-  const [error, setError] = useState<string>();
+  const [banner, setBanner] = useState<Banner | null>(null);
+  const [model, setModel] = useState<ModelChoice>({ kind: "embedded" });
+  const [info, setInfo] = useState<ModelInfo | null>(null);
+  const [modelError, setModelError] = useState<string | null>(null);
+  const [checking, setChecking] = useState(false);
+  const [progress, setProgress] = useState<LoadProgress | null>(null);
+  const [draft, setDraft] = useState<SettingsDraft>(defaultDraft);
+  const { settings, errors } = useMemo(() => validate(draft), [draft]);
+  const [runs, setRuns] = useState<RunSummary[]>([]);
+  const [status, setStatus] = useState<Status>(IDLE);
+  const [rows, setRows] = useState<StepRow[]>([]);
+  const [runEnv, setRunEnv] = useState<EnvName>("tictactoe");
+  const [notices, setNotices] = useState<string[]>([]);
+  const [storage, setStorage] = useState<StorageInfo | null>(null);
+  const [version, setVersion] = useState(0);
+  const [tab, setTab] = useState("charts");
+  const current = useRef<string | null>(null);
+  current.current = status.run;
+
+  const refreshRuns = useCallback(async () => {
+    setRuns(await api.listRuns());
+    setStorage(await api.storage());
+  }, [api]);
+
   useEffect(() => {
-    engine()
+    api
       .adapter()
-      .then(setAdapter, (e: Error) => setError(e.message));
-  }, []);
+      .then(setAdapter, (e: Error) =>
+        setBanner({ kind: "webgpu-missing", text: failureText("webgpu-missing", e.message, 0) }),
+      );
+    refreshRuns().catch((e: Error) => setBanner({ kind: "other", text: `Could not read saved runs: ${e.message}` }));
+  }, [api, refreshRuns]);
+
+  useEffect(
+    () =>
+      onEngineEvent((e: EngineEvent) => {
+        if (e.type === "load")
+          setProgress({ stage: e.stage, file: e.file, bytesDone: e.bytesDone, bytesTotal: e.bytesTotal });
+        else if (e.type === "notice") setNotices((n) => addNotice(n, e.message));
+        else if (e.run !== current.current) return;
+        else if (e.type === "phase") {
+          if (e.phase !== "loading") setProgress(null);
+          setStatus((s) => ({ ...s, phase: e.phase, done: e.done, total: e.total }));
+        } else if (e.type === "step") {
+          setRows((r) => [...r.filter((x) => x.step !== e.row.step), e.row]);
+          setStatus((s) => ({ ...s, step: e.row.step, target: e.target, etaSeconds: e.etaSeconds }));
+          setVersion((v) => v + 1);
+          void refreshRuns();
+        } else if (e.type === "state") {
+          setProgress(null);
+          setStatus((s) => ({
+            ...s,
+            state: e.state,
+            step: e.step,
+            pausing: false,
+            phase: e.state === "running" ? s.phase : null,
+          }));
+          if (e.failure && e.error)
+            setBanner({ kind: e.failure, text: failureText(e.failure, e.error.message, e.step), stack: e.error.stack });
+          if (e.state !== "running") void refreshRuns();
+        }
+      }),
+    [refreshRuns],
+  );
+
+  // The memory plan follows the model and the settings that change it (rank, concurrent games).
+  const planKey = settings ? `${settings.loraRank}/${settings.groupSize * settings.groupsPerStep}` : null;
+  useEffect(() => {
+    if (!adapter || !settings) return;
+    let live = true;
+    setChecking(true);
+    const t = setTimeout(() => {
+      api
+        .inspectModel(model, settings)
+        .then(
+          (i) => live && (setInfo(i), setModelError(null)),
+          (e: Error) => live && (setInfo(null), setModelError(e.message)),
+        )
+        .finally(() => live && setChecking(false));
+    }, 250);
+    return () => {
+      live = false;
+      clearTimeout(t);
+    };
+    // planKey stands for the settings the plan depends on, so typing in other fields does not re-plan.
+  }, [api, adapter, model, planKey]);
+
+  const active = status.state === "running" || status.state === "starting";
+  const startBlocked = !adapter
+    ? "Training needs WebGPU (see the message above)."
+    : !settings
+      ? "Fix the settings marked in red."
+      : modelError
+        ? "The model could not be read (see Model)."
+        : !info
+          ? "Checking the model…"
+          : !info.fits
+            ? "The memory plan does not fit this GPU (see Model)."
+            : null;
+
+  const run = async (name: string, step: number, target: number, env: EnvName, go: () => Promise<unknown>) => {
+    setBanner(null);
+    setNotices([]);
+    setRunEnv(env);
+    setStatus({ run: name, state: "starting", step, target, phase: "loading" });
+    setTab("charts");
+    try {
+      await go();
+    } catch (e) {
+      setBanner({ kind: "other", text: (e as Error).message, stack: (e as Error).stack });
+      setStatus((s) => ({ ...s, state: "failed", phase: null }));
+    }
+    await refreshRuns();
+  };
+
+  const start = () => {
+    if (!settings) return;
+    if (draft.rememberKey && draft.reward === "ruler") localStorage.setItem(KEY_STORAGE, draft.rulerApiKey);
+    else localStorage.removeItem(KEY_STORAGE);
+    const name = draft.name;
+    setRows([]);
+    setDraft((d) => ({ ...d, name: newRunName(d.env) }));
+    void run(name, 0, settings.steps, settings.env, () => api.train({ name, model, settings }));
+  };
+
+  const open = async (r: RunSummary) => {
+    setRunEnv(r.env);
+    setStatus({
+      run: r.name,
+      state: r.step >= r.target ? "done" : "paused",
+      step: r.step,
+      target: r.target,
+      phase: null,
+    });
+    setRows(await api.history(r.name));
+    setVersion((v) => v + 1);
+  };
+
+  const resume = async (r: RunSummary) => {
+    await open(r);
+    const target = r.step >= r.target ? r.step + r.settings.steps : r.target;
+    await run(r.name, r.step, target, r.env, () => api.resume(r.name, { apiKey: draft.rulerApiKey || undefined }));
+  };
+
+  const exportAdapter = async (r: RunSummary) => {
+    try {
+      const { fileName, bytes } = await api.exportAdapter(r.name);
+      const url = URL.createObjectURL(new Blob([bytes as Uint8Array<ArrayBuffer>], { type: "application/zip" }));
+      const a = document.createElement("a");
+      a.href = url;
+      a.download = fileName;
+      a.click();
+      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+    } catch (e) {
+      setBanner({ kind: "other", text: `Export failed: ${(e as Error).message}`, stack: (e as Error).stack });
+    }
+  };
+
+  const importAdapter = async (f: File) => {
+    if (!settings)
+      return setBanner({ kind: "other", text: "Fix the training settings first: the imported run takes them." });
+    try {
+      const r = await api.importAdapter(new Uint8Array(await f.arrayBuffer()), f.name, model, settings);
+      await refreshRuns();
+      await open(r);
+      setNotices((n) =>
+        addNotice(n, `Imported ${f.name} as run ${r.name} (step 0, LoRA rank ${r.settings.loraRank}).`),
+      );
+    } catch (e) {
+      setBanner({ kind: "other", text: `Import failed: ${(e as Error).message}`, stack: (e as Error).stack });
+    }
+  };
+
+  const remove = async (r: RunSummary) => {
+    try {
+      await api.deleteRun(r.name);
+      if (status.run === r.name) {
+        setStatus(IDLE);
+        setRows([]);
+      }
+      await refreshRuns();
+    } catch (e) {
+      setBanner({ kind: "other", text: `Delete failed: ${(e as Error).message}`, stack: (e as Error).stack });
+    }
+  };
+
+  const pickLocal = async (files: File[] | FileSystemDirectoryHandle, label: string) => {
+    setModelError(null);
+    try {
+      setModel(await api.addLocalModel(files, label));
+    } catch (e) {
+      setModelError((e as Error).message);
+    } finally {
+      setProgress(null);
+    }
+  };
+
+  const currentRun = runs.find((r) => r.name === status.run);
   return (
-    <main>
-      <h1>webart</h1>
-      <p>Train LLM agents with reinforcement learning on your own GPU, in this tab.</p>
-      <section aria-label="GPU adapter">
-        <h2>GPU</h2>
-        {error && (
-          <p role="alert" className="error">
-            {error}
-          </p>
-        )}
-        {!adapter && !error && <p>Looking for a WebGPU adapter…</p>}
-        {adapter && (
-          <dl data-testid="adapter">
-            <dt>Adapter</dt>
-            <dd data-testid="adapter-name">
-              {adapter.vendor} {adapter.architecture} {adapter.description}
-            </dd>
-            <dt>Engine runs in</dt>
-            <dd data-testid="engine-context">{adapter.context === "worker" ? "a Web Worker" : "the page"}</dd>
-            <dt>Features</dt>
-            <dd>{adapter.features.join(", ") || "none"}</dd>
-            <dt>Max storage binding</dt>
-            <dd>{(adapter.maxStorageBufferBindingSize / 2 ** 20).toFixed(0)} MiB</dd>
-          </dl>
-        )}
-      </section>
-    </main>
+    <div className="app">
+      <header>
+        <h1>webart</h1>
+        <p className="tagline">Train an LLM agent with reinforcement learning on your own GPU, in this tab.</p>
+        <p className="gpu" data-testid="adapter">
+          {adapter ? (
+            <>
+              GPU:{" "}
+              <span data-testid="adapter-name">
+                {`${adapter.vendor} ${adapter.architecture} ${adapter.description}`.trim()}
+              </span>{" "}
+              · engine in{" "}
+              <span data-testid="engine-context">{adapter.context === "worker" ? "a Web Worker" : "the page"}</span>
+            </>
+          ) : banner?.kind === "webgpu-missing" ? (
+            "No WebGPU"
+          ) : (
+            "Looking for a WebGPU adapter…"
+          )}
+        </p>
+      </header>
+      {banner && <GpuBanner banner={banner} onClose={() => setBanner(null)} />}
+      {notices.length > 0 && (
+        <ul className="notices" aria-live="polite" data-testid="notices">
+          {notices.map((n, i) => (
+            <li key={i}>{n}</li>
+          ))}
+        </ul>
+      )}
+      <div className="layout">
+        <aside>
+          <ModelPanel
+            choice={model}
+            info={info}
+            error={modelError}
+            checking={checking}
+            progress={progress}
+            disabled={active}
+            onChoose={setModel}
+            onPickLocal={pickLocal}
+          />
+          <SettingsForm draft={draft} errors={errors} disabled={active} onChange={setDraft} />
+          <RunControls
+            status={status}
+            startBlocked={startBlocked}
+            canResume={!!currentRun && !active}
+            onStart={start}
+            onPause={() => (setStatus((s) => ({ ...s, pausing: true })), void api.pause())}
+            onStop={() => void api.stop()}
+            onResume={() => currentRun && void resume(currentRun)}
+          />
+          <RunList
+            runs={runs}
+            current={status.run}
+            busy={active}
+            storage={storage}
+            onOpen={(r) => void open(r)}
+            onResume={(r) => void resume(r)}
+            onExport={(r) => void exportAdapter(r)}
+            onDelete={(r) => void remove(r)}
+            onImport={(f) => void importAdapter(f)}
+          />
+          <details className="panel diagnostics">
+            <summary>Diagnostics</summary>
+            <p className="small muted">
+              Simulates what a driver reset does to a training run: the run pauses at its last checkpoint.
+            </p>
+            <button type="button" onClick={() => void api.loseDevice()}>
+              Simulate GPU device loss
+            </button>
+          </details>
+        </aside>
+        <main>
+          <Tabs
+            value={tab}
+            onChange={setTab}
+            tabs={[
+              { id: "charts", label: "Charts", content: <Charts rows={rows} env={runEnv} /> },
+              {
+                id: "rollouts",
+                label: "Rollouts",
+                content: <RolloutViewer run={status.run} env={runEnv} version={version} />,
+              },
+              {
+                id: "play",
+                label: "Play",
+                content:
+                  runEnv === "tictactoe" ? (
+                    <PlayBoard run={status.run} maxTokens={currentRun?.settings.maxTokens ?? 12} disabled={null} />
+                  ) : (
+                    <p className="muted">The play board is tic-tac-toe; open a tic-tac-toe run to play against it.</p>
+                  ),
+              },
+            ]}
+          />
+        </main>
+      </div>
+    </div>
   );
 }

@@ -1,7 +1,8 @@
 // rulerScoreGroup against a scripted judge over real HTTP: rewards replaced, old reward kept,
 // explanations logged, failures swallowed to null, and use as gatherTrajectoryGroups' afterEach.
 import { afterEach, describe, expect, it } from "vitest";
-import { gatherTrajectoryGroups, Trajectory, TrajectoryGroup, type Message } from "@webart/engine";
+import { join } from "node:path";
+import { clientForHandler, Engine, gatherTrajectoryGroups, Trajectory, TrajectoryGroup, type Message } from "@webart/engine";
 import { rulerScoreGroup, type RulerGroupOptions } from "./group.ts";
 import { RulerError } from "./ruler.ts";
 import { requestedIds, startJudge, type JudgeRequest, type ScriptedJudge, type Step } from "./scripted-judge.ts";
@@ -135,7 +136,38 @@ describe("rulerScoreGroup", () => {
     expect(judge.requests.filter((r) => r.body.messages[1].content.includes("broken"))).toHaveLength(3);
   });
 
-  // Needs the engine to generate: judge with webart's own model through model.openaiClient(), whose
-  // handler must support response_format json_schema (model.jsonConstraint).
-  it.todo("end-to-end: the project's own model as the judge of a real rollout group");
+  it("end-to-end, no network: the project's own model is the judge through the in-process client", async () => {
+    const model = join(import.meta.dirname, "../../../models/webart-tiny");
+    const engine = await Engine.load(model, { name: "judge", kvSlots: 4, maxContext: 4096 });
+    // Every reply the judge sends, as the handler returned it.
+    const replies: string[] = [];
+    const client = clientForHandler(async (req) => {
+      const res = await engine.handler(req);
+      const body = await res.clone().json();
+      replies.push(body.choices?.[0]?.message?.content ?? "");
+      return res;
+    });
+    try {
+      const group = new TrajectoryGroup([
+        new Trajectory({ messagesAndChoices: [sys, user("Board: empty. Your move."), say("<move>B2</move>")], reward: 1 }),
+        new Trajectory({ messagesAndChoices: [sys, user("Board: empty. Your move."), say("<move>A9</move>")], reward: -1 }),
+      ]);
+      const scored = await rulerScoreGroup(group, { client, model: "judge", clampScores: true, swallowExceptions: true, requestParams: { temperature: 1, seed: 11 } });
+      // Constrained decoding: even this tiny judge's every reply is JSON of the requested shape, two entries
+      // with known ids. (It may name the same id twice, which ruler refuses; a real judge would not.)
+      expect(replies.length).toBeGreaterThan(0);
+      for (const r of replies) {
+        const v = JSON.parse(r) as { scores: { trajectory_id: string; explanation: string; score: number }[] };
+        expect(v.scores).toHaveLength(2);
+        for (const e of v.scores) {
+          expect(["1", "2"]).toContain(e.trajectory_id);
+          expect(typeof e.explanation).toBe("string");
+          expect(Number.isFinite(e.score)).toBe(true);
+        }
+      }
+      if (scored) for (const t of scored.trajectories) expect(t.reward >= 0 && t.reward <= 1).toBe(true);
+    } finally {
+      await engine.close();
+    }
+  }, 300_000);
 });

@@ -102,6 +102,8 @@ export function scoresResponseFormat(ids: string[]): ResponseFormatJSONSchema {
         properties: {
           scores: {
             type: "array",
+            minItems: ids.length,
+            maxItems: ids.length,
             items: {
               type: "object",
               properties: {

@@ -1,0 +1,179 @@
+// The typed contract between the page and the engine worker: what the worker exposes through comlink, the
+// events it pushes back, and the plain data (settings, runs, steps, trajectories) both sides pass around.
+import type { AdapterSummary } from "@webart/engine/gpu";
+
+export type EnvName = "tictactoe" | "2048";
+
+/** Environment score, or RULER (an LLM judge behind any OpenAI-compatible endpoint). */
+export type RewardSettings =
+  | { kind: "env" }
+  | {
+      kind: "ruler";
+      baseURL: string;
+      model: string;
+      /** Kept in memory only; never written to a run's files. */
+      apiKey: string;
+    };
+
+export interface TrainSettings {
+  env: EnvName;
+  /** Total steps the run trains to. */
+  steps: number;
+  /** Rollouts per group (same scenario); advantages are relative within a group. */
+  groupSize: number;
+  groupsPerStep: number;
+  learningRate: number;
+  loraRank: number;
+  seed: number;
+  /** Tokens the model may write per move. */
+  maxTokens: number;
+  temperature: number;
+  reward: RewardSettings;
+}
+
+/** Where the base model comes from. */
+export type ModelChoice =
+  | { kind: "embedded" }
+  | { kind: "url"; url: string }
+  | { kind: "hub"; repo: string }
+  /** Files picked on this machine, copied into the browser's model cache under `id`. */
+  | { kind: "local"; id: string; label: string };
+
+export interface AdapterInfo extends AdapterSummary {
+  features: string[];
+  maxStorageBufferBindingSize: number;
+  maxBufferSize: number;
+  /** Where the engine runs: "worker" inside a Web Worker. */
+  context: string;
+}
+
+/** A model's config and memory plan, before anything is loaded on the GPU. */
+export interface ModelInfo {
+  /** The base-model string runs record (URL path, URL, repo id or local-cache URL). */
+  baseModel: string;
+  label: string;
+  architecture: string;
+  layers: number;
+  hidden: number;
+  vocab: number;
+  dtype: string;
+  /** Human-readable plan lines (weights, LoRA, optimizer, KV cache, ...). */
+  plan: string[];
+  totalBytes: number;
+  fits: boolean;
+  /** Why the plan is refused, when it does not fit. */
+  reason?: string;
+}
+
+/** One training step as the charts need it. */
+export interface StepRow {
+  step: number;
+  reward: number;
+  rewardStd: number;
+  loss: number;
+  policyLoss: number;
+  kl: number;
+  entropy: number;
+  gradNorm: number;
+  tokensPerSecond: number;
+  stepSeconds: number;
+  skipped: boolean;
+  /** tic-tac-toe: fraction of games won; 2048: games reaching the winning tile. */
+  win?: number;
+  /** 2048: mean largest tile. */
+  maxTile?: number;
+}
+
+export interface RunSummary {
+  name: string;
+  project: string;
+  baseModel: string;
+  model: ModelChoice;
+  env: EnvName;
+  /** Latest complete checkpoint. */
+  step: number;
+  /** Steps the run trains to. */
+  target: number;
+  settings: TrainSettings;
+  createdAt: string;
+  lastReward: number | null;
+  /** Set for runs made by importing a PEFT adapter. */
+  importedFrom?: string;
+}
+
+export type Phase = "loading" | "rollouts" | "training" | "saving";
+export type RunState = "running" | "paused" | "stopped" | "done" | "failed";
+
+/** Why a run stopped on its own, so the page can say what to do. */
+export type FailureKind = "device-lost" | "storage-full" | "webgpu-missing" | "other";
+
+export interface SerializedError {
+  name: string;
+  message: string;
+  stack?: string;
+}
+
+export type EngineEvent =
+  | { type: "phase"; run: string; phase: Phase; step: number; done?: number; total?: number }
+  | { type: "load"; stage: "download" | "weights" | "copy"; file: string; bytesDone: number; bytesTotal: number }
+  /** etaSeconds: the run's remaining time, from the recent steps' wall time. */
+  | { type: "step"; run: string; row: StepRow; target: number; etaSeconds: number }
+  | { type: "state"; run: string; state: RunState; step: number; failure?: FailureKind; error?: SerializedError }
+  | { type: "notice"; message: string };
+
+export interface TrajectoryView {
+  reward: number;
+  advantage: number;
+  metrics: Record<string, number | boolean>;
+  logs: string[];
+  /** The main conversation: role and text of each message (assistant turns from the sampled choices). */
+  messages: { role: string; content: string }[];
+  /** 2048 keeps each move as its own short history; these are their messages, in order. */
+  extraHistories: { role: string; content: string }[][];
+}
+
+export interface GroupView {
+  trajectories: TrajectoryView[];
+  exceptions: string[];
+}
+
+export interface StorageInfo {
+  usage: number;
+  quota: number;
+}
+
+/** What the engine worker exposes. Every method is async across the worker boundary. */
+export interface EngineApi {
+  adapter(): Promise<AdapterInfo>;
+  /** Receives progress, steps and state changes (a comlink proxy of a page function). */
+  listen(cb: (e: EngineEvent) => void): Promise<void>;
+  inspectModel(model: ModelChoice, settings: TrainSettings): Promise<ModelInfo>;
+  /** Copies picked files (or a folder handle) into the model cache; returns the choice that loads them. */
+  addLocalModel(files: File[] | FileSystemDirectoryHandle, label: string): Promise<ModelChoice>;
+  listRuns(): Promise<RunSummary[]>;
+  history(run: string): Promise<StepRow[]>;
+  /** Creates a run and trains it; resolves when it pauses, stops, finishes or fails (see its state event). */
+  train(args: { name: string; model: ModelChoice; settings: TrainSettings }): Promise<RunState>;
+  /** Continues a saved run from its latest checkpoint (the API key is passed again, never stored). */
+  resume(run: string, opts?: { apiKey?: string }): Promise<RunState>;
+  /** Finish the current step, then pause. */
+  pause(): Promise<void>;
+  /** Drop the step in progress (nothing of it is saved) and stop as soon as possible. */
+  stop(): Promise<void>;
+  deleteRun(run: string): Promise<void>;
+  trajectorySteps(run: string): Promise<number[]>;
+  trajectories(run: string, step: number): Promise<GroupView[]>;
+  exportAdapter(run: string): Promise<{ fileName: string; bytes: Uint8Array }>;
+  /** A new run at step 0 holding the zip's PEFT adapter, on `model`, with `settings` for further training. */
+  importAdapter(zip: Uint8Array, fileName: string, model: ModelChoice, settings: TrainSettings): Promise<RunSummary>;
+  /** The model's reply to a conversation, with the run's latest adapter. */
+  reply(
+    run: string,
+    messages: { role: "system" | "user" | "assistant"; content: string }[],
+    maxTokens: number,
+  ): Promise<string>;
+  storage(): Promise<StorageInfo>;
+  clearModelCache(): Promise<void>;
+  /** Testing aid: destroys the GPU device, as a driver reset would. */
+  loseDevice(): Promise<void>;
+}

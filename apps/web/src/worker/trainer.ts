@@ -1,0 +1,263 @@
+// The training loop in the worker: one loaded run at a time (its base model on the GPU with its adapter),
+// rollouts of the chosen game through the model's openai client, the reward (game score or RULER), a GRPO
+// step, and the step's files in IndexedDB before the next begins. Pause, stop, device loss and a full disk
+// all leave the run at its last complete checkpoint, resumable.
+import OpenAI from "openai";
+import {
+  gatherTrajectoryGroups,
+  getDevice,
+  Trajectory,
+  type DeviceLostError,
+  type TrajectoryGroup,
+} from "@webart/engine";
+import { rollout2048, rolloutTicTacToe } from "@webart/envs";
+import { rulerScoreGroup } from "@webart/ruler";
+import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
+import { serializeError } from "../errors.ts";
+import { LocalBackend, TrainableModel, validateLoraConfig } from "./internals.ts";
+import { baseModelOf, engineOptions, kvSlotsFor, readModelConfig } from "./models.ts";
+import { appendEnvRow, envRow, stepRow, PROJECT, readMeta, runFiles, writeMeta, type RunMeta } from "./runs.ts";
+import { checkRoom, store } from "./store.ts";
+
+let emit: (e: EngineEvent) => void = () => {};
+export const setTrainerEvents = (f: (e: EngineEvent) => void) => void (emit = f);
+
+class StopSignal extends Error {
+  constructor() {
+    super("stopped by the user");
+    this.name = "StopSignal";
+  }
+}
+
+interface Session {
+  name: string;
+  meta: RunMeta;
+  backend: LocalBackend;
+  model: TrainableModel;
+  lost?: DeviceLostError;
+}
+
+let session: Session | null = null;
+let busy = false;
+const control = { pause: false, stop: false };
+
+/** Drops the loaded run (its engine is closed; the next use reloads it from its files). */
+async function unload(): Promise<void> {
+  const s = session;
+  session = null;
+  await s?.backend.close().catch(() => {});
+}
+
+/** The loaded session for a run, loading its base model and latest checkpoint when needed. */
+export async function open(name: string): Promise<Session> {
+  if (session?.name === name && !session.lost) return session;
+  if (busy) throw new Error(`run "${session?.name}" is training; pause it first`);
+  return load(name);
+}
+
+async function load(name: string): Promise<Session> {
+  await unload();
+  const meta = await readMeta(name);
+  const baseModel = baseModelOf(meta.model);
+  const config = await readModelConfig(baseModel);
+  emit({ type: "phase", run: name, phase: "loading", step: (await runFiles(name).latestStep()) ?? 0 });
+  const backend = new LocalBackend({ store, engine: engineOptions(meta.settings, config) });
+  const model = new TrainableModel({ name, project: PROJECT, baseModel, lora: meta.lora, seed: meta.settings.seed });
+  await model.register(backend);
+  const s: Session = { name, meta, backend, model };
+  backend.engine(model.spec).gpu.onLost((e) => {
+    s.lost = e;
+    // While training, the loop reports it (with the step it paused at); otherwise say it here.
+    if (!busy)
+      emit({
+        type: "notice",
+        message: `${e.message}. Nothing saved is lost; the next action reloads the model on a new device.`,
+      });
+  });
+  session = s;
+  return s;
+}
+
+export async function createRun(name: string, model: ModelChoice, settings: TrainSettings): Promise<void> {
+  if (await runFiles(name).readJson("webapp/run.json"))
+    throw new Error(`a run named "${name}" exists; pick another name`);
+  const lora = validateLoraConfig({ rank: settings.loraRank, alpha: 2 * settings.loraRank });
+  await writeMeta(name, {
+    version: 1,
+    model,
+    settings,
+    target: settings.steps,
+    lora,
+    createdAt: new Date().toISOString(),
+  });
+}
+
+/** Extends a finished run by its step count, so Resume always trains more. */
+export async function extendIfDone(name: string): Promise<void> {
+  const meta = await readMeta(name);
+  const step = (await runFiles(name).latestStep()) ?? 0;
+  if (step >= meta.target) await writeMeta(name, { ...meta, target: step + meta.settings.steps });
+}
+
+const scenarioSeed = (seed: number, step: number, group: number) => (seed * 100_003 + step * 1_009 + group) >>> 0;
+
+async function rollouts(s: Session, step: number, apiKey: string | undefined): Promise<TrajectoryGroup[]> {
+  const st = s.meta.settings;
+  const client = s.model.openaiClient();
+  const sampling = { model: s.name, maxTokens: st.maxTokens, temperature: st.temperature };
+  const one = (seed: number) => async () => {
+    if (control.stop) throw new StopSignal();
+    const t =
+      st.env === "tictactoe"
+        ? await rolloutTicTacToe(client, { ...sampling, scenario: { seed } })
+        : await rollout2048(client, { ...sampling, scenario: { seed } });
+    return new Trajectory(t as ConstructorParameters<typeof Trajectory>[0]);
+  };
+  const r = st.reward;
+  const judge =
+    r.kind === "ruler"
+      ? new OpenAI({
+          baseURL: r.baseURL,
+          apiKey: apiKey || r.apiKey || "none",
+          dangerouslyAllowBrowser: true,
+          maxRetries: 0,
+        })
+      : undefined;
+  const total = st.groupSize * st.groupsPerStep;
+  emit({ type: "phase", run: s.name, phase: "rollouts", step, done: 0, total });
+  return gatherTrajectoryGroups(
+    Array.from({ length: st.groupsPerStep }, (_, g) =>
+      Array.from({ length: st.groupSize }, () => one(scenarioSeed(st.seed, step, g))),
+    ),
+    {
+      concurrency: kvSlotsFor(st),
+      progressBar: "off",
+      onProgress: (p) => emit({ type: "phase", run: s.name, phase: "rollouts", step, done: p.done, total: p.total }),
+      afterEach: judge && r.kind === "ruler" ? (g) => rulerScoreGroup(g, { client: judge, model: r.model }) : undefined,
+    },
+  );
+}
+
+async function classify(e: unknown, s: Session | null): Promise<FailureKind> {
+  const err = e as Error;
+  if (s && !s.lost && err?.name !== "DeviceLostError") {
+    // After a loss, the first failure is often a validation error on a destroyed buffer, reported before the
+    // device's lost promise settles: give it a moment to say so.
+    const gpu = s.backend.engine(s.model.spec).gpu;
+    await Promise.race([gpu.lost, new Promise((r) => setTimeout(r, 1000))]);
+    if (gpu.lostError) s.lost = gpu.lostError;
+  }
+  if (s?.lost || err?.name === "DeviceLostError") return "device-lost";
+  if (err?.name === "StorageFullError") return "storage-full";
+  if (/WebGPU/.test(err?.message ?? "") && /navigator\.gpu|no adapter/.test(err?.message ?? ""))
+    return "webgpu-missing";
+  return "other";
+}
+
+/** Trains the run up to its target; resolves with the state it ends in (also emitted). */
+export async function trainLoop(name: string, apiKey?: string): Promise<RunState> {
+  if (busy) throw new Error(`run "${session?.name}" is already training`);
+  busy = true;
+  control.pause = control.stop = false;
+  let s: Session | null = null;
+  let step =
+    (await runFiles(name)
+      .latestStep()
+      .catch(() => null)) ?? 0;
+  const end = (state: RunState, extra: { failure?: FailureKind; error?: unknown } = {}): RunState => {
+    emit({
+      type: "state",
+      run: name,
+      state,
+      step,
+      failure: extra.failure,
+      error: extra.error ? serializeError(extra.error) : undefined,
+    });
+    return state;
+  };
+  try {
+    s = session?.name === name && !session.lost ? session : await load(name);
+    step = await s.model.getStep();
+    const meta = await readMeta(name);
+    s.meta = meta;
+    emit({ type: "state", run: name, state: "running", step });
+    const times: number[] = [];
+    const lora = s.backend.engine(s.model.spec).model.lora!;
+    store.onCommit = () => emit({ type: "phase", run: name, phase: "saving", step: step + 1 });
+    while (step < meta.target) {
+      if (control.stop) return end("stopped");
+      if (control.pause) return end("paused");
+      // A checkpoint holds the adapter and two optimizer moments; trajectories are small beside it.
+      await checkRoom(lora.size * 4 * 3 + (1 << 20));
+      const t0 = performance.now();
+      const groups = await rollouts(s, step, apiKey);
+      if (control.stop) return end("stopped");
+      emit({ type: "phase", run: name, phase: "training", step: step + 1 });
+      const res = await s.model.train(groups, { learningRate: meta.settings.learningRate });
+      const env = envRow(res.step, groups);
+      await appendEnvRow(name, env);
+      step = res.step;
+      times.push((performance.now() - t0) / 1000);
+      const avg = times.slice(-5).reduce((a, b) => a + b, 0) / Math.min(5, times.length);
+      const h: Record<string, unknown> = { step };
+      for (const [k, v] of Object.entries(res.metrics)) h[`train/${k}`] = v;
+      const row = stepRow(h, env);
+      emit({ type: "step", run: name, row, target: meta.target, etaSeconds: avg * (meta.target - step) });
+      if (res.metrics.skipped) {
+        emit({
+          type: "notice",
+          message: `Step ${step}: every game in a group scored the same, so there was nothing to learn from; the step advanced without an update.`,
+        });
+      }
+    }
+    return end("done");
+  } catch (e) {
+    if (e instanceof StopSignal || control.stop) return end("stopped");
+    const failure = await classify(e, s);
+    // The engine's in-memory step may be ahead of what was saved; reload from the files next time.
+    await unload();
+    step =
+      (await runFiles(name)
+        .latestStep()
+        .catch(() => null)) ?? step;
+    return end(failure === "other" || failure === "webgpu-missing" ? "failed" : "paused", {
+      failure,
+      error: failure === "device-lost" ? (s?.lost ?? e) : e,
+    });
+  } finally {
+    store.onCommit = () => {};
+    busy = false;
+  }
+}
+
+export const requestPause = () => void (control.pause = true);
+export const requestStop = () => void (control.stop = true);
+export const isBusy = () => busy;
+
+/** The model's reply with the run's latest adapter (loads the run when it is not the one in memory). */
+export async function reply(
+  name: string,
+  messages: OpenAI.Chat.ChatCompletionMessageParam[],
+  maxTokens: number,
+): Promise<string> {
+  const s = await open(name);
+  const r = await s.model.openaiClient().chat.completions.create({
+    model: s.name,
+    messages,
+    max_completion_tokens: maxTokens,
+    temperature: s.meta.settings.temperature,
+  });
+  return r.choices[0]?.message.content ?? "";
+}
+
+export async function forget(name: string): Promise<void> {
+  if (session?.name === name) {
+    if (busy) throw new Error(`run "${name}" is training; stop it before deleting`);
+    await unload();
+  }
+}
+
+export async function loseDevice(): Promise<void> {
+  const gpu = session ? session.backend.engine(session.model.spec).gpu : await getDevice();
+  gpu.device.destroy();
+}
