@@ -6,6 +6,7 @@ const HELP = `usage: webart <command> [options]
 
 commands:
   info     print the WebGPU adapter the engine gets in Node, its limits and features
+  serve    an OpenAI-compatible HTTP server with training routes (webart serve --help)
 `;
 
 async function info(): Promise<void> {
@@ -18,11 +19,13 @@ async function info(): Promise<void> {
 }
 
 async function main(argv: string[]): Promise<number> {
-  const [cmd] = argv;
+  const [cmd, ...rest] = argv;
   switch (cmd) {
     case "info":
       await info();
       return 0;
+    case "serve":
+      return (await import("./serve/cli.ts")).serveCommand(rest);
     case undefined:
     case "help":
     case "--help":

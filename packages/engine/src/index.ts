@@ -26,3 +26,4 @@ export * from "./model/weights.ts";
 export * from "./model/init.ts";
 export * from "./train/grpo.ts";
 export * from "./train/sft.ts";
+export * from "./art/remote-backend.ts";

@@ -25,7 +25,22 @@ interface Served {
 async function serve(runs: string, port: number): Promise<Served> {
   const proc = spawn(
     process.execPath,
-    ["--import", "tsx", "--import", "./scripts/wgsl-loader.mjs", "apps/cli/src/main.ts", "serve", "--port", String(port), "--runs", runs, "--kv-slots", "8", "--max-context", "256"],
+    [
+      "--import",
+      "tsx",
+      "--import",
+      "./scripts/wgsl-loader.mjs",
+      "apps/cli/src/main.ts",
+      "serve",
+      "--port",
+      String(port),
+      "--runs",
+      runs,
+      "--kv-slots",
+      "8",
+      "--max-context",
+      "256",
+    ],
     { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
   );
   const exited = new Promise<number | null>((r) => proc.on("exit", (code) => r(code)));
@@ -56,13 +71,24 @@ const freePort = () =>
 async function groups(model: TrainableModel, seed: number): Promise<TrajectoryGroup[]> {
   const client = model.openaiClient();
   const one = async (i: number) => {
-    const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 3, temperature: 1, seed: seed + i });
-    return new Trajectory({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice], reward: i % 2, metrics: { win: i % 2 === 1 } });
+    const r = await client.chat.completions.create({
+      model: model.getInferenceName(),
+      messages,
+      max_tokens: 3,
+      temperature: 1,
+      seed: seed + i,
+    });
+    return new Trajectory({
+      messagesAndChoices: [...messages, r.choices[0] as SampledChoice],
+      reward: i % 2,
+      metrics: { win: i % 2 === 1 },
+    });
   };
   return Promise.all([0, 2].map(async (g) => new TrajectoryGroup(await Promise.all([one(g), one(g + 1)]))));
 }
 
-const runFile = (runs: string, name: string, f: string) => new Uint8Array(readFileSync(join(runs, "rb/models", name, f)));
+const runFile = (runs: string, name: string, f: string) =>
+  new Uint8Array(readFileSync(join(runs, "rb/models", name, f)));
 
 describe("RemoteBackend against webart serve", () => {
   it("runs a training loop: steps advance, checkpoints and adapters download, history and pruning work", async () => {
@@ -70,7 +96,13 @@ describe("RemoteBackend against webart serve", () => {
     const s = await serve(runs, 0);
     try {
       const backend = new RemoteBackend(`${s.url}/v1`);
-      const model = new TrainableModel({ name: "remote", project: "rb", baseModel: "webart-tiny", lora: { rank: 4, alpha: 8 }, seed: 3 });
+      const model = new TrainableModel({
+        name: "remote",
+        project: "rb",
+        baseModel: "webart-tiny",
+        lora: { rank: 4, alpha: 8 },
+        seed: 3,
+      });
       await model.register(backend);
       expect(await model.getStep()).toBe(0);
       for (let k = 1; k <= 2; k++) {
@@ -85,17 +117,30 @@ describe("RemoteBackend against webart serve", () => {
       // Downloads are the checkpoint's files byte for byte; the adapter moved between steps.
       const latest = await backend.adapterFiles(model.spec);
       expect(latest.step).toBe(2);
-      expect(latest.files["adapter_model.safetensors"]).toEqual(runFile(runs, "remote", "checkpoints/0002/adapter_model.safetensors"));
-      expect(JSON.parse(new TextDecoder().decode(latest.files["adapter_config.json"]))).toMatchObject({ peft_type: "LORA", r: 4, lora_alpha: 8 });
+      expect(latest.files["adapter_model.safetensors"]).toEqual(
+        runFile(runs, "remote", "checkpoints/0002/adapter_model.safetensors"),
+      );
+      expect(JSON.parse(new TextDecoder().decode(latest.files["adapter_config.json"]))).toMatchObject({
+        peft_type: "LORA",
+        r: 4,
+        lora_alpha: 8,
+      });
       const first = await backend.adapterFiles(model.spec, 1);
       expect(first.step).toBe(1);
-      expect(first.files["adapter_model.safetensors"]).toEqual(runFile(runs, "remote", "checkpoints/0001/adapter_model.safetensors"));
+      expect(first.files["adapter_model.safetensors"]).toEqual(
+        runFile(runs, "remote", "checkpoints/0001/adapter_model.safetensors"),
+      );
       expect(first.files["adapter_model.safetensors"]).not.toEqual(latest.files["adapter_model.safetensors"]);
       // An evaluation logged at step 2; history has both train rows and it; pruning keeps the latest (= best).
       await model.log(await groups(model, 99), { split: "val", metrics: { extra: 0.5 } });
       const hist = await backend.history(model.spec);
       expect(hist.filter((h) => "train/loss" in h).map((h) => h.step)).toEqual([1, 2]);
-      expect(hist.find((h) => "val/reward" in h)).toMatchObject({ step: 2, "val/reward": 0.5, "val/win": 0.5, "val/extra": 0.5 });
+      expect(hist.find((h) => "val/reward" in h)).toMatchObject({
+        step: 2,
+        "val/reward": 0.5,
+        "val/win": 0.5,
+        "val/extra": 0.5,
+      });
       expect(await model.deleteCheckpoints()).toEqual([0, 1]);
       expect(await backend.listCheckpoints(model.spec)).toEqual([2]);
       const gone = await backend.adapterFiles(model.spec, 1).catch((e) => e);
@@ -122,14 +167,17 @@ describe("RemoteBackend against webart serve", () => {
     expect((await model.train(await groups(model, 1), { learningRate: 1e-2 })).step).toBe(1);
     const step1 = runFile(runs, "crashy", "checkpoints/0001/adapter_model.safetensors");
     const doomed = model.train(await groups(model, 5), { learningRate: 1e-2 });
+    let settled = false;
     const failed = doomed.then(
       () => false,
       () => true,
     );
+    void failed.then(() => (settled = true));
     // Kill once the server reports the step running.
     for (;;) {
       const st = (await (await fetch(`${s.url}/v1/webart/status`)).json()) as { training: string[] };
       if (st.training.includes("crashy")) break;
+      if (settled) throw new Error("the step ended before it was seen running");
       await new Promise((r) => setTimeout(r, 5));
     }
     s.proc.kill("SIGKILL");
@@ -144,7 +192,8 @@ describe("RemoteBackend against webart serve", () => {
       // The server forgot the model; RemoteBackend registers it again, which resumes from disk.
       expect(await model.getStep()).toBe(latest);
       expect(await backend.listCheckpoints(model.spec)).toEqual(Array.from({ length: latest + 1 }, (_, i) => i));
-      if (latest === 1) expect((await backend.adapterFiles(model.spec)).files["adapter_model.safetensors"]).toEqual(step1);
+      if (latest === 1)
+        expect((await backend.adapterFiles(model.spec)).files["adapter_model.safetensors"]).toEqual(step1);
       const r = await model.train(await groups(model, 20), { learningRate: 1e-2 });
       expect(r.step).toBe(latest + 1);
       expect((await backend.adapterFiles(model.spec)).step).toBe(latest + 1);

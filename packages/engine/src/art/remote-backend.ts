@@ -59,7 +59,11 @@ export class RemoteBackend implements Backend {
     const headers: Record<string, string> = {};
     if (this.opts.apiKey) headers.authorization = `Bearer ${this.opts.apiKey}`;
     if (body !== undefined) headers["content-type"] = "application/json";
-    const r = await this.fetch(`${this.baseURL}${path}`, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+    const r = await this.fetch(`${this.baseURL}${path}`, {
+      method,
+      headers,
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
     if (r.ok && raw) return r;
     // JSON answers; a long train step's answer is a 200 padded with spaces, carrying { error } if it failed.
     const text = await r.text();
@@ -67,11 +71,17 @@ export class RemoteBackend implements Backend {
     try {
       j = JSON.parse(text);
     } catch {
-      if (r.ok) throw new RemoteError(r.status, `${method} ${path}: the server's answer is not JSON: ${text.slice(0, 200)}`);
+      if (r.ok)
+        throw new RemoteError(r.status, `${method} ${path}: the server's answer is not JSON: ${text.slice(0, 200)}`);
     }
     if (!r.ok || j?.error) {
       const e = j?.error;
-      throw new RemoteError(r.ok ? 500 : r.status, `${method} ${path}: ${e?.message ?? `HTTP ${r.status} ${text.slice(0, 200)}`}`, e?.code ?? null, e?.param ?? null);
+      throw new RemoteError(
+        r.ok ? 500 : r.status,
+        `${method} ${path}: ${e?.message ?? `HTTP ${r.status} ${text.slice(0, 200)}`}`,
+        e?.code ?? null,
+        e?.param ?? null,
+      );
     }
     return new Response(text, { status: r.status, headers: r.headers });
   }
@@ -127,7 +137,12 @@ export class RemoteBackend implements Backend {
     return this.call<TrainResult>(spec, "POST", "train", { groups, config });
   }
 
-  async log(spec: ModelSpec, groups: TrajectoryGroup[], split: string, metrics: Record<string, number> = {}): Promise<void> {
+  async log(
+    spec: ModelSpec,
+    groups: TrajectoryGroup[],
+    split: string,
+    metrics: Record<string, number> = {},
+  ): Promise<void> {
     await this.call(spec, "POST", "log", { groups, split, metrics });
   }
 
