@@ -7,6 +7,8 @@ const HELP = `usage: webart <command> [options]
 commands:
   info     print the WebGPU adapter the engine gets in Node, its limits and features
   serve    an OpenAI-compatible HTTP server with training routes (webart serve --help)
+  train    GRPO on tic-tac-toe or 2048 with the embedded model (webart train --help)
+  eval     a table of win rates: base model, a checkpoint, baselines (webart eval --help)
 `;
 
 async function info(): Promise<void> {
@@ -26,6 +28,19 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     case "serve":
       return (await import("./serve/cli.ts")).serveCommand(rest);
+    case "train":
+    case "eval": {
+      const { UsageError } = await import("./train/args.ts");
+      try {
+        return cmd === "train" ? await (await import("./train/train.ts")).trainCommand(rest) : await (await import("./train/eval.ts")).evalCommand(rest);
+      } catch (e) {
+        if (e instanceof UsageError) {
+          (e.code ? console.error : console.log)(e.message);
+          return e.code;
+        }
+        throw e;
+      }
+    }
     case undefined:
     case "help":
     case "--help":

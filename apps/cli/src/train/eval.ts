@@ -1,0 +1,88 @@
+// `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
+// player; perfect minimax for tic-tac-toe), as one table.
+import { join } from "node:path";
+import { Engine, LoraState, RunFiles, FsStore, validateLoraConfig, type LoraConfig } from "@webart/engine";
+import {
+  evaluate2048, evaluateTicTacToe, minimaxTicTacToePlayer, random2048Player, randomTicTacToePlayer, rollout2048, rolloutTicTacToe,
+  summarize2048, summarizeTicTacToe,
+} from "@webart/envs";
+import { num, parse, usage, UsageError, type Spec } from "./args.ts";
+import { EMBEDDED } from "./train.ts";
+
+const SPEC: Spec = {
+  env: { default: "tictactoe", help: "tictactoe or 2048" },
+  games: { default: "100", help: "games per player" },
+  checkpoint: { default: "latest", help: "a step number, latest, or none" },
+  model: { default: EMBEDDED, help: "base model" },
+  name: { default: "agent", help: "run (model) name" },
+  project: { default: "", help: "project (default: the env)" },
+  runs: { default: ".art", help: "folder holding the runs" },
+  seed: { default: "12345", help: "seed of the evaluation games (different from training's)" },
+  temperature: { default: "1", help: "sampling temperature" },
+  "max-tokens": { default: "12", help: "max tokens per move" },
+};
+
+type Row = { player: string; [k: string]: unknown };
+
+export async function evalCommand(argv: string[]): Promise<number> {
+  const a = parse(argv, SPEC, usage("eval", SPEC));
+  const env = a.env;
+  if (env !== "tictactoe" && env !== "2048") throw new UsageError(`--env "${env}": expected tictactoe or 2048`, 2);
+  const games = num("games", a.games, { int: true, min: 1 });
+  const seed = num("seed", a.seed, { int: true, min: 0 });
+  const temperature = num("temperature", a.temperature, { min: 0 });
+  const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const project = a.project || env;
+  const rows: Row[] = [];
+  const engine = await Engine.load(a.model, { name: "eval", kvSlots: 64, maxContext: 512 });
+  const play = async (label: string) => {
+    const client = engine.openaiClient();
+    const opts = { model: "eval", temperature, maxTokens };
+    const trajs = [];
+    for (let i = 0; i < games; i += 32) {
+      const n = Math.min(32, games - i);
+      trajs.push(
+        ...(await Promise.all(
+          Array.from({ length: n }, (_, k) =>
+            env === "tictactoe" ? rolloutTicTacToe(client, { ...opts, scenario: { seed: seed + i + k } }) : rollout2048(client, { ...opts, scenario: { seed: seed + i + k } }),
+          ),
+        )),
+      );
+    }
+    rows.push({ player: label, ...(env === "tictactoe" ? summarizeTicTacToe(trajs) : summarize2048(trajs)) } as Row);
+  };
+  await play(`base model (${a.model.split("/").pop()})`);
+  if (a.checkpoint !== "none") {
+    const files = new RunFiles(await FsStore.open(a.runs), project, a.name);
+    const latest = await files.latestStep();
+    const step = a.checkpoint === "latest" ? latest : num("checkpoint", a.checkpoint, { int: true, min: 0 });
+    if (step === null) {
+      console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);
+    } else {
+      const ck = await files.readCheckpoint(step);
+      const c = ck.adapterConfig as { r: number; lora_alpha: number; target_modules: string[] };
+      const lora: LoraConfig = validateLoraConfig({ rank: c.r, alpha: c.lora_alpha, targets: c.target_modules.map((t) => t.replace("_proj", "")) as LoraConfig["targets"] });
+      const state = new LoraState(engine.gpu, engine.config, lora);
+      await state.load(ck.adapter);
+      engine.model.lora = state;
+      engine.scheduler.invalidateCache();
+      await play(`checkpoint ${step}`);
+      engine.model.lora = undefined;
+    }
+  }
+  const baselineSeed = { games, seed };
+  if (env === "tictactoe") {
+    rows.push({ player: "random legal", ...(await evaluateTicTacToe(randomTicTacToePlayer(seed), baselineSeed)) } as Row);
+    rows.push({ player: "minimax (perfect)", ...(await evaluateTicTacToe(minimaxTicTacToePlayer(), baselineSeed)) } as Row);
+  } else {
+    rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
+  }
+  await engine.close();
+  const cols = env === "tictactoe" ? ["games", "win", "draw", "loss", "invalid", "meanReward"] : ["games", "win", "invalid", "meanMaxTile", "meanMoves", "meanReward"];
+  const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
+  const w0 = Math.max(6, ...rows.map((r) => r.player.length));
+  console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));
+  for (const r of rows) console.log([r.player.padEnd(w0), ...cols.map((c) => fmt(r[c]).padStart(11))].join(" "));
+  void join;
+  return 0;
+}

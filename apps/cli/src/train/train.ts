@@ -1,0 +1,120 @@
+// `webart train`: GRPO on a game with the embedded model (or any HF model): rollouts through the
+// model's openai client, env or RULER rewards, one checkpoint per step, a metrics line per step, an SVG
+// chart in the run folder; Ctrl-C finishes nothing half-way (the last checkpoint stays) and exits.
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
+import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
+import { rulerScoreGroup } from "@webart/ruler";
+import { lineChart } from "./chart.ts";
+import { num, parse, usage, UsageError, type Spec } from "./args.ts";
+
+export const EMBEDDED = join(import.meta.dirname, "../../../../models/webart-tiny");
+
+const SPEC: Spec = {
+  env: { default: "tictactoe", help: "tictactoe or 2048" },
+  steps: { default: "30", help: "train until this step" },
+  "group-size": { default: "8", help: "rollouts per group (same scenario)" },
+  "groups-per-step": { default: "4", help: "groups per step" },
+  lr: { default: "2e-4", help: "learning rate" },
+  model: { default: EMBEDDED, help: "base model: folder, URL or Hugging Face id" },
+  reward: { default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
+  "judge-base-url": { help: "RULER: the judge's OpenAI-compatible base URL" },
+  "judge-model": { help: "RULER: the judge's model name" },
+  "judge-api-key-env": { default: "OPENAI_API_KEY", help: "RULER: environment variable holding the judge's API key" },
+  resume: { flag: true, help: "continue the run from its latest checkpoint" },
+  seed: { default: "1", help: "seed for scenarios and the adapter's initialisation" },
+  name: { default: "agent", help: "run (model) name" },
+  project: { default: "", help: "project (default: the env)" },
+  runs: { default: ".art", help: "folder holding the runs" },
+  "max-tokens": { default: "12", help: "max tokens per move" },
+  temperature: { default: "1", help: "sampling temperature for rollouts" },
+  "lora-rank": { default: "8", help: "LoRA rank" },
+};
+
+export async function trainCommand(argv: string[]): Promise<number> {
+  const help = usage("train", SPEC);
+  const a = parse(argv, SPEC, help);
+  const env = a.env;
+  if (env !== "tictactoe" && env !== "2048") throw new UsageError(`--env "${env}": expected tictactoe or 2048`, 2);
+  if (a.reward !== "env" && a.reward !== "ruler") throw new UsageError(`--reward "${a.reward}": expected env or ruler`, 2);
+  const steps = num("steps", a.steps, { int: true, min: 1 });
+  const G = num("group-size", a["group-size"], { int: true, min: 2 });
+  const K = num("groups-per-step", a["groups-per-step"], { int: true, min: 1 });
+  const lr = num("lr", a.lr, { min: 0 });
+  const seed = num("seed", a.seed, { int: true, min: 0 });
+  const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const temperature = num("temperature", a.temperature, { min: 0 });
+  let judge: { client: OpenAI; model: string } | undefined;
+  if (a.reward === "ruler") {
+    if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model", 2);
+    const key = process.env[a["judge-api-key-env"]] ?? "none";
+    judge = { client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }), model: a["judge-model"] };
+  }
+  const project = a.project || env;
+  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: Math.min(64, G * K), maxContext: 512 } });
+  const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank: num("lora-rank", a["lora-rank"], { int: true, min: 1 }) } });
+  await model.register(backend);
+  let step = await model.getStep();
+  if (step > 0 && !a._flags.has("resume")) {
+    throw new UsageError(`run ${project}/${a.name} already has ${step} steps in ${a.runs}: pass --resume to continue it, or --name for a new run`, 2);
+  }
+  const runDir = join(a.runs, project, "models", a.name);
+  const client = model.openaiClient();
+  let stopping = false;
+  const onSignal = () => {
+    if (stopping) process.exit(130);
+    stopping = true;
+    console.error("\nstopping after the current step (Ctrl-C again to quit now; the last checkpoint is kept)");
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  const history: { step: number; reward: number; score: number }[] = [];
+  console.log(`training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`);
+  try {
+    while (step < steps && !stopping) {
+      const rollout = async (scenarioSeed: number, i: number) => {
+        const opts = { model: model.getInferenceName(), temperature, maxTokens };
+        const t = env === "tictactoe"
+          ? await rolloutTicTacToe(client, { ...opts, scenario: { seed: scenarioSeed } })
+          : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
+        void i;
+        return new Trajectory(t);
+      };
+      const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
+        Array.from({ length: K }, (_, g) => Array.from({ length: G }, (_, i) => () => rollout(seed * 1_000_003 + step * 1000 + g, i))),
+        {
+          maxExceptions: 0.2,
+          description: `step ${step + 1}/${steps}`,
+          afterEach: judge ? (grp) => rulerScoreGroup(grp, { ...judge!, swallowExceptions: true }) : undefined,
+        },
+      );
+      const all = groups.flatMap((g) => g.trajectories);
+      const summary = env === "tictactoe" ? summarizeTicTacToe(all) : summarize2048(all);
+      const score = "win" in summary && env === "tictactoe" ? (summary as { win: number; draw: number }).win + (summary as { draw: number }).draw : (summary as { meanMaxTile: number }).meanMaxTile;
+      const r = await model.train(groups, { learningRate: lr });
+      step = r.step;
+      const m = r.metrics;
+      history.push({ step, reward: m.reward, score });
+      console.log(
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)}` : `max tile ${score.toFixed(1)}`} ` +
+          `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
+          `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
+      );
+      writeFileSync(
+        join(runDir, "chart.svg"),
+        lineChart(`${project}/${a.name}`, [
+          { name: "mean reward", color: "#1f6feb", points: history.map((h) => [h.step, h.reward]) },
+          { name: env === "tictactoe" ? "win + draw rate" : "max tile / 64", color: "#d9480f", points: history.map((h) => [h.step, env === "tictactoe" ? h.score : h.score / 64]) },
+        ], { yMin: -1, yMax: env === "tictactoe" ? 1 : 2 }),
+      );
+    }
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await backend.close();
+  }
+  console.log(`checkpoints in ${join(runDir, "checkpoints")}; chart ${join(runDir, "chart.svg")}`);
+  return 0;
+}
