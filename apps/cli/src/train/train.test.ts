@@ -1,0 +1,64 @@
+// The headless train/eval commands on the embedded model: checkpoints every step, chart and history,
+// --resume, refusing to overwrite a run, --reward ruler against a judge over HTTP on 127.0.0.1.
+import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { requestedIds, startJudge, type ScriptedJudge } from "../../../../packages/ruler/src/scripted-judge.ts";
+import { UsageError } from "./args.ts";
+import { evalCommand } from "./eval.ts";
+import { trainCommand } from "./train.ts";
+
+const runs = mkdtempSync(join(tmpdir(), "webart-cli-"));
+const tiny = ["--group-size", "2", "--groups-per-step", "2", "--max-tokens", "10", "--runs", runs];
+let judge: ScriptedJudge | undefined;
+afterAll(() => judge?.close());
+
+describe("webart train / eval", () => {
+  it("trains 2 steps with a checkpoint, history line and chart each step, then resumes", async () => {
+    expect(await trainCommand(["--steps", "2", "--name", "a", ...tiny])).toBe(0);
+    const dir = join(runs, "tictactoe/models/a");
+    for (const s of ["0001", "0002"]) expect(existsSync(join(dir, "checkpoints", s, "adapter_model.safetensors"))).toBe(true);
+    expect(readFileSync(join(dir, "history.jsonl"), "utf8").trim().split("\n")).toHaveLength(2);
+    expect(readFileSync(join(dir, "chart.svg"), "utf8")).toContain("<svg");
+    await expect(trainCommand(["--steps", "3", "--name", "a", ...tiny])).rejects.toThrow(/pass --resume/);
+    expect(await trainCommand(["--steps", "3", "--name", "a", "--resume", ...tiny])).toBe(0);
+    expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("3");
+    await expect(trainCommand(["--env", "chess", ...tiny])).rejects.toBeInstanceOf(UsageError);
+  });
+
+  it("--reward ruler: a judge on 127.0.0.1 scores every group and training completes 2 steps", async () => {
+    // The judge scores trajectory "1" high and the rest low, so every group has variance to learn from.
+    judge = await startJudge((req) => ({
+      content: JSON.stringify({ scores: requestedIds(req).map((id) => ({ trajectory_id: id, explanation: `judged ${id}`, score: id === "1" ? 0.9 : 0.2 })) }),
+    }));
+    process.env.WEBART_TEST_JUDGE_KEY = "test-key-123456";
+    const code = await trainCommand([
+      "--steps", "2", "--name", "r", "--reward", "ruler", "--judge-base-url", judge.baseURL, "--judge-model", "judge",
+      "--judge-api-key-env", "WEBART_TEST_JUDGE_KEY", ...tiny,
+    ]);
+    expect(code).toBe(0);
+    expect(judge.requests.length).toBeGreaterThanOrEqual(4);
+    expect(judge.requests[0].headers.authorization).toBe("Bearer test-key-123456");
+    const hist = readFileSync(join(runs, "tictactoe/models/r/history.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    expect(hist).toHaveLength(2);
+    expect(hist[0]["train/num_groups_trainable"]).toBe(2);
+    // The key never reaches the run's files.
+    const traj = readFileSync(join(runs, "tictactoe/models/r/trajectories/train/0001.jsonl"), "utf8");
+    expect(traj).toContain("RULER score 0.9: judged 1");
+    expect(traj).not.toContain("test-key-123456");
+  });
+
+  it("eval prints the base model, the checkpoint and the baselines", async () => {
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => lines.push(String(s));
+    try {
+      expect(await evalCommand(["--games", "4", "--name", "a", "--runs", runs])).toBe(0);
+    } finally {
+      console.log = log;
+    }
+    const table = lines.join("\n");
+    for (const row of ["base model", "checkpoint 3", "random legal", "minimax (perfect)"]) expect(table).toContain(row);
+  });
+});
