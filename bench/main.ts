@@ -9,6 +9,12 @@ import { adapterReport, measurePeak } from "./probe.ts";
 
 const SUITES: Record<string, () => Promise<Suite>> = {
   probe: async () => async () => [],
+  kernels: async () => {
+    const [{ matmulSuite }, { attentionSuite }] = await Promise.all([import("./kernels/matmul.ts"), import("./kernels/attention.ts")]);
+    return async (ctx) => [...(await matmulSuite(ctx)), ...(await attentionSuite(ctx))];
+  },
+  generate: async () => (await import("./generate.ts")).generateSuite,
+  train: async () => (await import("./train.ts")).trainSuite,
   serve: async () => (await import("./serve.ts")).serveSuite,
 };
 
