@@ -15,7 +15,8 @@ export interface LoraConfig {
 
 export const DEFAULT_LORA: LoraConfig = { rank: 8, alpha: 16, targets: [...LORA_TARGETS] };
 
-const MODULE: Record<LoraTarget, string> = {
+/** The HF module path of each adaptable projection, inside `model.layers.{i}`. */
+export const LORA_MODULES: Record<LoraTarget, string> = {
   q: "self_attn.q_proj",
   k: "self_attn.k_proj",
   v: "self_attn.v_proj",
@@ -113,7 +114,7 @@ export class LoraState {
   }
 
   static peftName(layer: number, t: LoraTarget, ab: "A" | "B"): string {
-    return `base_model.model.model.layers.${layer}.${MODULE[t]}.lora_${ab}.weight`;
+    return `base_model.model.model.layers.${layer}.${LORA_MODULES[t]}.lora_${ab}.weight`;
   }
 
   /** adapter_model.safetensors bytes, in PEFT's names: lora_A (R, in), lora_B (out, R). */
@@ -140,7 +141,7 @@ export class LoraState {
       inference_mode: true,
       init_lora_weights: true,
       use_rslora: false,
-      target_modules: this.config.targets.map((t) => MODULE[t].split(".")[1]),
+      target_modules: this.config.targets.map((t) => LORA_MODULES[t].split(".")[1]),
     };
   }
 

@@ -17,7 +17,7 @@ import { swiglu, swigluBackward } from "@webart/shaders/swiglu/index.ts";
 import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import type { KvCache } from "./kv.ts";
-import type { LoraState } from "./lora.ts";
+import { LORA_MODULES, type LoraState } from "./lora.ts";
 import type { GpuWeights, Matrix } from "./weights.ts";
 
 /** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
@@ -82,15 +82,6 @@ export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; 
   return { offsets, size: off };
 }
 
-const LINEAR: Record<LoraTarget, string> = {
-  q: "self_attn.q_proj",
-  k: "self_attn.k_proj",
-  v: "self_attn.v_proj",
-  o: "self_attn.o_proj",
-  gate: "mlp.gate_proj",
-  up: "mlp.up_proj",
-  down: "mlp.down_proj",
-};
 
 export class Model {
   readonly invFreq: GPUBuffer;
@@ -311,7 +302,7 @@ export class Model {
     const wGrad = (l: number, t: LoraTarget, x: GPUBuffer, dy: GPUBuffer) => {
       if (!full) return;
       const W = w.layers[l][t];
-      const name = `model.layers.${l}.${LINEAR[t]}`;
+      const name = `model.layers.${l}.${LORA_MODULES[t]}`;
       matmul(gpu, rec, dy, x, full.buffer, { M: W.rows, N: W.cols, K: N, mode: "tn", offsetC: full.offsets.get(`${name}.weight`)!, accumulate: true });
       const bias = full.offsets.get(`${name}.bias`);
       if (bias !== undefined) {
