@@ -10,6 +10,8 @@ export function bucketSize(bytes: number): number {
   return Math.ceil(b / step) * step;
 }
 
+const EXACT_TAGS = new Set(["weights", "kv", "lora", "optimizer"]);
+
 export interface MemoryStats {
   /** Bytes of buffers handed out and not yet released. */
   liveBytes: number;
@@ -46,7 +48,9 @@ export class BufferPool {
   ) {}
 
   acquire(bytes: number, usage: GPUBufferUsageFlags, tag = "other", label?: string): GPUBuffer {
-    const size = bucketSize(bytes);
+    // Long-lived tensors (weights, KV cache, adapter and optimizer state) get their exact size: bucket
+    // rounding (up to 25%) would waste memory that is never handed back; scratch buffers are bucketed.
+    const size = EXACT_TAGS.has(tag) ? Math.max(16, Math.ceil(bytes / 16) * 16) : bucketSize(bytes);
     if (size > this.maxBufferSize) {
       throw new Error(
         `GPU buffer of ${bytes} bytes (${label ?? tag}) exceeds the adapter's maxBufferSize ${this.maxBufferSize}; ` +
