@@ -4,7 +4,7 @@
 //  3. full-parameter supervised fine-tuning with the engine on the assistant tokens of the transcripts,
 //     until the time budget or the legal-move target is reached; then the weights are written as f32.
 //   npm run pretrain -- [--out models/webart-tiny] [--minutes 50] [--seed 1]
-import { mkdirSync, writeFileSync } from "node:fs";
+import { copyFileSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import {
   Engine,
@@ -22,8 +22,10 @@ import { SPECIAL_TOKENS, generateTranscripts, renderChat, tokenizerConfig, token
 import { Rng } from "@webart/shaders/util/random.ts";
 import { int, parseArgs } from "./args.ts";
 
-const usage = "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.9]";
-const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95" });
+const usage =
+  "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.95] [--init-from DIR]\n" +
+  "  --init-from DIR continues from DIR's model.safetensors (same tokenizer and config) instead of random weights";
+const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95", "init-from": "-" });
 const seed = int("seed", a.seed);
 const t0 = performance.now();
 const elapsedMin = () => (performance.now() - t0) / 60000;
@@ -52,7 +54,12 @@ const config = {
 };
 writeFileSync(join(a.out, "config.json"), JSON.stringify(config, null, 2) + "\n");
 writeFileSync(join(a.out, "generation_config.json"), JSON.stringify({ eos_token_id: [eos], bos_token_id: config.bos_token_id }, null, 2) + "\n");
-writeFileSync(join(a.out, "model.safetensors"), randomWeights(parseConfig(config), { seed }));
+if (a["init-from"] !== "-") copyFileSync(join(a["init-from"], "model.safetensors"), join(a.out, "model.safetensors.init"));
+writeFileSync(
+  join(a.out, "model.safetensors"),
+  a["init-from"] !== "-" ? readFileSync(join(a.out, "model.safetensors.init")) : randomWeights(parseConfig(config), { seed }),
+);
+if (a["init-from"] !== "-") unlinkSync(join(a.out, "model.safetensors.init"));
 
 // 3. SFT with the engine (f32 weights, every parameter trained).
 const engine = await Engine.load(a.out, { weightsF32: true, kvSlots: 64, maxContext: 512, name: "webart-tiny" });

@@ -131,7 +131,7 @@ describe("chat.completions through the openai SDK", () => {
       { type: "function" as const, function: { name: "place_mark", description: "Place your mark", parameters: { type: "object", properties: { cell: { type: "string", enum: ["A1", "A2", "B2"] } }, required: ["cell"], additionalProperties: false } } },
       { type: "function" as const, function: { name: "resign", parameters: { type: "object", properties: {}, additionalProperties: false } } },
     ];
-    const r = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: "required", max_tokens: 60, temperature: 1, seed: 4 });
+    const r = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: "required", max_tokens: 300, temperature: 1, seed: 4 });
     const c = r.choices[0];
     expect(c.finish_reason).toBe("tool_calls");
     const call = c.message.tool_calls![0];
@@ -140,7 +140,7 @@ describe("chat.completions through the openai SDK", () => {
     expect(["place_mark", "resign"]).toContain(fn.name);
     const args = JSON.parse(fn.arguments);
     if (fn.name === "place_mark") expect(["A1", "A2", "B2"]).toContain(args.cell);
-    const named = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: { type: "function", function: { name: "place_mark" } }, max_tokens: 60, temperature: 1, seed: 5 });
+    const named = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: { type: "function", function: { name: "place_mark" } }, max_tokens: 300, temperature: 1, seed: 5 });
     expect((named.choices[0].message.tool_calls![0] as { function: { name: string } }).function.name).toBe("place_mark");
     // The tool's result goes back and the model answers (auto: it may call again or reply).
     const next = await client.chat.completions.create({
