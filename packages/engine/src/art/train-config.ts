@@ -28,8 +28,6 @@ export interface TrainConfig {
   weightDecay: number;
   /** Tokens per micro-batch (forward + backward at once); gradients accumulate across micro-batches. */
   microBatchTokens: number;
-  /** Recompute activations in backward instead of keeping them (less memory, ~1/3 more compute). */
-  recompute: boolean;
   /** Dr. GRPO's constant length normaliser; 0 uses the longest trajectory in the step. */
   drGrpoMaxTokens: number;
 }
@@ -49,7 +47,6 @@ export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
   adamEps: 1e-8,
   weightDecay: 0.1,
   microBatchTokens: 4096,
-  recompute: false,
   drGrpoMaxTokens: 0,
 });
 
