@@ -1,6 +1,5 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
 // player; perfect minimax for tic-tac-toe), as one table.
-import { join } from "node:path";
 import { Engine, LoraState, RunFiles, FsStore, validateLoraConfig, type LoraConfig } from "@webart/engine";
 import {
   evaluate2048, evaluateTicTacToe, minimaxTicTacToePlayer, random2048Player, randomTicTacToePlayer, rollout2048, rolloutTicTacToe,
@@ -83,6 +82,5 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
   console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));
   for (const r of rows) console.log([r.player.padEnd(w0), ...cols.map((c) => fmt(r[c]).padStart(11))].join(" "));
-  void join;
   return 0;
 }

@@ -74,16 +74,15 @@ export async function trainCommand(argv: string[]): Promise<number> {
   console.log(`training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`);
   try {
     while (step < steps && !stopping) {
-      const rollout = async (scenarioSeed: number, i: number) => {
+      const rollout = async (scenarioSeed: number) => {
         const opts = { model: model.getInferenceName(), temperature, maxTokens };
         const t = env === "tictactoe"
           ? await rolloutTicTacToe(client, { ...opts, scenario: { seed: scenarioSeed } })
           : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
-        void i;
         return new Trajectory(t);
       };
       const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
-        Array.from({ length: K }, (_, g) => Array.from({ length: G }, (_, i) => () => rollout(seed * 1_000_003 + step * 1000 + g, i))),
+        Array.from({ length: K }, (_, g) => Array.from({ length: G }, () => () => rollout(seed * 1_000_003 + step * 1000 + g))),
         {
           maxExceptions: 0.2,
           description: `step ${step + 1}/${steps}`,
