@@ -20,6 +20,8 @@ export interface TicTacToeEvaluation {
   draw: number;
   loss: number;
   invalid: number;
+  /** Fraction of the agent's replies that were legal moves (an illegal or unparseable reply ends its game). */
+  legalMoves: number;
   meanReward: number;
 }
 
@@ -52,12 +54,15 @@ export async function evaluate2048(
 
 export function summarizeTicTacToe(trajectories: TrajectoryLike[]): TicTacToeEvaluation {
   const n = trajectories.length;
+  const legal = trajectories.reduce((s, t) => s + Number(t.metrics.moves), 0);
+  const illegal = trajectories.reduce((s, t) => s + Number(t.metrics.invalid), 0);
   return {
     games: n,
     win: mean(trajectories, (t) => Number(t.metrics.win)),
     draw: mean(trajectories, (t) => Number(t.metrics.draw)),
     loss: mean(trajectories, (t) => Number(t.metrics.loss)),
     invalid: mean(trajectories, (t) => Number(t.metrics.invalid)),
+    legalMoves: legal / Math.max(1, legal + illegal),
     meanReward: mean(trajectories, (t) => t.reward),
   };
 }

@@ -5,10 +5,12 @@ import {
   minimaxMove,
   minimaxOpponent,
   minimaxTicTacToePlayer,
+  moveReply,
   random2048Player,
   randomTicTacToePlayer,
 } from "./players.ts";
-import { lineWinner, type Cell } from "./tictactoe.ts";
+import { lineWinner, type Cell, type TicTacToeGame } from "./tictactoe.ts";
+import type { Player } from "./types.ts";
 
 describe("tic-tac-toe baselines", () => {
   it("minimax never loses against 500 random games, as x and as o", async () => {
@@ -52,10 +54,21 @@ describe("tic-tac-toe baselines", () => {
   it("the random player is always legal, and loses some games that minimax would not", async () => {
     const r = await evaluateTicTacToe(randomTicTacToePlayer(3), { games: 300, seed: 4 });
     expect(r.invalid).toBe(0);
+    expect(r.legalMoves).toBe(1);
     expect(r.win + r.draw + r.loss).toBeCloseTo(1, 12);
     expect(r.loss).toBeGreaterThan(0.1);
     expect(r.win).toBeGreaterThan(0.3);
     expect(r.meanReward).toBeCloseTo(r.win + 0.5 * r.draw, 12);
+  });
+
+  it("the legal-move rate counts every legal reply and the one illegal reply that ends a game", async () => {
+    // Always A1: legal once if A1 is still empty, then taken. Every game ends invalid after at most two
+    // replies, at most one of them legal (fewer when the opponent, moving first, took A1).
+    const alwaysA1: Player<TicTacToeGame> = async () => moveReply("A1");
+    const r = await evaluateTicTacToe(alwaysA1, { games: 60, seed: 2 });
+    expect(r.invalid).toBe(1);
+    expect(r.legalMoves).toBeLessThanOrEqual(0.5);
+    expect(r.legalMoves).toBeGreaterThan(0.4);
   });
 
   it("evaluation replays exactly from its seed and does not depend on concurrency", async () => {
