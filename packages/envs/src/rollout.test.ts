@@ -13,7 +13,7 @@ const lastUser = (messages: Message[]) => String(messages[messages.length - 1].c
 /** Reads the board as a person would from the rendered text and takes the first empty cell. */
 function firstEmptyCell(messages: Message[]): string {
   for (const line of lastUser(messages).split("\n").slice(1)) {
-    const col = line.slice(2).split(" ").indexOf(".");
+    const col = line.slice(2).split(" ").findIndex((c) => c !== "x" && c !== "o");
     if (col >= 0) return `I'll play here. <move>${line[0]}${col + 1}</move>`;
   }
   throw new Error("no empty cell");
@@ -33,7 +33,7 @@ const asMessages = (h: MessagesAndChoices): Message[] =>
   h.map((m) => (isChoice(m) ? { role: "assistant", content: m.message.content } : m));
 
 describe("rolloutTicTacToe", () => {
-  it("keeps the system message, every board, and each turn's Choice; requests are the conversation so far", async () => {
+  it("by default keeps the system message, every board, and each turn's Choice; requests are the conversation so far", async () => {
     const server = scriptedOpenAI(firstEmptyCell);
     for (const seed of [1, 2, 3, 4]) {
       server.requests.length = 0;
@@ -100,6 +100,22 @@ describe("rolloutTicTacToe", () => {
     expect(r.invalid).toBe(0);
     expect(r.win + r.draw + r.loss).toBeCloseTo(1, 12);
     expect(server.requests[0].messages[0].role).toBe("system");
+  });
+});
+
+describe("rolloutTicTacToe with historyTurns 0", () => {
+  it("makes each move its own (system, board, choice) history, all sharing the game's reward", async () => {
+    const server = scriptedOpenAI(firstEmptyCell);
+    const t = await rolloutTicTacToe(server.client, { model: "m", scenario: { seed: 5 }, historyTurns: 0 });
+    const histories = [t.messagesAndChoices, ...(t.additionalHistories ?? []).map((h) => h.messagesAndChoices)];
+    expect(histories.length).toBe(server.requests.length);
+    expect(histories.length).toBeGreaterThan(2);
+    for (const [i, h] of histories.entries()) {
+      expect(h.length).toBe(3);
+      expect(isChoice(h[2])).toBe(true);
+      expect(server.requests[i].messages).toEqual(asMessages(h.slice(0, 2)));
+    }
+    expect(t.metadata).toMatchObject({ game: "tictactoe", seed: 5, historyTurns: 0 });
   });
 });
 

@@ -18,12 +18,18 @@ export type Game2048Scenario = Game2048Options;
  */
 export const HISTORY_TURNS_2048 = 0;
 
+/**
+ * Earlier (board, move) pairs in each tic-tac-toe prompt: the whole game by default (Infinity), one conversation
+ * per game as in ART's example; 0 makes each move its own (system, board, move) history, like 2048's default.
+ */
+export const HISTORY_TURNS_TICTACTOE = Infinity;
+
 /** One game of tic-tac-toe; every agent turn is a chat completion, kept as its `Choice`. */
 export async function rolloutTicTacToe(
   client: OpenAI,
-  opts: SamplingOptions & { scenario: TicTacToeScenario },
+  opts: SamplingOptions & { scenario: TicTacToeScenario; historyTurns?: number },
 ): Promise<TrajectoryLike> {
-  return runTicTacToe(opts.scenario, chatAct(client, opts));
+  return runTicTacToe(opts.scenario, chatAct(client, opts), opts.historyTurns);
 }
 
 /** One game of 2048; see HISTORY_TURNS_2048 for how the context is kept bounded. */
@@ -38,8 +44,9 @@ export async function rollout2048(
 export async function playTicTacToe(
   player: Player<TicTacToeGame>,
   scenario: TicTacToeScenario,
+  historyTurns?: number,
 ): Promise<TrajectoryLike> {
-  return runTicTacToe(scenario, async (game, prompt) => ({ text: await player(game, prompt) }));
+  return runTicTacToe(scenario, async (game, prompt) => ({ text: await player(game, prompt) }), historyTurns);
 }
 
 export async function play2048(
@@ -56,11 +63,16 @@ export function chatPlayer(client: OpenAI, opts: SamplingOptions): Player<unknow
   return async (game, conversation) => (await act(game, conversation)).text;
 }
 
-async function runTicTacToe(scenario: TicTacToeScenario, act: Act<TicTacToeGame>): Promise<TrajectoryLike> {
+async function runTicTacToe(scenario: TicTacToeScenario, act: Act<TicTacToeGame>, historyTurns = HISTORY_TURNS_TICTACTOE): Promise<TrajectoryLike> {
   const game = newTicTacToe(scenario);
-  const turns = await playEpisode(ticTacToeEnv, game, act);
+  const turns = await playEpisode(ticTacToeEnv, game, act, historyTurns);
   const opponent = scenario.opponent ? "custom" : "random";
-  return toTrajectory(ticTacToeEnv, game, turns, { seed: scenario.seed, agent: game.agent, opponent });
+  return toTrajectory(ticTacToeEnv, game, turns, {
+    seed: scenario.seed,
+    agent: game.agent,
+    opponent,
+    historyTurns: Number.isFinite(historyTurns) ? historyTurns : null, // null: the whole game
+  });
 }
 
 async function run2048(scenario: Game2048Scenario, act: Act<Game2048>, historyTurns = HISTORY_TURNS_2048) {

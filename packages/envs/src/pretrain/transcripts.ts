@@ -17,7 +17,7 @@ export interface TranscriptOptions {
   skill?: number;
   /** 2048's winning tile; default 64. */
   winningValue?: number;
-  /** 2048 prompts' earlier turns, as in rollout2048 (default 0: one conversation per move). */
+  /** Earlier turns in each prompt, as in the rollouts (defaults: the whole game for tic-tac-toe, 0 for 2048). */
   historyTurns?: number;
 }
 
@@ -30,7 +30,7 @@ export async function generateTranscripts(opts: TranscriptOptions): Promise<Mess
     const seed = rng.nextU32();
     const t =
       opts.game === "tictactoe"
-        ? await playTicTacToe(unskilledTicTacToe(rng, skill), { seed })
+        ? await playTicTacToe(unskilledTicTacToe(rng, skill), { seed }, opts.historyTurns)
         : await play2048(unskilled2048(rng, skill), { seed, winningValue: opts.winningValue }, opts.historyTurns);
     out.push(...conversations(t));
   }
