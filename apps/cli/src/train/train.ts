@@ -1,7 +1,7 @@
 // `webart train`: GRPO on a game with the embedded model (or any HF model): rollouts through the
 // model's openai client, env or RULER rewards, one checkpoint per step, a metrics line per step, an SVG
 // chart in the run folder; Ctrl-C finishes nothing half-way (the last checkpoint stays) and exits.
-import { writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
 import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
@@ -70,7 +70,11 @@ export async function trainCommand(argv: string[]): Promise<number> {
   };
   process.on("SIGINT", onSignal);
   process.on("SIGTERM", onSignal);
-  const history: { step: number; reward: number; score: number }[] = [];
+  // The chart's points, kept beside the checkpoints so a resumed run draws its whole history.
+  const scoreFile = join(runDir, "scores.jsonl");
+  const history: { step: number; reward: number; score: number }[] = existsSync(scoreFile)
+    ? readFileSync(scoreFile, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as { step: number; reward: number; score: number }).filter((h) => h.step <= step)
+    : [];
   console.log(`training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`);
   try {
     while (step < steps && !stopping) {
@@ -96,8 +100,9 @@ export async function trainCommand(argv: string[]): Promise<number> {
       step = r.step;
       const m = r.metrics;
       history.push({ step, reward: m.reward, score });
+      appendFileSync(scoreFile, JSON.stringify(history[history.length - 1]) + "\n");
       console.log(
-        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)}` : `max tile ${score.toFixed(1)}`} ` +
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${(summary as { legalMoves: number }).legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)}`} ` +
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
           `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
       );
