@@ -10,7 +10,8 @@ import { headLogprobs, microBatches, type OptimizerConfig } from "./grpo.ts";
 
 export interface SftSequence {
   ids: ArrayLike<number>;
-  /** 1 at positions whose token is learned (assistant tokens). */
+  /** Each position's weight in the loss: 1 for learned tokens (assistant tokens), 0 for context, or any
+   * weight >= 0 in between (e.g. a smaller weight on the prompt's tokens, to learn to read them too). */
   mask: ArrayLike<number>;
 }
 
@@ -62,14 +63,15 @@ export class FullTrainer {
     }
   }
 
-  /** One optimizer step on sequences; returns the mean loss over masked tokens and the grad norm. */
+  /** One optimizer step on sequences; returns the loss (mean over tokens, weighted by the masks), the sum of
+   * the weights (`tokens`) and the grad norm. */
   async step_(seqs: SftSequence[], o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number }): Promise<{ loss: number; tokens: number; gradNorm: number }> {
     const model = this.model;
     const gpu: Gpu = model.gpu;
     const C = model.config.hiddenSize;
     const V = model.config.vocabSize;
     const chunk = Math.min(o.vocabChunk ?? 8192, V);
-    const total = seqs.reduce((s, q) => s + Array.from(q.mask).slice(1).reduce((a, b) => a + (b ? 1 : 0), 0), 0);
+    const total = seqs.reduce((s, q) => s + Array.from(q.mask).slice(1).reduce((a, b) => a + b, 0), 0);
     if (!total) throw new Error("sft: no masked tokens to learn");
     const lossBuf = gpu.buffer(seqs.reduce((s, q) => s + q.ids.length, 0) * 4, "optimizer", "sft lp");
     const weights: number[] = [];
@@ -93,7 +95,7 @@ export class FullTrainer {
           if (t + 1 < s.ids.length) {
             targets[b * T + t] = s.ids[t + 1];
             // loss = -(1/total) Σ mask·logp, so dloss/dlogp = -mask/total.
-            dlogp[b * T + t] = s.mask[t + 1] ? -1 / total : 0;
+            dlogp[b * T + t] = -s.mask[t + 1] / total;
           }
         }
       });
@@ -110,7 +112,7 @@ export class FullTrainer {
       idx.forEach((si, b) => {
         const L = seqs[si].ids.length;
         rec.copy(lp, b * T * 4, lossBuf, row * 4, L * 4);
-        for (let t = 0; t < L; t++) weights.push(t + 1 < L && seqs[si].mask[t + 1] ? 1 : 0);
+        for (let t = 0; t < L; t++) weights.push(t + 1 < L ? seqs[si].mask[t + 1] : 0);
         row += L;
       });
       const dhN = gpu.buffer(N * C * 4);
