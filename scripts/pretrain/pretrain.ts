@@ -67,6 +67,8 @@ if (a["init-from"] !== "-") unlinkSync(join(a.out, "model.safetensors.init"));
 const engine = await Engine.load(a.out, { weightsF32: true, kvSlots: 64, maxContext: 512, name: "webart-tiny" });
 const tok = engine.tokenizer;
 const imEnd = tok.inner.tokenToId("<|im_end|>")!;
+const contextWeight = Number(a["context-weight"]);
+if (!(contextWeight >= 0 && contextWeight <= 1)) throw new Error(`--context-weight ${a["context-weight"]}: expected a number in [0, 1]`);
 /** Assistant messages become "sampled" turns (their ids + <|im_end|>), so SFT sees exactly the RL layout. */
 function toSequences(conv: Message[]): SftSequence[] {
   const mc = conv.map((m) => {
@@ -79,8 +81,6 @@ function toSequences(conv: Message[]): SftSequence[] {
   // assistant tokens only). Tried at 0.1-0.25: the board tokens are learned, but legality did not improve.
   return tokenizeHistory(tok, { messagesAndChoices: mc }).map((t) => ({ ids: t.ids, mask: Array.from(t.mask, (m) => (m ? 1 : contextWeight)) }));
 }
-const contextWeight = Number(a["context-weight"]);
-if (!(contextWeight >= 0 && contextWeight <= 1)) throw new Error(`--context-weight ${a["context-weight"]}: expected a number in [0, 1]`);
 const data = convs.flatMap(toSequences);
 log(`${data.length} sequences, ${data.reduce((s, q) => s + q.ids.length, 0)} tokens, mean ${(data.reduce((s, q) => s + q.ids.length, 0) / data.length).toFixed(0)}`);
 const trainer = new FullTrainer(engine.model);
@@ -99,13 +99,14 @@ async function legalRate(games: number, evalSeed: number): Promise<{ legal: numb
 /** Writes the weights as f32 in HF names (after every evaluation, so a stopped run leaves its latest model). */
 async function save(): Promise<void> {
   const shapes = tensorShapes(engine.config);
+  // Every tensor's readback in one submit.
+  const rec = engine.gpu.recorder();
+  const reads = trainer.tensors.map((t) =>
+    "buffer" in t.weight ? rec.read(t.weight.buffer, t.n * 4, t.weight.offset) : rec.read(t.weight, t.n * 4),
+  );
+  await rec.submit();
   const tensors = await Promise.all(
-    trainer.tensors.map(async (t) => {
-      const buf = "buffer" in t.weight ? t.weight.buffer : t.weight;
-      const off = "buffer" in t.weight ? t.weight.offset : 0;
-      const data = new Float32Array(await engine.gpu.read(buf, t.n * 4, off));
-      return { name: t.name, dtype: "F32" as const, shape: shapes.get(t.name)!, data };
-    }),
+    trainer.tensors.map(async (t, i) => ({ name: t.name, dtype: "F32" as const, shape: shapes.get(t.name)!, data: new Float32Array(await reads[i]) })),
   );
   writeFileSync(join(a.out, "model.safetensors"), writeSafetensors(tensors, { format: "pt" }));
 }

@@ -72,8 +72,9 @@ export async function trainCommand(argv: string[]): Promise<number> {
   process.on("SIGTERM", onSignal);
   // The chart's points, kept beside the checkpoints so a resumed run draws its whole history.
   const scoreFile = join(runDir, "scores.jsonl");
-  const history: { step: number; reward: number; score: number }[] = existsSync(scoreFile)
-    ? readFileSync(scoreFile, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as { step: number; reward: number; score: number }).filter((h) => h.step <= step)
+  type Point = { step: number; reward: number; score: number };
+  const history: Point[] = existsSync(scoreFile)
+    ? readFileSync(scoreFile, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Point).filter((h) => h.step <= step)
     : [];
   console.log(`training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`);
   try {
@@ -99,8 +100,9 @@ export async function trainCommand(argv: string[]): Promise<number> {
       const r = await model.train(groups, { learningRate: lr });
       step = r.step;
       const m = r.metrics;
-      history.push({ step, reward: m.reward, score });
-      appendFileSync(scoreFile, JSON.stringify(history[history.length - 1]) + "\n");
+      const point: Point = { step, reward: m.reward, score };
+      history.push(point);
+      appendFileSync(scoreFile, JSON.stringify(point) + "\n");
       console.log(
         `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${(summary as { legalMoves: number }).legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)}`} ` +
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
