@@ -14,7 +14,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from fixtures import adamw, grpo, st  # noqa: E402
+from fixtures import adamw, grpo, sft, st  # noqa: E402
 from fixtures.model import Model, adapter_config, init_lora, init_weights  # noqa: E402
 from fixtures.model import LORA_TARGETS, llama_config, qwen2_config, qwen3_config  # noqa: E402
 
@@ -229,6 +229,7 @@ def main() -> None:
     for name in GRPO:
         grpo_fixture(name)
     write_json(path("adamw.json"), adamw.fixture())
+    write_json(path("sft.json"), {n: sft.fixture(MODELS[n][0], st.load(path(n, "model.safetensors")), 40 + i) for i, n in enumerate(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])})
     total = 0
     for p in written:
         total += os.path.getsize(p)

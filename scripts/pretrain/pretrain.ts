@@ -23,19 +23,21 @@ import { Rng } from "@webart/shaders/util/random.ts";
 import { int, parseArgs } from "./args.ts";
 
 const usage =
-  "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.95] [--init-from DIR] [--skill 0.5] [--context-weight 0]\n" +
+  "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.95] [--init-from DIR] [--skill 0.5] [--ordered 0] [--context-weight 0]\n" +
   "  --init-from DIR continues from DIR's model.safetensors (same tokenizer and config) instead of random weights";
-const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95", "init-from": "-", skill: "0.5", "context-weight": "0" });
+const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95", "init-from": "-", skill: "0.5", ordered: "0", "context-weight": "0" });
 const seed = int("seed", a.seed);
 const t0 = performance.now();
 const elapsedMin = () => (performance.now() - t0) / 60000;
 const log = (m: string) => console.log(`[pretrain ${elapsedMin().toFixed(1)}m] ${m}`);
 
 // 1. Transcripts and tokenizer.
-// --skill: the chance that the transcripts' player takes an immediate win when it has one (otherwise a uniformly
-// random legal move), as in generateTranscripts.
-const ttt = await generateTranscripts({ game: "tictactoe", games: int("games", a.games), seed, skill: Number(a.skill) });
-const g2048 = await generateTranscripts({ game: "2048", games: Math.ceil(int("games", a.games) / 200), seed: seed + 1 });
+// The transcripts' player (generateTranscripts): --skill is its chance of taking an immediate win when it has one;
+// otherwise --ordered is its chance of playing the first empty cell in reading order, else a uniformly random
+// empty cell. Trained on uniformly random legal moves this model learns one distribution over the nine cells for
+// every board (about 70% legal): see models/README.md for what was measured.
+const ttt = await generateTranscripts({ game: "tictactoe", games: int("games", a.games), seed, skill: Number(a.skill), ordered: Number(a.ordered) });
+const g2048 = await generateTranscripts({ game: "2048", games: Math.ceil(int("games", a.games) / 200), seed: seed + 1, skill: 0.5 });
 const convs = [...ttt, ...g2048];
 const bpe = trainBpe(convs.map((m) => renderChat(m)), { vocabSize: 2000, specialTokens: SPECIAL_TOKENS });
 mkdirSync(a.out, { recursive: true });
@@ -90,7 +92,7 @@ const client = engine.openaiClient();
 async function legalRate(games: number, evalSeed: number): Promise<{ legal: number; win: number; draw: number; invalid: number }> {
   engine.scheduler.invalidateCache();
   const trajs = await Promise.all(
-    Array.from({ length: games }, (_, i) => rolloutTicTacToe(client, { model: "webart-tiny", scenario: { seed: evalSeed + i }, temperature: 1 })),
+    Array.from({ length: games }, (_, i) => rolloutTicTacToe(client, { model: "webart-tiny", scenario: { seed: evalSeed + i }, temperature: 1, maxTokens: 12 })),
   );
   const s = summarizeTicTacToe(trajs);
   return { legal: s.legalMoves, win: s.win, draw: s.draw, invalid: s.invalid };

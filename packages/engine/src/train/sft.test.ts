@@ -1,5 +1,6 @@
 // Full-parameter SFT: every base weight's gradient checked against finite differences of the GPU loss
 // (on the largest-gradient entries of several tensors), and the loss falls over steps.
+import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu } from "@webart/engine/gpu";
@@ -72,4 +73,37 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     for (let i = 0; i < 6; i++) losses.push((await tr.step_(seqs, { ...noop, lr: 1e-2, maxGradNorm: 1 })).loss);
     expect(losses[5]).toBeLessThan(losses[0] * 0.7);
   });
+
+  it("follows PyTorch (float64) over several AdamW steps: losses, grad norms and each tensor's update", async () => {
+    const fx = (JSON.parse(readFileSync(join(FIX, "sft.json"), "utf8")) as Record<string, SftFixture>)[name];
+    const model = await load(name);
+    const tr = new FullTrainer(model);
+    const readAll = async () =>
+      Promise.all(tr.tensors.map((t) => ("buffer" in t.weight ? gpu.readF32(t.weight.buffer, t.n, t.weight.offset) : gpu.readF32(t.weight, t.n))));
+    const before = await readAll();
+    const o = { lr: fx.hp.lr, beta1: fx.hp.beta1, beta2: fx.hp.beta2, eps: fx.hp.eps, weightDecay: fx.hp.weight_decay, maxGradNorm: fx.hp.max_norm, microBatchTokens: 24 };
+    for (let i = 0; i < fx.hp.steps; i++) {
+      const r = await tr.step_(fx.sequences, o);
+      expect(r.loss, `step ${i + 1} loss`).toBeCloseTo(fx.losses[i], 4);
+      expect(Math.abs(r.gradNorm - fx.grad_norms[i]), `step ${i + 1} grad norm ${r.gradNorm} vs ${fx.grad_norms[i]}`).toBeLessThan(1e-3 * fx.grad_norms[i]);
+    }
+    const lrZero = await tr.step_(fx.sequences, { ...o, lr: 0, weightDecay: 0 });
+    expect(lrZero.loss, "loss after the last step").toBeCloseTo(fx.final_loss, 4);
+    const after = await readAll();
+    tr.tensors.forEach((t, k) => {
+      let d = 0;
+      for (let i = 0; i < t.n; i++) d += (after[k][i] - before[k][i]) ** 2;
+      const want = fx.update_norms[t.name];
+      expect(Math.abs(Math.sqrt(d) - want), `${t.name}: update norm ${Math.sqrt(d)} vs PyTorch ${want}`).toBeLessThan(0.01 * want + 1e-6);
+    });
+  });
 });
+
+interface SftFixture {
+  hp: { lr: number; beta1: number; beta2: number; eps: number; weight_decay: number; max_norm: number; steps: number };
+  sequences: SftSequence[];
+  losses: number[];
+  grad_norms: number[];
+  final_loss: number;
+  update_norms: Record<string, number>;
+}

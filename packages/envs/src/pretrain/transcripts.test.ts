@@ -24,6 +24,29 @@ const parse2048Board = (s: string) =>
   s.split("\n").flatMap((r) => r.split("|").map((c) => (c === "_" ? 0 : Number(c))));
 
 describe("generateTranscripts", () => {
+  it("tic-tac-toe `ordered`: that share of moves is the first empty cell in reading order", async () => {
+    const firstEmpty = async (ordered: number) => {
+      const convs = await generateTranscripts({ game: "tictactoe", games: 300, seed: 3, skill: 0, ordered });
+      let first = 0;
+      let moves = 0;
+      for (const c of convs)
+        for (let i = 1; i < c.length; i += 2) {
+          const board = parseTicTacToeBoard(text(c[i]));
+          const cell = parseTicTacToeMove(text(c[i + 1]))!;
+          expect(board[cell]).toBeNull();
+          moves++;
+          if (cell === board.indexOf(null)) first++;
+        }
+      return first / moves;
+    };
+    expect(await firstEmpty(1)).toBe(1);
+    const half = await firstEmpty(0.5);
+    // 0.5 ordered, plus the random half's 1-in-(empty cells) chance of the same cell: about 0.6.
+    expect(half).toBeGreaterThan(0.5);
+    expect(half).toBeLessThan(0.72);
+    expect(await firstEmpty(0)).toBeLessThan(0.3);
+  });
+
   it("tic-tac-toe: system, then (board, legal move) pairs, as the rollouts send them", async () => {
     const convs = await generateTranscripts({ game: "tictactoe", games: 100, seed: 1 });
     expect(convs.length).toBe(100);

@@ -15,6 +15,11 @@ export interface TranscriptOptions {
   /** Chance that the policy plays its one "skilled" move when there is one (tic-tac-toe: an immediate win;
    * 2048: the move that empties the most cells); otherwise a uniformly random legal move. Default 0.5. */
   skill?: number;
+  /** Tic-tac-toe: chance that a move (other than a skilled one) is the first empty cell in reading order
+   * (A1, A2, ..., C3) rather than a uniformly random empty cell. Default 0. A target that is a function of the
+   * board teaches a tiny model to read the board within a CPU budget; a uniformly random empty cell does not
+   * (its best fit for hundreds of steps is the same distribution over all nine cells, whatever the board). */
+  ordered?: number;
   /** 2048's winning tile; default 64. */
   winningValue?: number;
   /** Earlier turns in each prompt, as in the rollouts (defaults: the whole game for tic-tac-toe, 0 for 2048). */
@@ -30,14 +35,14 @@ export async function generateTranscripts(opts: TranscriptOptions): Promise<Mess
     const seed = rng.nextU32();
     const t =
       opts.game === "tictactoe"
-        ? await playTicTacToe(unskilledTicTacToe(rng, skill), { seed }, opts.historyTurns)
+        ? await playTicTacToe(unskilledTicTacToe(rng, skill, opts.ordered ?? 0), { seed }, opts.historyTurns)
         : await play2048(unskilled2048(rng, skill), { seed, winningValue: opts.winningValue }, opts.historyTurns);
     out.push(...conversations(t));
   }
   return out;
 }
 
-export function unskilledTicTacToe(rng: Rng, skill: number): Player<TicTacToeGame> {
+export function unskilledTicTacToe(rng: Rng, skill: number, ordered = 0): Player<TicTacToeGame> {
   return async (game) => {
     const empty = emptyCells(game.board);
     const winning = empty.filter((c) => {
@@ -45,8 +50,9 @@ export function unskilledTicTacToe(rng: Rng, skill: number): Player<TicTacToeGam
       next[c] = game.agent;
       return lineWinner(next) === game.agent;
     });
-    const pool = winning.length > 0 && rng.next() < skill ? winning : empty;
-    return moveReply(cellName(pool[rng.int(pool.length)]));
+    if (winning.length > 0 && rng.next() < skill) return moveReply(cellName(winning[rng.int(winning.length)]));
+    if (ordered > 0 && rng.next() < ordered) return moveReply(cellName(empty[0]));
+    return moveReply(cellName(empty[rng.int(empty.length)]));
   };
 }
 
