@@ -19,6 +19,10 @@ const SIZES: [number, number, number][] = [
   [3, 33, 64],
   [5, 70, 129],
   [64, 5, 19],
+  // K a multiple of 8, or of 4 only (rows on 16- or 8-byte boundaries)
+  [1, 17, 24],
+  [8, 40, 96],
+  [4, 9, 20],
 ];
 
 let gpu: Gpu;
@@ -64,6 +68,9 @@ describe.each(MATVEC_VARIANTS)("matvec %s", (variant) => {
         111,
         true,
       );
+      // Offsets that keep rows 16-byte aligned for every dtype (8), or 16-bit rows 8-byte aligned (4).
+      await check(gpu, { M: 2, N: 21, K: 16, wDtype, variant, offsetW: 8 }, 112);
+      await check(gpu, { M: 7, N: 18, K: 32, wDtype, variant, offsetW: 4 }, 113);
     },
   );
 });
