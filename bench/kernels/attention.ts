@@ -1,7 +1,15 @@
 // Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, split-KV against
-// one chunk per sequence, and causal prefill forward at T=256 in GFLOP/s. Outputs are verified first.
+// one chunk per sequence, and causal prefill forward at T=256 in GFLOP/s for both kernel families (tiled and
+// rows). Outputs are verified first.
 import type { Gpu, Recorder } from "@webart/engine/gpu";
-import { attentionDecode, attentionForward, trainingSlotPos } from "@webart/shaders/attention/index.ts";
+import {
+  ATTENTION_VARIANTS,
+  attentionDecode,
+  attentionForward,
+  attentionVariant,
+  trainingSlotPos,
+  type AttentionVariant,
+} from "@webart/shaders/attention/index.ts";
 import { attentionReference } from "@webart/shaders/attention/reference.ts";
 import { Rng } from "@webart/shaders/util/random.ts";
 import { assertClose } from "@webart/shaders/util/check.ts";
@@ -93,14 +101,21 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   const pre = setup(gpu, T, 1, T, trainingSlotPos(1, T), 2);
   const flops = 4 * D * H * ((T * (T + 1)) / 2);
   const pdims = { n: T, h: H, kv: KV, d: D, slots: 1, tmax: T };
-  const ms = await verifyAndTime(gpu, pre, "prefill", (r) => void attentionForward(gpu, r, pre.bufs, pdims), quick);
-  const gf = flops / (ms * 1e6);
-  results.push({
-    id: `attention.prefill.f32.t${T}`,
-    value: gf,
-    unit: "GFLOP/s",
-    fraction_of_peak: gf / peak.fma_gflops,
-  });
+  // Both kernel families, same run: "tiled" (workgroup-memory tiles) and "rows" (a thread per query row).
+  const msOf: Record<AttentionVariant, number> = { tiled: 0, rows: 0 };
+  for (const variant of ATTENTION_VARIANTS)
+    msOf[variant] = await verifyAndTime(gpu, pre, `prefill ${variant}`, (r) => void attentionForward(gpu, r, pre.bufs, pdims, { variant }), quick);
+  for (const variant of ATTENTION_VARIANTS) {
+    const gf = flops / (msOf[variant] * 1e6);
+    results.push({
+      id: `attention.prefill.f32.t${T}.${variant}`,
+      value: gf,
+      unit: "GFLOP/s",
+      fraction_of_peak: gf / peak.fma_gflops,
+      ...(variant === "rows" ? { vs: { id: `attention.prefill.f32.t${T}.tiled`, ratio: msOf.tiled / msOf.rows } } : {}),
+      note: `${msOf[variant].toFixed(1)} ms${variant === attentionVariant(gpu, D) ? ", this adapter's default" : ""}`,
+    });
+  }
   Object.values(pre.bufs).forEach((b) => gpu.release(b));
   return results;
 };

@@ -104,8 +104,25 @@ describe("attention_forward (prefill over a KV cache) vs CPU reference", () => {
     [4, 2, 64, "gpu"],
     [4, 2, 6, "default"], // D % 4 == 2: rows are zero-padded to whole vec4 in workgroup memory
     [4, 2, 6, "small"],
+    // Each variant explicitly ("default" above is the adapter's choice: rows on SwiftShader when D % 4 == 0).
+    [4, 4, 8, "tiled"],
+    [4, 2, 64, "tiled"],
+    [4, 4, 8, "rows"],
+    [4, 2, 64, "rows"],
+    [6, 2, 12, "rows"],
   ] as const)("H=%i KV=%i D=%i tiles=%s", async (h, kv, d, tiles) => {
-    await check(prefill(h, kv, d), { tiles: tilesFor("forward", tiles, d, h / kv) }, h * 100 + d);
+    const variant = tiles === "default" ? undefined : tiles === "rows" ? "rows" : "tiled";
+    await check(prefill(h, kv, d), { tiles: tilesFor("forward", tiles, d, h / kv), variant }, h * 100 + d);
+  });
+
+  it("the rows variant refuses D % 4 != 0, naming the variant to use", () => {
+    const rec = gpu.recorder();
+    const x = gpu.buffer(4096);
+    const bufs = { q: x, slotPos: x, k: x, v: x, o: x, lse: x };
+    expect(() => attentionForward(gpu, rec, bufs, { n: 2, h: 2, kv: 1, d: 6, slots: 1, tmax: 4 }, { variant: "rows" })).toThrow(
+      /"rows" variant needs D % 4 == 0; got D=6/,
+    );
+    gpu.release(x);
   });
 
   it("many tokens per workgroup with all heads of a group (bq=5, gh=4) and split-KV over a prefill", async () => {

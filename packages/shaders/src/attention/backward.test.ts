@@ -46,6 +46,13 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     [4, 2, 8, "gpu"],
     [4, 2, 10, "default"], // D % 4 == 2: rows are zero-padded to whole vec4 in workgroup memory
     [2, 1, 6, "small"],
+    // Each variant explicitly with its default tiles ("default" above is the adapter's choice of variant).
+    [2, 2, 8, "tiled"],
+    [4, 2, 64, "tiled"],
+    [2, 2, 8, "rows"],
+    [4, 2, 64, "rows"],
+    [4, 1, 8, "rows"],
+    [6, 2, 12, "rows"],
   ] as const)("H=%i KV=%i D=%i tiles=%s", async (h, kv, d, tiles) => {
     const [b, t] = [2, 13];
     const dims: TrainDims = { b, t, h, kv, d, scale: 1 / Math.sqrt(d) };
@@ -65,17 +72,19 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
       dk: gpu.buffer(nk * 4),
       dv: gpu.buffer(nk * 4),
     };
-    // "default": this adapter's choice (the "cpu" profile on SwiftShader); "gpu": what real GPUs get.
+    // "default": this adapter's choice of variant and tiles (rows, or the "cpu" tiles, on SwiftShader); "gpu": the
+    // tiled kernels with what real GPUs get; "small", "gpu" and "tiled" force the tiled variant, "rows" the other.
     const pick = (kind: "forward" | "dq" | "dkv", x: Partial<Tiles>) =>
       tiles === "small" ? x : tiles === "gpu" ? chooseTiles(gpu, kind, d, h / kv, {}, "gpu") : {};
+    const variant = tiles === "default" ? undefined : tiles === "rows" ? "rows" : "tiled";
     const rec = gpu.recorder();
-    attentionForward(gpu, rec, buf, { n: b * t, h, kv, d, slots: b, tmax: t }, { tiles: pick("forward", small.fwd) });
+    attentionForward(gpu, rec, buf, { n: b * t, h, kv, d, slots: b, tmax: t }, { tiles: pick("forward", small.fwd), variant });
     attentionBackward(
       gpu,
       rec,
       buf,
       { b, t, h, kv, d },
-      { dqTiles: pick("dq", small.dq), dkvTiles: pick("dkv", small.dkv) },
+      { dqTiles: pick("dq", small.dq), dkvTiles: pick("dkv", small.dkv), variant },
     );
     const out = [buf.o, buf.lse, buf.dq, buf.dk, buf.dv].map((x, i) => rec.read(x, [nq, b * t * h, nq, nk, nk][i] * 4));
     await rec.submit();

@@ -7,6 +7,26 @@ import forwardCode from "./forward.wgsl";
 import reduceCode from "./reduce.wgsl";
 import dqCode from "./backward.wgsl";
 import dkvCode from "./backward_dkv.wgsl";
+import rowsForwardCode from "./rows_forward.wgsl";
+import rowsDqCode from "./rows_backward.wgsl";
+import rowsDkvCode from "./rows_backward_dkv.wgsl";
+
+/**
+ * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
+ * query row (forward, dq) or key row (dk, dv), no workgroup memory and no barriers, for CPU adapters, where
+ * barriers are costly and each thread's loop over keys stays in the cache.
+ */
+export type AttentionVariant = "tiled" | "rows";
+export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows"];
+/** The default: rows on SwiftShader (measured faster there for training) when D is a multiple of 4 (its rows are
+ * read as vec4), tiled elsewhere. */
+export const attentionVariant = (gpu: Gpu, d = 4): AttentionVariant =>
+  tileProfile(gpu) === "cpu" && d % 4 === 0 ? "rows" : "tiled";
+/** The rows variant reads rows as vec4. */
+function rowsCheck(d: number): void {
+  if (d % 4 !== 0) throw new Error(`attention: the "rows" variant needs D % 4 == 0; got D=${d} (use "tiled")`);
+}
+const ROWS_WG = 64;
 
 /** Per-thread accumulator capacity in vec4 (ACC in the WGSL). */
 const ACC = 4;
@@ -143,6 +163,9 @@ export interface ForwardOptions {
   tiles?: Partial<Tiles>;
   /** "decode" tiles: one query token per workgroup, longer key tiles. Default "forward". */
   kind?: "forward" | "decode";
+  /** Kernel family for a prefill/training forward without split (decode and split-KV are always tiled);
+   * default attentionVariant(gpu). */
+  variant?: AttentionVariant;
 }
 
 const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec => ({
@@ -176,6 +199,12 @@ export function attentionForward(
     );
   const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale);
   const { q, slotPos, k, v, o, lse } = bufs;
+  if (split === 1 && opts.kind !== "decode" && (opts.variant ?? attentionVariant(gpu, d)) === "rows") {
+    rowsCheck(d);
+    const spec: KernelSpec = { name: "attention_forward_rows", code: rowsForwardCode, overrides: { D: d, WG: ROWS_WG } };
+    rec.dispatch(spec, [q, slotPos, k, v, o, lse], gpu.grid(Math.ceil((n * h) / ROWS_WG)), params);
+    return { tiles, split };
+  }
   if (split === 1) {
     rec.dispatch(forwardSpec(tiles, d, false), [q, slotPos, k, v, o, lse], grid, params);
     return { tiles, split };
@@ -257,7 +286,7 @@ export function attentionBackward(
   rec: Recorder,
   bufs: BackwardBuffers,
   dims: BackwardDims,
-  opts: { dqTiles?: Partial<Tiles>; dkvTiles?: Partial<Tiles> } = {},
+  opts: { dqTiles?: Partial<Tiles>; dkvTiles?: Partial<Tiles>; variant?: AttentionVariant } = {},
 ): { dq: Tiles; dkv: Tiles } {
   const { b, t, h, kv, d, scale = 1 / Math.sqrt(d) } = dims;
   dimsCheck(h, kv, d);
@@ -273,6 +302,16 @@ export function attentionBackward(
   const params = new Params().u32(b, t, h, kv).f32(scale);
   const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
   const delta = gpu.buffer(b * t * h * 4, "activations", "attention delta");
+  if ((opts.variant ?? attentionVariant(gpu, d)) === "rows") {
+    rowsCheck(d);
+    const ov = { D: d, WG: ROWS_WG };
+    const dqRows: KernelSpec = { name: "attention_backward_dq_rows", code: rowsDqCode, overrides: ov };
+    const dkvRows: KernelSpec = { name: "attention_backward_dkv_rows", code: rowsDkvCode, overrides: ov };
+    rec.dispatch(dqRows, [q, k, v, o, dout, lse, dq, delta], gpu.grid(Math.ceil((b * t * h) / ROWS_WG)), params);
+    rec.dispatch(dkvRows, [q, k, v, dout, lse, delta, dk, dv], gpu.grid(Math.ceil((b * t * kv) / ROWS_WG)), params);
+    gpu.release(delta);
+    return { dq: tq, dkv: tk };
+  }
   const ov = (x: Tiles) => ({ D: d, BQ: x.bq, GH: x.gh, BK: x.bk, WG: x.wg });
   const dqSpec: KernelSpec = { name: "attention_backward_dq", code: dqCode, overrides: ov(tq) };
   const dkvSpec: KernelSpec = { name: "attention_backward_dkv", code: dkvCode, overrides: ov(tk) };
