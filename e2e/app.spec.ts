@@ -215,7 +215,7 @@ test("export downloads a PEFT zip; importing it back makes a run with the same a
   await expect(page.getByTestId("banner-other")).toContainText("Import failed: nothing.zip: not a readable zip");
   // The error crossed the worker boundary with its stack (frames in the worker's script).
   await page.getByTestId("banner-other").getByText("Details").click();
-  await expect(page.getByTestId("banner-other").locator("pre")).toContainText(/worker-\w+\.js/);
+  await expect(page.getByTestId("banner-other").locator("pre")).toContainText(/worker-[\w-]+\.js/);
   await page.getByRole("button", { name: "Dismiss message" }).click();
   expect(problems).toEqual([]);
 });
