@@ -101,15 +101,8 @@ async function legalRate(games: number, evalSeed: number): Promise<{ legal: numb
 /** Writes the weights as f32 in HF names (after every evaluation, so a stopped run leaves its latest model). */
 async function save(): Promise<void> {
   const shapes = tensorShapes(engine.config);
-  // Every tensor's readback in one submit.
-  const rec = engine.gpu.recorder();
-  const reads = trainer.tensors.map((t) =>
-    "buffer" in t.weight ? rec.read(t.weight.buffer, t.n * 4, t.weight.offset) : rec.read(t.weight, t.n * 4),
-  );
-  await rec.submit();
-  const tensors = await Promise.all(
-    trainer.tensors.map(async (t, i) => ({ name: t.name, dtype: "F32" as const, shape: shapes.get(t.name)!, data: new Float32Array(await reads[i]) })),
-  );
+  const data = await trainer.readWeights();
+  const tensors = trainer.tensors.map((t, i) => ({ name: t.name, dtype: "F32" as const, shape: shapes.get(t.name)!, data: data[i] }));
   writeFileSync(join(a.out, "model.safetensors"), writeSafetensors(tensors, { format: "pt" }));
 }
 

@@ -78,9 +78,7 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     const fx = (JSON.parse(readFileSync(join(FIX, "sft.json"), "utf8")) as Record<string, SftFixture>)[name];
     const model = await load(name);
     const tr = new FullTrainer(model);
-    const readAll = async () =>
-      Promise.all(tr.tensors.map((t) => ("buffer" in t.weight ? gpu.readF32(t.weight.buffer, t.n, t.weight.offset) : gpu.readF32(t.weight, t.n))));
-    const before = await readAll();
+    const before = await tr.readWeights();
     const o = { lr: fx.hp.lr, beta1: fx.hp.beta1, beta2: fx.hp.beta2, eps: fx.hp.eps, weightDecay: fx.hp.weight_decay, maxGradNorm: fx.hp.max_norm, microBatchTokens: 24 };
     for (let i = 0; i < fx.hp.steps; i++) {
       const r = await tr.step_(fx.sequences, o);
@@ -89,7 +87,7 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     }
     const lrZero = await tr.step_(fx.sequences, { ...o, lr: 0, weightDecay: 0 });
     expect(lrZero.loss, "loss after the last step").toBeCloseTo(fx.final_loss, 4);
-    const after = await readAll();
+    const after = await tr.readWeights();
     tr.tensors.forEach((t, k) => {
       let d = 0;
       for (let i = 0; i < t.n; i++) d += (after[k][i] - before[k][i]) ** 2;

@@ -63,6 +63,16 @@ export class FullTrainer {
     }
   }
 
+  /** Every trained tensor's current values, in `tensors` order, read back in one submit. */
+  async readWeights(): Promise<Float32Array[]> {
+    const rec = this.model.gpu.recorder();
+    const reads = this.tensors.map((t) =>
+      "buffer" in t.weight ? rec.read(t.weight.buffer, t.n * 4, t.weight.offset) : rec.read(t.weight, t.n * 4),
+    );
+    await rec.submit();
+    return (await Promise.all(reads)).map((b) => new Float32Array(b));
+  }
+
   /** One optimizer step on sequences; returns the loss (mean over tokens, weighted by the masks), the sum of
    * the weights (`tokens`) and the grad norm. */
   async step_(seqs: SftSequence[], o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number }): Promise<{ loss: number; tokens: number; gradNorm: number }> {

@@ -192,11 +192,6 @@ export function attentionForward(
   const split = Math.max(1, Math.floor(opts.split ?? 1));
   const maxLen = Math.min(opts.maxLen ?? tmax, tmax);
   const chunk = opts.chunk ?? Math.ceil(Math.ceil(maxLen / split) / tiles.bk) * tiles.bk;
-  const grid: [number, number, number] = [Math.ceil(n / tiles.bq), h / tiles.gh, split];
-  if (grid[0] > gpu.limits.maxComputeWorkgroupsPerDimension)
-    throw new Error(
-      `attention: ${n} tokens need more than ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups; run fewer per dispatch`,
-    );
   const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale);
   const { q, slotPos, k, v, o, lse } = bufs;
   if (split === 1 && opts.kind !== "decode" && (opts.variant ?? attentionVariant(gpu, d)) === "rows") {
@@ -205,6 +200,12 @@ export function attentionForward(
     rec.dispatch(spec, [q, slotPos, k, v, o, lse], gpu.grid(Math.ceil((n * h) / ROWS_WG)), params);
     return { tiles, split };
   }
+  // The tiled kernels index workgroups in x only.
+  const grid: [number, number, number] = [Math.ceil(n / tiles.bq), h / tiles.gh, split];
+  if (grid[0] > gpu.limits.maxComputeWorkgroupsPerDimension)
+    throw new Error(
+      `attention: ${n} tokens need more than ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups; run fewer per dispatch`,
+    );
   if (split === 1) {
     rec.dispatch(forwardSpec(tiles, d, false), [q, slotPos, k, v, o, lse], grid, params);
     return { tiles, split };
@@ -293,17 +294,18 @@ export function attentionBackward(
   const g = h / kv;
   const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles);
   const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles);
+  const params = new Params().u32(b, t, h, kv).f32(scale);
+  const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
+  const rows = (opts.variant ?? attentionVariant(gpu, d)) === "rows";
+  if (rows) rowsCheck(d);
   const maxWgs = gpu.limits.maxComputeWorkgroupsPerDimension;
-  if (b * Math.ceil(t / Math.min(tq.bq, tk.bk)) > maxWgs) {
+  if (!rows && b * Math.ceil(t / Math.min(tq.bq, tk.bk)) > maxWgs) {
     throw new Error(
       `attention backward: B=${b} x T=${t} needs more than ${maxWgs} workgroups; use smaller micro-batches`,
     );
   }
-  const params = new Params().u32(b, t, h, kv).f32(scale);
-  const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
   const delta = gpu.buffer(b * t * h * 4, "activations", "attention delta");
-  if ((opts.variant ?? attentionVariant(gpu, d)) === "rows") {
-    rowsCheck(d);
+  if (rows) {
     const ov = { D: d, WG: ROWS_WG };
     const dqRows: KernelSpec = { name: "attention_backward_dq_rows", code: rowsDqCode, overrides: ov };
     const dkvRows: KernelSpec = { name: "attention_backward_dkv_rows", code: rowsDkvCode, overrides: ov };
