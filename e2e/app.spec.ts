@@ -36,6 +36,7 @@ async function tiny(opts: { name: string; steps: number; reward?: "env" | "ruler
   await page.getByLabel("Group size").fill("2");
   await page.getByLabel("Groups per step").fill("1");
   await page.getByLabel("Max tokens per move").fill("12");
+  await page.getByLabel("Temperature").fill("1");
 }
 
 /** Records every text the load-progress line shows from now on (downloads and weight loading are quick here). */
@@ -225,6 +226,9 @@ test("RULER reward: a judge behind an OpenAI-compatible endpoint scores each gro
   try {
     await page.getByRole("tab", { name: "Charts" }).click();
     await tiny({ name: "ruler-e2e", steps: 1, reward: "ruler" });
+    // The embedded model plays almost deterministically at temperature 1; at 2 the group's two games differ,
+    // so the judge sees both (identical trajectories are judged once).
+    await page.getByLabel("Temperature").fill("2");
     await page.getByLabel("Judge base URL").fill(judge.baseURL);
     await page.getByLabel("Judge model").fill("judge-1");
     await page.getByLabel("API key").fill("sk-test-e2e-key");

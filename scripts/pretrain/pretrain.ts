@@ -23,9 +23,9 @@ import { Rng } from "@webart/shaders/util/random.ts";
 import { int, parseArgs } from "./args.ts";
 
 const usage =
-  "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.95] [--init-from DIR] [--skill 0.5] [--ordered 0] [--context-weight 0]\n" +
+  "usage: pretrain.ts [--out DIR] [--minutes M] [--seed S] [--games N] [--batch B] [--lr X] [--eval-games N] [--target 0.95] [--init-from DIR] [--skill 0.5] [--ordered 1] [--context-weight 0]\n" +
   "  --init-from DIR continues from DIR's model.safetensors (same tokenizer and config) instead of random weights";
-const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95", "init-from": "-", skill: "0.5", ordered: "0", "context-weight": "0" });
+const a = parseArgs(usage, { out: "models/webart-tiny", minutes: "50", seed: "1", games: "6000", batch: "16", lr: "0.003", "eval-games": "100", target: "0.95", "init-from": "-", skill: "0.5", ordered: "1", "context-weight": "0" });
 const seed = int("seed", a.seed);
 const t0 = performance.now();
 const elapsedMin = () => (performance.now() - t0) / 60000;

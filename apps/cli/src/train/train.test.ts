@@ -36,6 +36,9 @@ describe("webart train / eval", () => {
     const code = await trainCommand([
       "--steps", "2", "--name", "r", "--reward", "ruler", "--judge-base-url", judge.baseURL, "--judge-model", "judge",
       "--judge-api-key-env", "WEBART_TEST_JUDGE_KEY", ...tiny,
+      // The embedded model plays almost deterministically at temperature 1; at 2 a group's two games differ,
+      // so the judge sees both (identical trajectories are judged once).
+      "--temperature", "2",
     ]);
     expect(code).toBe(0);
     expect(judge.requests.length).toBeGreaterThanOrEqual(4);
