@@ -22,7 +22,10 @@ function proc(pid) {
   }
 }
 
-/** True when an ancestor (up to a few levels) is `npm run <script>` for a script other than this one. */
+/**
+ * For a "pre<name>" script: `name` when an ancestor process (a few levels up) is `npm run <name>`, i.e. npm runs
+ * this script as that one's hook; null when it was run directly (`npm run pre<name>`, or not through npm).
+ */
 export function runAsHookOf(lifecycleEvent, startPid = process.ppid) {
   if (!lifecycleEvent?.startsWith("pre")) return null;
   const main = lifecycleEvent.slice(3);
