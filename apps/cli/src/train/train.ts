@@ -7,17 +7,17 @@ import OpenAI from "openai";
 import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
 import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
-import { lineChart } from "./chart.ts";
+import { trainingChart } from "./chart.ts";
 import { num, parse, usage, UsageError, type Spec } from "./args.ts";
 
 export const EMBEDDED = join(import.meta.dirname, "../../../../models/webart-tiny");
 
 const SPEC: Spec = {
   env: { default: "tictactoe", help: "tictactoe or 2048" },
-  steps: { default: "30", help: "train until this step" },
+  steps: { default: "150", help: "train until this step (150: ~39 min for tic-tac-toe on 2 CPU cores, models/README.md)" },
   "group-size": { default: "8", help: "rollouts per group (same scenario)" },
   "groups-per-step": { default: "4", help: "groups per step" },
-  lr: { default: "2e-4", help: "learning rate" },
+  lr: { default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
   model: { default: EMBEDDED, help: "base model: folder, URL or Hugging Face id" },
   reward: { default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
   "judge-base-url": { help: "RULER: the judge's OpenAI-compatible base URL" },
@@ -108,13 +108,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
           `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
       );
-      writeFileSync(
-        join(runDir, "chart.svg"),
-        lineChart(`${project}/${a.name}`, [
-          { name: "mean reward", color: "#1f6feb", points: history.map((h) => [h.step, h.reward]) },
-          { name: env === "tictactoe" ? "win + draw rate" : "max tile / 64", color: "#d9480f", points: history.map((h) => [h.step, env === "tictactoe" ? h.score : h.score / 64]) },
-        ], { yMin: -1, yMax: env === "tictactoe" ? 1 : 2 }),
-      );
+      writeFileSync(join(runDir, "chart.svg"), trainingChart(`${project}/${a.name}`, env, history));
     }
   } finally {
     process.off("SIGINT", onSignal);

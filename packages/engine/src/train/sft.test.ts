@@ -74,6 +74,27 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     expect(losses[5]).toBeLessThan(losses[0] * 0.7);
   });
 
+  it("resetOptimizer: the next step is a first AdamW step again (every moved weight moves by lr)", async () => {
+    const model = await load(name);
+    const tr = new FullTrainer(model);
+    for (let i = 0; i < 3; i++) await tr.step_(batch(model.config.vocabSize, 10 + i), { ...noop, lr: 1e-2 });
+    const lr = 1e-3;
+    const moved = async () => {
+      const before = await tr.readWeights();
+      await tr.step_(batch(model.config.vocabSize, 20), { ...noop, lr });
+      const after = await tr.readWeights();
+      const d = after.flatMap((w, i) => Array.from(w, (x, j) => Math.abs(x - before[i][j]))).filter((x) => x > lr * 1e-3);
+      return { n: d.length, nearLr: d.filter((x) => Math.abs(x - lr) < lr * 0.02).length };
+    };
+    const carried = await moved(); // m and v carry three steps of other batches: updates are not all lr
+    expect(carried.nearLr).toBeLessThan(carried.n * 0.5);
+    await tr.resetOptimizer();
+    // A first bias-corrected step is lr * g / (|g| + eps): lr for every weight whose gradient is not tiny.
+    const fresh = await moved();
+    expect(fresh.n).toBeGreaterThan(100);
+    expect(fresh.nearLr).toBeGreaterThan(fresh.n * 0.95);
+  });
+
   it("follows PyTorch (float64) over several AdamW steps: losses, grad norms and each tensor's update", async () => {
     const fx = (JSON.parse(readFileSync(join(FIX, "sft.json"), "utf8")) as Record<string, SftFixture>)[name];
     const model = await load(name);

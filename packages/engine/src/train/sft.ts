@@ -63,6 +63,15 @@ export class FullTrainer {
     }
   }
 
+  /** Zeroes AdamW's moments and its step count (bias correction restarts), as for a new run on the same weights. */
+  async resetOptimizer(): Promise<void> {
+    const rec = this.model.gpu.recorder();
+    rec.clear(this.m);
+    rec.clear(this.v);
+    await rec.submit();
+    this.step = 0;
+  }
+
   /** Every trained tensor's current values, in `tensors` order, read back in one submit. */
   async readWeights(): Promise<Float32Array[]> {
     const rec = this.model.gpu.recorder();

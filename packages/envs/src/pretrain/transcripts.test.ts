@@ -113,4 +113,33 @@ describe("generateTranscripts", () => {
     expect(taken / chances).toBeGreaterThan(0.4);
     expect(taken / chances).toBeLessThan(0.8);
   });
+
+  it("`block`: blocks the opponent's immediate win that share of the time (ordered fallback otherwise)", async () => {
+    const blockRate = async (block: number) => {
+      const rng = new Rng(4);
+      const player = unskilledTicTacToe(rng, 1, 1, block);
+      let blocked = 0;
+      const n = 400;
+      // prettier-ignore
+      const lines = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [0, 3, 6], [1, 4, 7], [2, 5, 8], [0, 4, 8], [2, 4, 6]];
+      for (let seed = 0; seed < n; seed++) {
+        // o o _ on a random line (threat at the line's last cell), no x on the board: x has no win to take,
+        // and the lines are chosen so the threat is never the first empty cell (what the fallback plays).
+        const g = newTicTacToe({ seed, agent: "x" });
+        const [a, b, threat] = lines[1 + rng.int(lines.length - 1)].slice().sort((p, q) => p - q);
+        g.board.fill(null);
+        g.board[a] = g.board[b] = "o";
+        if (g.board.indexOf(null) === threat) throw new Error("test setup: the threat is the first empty cell");
+        const cell = parseTicTacToeMove(await player(g, []))!;
+        expect([threat, g.board.indexOf(null)]).toContain(cell);
+        if (cell === threat) blocked++;
+      }
+      return blocked / n;
+    };
+    expect(await blockRate(0)).toBe(0);
+    expect(await blockRate(1)).toBe(1);
+    const quarter = await blockRate(0.25);
+    expect(quarter).toBeGreaterThan(0.17);
+    expect(quarter).toBeLessThan(0.33);
+  });
 });

@@ -2,7 +2,7 @@
 // as the exact chat messages the rollouts send, so a tiny model learns the format and the legal moves and
 // leaves RL something to improve (it loses to perfect play and often to plain random play).
 import { Rng } from "@webart/shaders/util/random.ts";
-import { emptyCells, lineWinner, cellName, type TicTacToeGame } from "../tictactoe.ts";
+import { emptyCells, lineWinner, cellName, other, type Mark, type TicTacToeGame } from "../tictactoe.ts";
 import { legalMoves, slide, type Game2048 } from "../game2048.ts";
 import { play2048, playTicTacToe } from "../rollout.ts";
 import { moveReply } from "../players.ts";
@@ -20,6 +20,9 @@ export interface TranscriptOptions {
    * board teaches a tiny model to read the board within a CPU budget; a uniformly random empty cell does not
    * (its best fit for hundreds of steps is the same distribution over all nine cells, whatever the board). */
   ordered?: number;
+  /** Tic-tac-toe: chance that the policy blocks the opponent's immediate win when it has one (and did not take
+   * a win of its own). Default 0. */
+  block?: number;
   /** 2048's winning tile; default 64. */
   winningValue?: number;
   /** Earlier turns in each prompt, as in the rollouts (defaults: the whole game for tic-tac-toe, 0 for 2048). */
@@ -35,22 +38,28 @@ export async function generateTranscripts(opts: TranscriptOptions): Promise<Mess
     const seed = rng.nextU32();
     const t =
       opts.game === "tictactoe"
-        ? await playTicTacToe(unskilledTicTacToe(rng, skill, opts.ordered ?? 0), { seed }, opts.historyTurns)
+        ? await playTicTacToe(unskilledTicTacToe(rng, skill, opts.ordered ?? 0, opts.block ?? 0), { seed }, opts.historyTurns)
         : await play2048(unskilled2048(rng, skill), { seed, winningValue: opts.winningValue }, opts.historyTurns);
     out.push(...conversations(t));
   }
   return out;
 }
 
-export function unskilledTicTacToe(rng: Rng, skill: number, ordered = 0): Player<TicTacToeGame> {
+export function unskilledTicTacToe(rng: Rng, skill: number, ordered = 0, block = 0): Player<TicTacToeGame> {
   return async (game) => {
     const empty = emptyCells(game.board);
-    const winning = empty.filter((c) => {
-      const next = game.board.slice();
-      next[c] = game.agent;
-      return lineWinner(next) === game.agent;
-    });
+    const completes = (mark: Mark) =>
+      empty.filter((c) => {
+        const next = game.board.slice();
+        next[c] = mark;
+        return lineWinner(next) === mark;
+      });
+    const winning = completes(game.agent);
     if (winning.length > 0 && rng.next() < skill) return moveReply(cellName(winning[rng.int(winning.length)]));
+    if (block > 0) {
+      const threats = completes(other(game.agent));
+      if (threats.length > 0 && rng.next() < block) return moveReply(cellName(threats[rng.int(threats.length)]));
+    }
     if (ordered > 0 && rng.next() < ordered) return moveReply(cellName(empty[0]));
     return moveReply(cellName(empty[rng.int(empty.length)]));
   };
