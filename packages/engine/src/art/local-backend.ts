@@ -177,6 +177,10 @@ export class LocalBackend implements Backend {
       engine.scheduler.invalidateCache();
     }
     run.step += 1;
+    // The step's trajectories are written before its checkpoint moves the `latest` pointer (readers list only
+    // steps up to it; a crash in between redoes the step and rewrites them); the history row, which times the
+    // checkpoint, follows it.
+    await run.files.writeTrajectories("train", run.step, groups);
     await this.checkpoint(run);
     const t4 = performance.now();
     const tokensProcessed = seqs.reduce((s, q) => s + q.ids.length, 0);
@@ -205,7 +209,6 @@ export class LocalBackend implements Backend {
       skipped,
       nonfinite_gradients: !opt.finite,
     };
-    await run.files.writeTrajectories("train", run.step, groups);
     const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
     for (const [k, v] of Object.entries(metrics)) if (k !== "step") row[`train/${k}`] = v;
     await run.files.appendHistory(row);
