@@ -29,11 +29,13 @@ export interface Game2048Evaluation {
   games: number;
   win: number; // rates in [0, 1]
   invalid: number;
-  stuck: number; // no move left before winning
+  stuck: number; // the board full and unchanging before winning
   meanMaxTile: number;
   /** Fraction of games by largest tile, e.g. { 32: 0.25, 64: 0.75 }. */
   maxTiles: Record<number, number>;
   meanMoves: number;
+  /** Fraction of moves that changed nothing (wasted turns). */
+  noopRate: number;
   meanReward: number;
 }
 
@@ -81,6 +83,9 @@ export function summarize2048(trajectories: TrajectoryLike[]): Game2048Evaluatio
     meanMaxTile: mean(trajectories, (t) => Number(t.metrics.maxTile)),
     maxTiles,
     meanMoves: mean(trajectories, (t) => Number(t.metrics.moves)),
+    noopRate:
+      trajectories.reduce((s, t) => s + Number(t.metrics.noops ?? 0), 0) /
+      Math.max(1, trajectories.reduce((s, t) => s + Number(t.metrics.moves), 0)),
     meanReward: mean(trajectories, (t) => t.reward),
   };
 }

@@ -1,4 +1,4 @@
-// 2048 rules: merges in every direction, game over, winning, invalid moves, seeded spawning and the reward.
+// 2048 rules: merges in every direction, game over, winning, wasted and invalid moves, seeded spawning and the reward.
 import { describe, expect, it } from "vitest";
 import { Rng } from "@webart/shaders/util/random.ts";
 import {
@@ -15,6 +15,7 @@ import {
   slideLine,
   spawnTile,
   step2048,
+  env2048,
   type Direction,
   type Game2048,
 } from "./game2048.ts";
@@ -126,17 +127,46 @@ describe("2048 game", () => {
     expect(maxTile(notYet.board)).toBe(64);
   });
 
-  it("a move that changes nothing, or an unparseable reply, ends the game at -1", () => {
+  it("an unparseable reply ends the game at -1; a move that changes nothing is a wasted turn (as in ART)", () => {
     const board = [2, 4, 0, 0, ...Array(12).fill(0)];
-    const g = game(board);
-    step2048(g, "<move>left</move>");
-    expect(g.outcome).toBe("invalid");
-    expect(reward2048(g)).toBe(-1);
-    expect(g.board).toEqual(board);
     const h = game(board);
     step2048(h, "left");
     expect(h.outcome).toBe("invalid");
+    expect(reward2048(h)).toBe(-1);
+    expect(h.board).toEqual(board);
     expect(() => step2048(h, "<move>right</move>")).toThrow(/game is over/);
+    for (const bad of ["<move>sideways</move>", "<move>C2</move>", "<move>left</move Each</move>", ""]) {
+      const b = game(board);
+      step2048(b, bad);
+      expect(b.outcome).toBe("invalid");
+    }
+
+    // Left changes nothing: the game goes on, one tile spawns, the turn counts as wasted.
+    const g = game(board);
+    step2048(g, "<move>left</move>");
+    expect(g.outcome).toBeNull();
+    expect(g.moves).toBe(1);
+    expect(g.noops).toBe(1);
+    const added = g.board.map((v, i) => v - board[i]).filter((d) => d !== 0);
+    expect(added.length).toBe(1);
+    expect(g.board.slice(0, 2)).toEqual([2, 4]);
+    expect(env2048.metrics(g)).toMatchObject({ moves: 1, noops: 1, invalid: 0 });
+  });
+
+  it("a move that changes nothing on a full board ends the game as stuck; one that merges goes on", () => {
+    // Full, with one horizontal pair (8, 8): up changes nothing, left merges.
+    const board = [8, 8, 2, 4, 4, 2, 4, 2, 2, 4, 2, 4, 4, 2, 4, 2];
+    const g = game(board, 2048);
+    step2048(g, "<move>up</move>");
+    expect(g.outcome).toBe("stuck");
+    expect(g.board).toEqual(board);
+    expect(reward2048(g)).toBeGreaterThan(0);
+    const h = game(board, 2048);
+    step2048(h, "<move>left</move>");
+    expect(h.outcome).toBeNull();
+    expect(h.noops).toBe(0);
+    expect(h.board.slice(0, 4)).toEqual([16, 2, 4, h.board[3]]);
+    expect([2, 4]).toContain(h.board[3]);
   });
 
   it("a valid move slides, then spawns exactly one tile", () => {

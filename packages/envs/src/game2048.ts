@@ -1,5 +1,10 @@
 // 2048 on a 4x4 board, as in ART's example: the agent answers <move>left|right|up|down</move>, a 2 (90%) or 4
 // (10%) appears on a random empty cell after each move, and reaching the winning tile (default 64) wins.
+//
+// As in ART's code (apply_agent_move), only a reply without a direction is invalid: a move that changes nothing
+// is a wasted turn, and a tile still spawns. The game ends at the winning tile, or when the board is full and
+// stuck: no move changes it (2048's rule; ART stops at any full board), or the agent's move changed nothing on a
+// full board, where no tile can spawn and the next turn would be the same.
 import { Rng } from "@webart/shaders/util/random.ts";
 import { moveText } from "./parse.ts";
 import type { Env } from "./episode.ts";
@@ -14,8 +19,9 @@ export interface Game2048 {
   board: number[]; // SIZE*SIZE tile values, row-major, 0 = empty
   winningValue: number;
   rng: Rng; // tile spawning
-  moves: number; // valid moves made
-  outcome: Game2048Outcome | null; // stuck: no move changes the board
+  moves: number; // turns played (moves parsed), wasted ones included
+  noops: number; // moves that changed nothing (a tile still spawned)
+  outcome: Game2048Outcome | null; // stuck: the board is full and will not change
   error: string | null; // why the game ended as invalid, for the logs
 }
 
@@ -35,6 +41,7 @@ export function new2048(opts: Game2048Options): Game2048 {
     winningValue,
     rng: new Rng(opts.seed),
     moves: 0,
+    noops: 0,
     outcome: null,
     error: null,
   };
@@ -116,20 +123,30 @@ export function system2048Prompt(winningValue: number): string {
   );
 }
 
-/** The agent's turn: an unparseable reply or a move that changes nothing ends the game as invalid. */
+/**
+ * The agent's turn: a reply with no direction ends the game as invalid; a move slides the board (perhaps not at
+ * all) and spawns a tile. A move that changes nothing on a full board ends the game as stuck.
+ */
 export function step2048(game: Game2048, reply: string): void {
   if (game.outcome !== null) throw new Error(`2048: the game is over (${game.outcome}); start a new one`);
   const dir = parse2048Move(reply);
-  const next = dir === null ? null : slide(game.board, dir);
-  if (next === null || next.every((v, i) => v === game.board[i])) {
+  if (dir === null) {
     game.outcome = "invalid";
-    game.error = dir === null ? `no move in reply ${JSON.stringify(reply)}` : `${dir} changes nothing`;
+    game.error = `no move in reply ${JSON.stringify(reply)}`;
     return;
   }
+  const next = slide(game.board, dir);
+  const changed = next.some((v, i) => v !== game.board[i]);
   game.board = next;
   game.moves++;
+  if (!changed) game.noops++;
   if (maxTile(next) >= game.winningValue) {
     game.outcome = "win";
+    return;
+  }
+  if (!changed && !next.includes(0)) {
+    game.outcome = "stuck";
+    game.error = `${dir} changes nothing on a full board`;
     return;
   }
   spawnTile(game.board, game.rng);
@@ -162,6 +179,7 @@ export const env2048: Env<Game2048> = {
     maxTile: maxTile(g.board),
     boardSum: boardSum(g.board),
     moves: g.moves,
+    noops: g.noops,
   }),
   describe: (g) => `${render2048(g.board)}\noutcome: ${g.outcome}${g.error ? ` (${g.error})` : ""}`,
 };

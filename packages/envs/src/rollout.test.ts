@@ -159,15 +159,23 @@ describe("rollout2048", () => {
     histories.forEach((h, i) => expect(asMessages(h.slice(0, -1))).toEqual(reqs[i]));
   });
 
-  it("a move that changes nothing ends the game at -1", async () => {
-    const server = scriptedOpenAI((messages) => {
-      const board = lastUser(messages)
+  it("a move that changes nothing wastes the turn; a reply with no direction ends the game at -1", async () => {
+    const boardOf = (messages: Message[]) =>
+      lastUser(messages)
         .split("\n")
         .flatMap((row) => row.split("|").map((c) => (c === "_" ? 0 : Number(c))));
-      const legal = legalMoves(board);
-      const stuck = (["left", "right", "up", "down"] as const).find((d) => !legal.includes(d));
-      return `<move>${stuck ?? "sideways"}</move>`;
+    // Always a move that changes nothing: tiles only spawn, until the board is full and the game is stuck.
+    const wasteful = scriptedOpenAI((messages) => {
+      const legal = legalMoves(boardOf(messages));
+      return `<move>${(["left", "right", "up", "down"] as const).find((d) => !legal.includes(d)) ?? legal[0]}</move>`;
     });
+    const w = await rollout2048(wasteful.client, { model: "m", scenario: { seed: 4 } });
+    expect(w.metrics.invalid).toBe(0);
+    expect(Number(w.metrics.noops)).toBeGreaterThan(0);
+    expect(w.metrics.moves).toBe(wasteful.requests.length);
+    expect(w.reward).toBeGreaterThan(-1);
+
+    const server = scriptedOpenAI(() => `<move>sideways</move>`);
     const t = await rollout2048(server.client, { model: "m", scenario: { seed: 4 } });
     expect(t.reward).toBe(-1);
     expect(t.metrics.invalid).toBe(1);

@@ -77,7 +77,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
     rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
   }
   await engine.close();
-  const cols = env === "tictactoe" ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"] : ["games", "win", "invalid", "meanMaxTile", "meanMoves", "meanReward"];
+  const cols = env === "tictactoe" ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"] : ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"];
   const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
   console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));
