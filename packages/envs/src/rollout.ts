@@ -19,6 +19,14 @@ export type Game2048Scenario = Game2048Options;
 export const HISTORY_TURNS_2048 = 0;
 
 /**
+ * How many of a 2048 game's histories (moves) a training step uses: the last (the reply that ended the game) and
+ * 7 sampled uniformly from the rest (TrainConfig.maxHistoriesPerTrajectory). A game is ~40 moves and every move
+ * is its own sequence of ~100 tokens, mostly the system prompt, so training on all of them costs ~5x more per
+ * step on a CPU adapter.
+ */
+export const TRAIN_HISTORIES_2048 = 8;
+
+/**
  * Earlier (board, move) pairs in each tic-tac-toe prompt: the whole game by default (Infinity), one conversation
  * per game as in ART's example; 0 makes each move its own (system, board, move) history, like 2048's default.
  */

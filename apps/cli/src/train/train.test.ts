@@ -52,6 +52,34 @@ describe("webart train / eval", () => {
     expect(traj).not.toContain("test-key-123456");
   });
 
+  it("--env 2048: a step trains on at most --max-histories moves of each game, the last one always", async () => {
+    type Choice = { logprobs: { content: unknown[] } };
+    type Game = { reward: number; messages_and_choices: Choice[]; additional_histories: { messages_and_choices: Choice[] }[] };
+    const run = async (name: string, extra: string[]) => {
+      const args = ["--env", "2048", "--steps", "1", "--name", name, "--group-size", "4", "--groups-per-step", "1", "--runs", runs, ...extra];
+      expect(await trainCommand(args)).toBe(0);
+      const dir = join(runs, "2048/models", name);
+      const row = JSON.parse(readFileSync(join(dir, "history.jsonl"), "utf8").trim());
+      const games: Game[] = readFileSync(join(dir, "trajectories/train/0001.jsonl"), "utf8").trim().split("\n").flatMap((l) => JSON.parse(l).trajectories);
+      expect(games).toHaveLength(4);
+      const histories = games.map((g) => [g.messages_and_choices, ...g.additional_histories.map((h) => h.messages_and_choices)]);
+      const replyTokens = (h: Choice[]) => h[h.length - 1].logprobs.content.length;
+      if (row["train/skipped"]) expect(new Set(games.map((g) => g.reward)).size).toBe(1); // nothing to learn from
+      return { row, histories, replyTokens, trained: row["train/num_tokens_trained"] as number };
+    };
+    // --max-histories 1: exactly the reply that ended each game.
+    const one = await run("g1", ["--max-histories", "1"]);
+    if (!one.row["train/skipped"]) expect(one.trained).toBe(one.histories.reduce((s, h) => s + one.replyTokens(h[h.length - 1]), 0));
+    // The default for 2048 (8): more than the last replies, fewer than all of a game's moves.
+    const auto = await run("g8", []);
+    expect(Math.max(...auto.histories.map((h) => h.length))).toBeGreaterThan(8);
+    if (!auto.row["train/skipped"]) {
+      const all = auto.histories.reduce((s, h) => s + h.reduce((t, x) => t + auto.replyTokens(x), 0), 0);
+      expect(auto.trained).toBeGreaterThan(auto.histories.reduce((s, h) => s + auto.replyTokens(h[h.length - 1]), 0));
+      expect(auto.trained).toBeLessThan(all);
+    }
+  }, 600_000);
+
   it("eval prints the base model, the checkpoint and the baselines", async () => {
     const lines: string[] = [];
     const log = console.log;

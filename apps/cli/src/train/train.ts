@@ -5,7 +5,7 @@ import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs
 import { join } from "node:path";
 import OpenAI from "openai";
 import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
-import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
+import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe, TRAIN_HISTORIES_2048 } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
 import { num, parse, usage, UsageError, type Spec } from "./args.ts";
@@ -31,6 +31,7 @@ const SPEC: Spec = {
   "max-tokens": { default: "12", help: "max tokens per move" },
   temperature: { default: "1", help: "sampling temperature for rollouts" },
   "lora-rank": { default: "8", help: "LoRA rank" },
+  "max-histories": { default: "auto", help: "train on at most this many moves per game, the last always kept (0: all; auto: all for tic-tac-toe, 8 for 2048)" },
 };
 
 export async function trainCommand(argv: string[]): Promise<number> {
@@ -46,6 +47,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
+  const maxHistories = a["max-histories"] === "auto" ? (env === "2048" ? TRAIN_HISTORIES_2048 : 0) : num("max-histories", a["max-histories"], { int: true, min: 0 });
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model", 2);
@@ -97,14 +99,14 @@ export async function trainCommand(argv: string[]): Promise<number> {
       const all = groups.flatMap((g) => g.trajectories);
       const summary = env === "tictactoe" ? summarizeTicTacToe(all) : summarize2048(all);
       const score = "win" in summary && env === "tictactoe" ? (summary as { win: number; draw: number }).win + (summary as { draw: number }).draw : (summary as { meanMaxTile: number }).meanMaxTile;
-      const r = await model.train(groups, { learningRate: lr });
+      const r = await model.train(groups, { learningRate: lr, maxHistoriesPerTrajectory: maxHistories });
       step = r.step;
       const m = r.metrics;
       const point: Point = { step, reward: m.reward, score };
       history.push(point);
       appendFileSync(scoreFile, JSON.stringify(point) + "\n");
       console.log(
-        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${(summary as { legalMoves: number }).legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)}`} ` +
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${(summary as { legalMoves: number }).legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)} win ${(summary as { win: number }).win.toFixed(2)} invalid ${(summary as { invalid: number }).invalid.toFixed(2)}`} ` +
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
           `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
       );

@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { computeAdvantages } from "./advantages.ts";
 import { gatherTrajectoryGroups, TooManyExceptionsError } from "./gather.ts";
 import { resolveTrainConfig, DEFAULT_TRAIN_CONFIG } from "./train-config.ts";
-import { Trajectory, TrajectoryGroup, isTrainableChoice, type SampledChoice } from "./trajectories.ts";
+import { Trajectory, TrajectoryGroup, isTrainableChoice, sampleHistories, type History, type SampledChoice } from "./trajectories.ts";
 
 const choice = (content: string, ids?: number[]): SampledChoice => ({
   index: 0,
@@ -38,6 +38,32 @@ describe("TrainConfig", () => {
     expect(() => resolveTrainConfig({ learningRate: -1 })).toThrow(/learningRate: must be > 0/);
     expect(() => resolveTrainConfig({ beta: "0" as never })).toThrow(/beta: expected a number/);
     expect(Object.isFrozen(DEFAULT_TRAIN_CONFIG)).toBe(true);
+    expect(resolveTrainConfig().maxHistoriesPerTrajectory).toBe(0);
+    expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: 2.5 })).toThrow(/maxHistoriesPerTrajectory: must be a whole number/);
+    expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: -1 })).toThrow(/maxHistoriesPerTrajectory: must be >= 0/);
+  });
+});
+
+describe("sampleHistories", () => {
+  const hs: History[] = Array.from({ length: 40 }, (_, i) => ({ messagesAndChoices: [{ role: "user", content: String(i) }] }));
+  const ids = (x: History[]) => x.map((h) => Number((h.messagesAndChoices[0] as { content: string }).content));
+  it("keeps all when the cap is 0 or not reached", () => {
+    expect(sampleHistories(hs, 0, 1)).toBe(hs);
+    expect(sampleHistories(hs, 40, 1)).toBe(hs);
+  });
+  it("keeps the last history and a seeded uniform sample of the rest, in order", () => {
+    const a = ids(sampleHistories(hs, 8, 7));
+    expect(a.length).toBe(8);
+    expect(a[7]).toBe(39);
+    expect(new Set(a).size).toBe(8);
+    expect([...a].sort((x, y) => x - y)).toEqual(a);
+    expect(ids(sampleHistories(hs, 8, 7))).toEqual(a);
+    expect(ids(sampleHistories(hs, 8, 8))).not.toEqual(a);
+    // Uniform over the other 39: each is kept 7/39 of the time.
+    const counts = new Array(39).fill(0);
+    const n = 4000;
+    for (let s = 0; s < n; s++) for (const i of ids(sampleHistories(hs, 8, s)).slice(0, -1)) counts[i]++;
+    for (const c of counts) expect(Math.abs(c / n - 7 / 39)).toBeLessThan(0.035);
   });
 });
 

@@ -11,7 +11,7 @@ import type { Backend, ModelSpec, TrainMetrics, TrainResult } from "./backend.ts
 import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
 import { tokenizeHistory } from "./tokenize.ts";
 import { resolveTrainConfig, type TrainConfig } from "./train-config.ts";
-import type { TrajectoryGroup } from "./trajectories.ts";
+import { sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
 
 export interface LocalBackendOptions {
   /** Node: the runs folder (default ".art"). */
@@ -136,7 +136,8 @@ export class LocalBackend implements Backend {
         }
         const a = adv.advantages[gi][ti];
         if (a === 0) return;
-        for (const tk of t.histories().flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
+        const hs = sampleHistories(t.histories(), cfg.maxHistoriesPerTrajectory, (run.step + 1) * 1_000_003 + gi * 1009 + ti);
+        for (const tk of hs.flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
           if (tk.ids.length > engine.runner.maxContext) {
             throw new Error(`train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`);
           }

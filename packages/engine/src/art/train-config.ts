@@ -30,6 +30,12 @@ export interface TrainConfig {
   microBatchTokens: number;
   /** Dr. GRPO's constant length normaliser; 0 uses the longest trajectory in the step. */
   drGrpoMaxTokens: number;
+  /**
+   * Train on at most this many histories of each trajectory (0: all). For long games kept as one history per
+   * move (2048), where every move's prompt is a separate sequence: the last history (the reply that ended the
+   * episode) is always kept, the others are a seeded uniform sample, the same on a rerun of the step.
+   */
+  maxHistoriesPerTrajectory: number;
 }
 
 export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
@@ -48,6 +54,7 @@ export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
   weightDecay: 0.1,
   microBatchTokens: 4096,
   drGrpoMaxTokens: 0,
+  maxHistoriesPerTrajectory: 0,
 });
 
 const CHOICES: Partial<Record<keyof TrainConfig, readonly string[]>> = {
@@ -77,7 +84,9 @@ export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainCon
   if (!explicitHigh) out.epsilonHigh = out.epsilon;
   const positive: (keyof TrainConfig)[] = ["learningRate", "maxGradNorm", "microBatchTokens", "adamEps"];
   for (const k of positive) if (!((out[k] as number) > 0)) throw new Error(`TrainConfig.${k}: must be > 0, got ${out[k]}`);
-  for (const k of ["beta", "epsilon", "epsilonHigh", "weightDecay", "drGrpoMaxTokens"] as const)
+  if (!Number.isInteger(out.maxHistoriesPerTrajectory))
+    throw new Error(`TrainConfig.maxHistoriesPerTrajectory: must be a whole number (0: all), got ${out.maxHistoriesPerTrajectory}`);
+  for (const k of ["beta", "epsilon", "epsilonHigh", "weightDecay", "drGrpoMaxTokens", "maxHistoriesPerTrajectory"] as const)
     if (out[k] < 0) throw new Error(`TrainConfig.${k}: must be >= 0, got ${out[k]}`);
   for (const k of ["adamBeta1", "adamBeta2"] as const)
     if (!(out[k] >= 0 && out[k] < 1)) throw new Error(`TrainConfig.${k}: must be in [0, 1), got ${out[k]}`);

@@ -127,6 +127,30 @@ describe("TrainableModel + LocalBackend", () => {
     expect(a.some((v) => v !== 0)).toBe(true);
   }, 300_000);
 
+  it("maxHistoriesPerTrajectory trains on the sampled histories only", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "webart-h-"));
+    const backend = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });
+    const model = new TrainableModel({ name: "h", project: "p", baseModel: toy.dir });
+    await model.register(backend);
+    // Trajectories of 5 one-token histories each (like 2048's one history per move); rewards alternate.
+    const client = model.openaiClient();
+    const many = async (seed: number, reward: number) => {
+      const hs = [];
+      for (let k = 0; k < 5; k++) {
+        const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 1, temperature: 1, seed: seed + k });
+        hs.push({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice] });
+      }
+      return new Trajectory({ messagesAndChoices: hs[0].messagesAndChoices, additionalHistories: hs.slice(1), reward });
+    };
+    const { TrajectoryGroup } = await import("./trajectories.ts");
+    const group = new TrajectoryGroup(await Promise.all([0, 1, 2, 3].map((i) => many(100 * i, i % 2))));
+    const all = await model.train([group], { learningRate: 1e-4 });
+    expect(all.metrics.num_tokens_trained).toBe(4 * 5);
+    const two = await model.train([group], { learningRate: 1e-4, maxHistoriesPerTrajectory: 2 });
+    expect(two.metrics.num_tokens_trained).toBe(4 * 2);
+    await backend.close();
+  });
+
   it("refuses trajectories with nothing trainable, and advances when no group has variance", async () => {
     const dir = mkdtempSync(join(tmpdir(), "webart-c-"));
     const backend = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });

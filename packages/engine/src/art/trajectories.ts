@@ -1,6 +1,7 @@
 // Trajectory and TrajectoryGroup, as in OpenPipe ART: a rollout's conversation (plain messages and
 // the sampler's Choices), its reward, metrics and logs; a group of rollouts for the same scenario.
 import type { ChatCompletion, ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
+import { Rng } from "@webart/shaders/util/random.ts";
 
 /** A Choice as webart's engine returns it: the OpenAI fields plus the sampled token ids and their logprobs. */
 export type SampledChoice = ChatCompletion.Choice & {
@@ -206,4 +207,20 @@ export class TrajectoryGroup {
       (j.exceptions as CapturedException[]) ?? [],
     );
   }
+}
+
+/**
+ * At most `max` of a trajectory's histories (0: all), in their order: the last one (it holds the reply that ended
+ * the episode) and a seeded uniform sample of the others.
+ */
+export function sampleHistories(hs: History[], max: number, seed: number): History[] {
+  if (max <= 0 || hs.length <= max) return hs;
+  const rest = hs.slice(0, -1).map((_, i) => i);
+  const rng = new Rng(seed);
+  for (let i = rest.length - 1; i > 0; i--) {
+    const j = rng.int(i + 1);
+    [rest[i], rest[j]] = [rest[j], rest[i]];
+  }
+  const keep = rest.slice(0, max - 1).sort((a, b) => a - b);
+  return [...keep.map((i) => hs[i]), hs[hs.length - 1]];
 }
