@@ -58,6 +58,7 @@ export class Engine {
   readonly handler: Handler;
   readonly served: ServedModel[] = [];
   private client?: OpenAI;
+  private closing?: Promise<void>;
 
   private constructor(
     readonly gpu: Gpu,
@@ -133,7 +134,17 @@ export class Engine {
     return (this.client ??= clientForHandler(this.handler));
   }
 
-  async close(): Promise<void> {
-    await this.opened.close();
+  /**
+   * Fails requests still queued, waits for the step in flight (a generation step or a training step), then
+   * frees the weights, KV cache and adapter on the GPU (destroying the pool's free buffers) and closes the model's files. Safe to call twice.
+   */
+  close(): Promise<void> {
+    return (this.closing ??= (async () => {
+      await this.scheduler.close();
+      this.runner.kv.dispose();
+      this.model.dispose();
+      this.gpu.pool.trim(); // the pool's free buffers, these among them, go back to the device
+      await this.opened.close();
+    })());
   }
 }

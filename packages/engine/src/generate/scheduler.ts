@@ -73,6 +73,7 @@ export class Scheduler implements Generator {
   private readonly prefillChunk: number;
   /** Bumped when the weights change (a training step): cached KV is then stale. */
   private epoch = 0;
+  private closed = false;
   stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0 };
 
   constructor(
@@ -112,7 +113,15 @@ export class Scheduler implements Generator {
     }
   }
 
+  /** Fails every waiting and running request, after the step in flight; later requests are refused. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await this.exclusive(async () => this.failAll(new Error("generate: the engine was closed")));
+  }
+
   generate(req: GenerateRequest, onToken?: (e: TokenEvent) => boolean | void): Promise<GenerateResult> {
+    if (this.closed) return Promise.reject(new Error("generate: the engine was closed"));
     if (req.n > this.model.slots) {
       return Promise.reject(new Error(`n = ${req.n} exceeds the ${this.model.slots} sequences the KV cache holds`));
     }
@@ -124,7 +133,7 @@ export class Scheduler implements Generator {
   }
 
   private kick(): void {
-    if (this.pumping || this.paused) return;
+    if (this.pumping || this.paused || this.closed) return;
     this.pumping = true;
     queueMicrotask(() =>
       this.pump()

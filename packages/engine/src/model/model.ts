@@ -18,7 +18,7 @@ import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import type { KvCache } from "./kv.ts";
 import { LORA_MODULES, type LoraState } from "./lora.ts";
-import type { GpuWeights, Matrix } from "./weights.ts";
+import { freeWeights, type GpuWeights, type Matrix } from "./weights.ts";
 
 /** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
 export type Attend =
@@ -95,6 +95,14 @@ export class Model {
     const c = config;
     const scaling = c.ropeScaling.type === "llama3" ? c.ropeScaling : undefined;
     this.invFreq = gpu.upload(ropeInvFreq(c.headDim, c.ropeTheta, scaling), "weights", "rope inv_freq");
+  }
+
+  /** Returns the weights and the adapter's buffers to the pool; the model is unusable afterwards. */
+  dispose(): void {
+    this.lora?.dispose();
+    this.lora = undefined;
+    freeWeights(this.gpu, this.weights);
+    this.gpu.release(this.invFreq);
   }
 
   private get useLora(): boolean {

@@ -44,6 +44,13 @@ export interface GpuWeights {
   layers: LayerWeights[];
   finalNorm: GPUBuffer; // (C)
   bytes: number;
+  /** Every buffer uploaded, once each (freeWeights releases them). */
+  buffers: GPUBuffer[];
+}
+
+/** Returns the weights' buffers to the pool. */
+export function freeWeights(gpu: Gpu, w: GpuWeights): void {
+  gpu.release(...w.buffers.splice(0));
 }
 
 const DT: Record<Dtype, WDtype> = { F32: "f32", BF16: "bf16", F16: "f16" };
@@ -66,6 +73,27 @@ export async function uploadWeights(
   tensors: AsyncIterable<Tensor>,
   opts: { toF32?: boolean; onProgress?: (p: LoadProgress) => void } = {},
 ): Promise<GpuWeights> {
+  const buffers: GPUBuffer[] = [];
+  try {
+    return await upload(gpu, config, tensors, opts, buffers);
+  } catch (e) {
+    gpu.release(...buffers); // a failed load keeps nothing on the GPU
+    throw e;
+  }
+}
+
+async function upload(
+  gpu: Gpu,
+  config: ModelConfig,
+  tensors: AsyncIterable<Tensor>,
+  opts: { toF32?: boolean; onProgress?: (p: LoadProgress) => void },
+  buffers: GPUBuffer[],
+): Promise<GpuWeights> {
+  const up = (data: ArrayBufferView, name: string) => {
+    const b = gpu.upload(data, "weights", name);
+    buffers.push(b);
+    return b;
+  };
   const mats = new Map<string, Matrix>();
   const vecs = new Map<string, GPUBuffer>();
   let embed: EmbeddingTable | undefined;
@@ -75,7 +103,7 @@ export async function uploadWeights(
     const name = t.name;
     if (t.shape.length === 1) {
       const f = tensorToF32({ dtype: t.dtype, bytes: t.bytes });
-      vecs.set(name, gpu.upload(f, "weights", name));
+      vecs.set(name, up(f, name));
       bytes += f.byteLength;
       continue;
     }
@@ -89,10 +117,11 @@ export async function uploadWeights(
     if (name === "model.embed_tokens.weight" || name === "lm_head.weight") {
       const words = dtype === "f32" ? new Float32Array(data.buffer, data.byteOffset, data.byteLength / 4) : new Uint32Array(pad4(data).buffer);
       const table = uploadTable(gpu, words, rows, cols, dtype as EmbeddingDtype);
+      for (const sh of tableShards(table)) if (!buffers.includes(sh.buffer)) buffers.push(sh.buffer);
       if (name === "lm_head.weight") head = table;
       else embed = table;
     } else {
-      mats.set(name, { buffer: gpu.upload(pad4(data), "weights", name), dtype, rows, cols });
+      mats.set(name, { buffer: up(pad4(data), name), dtype, rows, cols });
     }
     bytes += data.byteLength;
   }
@@ -132,5 +161,6 @@ export async function uploadWeights(
     layers,
     finalNorm: need(vecs, "model.norm.weight"),
     bytes,
+    buffers,
   };
 }

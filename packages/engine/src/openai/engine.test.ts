@@ -168,3 +168,35 @@ describe("chat.completions through the openai SDK", () => {
     expect(err.message).toMatch(msg);
   });
 });
+
+describe("Engine.close", () => {
+  it("fails queued requests, frees the weights, KV cache and adapter on the GPU, and refuses new ones", async () => {
+    const held = () => {
+      const t = engine.gpu.memory.byTag;
+      return { weights: t.weights ?? 0, kv: t.kv ?? 0, lora: t.lora ?? 0, optimizer: t.optimizer ?? 0 };
+    };
+    const before = held(); // the suite's engine, on the same device, keeps its buffers
+    const e = await Engine.load(MODEL_DIR, { name: "closing", kvSlots: 4, maxContext: 512 });
+    e.attachLora({ rank: 4 }, 1).ensureOptimizer();
+    const loaded = held();
+    for (const k of ["weights", "kv", "lora", "optimizer"] as const) expect(loaded[k]).toBeGreaterThan(before[k]);
+    const allocated = engine.gpu.memory.allocatedBytes;
+    const c = e.openaiClient();
+    // More requests than KV slots: some are still waiting when close() runs.
+    const reqs = Array.from({ length: 8 }, (_, i) =>
+      c.chat.completions.create({ model: "closing", messages, max_tokens: 200, temperature: 1, seed: i }).then(
+        () => "done",
+        (err: Error) => err.message,
+      ),
+    );
+    await new Promise((r) => setTimeout(r, 50));
+    await e.close();
+    const outcomes = await Promise.all(reqs);
+    expect(outcomes.filter((o) => /engine was closed/.test(o)).length).toBeGreaterThan(0);
+    expect(held()).toEqual(before);
+    expect(allocated - engine.gpu.memory.allocatedBytes).toBeGreaterThanOrEqual(loaded.weights - before.weights);
+    await e.close(); // twice is fine
+    await expect(c.chat.completions.create({ model: "closing", messages, max_tokens: 4 })).rejects.toThrow(/engine was closed/);
+    expect(engine.gpu.errors).toEqual([]);
+  }, 120_000);
+});
