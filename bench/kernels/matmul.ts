@@ -92,18 +92,21 @@ async function tfjsMatmul(tf: Tf, s: Square): Promise<Timed> {
   };
 }
 
+const median = (t: number[]) => [...t].sort((x, y) => x - y)[Math.floor(t.length / 2)];
+
 /**
- * Median ms per call of each contender, timed in alternating rounds after one warm-up call each,
- * so a change in machine load (other work on the same cores) does not skew their ratios.
+ * Median ms per call of each contender, timed in alternating rounds after one warm-up call each, and each
+ * contender's time over the first's as the median of the rounds' ratios: a change in machine load (other work on
+ * the same cores) hits both sides of a round alike, so it skews neither the ratios nor their median.
  */
-async function alternate(contenders: Timed[], rounds: number): Promise<number[]> {
+async function alternate(contenders: Timed[], rounds: number): Promise<{ ms: number[]; vsFirst: number[] }> {
   for (const c of contenders) await c.once();
   const times: number[][] = contenders.map(() => []);
   for (let r = 0; r < rounds; r++) {
     for (const [i, c] of contenders.entries()) times[i].push(await c.once());
   }
   for (const c of contenders) c.done();
-  return times.map((t) => t.sort((x, y) => x - y)[Math.floor(t.length / 2)]);
+  return { ms: times.map(median), vsFirst: times.map((t) => median(t.map((v, r) => v / times[0][r]))) };
 }
 
 /**
@@ -134,7 +137,7 @@ async function timeMatvecs(gpu: Gpu, M: number, N: number, K: number, quick: boo
     reps.push(Math.max(1, Math.min(50, Math.ceil(60 / ms))));
   }
   const times: number[][] = [[], []];
-  for (let round = 0; round < (quick ? 1 : 5); round++) {
+  for (let round = 0; round < (quick ? 1 : 9); round++) {
     for (const i of [0, 1]) {
       const record = (r: Recorder) => {
         for (let k = 0; k < reps[i]; k++) one(i)(r);
@@ -143,8 +146,8 @@ async function timeMatvecs(gpu: Gpu, M: number, N: number, K: number, quick: boo
     }
   }
   gpu.release(x, y, ...ws);
-  const median = (t: number[]) => t.sort((a, b) => a - b)[Math.floor(t.length / 2)];
-  return { f32: median(times[0]), bf16: median(times[1]) };
+  // The ratio is the median of the rounds' ratios (see alternate()).
+  return { f32: median(times[0]), bf16: median(times[1]), ratio: median(times[0].map((t, r) => t / times[1][r])) };
 }
 
 export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
@@ -158,9 +161,9 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
     const s = square(n, n);
     const contenders = [await engineMatmul(ctx.gpu, s), await engineMatmul(robust, s)];
     if (tf) contenders.push(await tfjsMatmul(tf, s));
-    const t = await alternate(contenders, ctx.quick ? 1 : n >= 1024 ? 3 : 5);
-    const [ms, rMs] = t;
-    const tfMs: number | undefined = t[2];
+    const t = await alternate(contenders, ctx.quick ? 1 : n >= 1024 ? 5 : 7);
+    const [ms, rMs] = t.ms;
+    const tfMs: number | undefined = t.ms[2];
     const v = gflops(n, ms);
     const tfId = `tfjs.matmul.f32.${n}`;
     results.push(
@@ -169,7 +172,7 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         value: v,
         unit: "GFLOP/s",
         fraction_of_peak: v / peak,
-        ...(tfMs !== undefined ? { vs: { id: tfId, ratio: tfMs / ms } } : {}),
+        ...(tfMs !== undefined ? { vs: { id: tfId, ratio: t.vsFirst[2] } } : {}),
         note: `${ms.toFixed(1)} ms, ${matmulVariant(ctx.gpu)}`,
       },
       {
@@ -197,7 +200,7 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
   // Decode projections of a Qwen2.5-0.5B MLP: W (4864, 896), K = 896.
   const [N, K] = ctx.quick ? [512, 256] : [4864, 896];
   for (const M of [1, 8]) {
-    const { f32: f32Ms, bf16: bfMs } = await timeMatvecs(ctx.gpu, M, N, K, ctx.quick);
+    const { f32: f32Ms, bf16: bfMs, ratio } = await timeMatvecs(ctx.gpu, M, N, K, ctx.quick);
     const gbps = (bytes: number, ms: number) => (bytes + M * (N + K) * 4) / (ms * 1e6);
     const f32Id = `matvec.f32.${K}x${N}.b${M}`;
     results.push(
@@ -206,8 +209,8 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         id: `matvec.bf16.${K}x${N}.b${M}`,
         value: gbps(N * K * 2, bfMs),
         unit: "GB/s",
-        vs: { id: f32Id, ratio: f32Ms / bfMs },
-        note: `${bfMs.toFixed(3)} ms; vs ratio = f32 time / bf16 time`,
+        vs: { id: f32Id, ratio },
+        note: `${bfMs.toFixed(3)} ms; vs ratio = f32 time / bf16 time, median of ${ctx.quick ? 1 : 9} rounds`,
       },
     );
   }
