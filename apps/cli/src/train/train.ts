@@ -31,7 +31,7 @@ const SPEC: Spec = {
   "max-tokens": { default: "12", help: "max tokens per move" },
   temperature: { default: "1", help: "sampling temperature for rollouts" },
   "lora-rank": { default: "8", help: "LoRA rank" },
-  "max-histories": { default: "auto", help: "train on at most this many moves per game, the last always kept (0: all; auto: all for tic-tac-toe, 8 for 2048)" },
+  "max-histories": { default: "auto", help: "train on at most this many moves per game, the last always kept (0: all; auto: all for tic-tac-toe, the last only for 2048)" },
 };
 
 export async function trainCommand(argv: string[]): Promise<number> {
