@@ -24,8 +24,8 @@ export const HISTORY_TURNS_2048 = 0;
  * embedded model almost every move is an equally good legal slide (a random legal player wins 90% of games to
  * 64): what decides a game's reward is mostly whether a reply ends it as invalid. Every move carries the game's
  * advantage, so the other moves only add noise to that signal, and cost: all of them took 465 s a step
- * (4 groups x 8) on 2 CPU cores, 8 of them ~45 s (2 x 8) with no trend in 15 steps, the last one ~6 s with
- * win 0.38 -> 0.54 and mean largest tile 38.9 -> 45.4 on 100 games after 25 steps (models/README.md).
+ * (4 groups x 8) on 2 CPU cores, 8 of them ~45 s (2 x 8), the last one ~6 s. None has shown a reliable gain
+ * yet (models/README.md).
  */
 export const TRAIN_HISTORIES_2048 = 1;
 
