@@ -29,6 +29,11 @@ export const HISTORY_TURNS_2048 = 0;
  */
 export const TRAIN_HISTORIES_2048 = 1;
 
+/** TrainConfig.maxHistoriesPerTrajectory for a game: every move of tic-tac-toe, TRAIN_HISTORIES_2048 of 2048. */
+export function trainHistories(env: "tictactoe" | "2048"): number {
+  return env === "2048" ? TRAIN_HISTORIES_2048 : 0;
+}
+
 /**
  * Earlier (board, move) pairs in each tic-tac-toe prompt: the whole game by default (Infinity), one conversation
  * per game as in ART's example; 0 makes each move its own (system, board, move) history, like 2048's default.

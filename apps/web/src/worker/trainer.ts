@@ -10,7 +10,7 @@ import {
   type DeviceLostError,
   type TrajectoryGroup,
 } from "@webart/engine";
-import { rollout2048, rolloutTicTacToe, TRAIN_HISTORIES_2048 } from "@webart/envs";
+import { rollout2048, rolloutTicTacToe, trainHistories } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
@@ -195,7 +195,7 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       emit({ type: "phase", run: name, phase: "training", step: step + 1 });
       const res = await s.model.train(groups, {
         learningRate: meta.settings.learningRate,
-        maxHistoriesPerTrajectory: meta.settings.env === "2048" ? TRAIN_HISTORIES_2048 : 0,
+        maxHistoriesPerTrajectory: trainHistories(meta.settings.env),
       });
       const env = envRow(res.step, groups);
       await appendEnvRow(name, env);
