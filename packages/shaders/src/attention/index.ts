@@ -10,6 +10,7 @@ import dkvCode from "./backward_dkv.wgsl";
 import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
+import { isCpuAdapter } from "../util/adapter.ts";
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
@@ -77,7 +78,7 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
  */
 export type TileProfile = "gpu" | "cpu";
 
-export const tileProfile = (gpu: Gpu): TileProfile => (gpu.adapter.architecture === "swiftshader" ? "cpu" : "gpu");
+export const tileProfile = (gpu: Gpu): TileProfile => (isCpuAdapter(gpu) ? "cpu" : "gpu");
 
 /** Default rows (query tokens x heads) and keys per tile. */
 function defaults(kind: TileKind, d: number, profile: TileProfile): { rows: number; keys: number } {

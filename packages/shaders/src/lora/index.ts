@@ -2,6 +2,7 @@
 // A (R, in) and B (out, R) sit at element offsets in one flat f32 buffer of every adapter (gradients likewise).
 import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
 import code from "./forward.wgsl";
+import { isCpuAdapter } from "../util/adapter.ts";
 
 /** Workgroup shape of the strided matmul (see forward.wgsl): threads along i, j (4 columns each), k. */
 export interface LoraTiling {
@@ -35,7 +36,7 @@ export const LORA_TILING_CPU: Record<LoraProduct, LoraTiling> = {
 
 /** The default shapes for this adapter, with any given per-product shapes on top. */
 export function loraTiling(gpu: Gpu, over: LoraOptions["tiling"] = {}): Record<LoraProduct, LoraTiling> {
-  return { ...(gpu.adapter.architecture === "swiftshader" ? LORA_TILING_CPU : LORA_TILING_GPU), ...over };
+  return { ...(isCpuAdapter(gpu) ? LORA_TILING_CPU : LORA_TILING_GPU), ...over };
 }
 
 export const loraForwardSpec = (t: LoraTiling): KernelSpec => ({ name: "lora_forward", code, overrides: { ...t } });

@@ -2,6 +2,7 @@
 // strides (0 broadcasts), B in f32 or packed bf16/f16. Two variants, chosen per adapter by measuring.
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
 import { Rng } from "../util/random.ts";
+import { isCpuAdapter } from "../util/adapter.ts";
 import { packHalf } from "../util/half.ts";
 import { tune, tuned } from "../tune/index.ts";
 import regblockCode from "./forward.wgsl";
@@ -70,11 +71,8 @@ export function matmulSpec(variant: MatmulVariant, bDtype: WeightDtype = "f32", 
   return s;
 }
 
-/** Architectures where workgroup memory is slow (CPU implementations of WebGPU). */
-const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
-
 export function defaultMatmulVariant(gpu: Gpu): MatmulVariant {
-  return CPU_ARCH.test(`${gpu.adapter.architecture} ${gpu.adapter.description}`) ? "regblock" : "tiled";
+  return isCpuAdapter(gpu) ? "regblock" : "tiled";
 }
 
 const tuneKey = (mode: MatmulMode, bDtype: WeightDtype) => `matmul.${mode}.${bDtype}`;

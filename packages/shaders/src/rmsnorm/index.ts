@@ -5,6 +5,7 @@ import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
 import backwardDwReduce from "./backward_dw_reduce.wgsl";
+import { isCpuAdapter } from "../util/adapter.ts";
 
 const WG = 256;
 
@@ -37,7 +38,7 @@ export interface RmsnormOptions {
  * implementations (SwiftShader) one thread per row, where barriers cost more than the sums they share.
  */
 export function rmsnormVariant(gpu: Gpu, C: number, opts: RmsnormOptions = {}): { tpr: number; wg: number } {
-  const cpu = gpu.adapter.architecture === "swiftshader";
+  const cpu = isCpuAdapter(gpu);
   const wg = opts.workgroupSize ?? (cpu ? 64 : WG);
   const tpr = opts.threadsPerRow ?? (cpu ? 1 : Math.min(wg, 2 ** Math.ceil(Math.log2(Math.max(1, Math.ceil(C / 4))))));
   const pow2 = (v: number) => Number.isInteger(v) && v >= 1 && Number.isInteger(Math.log2(v));
