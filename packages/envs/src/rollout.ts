@@ -19,22 +19,6 @@ export type Game2048Scenario = Game2048Options;
 export const HISTORY_TURNS_2048 = 0;
 
 /**
- * How many of a 2048 game's histories (moves) a training step uses (TrainConfig.maxHistoriesPerTrajectory): only
- * the last, the reply that ended the game. A game is ~45 moves, each its own ~100-token sequence, and with the
- * embedded model almost every move is an equally good legal slide (a random legal player wins 90% of games to
- * 64): what decides a game's reward is mostly whether a reply ends it as invalid. Every move carries the game's
- * advantage, so the other moves only add noise to that signal, and cost: all of them took 465 s a step
- * (4 groups x 8) on 2 CPU cores, 8 of them ~45 s (2 x 8), the last one ~6 s. None has shown a reliable gain
- * yet (models/README.md).
- */
-export const TRAIN_HISTORIES_2048 = 1;
-
-/** TrainConfig.maxHistoriesPerTrajectory for a game: every move of tic-tac-toe, TRAIN_HISTORIES_2048 of 2048. */
-export function trainHistories(env: "tictactoe" | "2048"): number {
-  return env === "2048" ? TRAIN_HISTORIES_2048 : 0;
-}
-
-/**
  * Earlier (board, move) pairs in each tic-tac-toe prompt: the whole game by default (Infinity), one conversation
  * per game as in ART's example; 0 makes each move its own (system, board, move) history, like 2048's default.
  */
@@ -101,7 +85,8 @@ async function run2048(scenario: Game2048Scenario, act: Act<Game2048>, historyTu
   });
 }
 
-function chatAct(client: OpenAI, { model, temperature, maxTokens }: SamplingOptions): Act<unknown> {
+function chatAct(client: OpenAI, { model, temperature, maxTokens, seed }: SamplingOptions): Act<unknown> {
+  let turn = 0;
   return async (_game, prompt) => {
     const completion = await client.chat.completions.create({
       model,
@@ -109,9 +94,18 @@ function chatAct(client: OpenAI, { model, temperature, maxTokens }: SamplingOpti
       temperature,
       max_completion_tokens: maxTokens,
       logprobs: true,
+      // One seed per turn: the same seed on every turn would reuse each token position's uniform draw.
+      ...(seed === undefined ? {} : { seed: turnSeed(seed, turn++) }),
     });
     const choice = completion.choices[0];
     if (!choice) throw new Error(`chat completion from model "${model}" has no choices`);
     return { text: choice.message.content ?? "", choice };
   };
+}
+
+/** The sampling seed of a game's turn: a 32-bit mix of the game's seed and the turn number. */
+export function turnSeed(seed: number, turn: number): number {
+  let h = Math.imul((seed >>> 0) ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(turn + 1, 0xc2b2ae35);
+  h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
+  return ((h ^ (h >>> 15)) >>> 0) & 0x7fffffff;
 }

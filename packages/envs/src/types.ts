@@ -42,6 +42,9 @@ export interface SamplingOptions {
   temperature?: number;
   /** Sent as `max_completion_tokens`. */
   maxTokens?: number;
+  /** Replays a game's samples: each turn's request carries a seed derived from this and the turn's number. The
+   * server draws a fresh seed per request when omitted (training wants the games of a group to differ). */
+  seed?: number;
 }
 
 /** True when an entry of `messagesAndChoices` is a sampled `Choice` rather than a plain message. */

@@ -43,7 +43,10 @@ export async function evalCommand(argv: string[]): Promise<number> {
       trajs.push(
         ...(await Promise.all(
           Array.from({ length: n }, (_, k) =>
-            env === "tictactoe" ? rolloutTicTacToe(client, { ...opts, scenario: { seed: seed + i + k } }) : rollout2048(client, { ...opts, scenario: { seed: seed + i + k } }),
+            // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
+            env === "tictactoe"
+              ? rolloutTicTacToe(client, { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } })
+              : rollout2048(client, { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } }),
           ),
         )),
       );

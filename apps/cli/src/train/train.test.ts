@@ -52,10 +52,11 @@ describe("webart train / eval", () => {
     expect(traj).not.toContain("test-key-123456");
   });
 
-  it("--env 2048: a step trains on the move that ended each game by default; a bad --max-histories is refused", async () => {
+  it("--env 2048 --max-histories 1: a step trains on the move that ended each game; a bad value is refused", async () => {
     type Choice = { logprobs: { content: unknown[] } };
     type Game = { reward: number; messages_and_choices: Choice[]; additional_histories: { messages_and_choices: Choice[] }[] };
-    const args = ["--env", "2048", "--steps", "1", "--name", "g", "--group-size", "4", "--groups-per-step", "1", "--runs", runs];
+    // Every move is trained by default (as ART does); one move a game keeps this test short on a CPU.
+    const args = ["--env", "2048", "--steps", "1", "--name", "g", "--group-size", "4", "--groups-per-step", "1", "--runs", runs, "--max-histories", "1"];
     expect(await trainCommand(args)).toBe(0);
     const dir = join(runs, "2048/models/g");
     const row = JSON.parse(readFileSync(join(dir, "history.jsonl"), "utf8").trim());
@@ -80,5 +81,22 @@ describe("webart train / eval", () => {
     }
     const table = lines.join("\n");
     for (const row of ["base model", "checkpoint 3", "random legal", "minimax (perfect)"]) expect(table).toContain(row);
+  });
+
+  it("eval replays: the same --seed gives the same table, another seed another one", async () => {
+    const table = async (seed: string) => {
+      const lines: string[] = [];
+      const log = console.log;
+      console.log = (s: string) => lines.push(String(s));
+      try {
+        expect(await evalCommand(["--games", "8", "--checkpoint", "none", "--seed", seed, "--temperature", "2", "--runs", runs])).toBe(0);
+      } finally {
+        console.log = log;
+      }
+      return lines.find((l) => l.startsWith("base model"))!;
+    };
+    const [a, b, c] = [await table("4242"), await table("4242"), await table("4243")];
+    expect(b).toBe(a);
+    expect(c).not.toBe(a);
   });
 });

@@ -5,7 +5,7 @@ import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs
 import { join } from "node:path";
 import OpenAI from "openai";
 import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
-import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe, trainHistories } from "@webart/envs";
+import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
 import { num, parse, usage, UsageError, type Spec } from "./args.ts";
@@ -31,7 +31,7 @@ const SPEC: Spec = {
   "max-tokens": { default: "12", help: "max tokens per move" },
   temperature: { default: "1", help: "sampling temperature for rollouts" },
   "lora-rank": { default: "8", help: "LoRA rank" },
-  "max-histories": { default: "auto", help: "train on at most this many moves per game, the last always kept (0: all; auto: all for tic-tac-toe, the last only for 2048)" },
+  "max-histories": { default: "0", help: "train on at most this many moves per game, the last always kept (0: all, as ART does)" },
 };
 
 export async function trainCommand(argv: string[]): Promise<number> {
@@ -47,7 +47,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
-  const maxHistories = a["max-histories"] === "auto" ? trainHistories(env) : num("max-histories", a["max-histories"], { int: true, min: 0 });
+  const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model", 2);

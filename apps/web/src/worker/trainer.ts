@@ -10,7 +10,7 @@ import {
   type DeviceLostError,
   type TrajectoryGroup,
 } from "@webart/engine";
-import { rollout2048, rolloutTicTacToe, trainHistories } from "@webart/envs";
+import { rollout2048, rolloutTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
@@ -193,10 +193,7 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       const groups = await rollouts(s, step, apiKey);
       if (control.stop) return end("stopped");
       emit({ type: "phase", run: name, phase: "training", step: step + 1 });
-      const res = await s.model.train(groups, {
-        learningRate: meta.settings.learningRate,
-        maxHistoriesPerTrajectory: trainHistories(meta.settings.env),
-      });
+      const res = await s.model.train(groups, { learningRate: meta.settings.learningRate });
       const env = envRow(res.step, groups);
       await appendEnvRow(name, env);
       step = res.step;
