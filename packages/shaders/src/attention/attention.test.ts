@@ -148,20 +148,22 @@ const decode = (h: number, kv: number, d: number): Case => ({
 
 describe("attention decode (split-KV) vs CPU reference", () => {
   it.each([
-    [4, 1, 8, 1],
-    [4, 1, 8, 3],
-    [4, 2, 64, 3],
-    [2, 2, 8, 5],
-    [4, 2, 10, 2],
-  ] as const)("H=%i KV=%i D=%i split=%i", async (h, kv, d, split) => {
-    await check(decode(h, kv, d), { decode: true, split, tiles: { bk: 8 } }, h * 10 + d + split);
+    [4, 1, 8, 1, "tiled"],
+    [4, 1, 8, 1, "rows"],
+    [4, 2, 64, 1, "rows"],
+    [4, 1, 8, 3, "tiled"],
+    [4, 2, 64, 3, "tiled"],
+    [2, 2, 8, 5, "tiled"],
+    [4, 2, 10, 2, "tiled"],
+  ] as const)("H=%i KV=%i D=%i split=%i %s", async (h, kv, d, split, variant) => {
+    await check(decode(h, kv, d), { decode: true, split, variant, tiles: { bk: 8 } }, h * 10 + d + split);
   });
 
   it("split with chunks shorter than the longest sequence: the last chunk runs to the end", async () => {
     await check(decode(4, 2, 8), { decode: true, split: 3, chunk: 8, tiles: { bk: 4 } }, 5);
   });
 
-  it("this adapter's default decode tiles and split, 7 heads per kv-head", async () => {
+  it("this adapter's default decode (rows on SwiftShader, else tiles and split), 7 heads per kv-head", async () => {
     await check(decode(14, 2, 64), { decode: true }, 99);
   });
 
