@@ -33,17 +33,18 @@ fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
   // Loads use indices clamped into range; results for rows or columns past the end are never stored.
   let jj = min(vec4u(j0, j0 + WJ, j0 + 2u * WJ, j0 + 3u * WJ), vec4u(p.J - 1u));
   let qcol = p.qOff + jj * p.qj;
-  var prow: array<u32, TMAX>;
-  for (var m = 0u; m < TM; m++) {
-    prow[m] = p.pOff + min(i0 + m * WI, p.I - 1u) * p.pi;
-  }
+  // The TM rows are spelled out with constant indices: SwiftShader turns a private array indexed by a loop variable
+  // into per-lane gathers and scatters, which made this loop 3-9x slower there (TMAX = 4).
+  let prow = p.pOff + min(i0 + vec4u(0u, 1u, 2u, 3u) * WI, vec4u(p.I - 1u)) * p.pi;
   var acc: array<vec4f, TMAX>;
   for (var k = wk; k < p.K; k += WK) {
     let qk = k * p.qk;
     let q = vec4f(Q[qcol.x + qk], Q[qcol.y + qk], Q[qcol.z + qk], Q[qcol.w + qk]);
-    for (var m = 0u; m < TM; m++) {
-      acc[m] += P[prow[m] + k * p.pk] * q;
-    }
+    let pk = k * p.pk;
+    acc[0] += P[prow.x + pk] * q;
+    if (TM > 1u) { acc[1] += P[prow.y + pk] * q; }
+    if (TM > 2u) { acc[2] += P[prow.z + pk] * q; }
+    if (TM > 3u) { acc[3] += P[prow.w + pk] * q; }
   }
   if (WK > 1u) {
     let plane = WI * WJ * TM;
