@@ -15,6 +15,7 @@ interface Case {
   T: number; // temperature
   padded: boolean; // chunk buffers stored (N, Vc) even when the last chunk is narrower
   scale: number; // logits uniform in [-scale, scale)
+  wg?: number; // threads per row of the chunk kernel; default: this adapter's (8 on SwiftShader, 256 on GPUs)
 }
 
 function inputs(c: Case, seed: number) {
@@ -36,7 +37,9 @@ function chunkOf(logits: Float32Array, c: Case, v0: number, cols: number): { dat
 
 const cases: Case[] = [
   { N: 5, V: 1000, Vc: 256, T: 1, padded: false, scale: 4 },
+  { N: 5, V: 1000, Vc: 256, T: 1, padded: false, scale: 4, wg: 256 },
   { N: 7, V: 333, Vc: 100, T: 0.7, padded: true, scale: 4 },
+  { N: 7, V: 333, Vc: 100, T: 0.7, padded: true, scale: 4, wg: 8 },
   { N: 3, V: 1001, Vc: 1001, T: 1.3, padded: false, scale: 4 },
   { N: 4, V: 517, Vc: 64, T: 1, padded: false, scale: 30 }, // large logits: the online max must keep it stable
 ];
@@ -53,7 +56,7 @@ it.each(cases)("chunked forward and backward match the unchunked reference: %o",
     const { data, ld } = chunkOf(logits, c, v0, cols);
     const b = gpu.upload(data);
     chunks.push(b);
-    logprobsChunk(gpu, rec, b, bt, bstats, c.N, { v0, cols, ld }, { first: v0 === 0, temperature: c.T });
+    logprobsChunk(gpu, rec, b, bt, bstats, c.N, { v0, cols, ld }, { first: v0 === 0, temperature: c.T, wg: c.wg });
   }
   logprobsFinalize(gpu, rec, bstats, blp, bent, blse, c.N);
   const outs = [blp, bent, blse].map((b) => rec.read(b, c.N * 4));
