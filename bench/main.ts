@@ -10,8 +10,12 @@ import { adapterReport, measurePeak } from "./probe.ts";
 const SUITES: Record<string, () => Promise<Suite>> = {
   probe: async () => async () => [],
   kernels: async () => {
-    const [{ matmulSuite }, { attentionSuite }] = await Promise.all([import("./kernels/matmul.ts"), import("./kernels/attention.ts")]);
-    return async (ctx) => [...(await matmulSuite(ctx)), ...(await attentionSuite(ctx))];
+    const [{ matmulSuite }, { attentionSuite }, { smallSuite }] = await Promise.all([
+      import("./kernels/matmul.ts"),
+      import("./kernels/attention.ts"),
+      import("./kernels/small.ts"),
+    ]);
+    return async (ctx) => [...(await matmulSuite(ctx)), ...(await attentionSuite(ctx)), ...(await smallSuite(ctx))];
   },
   generate: async () => (await import("./generate.ts")).generateSuite,
   train: async () => (await import("./train.ts")).trainSuite,

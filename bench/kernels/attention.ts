@@ -1,6 +1,6 @@
-// Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, split-KV against
-// one chunk per sequence, and causal prefill forward at T=256 in GFLOP/s for both kernel families (tiled and
-// rows). Outputs are verified first.
+// Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, the tiled kernel's
+// split-KV and the rows kernel against the tiled kernel in one chunk per sequence; causal prefill forward at T=256 in
+// GFLOP/s for both kernel families (tiled and rows). Outputs are verified first.
 import type { Gpu, Recorder } from "@webart/engine/gpu";
 import {
   ATTENTION_VARIANTS,
@@ -63,37 +63,39 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   const dec = setup(gpu, B, B, len, sp, 1);
   const dims = { n: B, h: H, kv: KV, d: D, slots: B, tmax: len, maxLen: len };
   const bytes = 2 * B * len * KV * D * 4; // K and V, each read once
-  const timeDecode = async (split?: number) => {
+  const timeDecode = async (variant: AttentionVariant, split?: number) => {
     let used = 0;
     const ms = await verifyAndTime(
       gpu,
       dec,
-      `decode split=${split ?? "auto"}`,
+      `decode ${variant} split=${split ?? "auto"}`,
       (r) => {
-        used = attentionDecode(gpu, r, dec.bufs, dims, split ? { split } : {}).split;
+        used = attentionDecode(gpu, r, dec.bufs, dims, { variant, ...(split ? { split } : {}) }).split;
       },
       quick,
     );
     return { ms, used };
   };
-  const auto = await timeDecode();
-  const one = await timeDecode(1);
+  // The tiled kernel in one chunk per sequence, with its split-KV, and the rows kernel (a thread per query row).
+  const one = await timeDecode("tiled", 1);
+  const auto = await timeDecode("tiled");
+  const rows = await timeDecode("rows");
   const gbps = (ms: number) => bytes / (ms * 1e6);
   const id = `attention.decode.f32.b${B}_t${len}`;
-  results.push({
-    id: `${id}.split1`,
-    value: gbps(one.ms),
+  const chosen = attentionVariant(gpu, D);
+  const row = (suffix: string, ms: number, note: string, vs = true): BenchResult => ({
+    id: `${id}.${suffix}`,
+    value: gbps(ms),
     unit: "GB/s",
-    fraction_of_peak: gbps(one.ms) / peak.copy_gbps,
+    fraction_of_peak: gbps(ms) / peak.copy_gbps,
+    ...(vs ? { vs: { id: `${id}.tiled_split1`, ratio: one.ms / ms } } : {}),
+    note,
   });
-  results.push({
-    id,
-    value: gbps(auto.ms),
-    unit: "GB/s",
-    fraction_of_peak: gbps(auto.ms) / peak.copy_gbps,
-    vs: { id: `${id}.split1`, ratio: one.ms / auto.ms },
-    note: `split=${auto.used}`,
-  });
+  results.push(
+    row("tiled_split1", one.ms, `${one.ms.toFixed(2)} ms`, false),
+    row("tiled", auto.ms, `${auto.ms.toFixed(2)} ms, split=${auto.used}${chosen === "tiled" ? ", this adapter's default" : ""}`),
+    row("rows", rows.ms, `${rows.ms.toFixed(2)} ms${chosen === "rows" ? ", this adapter's default" : ""}`),
+  );
   Object.values(dec.bufs).forEach((b) => gpu.release(b));
 
   // Prefill: one causal sequence of T tokens; 2 matmuls (q.k and p.v) of 2 D flops per visible (query, key) pair.
