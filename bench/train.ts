@@ -32,7 +32,7 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     const t0 = performance.now();
     const gs: TrajectoryGroup[] = await gatherTrajectoryGroups(
       Array.from({ length: groups }, (_, g) =>
-        Array.from({ length: size }, (_, i) => async () => new Trajectory(await rolloutTicTacToe(client, { model: "bench", scenario: { seed: 1000 * s + 10 * g }, temperature: 1, maxTokens: 12 }))),
+        Array.from({ length: size }, () => async () => new Trajectory(await rolloutTicTacToe(client, { model: "bench", scenario: { seed: 1000 * s + 10 * g }, temperature: 1, maxTokens: 12 }))),
       ),
       { progressBar: "off" },
     );

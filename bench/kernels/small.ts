@@ -2,13 +2,14 @@
 // chooses between (8 threads a row on CPU adapters, 256 on GPUs), and the LoRA forward and backward in GFLOP/s.
 // Every output is checked against the kernel's CPU reference before it is timed.
 import type { Gpu, Recorder } from "@webart/engine/gpu";
-import { packSampleRows, sample, sampleWorkgroup, type SampleRow } from "@webart/shaders/sample/index.ts";
+import { packSampleRows, sample, type SampleRow } from "@webart/shaders/sample/index.ts";
 import { sampleReference } from "@webart/shaders/sample/reference.ts";
-import { logprobsChunk, logprobsFinalize, logprobsStatsBytes, logprobsWorkgroup } from "@webart/shaders/logprobs/index.ts";
+import { logprobsChunk, logprobsFinalize, logprobsStatsBytes } from "@webart/shaders/logprobs/index.ts";
 import { logprobsReference } from "@webart/shaders/logprobs/reference.ts";
 import { loraBackward, loraForward } from "@webart/shaders/lora/index.ts";
 import { loraReference } from "@webart/shaders/lora/reference.ts";
 import { Rng } from "@webart/shaders/util/random.ts";
+import { rowThreads } from "@webart/shaders/util/adapter.ts";
 import { assertClose } from "@webart/shaders/util/check.ts";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
 
@@ -56,7 +57,7 @@ async function sampleBench(ctx: BenchContext, V: number): Promise<BenchResult[]>
   }
   gpu.release(bl, br, bt, bp);
   // Without top-k / top-p the kernel reads the logits three times.
-  return wgRows(ctx, `sample.b${B}_v${V}`, ms, sampleWorkgroup(gpu), 3 * B * V * 4);
+  return wgRows(ctx, `sample.b${B}_v${V}`, ms, rowThreads(gpu), 3 * B * V * 4);
 }
 
 async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
@@ -78,7 +79,7 @@ async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
     ms[wg] = await perCall(gpu, (r) => logprobsChunk(gpu, r, bl, bt, bs, N, { v0: 0, cols: V }, { first: true, wg }), 4, quick);
   }
   gpu.release(bl, bt, bs, blp, be, bls);
-  return wgRows(ctx, `logprobs.n${N}_v${V}`, ms, logprobsWorkgroup(gpu), N * V * 4);
+  return wgRows(ctx, `logprobs.n${N}_v${V}`, ms, rowThreads(gpu), N * V * 4);
 }
 
 async function loraBench(ctx: BenchContext): Promise<BenchResult[]> {

@@ -42,12 +42,11 @@ export async function evalCommand(argv: string[]): Promise<number> {
       const n = Math.min(32, games - i);
       trajs.push(
         ...(await Promise.all(
-          Array.from({ length: n }, (_, k) =>
+          Array.from({ length: n }, (_, k) => {
             // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
-            env === "tictactoe"
-              ? rolloutTicTacToe(client, { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } })
-              : rollout2048(client, { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } }),
-          ),
+            const game = { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } };
+            return env === "tictactoe" ? rolloutTicTacToe(client, game) : rollout2048(client, game);
+          }),
         )),
       );
     }

@@ -53,6 +53,13 @@ describe("device layer on Dawn", () => {
     expect(c).not.toBe(a);
     expect(gpu.pipelineCacheMisses - misses).toBe(2);
     expect(gpu.pipelineCacheHits - hits).toBe(1);
+    // The same spec object again is found by identity; an equal copy by its key.
+    const spec = { ...scale, overrides: { WG: 8 } };
+    const d = gpu.pipeline(spec);
+    expect(gpu.pipeline(spec)).toBe(d);
+    expect(gpu.pipeline({ ...spec })).toBe(d);
+    expect(gpu.pipelineCacheMisses - misses).toBe(3);
+    expect(gpu.pipelineCacheHits - hits).toBe(3);
   });
 
   it("reuses pooled buffers and accounts memory going up and back down", async () => {

@@ -37,6 +37,7 @@ async function loadDawn(): Promise<DawnModule> {
       `WebGPU: no navigator.gpu here and the npm package "webgpu" (Dawn for Node) failed to load: ${
         (e as Error).message
       }. Run \`npm install\` in the repository root.`,
+      { cause: e },
     );
   }
   // GPUBufferUsage, GPUMapMode, GPUShaderStage... as globals, like in a browser.

@@ -10,21 +10,11 @@
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
-import { isCpuAdapter } from "../util/adapter.ts";
+import { rowSpecs, rowThreads } from "../util/adapter.ts";
 
 const WG = 256;
-/** The chunk kernel with `wg` threads per row (a power of two, 8..256). */
-export const logprobsForwardSpec = (wg: number): KernelSpec => {
-  if (!(wg >= 8 && wg <= 256 && (wg & (wg - 1)) === 0))
-    throw new RangeError(`logprobs: workgroup size ${wg} must be a power of two in [8, 256]`);
-  return { name: "logprobs_forward", code: forward, overrides: { WG: wg } };
-};
-/**
- * Threads per row of the chunk kernel: 256 on GPUs, 8 on CPU implementations, where each of its 9 barriers switches
- * between the workgroup's SIMD groups (as in sample): measured on SwiftShader in a tic-tac-toe GRPO step, 576 ms a
- * call at 256 threads.
- */
-export const logprobsWorkgroup = (gpu: Gpu): number => (isCpuAdapter(gpu) ? 8 : WG);
+/** The chunk kernel with `wg` threads per row (a power of two, 8..256; default rowThreads(gpu)). */
+export const logprobsForwardSpec = rowSpecs("logprobs_forward", forward);
 export const logprobsFinalizeSpec: KernelSpec = { name: "logprobs_finalize", code: forward, overrides: { WG } };
 export const logprobsBackwardSpec: KernelSpec = { name: "logprobs_backward", code: backward, overrides: { WG } };
 
@@ -67,7 +57,7 @@ export function logprobsChunk(
   need(logits, ((N - 1) * (chunk.ld ?? chunk.cols) + chunk.cols) * 4, "logprobsChunk logits");
   need(targets, N * 4, "logprobsChunk targets");
   need(stats, logprobsStatsBytes(N), "logprobsChunk stats");
-  rec.dispatch(logprobsForwardSpec(opts.wg ?? logprobsWorkgroup(gpu)), [logits, targets, stats], gpu.grid(N), params);
+  rec.dispatch(logprobsForwardSpec(opts.wg ?? rowThreads(gpu)), [logits, targets, stats], gpu.grid(N), params);
 }
 
 /** Turns the stats after the last chunk into logprob, entropy and lse (each (N,) f32). */

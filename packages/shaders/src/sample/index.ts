@@ -6,23 +6,12 @@
 // sampler's "old" logprob in GRPO), not the probability the filtered sampler drew it with. With
 // `logprobAtTemperature` it is log softmax(logits / T) instead, for a trainer that divides by T too
 // (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type Recorder } from "@webart/engine/gpu";
 import code from "./forward.wgsl";
-import { isCpuAdapter } from "../util/adapter.ts";
+import { rowSpecs, rowThreads } from "../util/adapter.ts";
 
-/** The kernel at a workgroup size (a power of two, 8..256; fewer threads would each sum too many terms in f32). */
-export const sampleSpec = (wg: number): KernelSpec => {
-  if (!(wg >= 8 && wg <= 256 && (wg & (wg - 1)) === 0))
-    throw new RangeError(`sample: workgroup size ${wg} must be a power of two in [8, 256]`);
-  return { name: "sample_forward", code, overrides: { WG: wg } };
-};
-
-/**
- * Threads per row: 256 on GPUs; 8 on CPU implementations, where the kernel's ~30 barriers each switch between
- * the workgroup's SIMD groups. Measured on SwiftShader (2 cores), B = 16 rows at temperature 1: V = 406,
- * 0.85 ms a call at 8 threads against 25.8 ms at 256; V = 151936, 79 ms against 92 ms.
- */
-export const sampleWorkgroup = (gpu: Gpu): number => (isCpuAdapter(gpu) ? 8 : 256);
+/** The kernel at a workgroup size (a power of two, 8..256; one workgroup per row). */
+export const sampleSpec = rowSpecs("sample_forward", code);
 
 /** Token id written for a row whose mask allows nothing. */
 export const SAMPLE_NONE = 0xffffffff;
@@ -99,7 +88,7 @@ export function sample(
   const params = new Params().u32(B, V, sampleMaskWords(V), opts.mask ? 1 : 0, opts.logprobAtTemperature ? 1 : 0);
   // Without a mask the kernel never reads binding 3; the rows buffer fills the slot.
   rec.dispatch(
-    sampleSpec(opts.wg ?? sampleWorkgroup(gpu)),
+    sampleSpec(opts.wg ?? rowThreads(gpu)),
     [logits, rows, opts.mask ?? rows, tokens, logprobs],
     gpu.grid(B),
     params,
