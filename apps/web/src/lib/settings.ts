@@ -41,7 +41,7 @@ export function defaultDraft(): SettingsDraft {
     rulerApiKey: saved ?? "",
     rememberKey: saved !== null,
     // npm run train's defaults: the recipe measured to teach tic-tac-toe (models/README.md).
-    steps: "150",
+    steps: "250",
     groupSize: "8",
     groupsPerStep: "4",
     learningRate: "1e-3",
