@@ -16,6 +16,7 @@ import { checkPlan, planMemory, type MemoryPlan } from "./plan.ts";
 import { Tokenizer } from "./tokenizer/index.ts";
 import { openModel, type LoadProgress, type ModelSource, type OpenModelOptions, type OpenedModel } from "./weights/index.ts";
 import { createJsonConstraintFactory, toolCallConstraint, toolCallSchema, vocabFor, type ToolSpecLike } from "./constrain/index.ts";
+import { tuneKernels } from "@webart/shaders/tune/kernels.ts";
 
 export interface EngineOptions extends OpenModelOptions {
   gpu?: Gpu;
@@ -34,6 +35,8 @@ export interface EngineOptions extends OpenModelOptions {
   onProgress?: (p: LoadProgress) => void;
   /** Constrained decoding for response_format and forced tool calls (default on). */
   constrained?: boolean;
+  /** Time the kernel variants on this adapter before serving (default on; ~1 s on a CPU adapter, once per process). */
+  tune?: boolean;
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
@@ -104,6 +107,8 @@ export class Engine {
     const weights = await uploadWeights(gpu, c, opened.weights.tensors(tensorShapes(c), { onProgress: opts.onProgress, ignore: (n) => isIgnorableTensor(c, n) }), {
       toF32: opts.weightsF32,
     });
+    // Measure the matmul/matvec variants for these weights on this adapter (once per adapter and process).
+    if (opts.tune !== false) await tuneKernels(gpu, weights.layers[0]?.q.dtype ?? "f32");
     const model = new Model(gpu, c, weights);
     const runner = new ModelRunner(model, kvSlots, maxContext);
     const tok = Tokenizer.fromJSON(opened.tokenizerJson, opened.tokenizerConfig, { chatTemplate: opened.chatTemplate ?? undefined });

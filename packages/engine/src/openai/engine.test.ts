@@ -4,6 +4,9 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../engine.ts";
 import type { SampledChoice } from "../art/trajectories.ts";
+import { adapterKey, tuneTable } from "@webart/shaders/tune/index.ts";
+import { matmulVariant } from "@webart/shaders/matmul/index.ts";
+import { matvecVariant } from "@webart/shaders/matvec/index.ts";
 
 const MODEL_DIR = join(import.meta.dirname, "../../../../models/webart-tiny");
 let engine: Engine;
@@ -18,6 +21,20 @@ beforeAll(async () => {
   client = engine.openaiClient();
 });
 afterAll(() => engine.close());
+
+it("Engine.load timed the matmul and matvec variants for the model's f32 weights on this adapter", () => {
+  const table = tuneTable();
+  const key = adapterKey(engine.gpu);
+  for (const k of ["matmul.nt.f32", "matmul.nn.f32", "matvec.f32"]) {
+    const entry = table[`${key}|${k}`];
+    expect(entry, k).toBeDefined();
+    expect(Object.keys(entry.ms).length, k).toBeGreaterThan(1); // every variant was timed
+    expect(entry.winner).toBe(Object.entries(entry.ms).sort((a, b) => a[1] - b[1])[0][0]);
+  }
+  // The kernels now run the winners.
+  expect(matmulVariant(engine.gpu, "nt", "f32")).toBe(table[`${key}|matmul.nt.f32`].winner);
+  expect(matvecVariant(engine.gpu, "f32")).toBe(table[`${key}|matvec.f32`].winner);
+});
 
 describe("chat.completions through the openai SDK", () => {
   it("lists the model", async () => {
