@@ -32,6 +32,15 @@ function rowsCheck(d: number): void {
  * H=14, D=64: 13.7 ms at 16, 22.1 ms at 64). */
 const ROWS_WG = 16;
 
+/** The rows forward at head dim d, one object per d (it runs every decode step on CPU adapters, and the device
+ * finds a pipeline fastest by its spec object). */
+const rowsForwardSpecs = new Map<number, KernelSpec>();
+function rowsForwardSpec(d: number): KernelSpec {
+  let s = rowsForwardSpecs.get(d);
+  if (!s) rowsForwardSpecs.set(d, (s = { name: "attention_forward_rows", code: rowsForwardCode, overrides: { D: d, WG: ROWS_WG } }));
+  return s;
+}
+
 /** Per-thread accumulator capacity in vec4 (ACC in the WGSL). */
 const ACC = 4;
 
@@ -200,8 +209,7 @@ export function attentionForward(
   const { q, slotPos, k, v, o, lse } = bufs;
   if (split === 1 && (opts.variant ?? (opts.kind === "decode" ? "tiled" : attentionVariant(gpu, d))) === "rows") {
     rowsCheck(d);
-    const spec: KernelSpec = { name: "attention_forward_rows", code: rowsForwardCode, overrides: { D: d, WG: ROWS_WG } };
-    rec.dispatch(spec, [q, slotPos, k, v, o, lse], gpu.grid(Math.ceil((n * h) / ROWS_WG)), params);
+    rec.dispatch(rowsForwardSpec(d), [q, slotPos, k, v, o, lse], gpu.grid(Math.ceil((n * h) / ROWS_WG)), params);
     return { tiles, split };
   }
   // The tiled kernels index workgroups in x only.
