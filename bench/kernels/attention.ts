@@ -82,7 +82,7 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   const rows = await timeDecode("rows");
   const gbps = (ms: number) => bytes / (ms * 1e6);
   const id = `attention.decode.f32.b${B}_t${len}`;
-  const chosen = attentionVariant(gpu, D);
+  const chosen = attentionVariant(gpu, D, "decode");
   const row = (suffix: string, ms: number, note: string, vs = true): BenchResult => ({
     id: `${id}.${suffix}`,
     value: gbps(ms),
@@ -93,8 +93,8 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   });
   results.push(
     row("tiled_split1", one.ms, `${one.ms.toFixed(2)} ms`, false),
-    row("tiled", auto.ms, `${auto.ms.toFixed(2)} ms, split=${auto.used}${chosen === "tiled" ? ", this adapter's default" : ""}`),
-    row("rows", rows.ms, `${rows.ms.toFixed(2)} ms${chosen === "rows" ? ", this adapter's default" : ""}`),
+    row("tiled", auto.ms, `${auto.ms.toFixed(2)} ms, split=${auto.used}${chosen === "tiled" ? ", chosen here" : ""}`),
+    row("rows", rows.ms, `${rows.ms.toFixed(2)} ms${chosen === "rows" ? ", chosen here" : ""}`),
   );
   Object.values(dec.bufs).forEach((b) => gpu.release(b));
 
@@ -106,7 +106,13 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   // Both kernel families, same run: "tiled" (workgroup-memory tiles) and "rows" (a thread per query row).
   const msOf: Record<AttentionVariant, number> = { tiled: 0, rows: 0 };
   for (const variant of ATTENTION_VARIANTS)
-    msOf[variant] = await verifyAndTime(gpu, pre, `prefill ${variant}`, (r) => void attentionForward(gpu, r, pre.bufs, pdims, { variant }), quick);
+    msOf[variant] = await verifyAndTime(
+      gpu,
+      pre,
+      `prefill ${variant}`,
+      (r) => void attentionForward(gpu, r, pre.bufs, pdims, { variant }),
+      quick,
+    );
   for (const variant of ATTENTION_VARIANTS) {
     const gf = flops / (msOf[variant] * 1e6);
     results.push({
@@ -115,7 +121,7 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
       unit: "GFLOP/s",
       fraction_of_peak: gf / peak.fma_gflops,
       ...(variant === "rows" ? { vs: { id: `attention.prefill.f32.t${T}.tiled`, ratio: msOf.tiled / msOf.rows } } : {}),
-      note: `${msOf[variant].toFixed(1)} ms${variant === attentionVariant(gpu, D) ? ", this adapter's default" : ""}`,
+      note: `${msOf[variant].toFixed(1)} ms${variant === attentionVariant(gpu, D, "train") ? ", chosen here" : ""}`,
     });
   }
   Object.values(pre.bufs).forEach((b) => gpu.release(b));

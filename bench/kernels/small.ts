@@ -24,14 +24,20 @@ async function perCall(gpu: Gpu, record: (r: Recorder) => void, reps: number, qu
 }
 
 /** One row per workgroup-size choice (ms a call), each against the GPUs' 256 threads; `bytes` read per call. */
-function wgRows(ctx: BenchContext, id: string, ms: Record<number, number>, chosen: number, bytes: number): BenchResult[] {
+function wgRows(
+  ctx: BenchContext,
+  id: string,
+  ms: Record<number, number>,
+  chosen: number,
+  bytes: number,
+): BenchResult[] {
   return WGS.map((wg) => ({
     id: `${id}.wg${wg}`,
     value: ms[wg],
     unit: "ms",
     fraction_of_peak: bytes / (ms[wg] * 1e6) / ctx.peak.copy_gbps,
     ...(wg !== 256 ? { vs: { id: `${id}.wg256`, ratio: ms[256] / ms[wg] } } : {}),
-    note: `${wg} threads a row${wg === chosen ? ", this adapter's default" : ""}; fraction of peak: bytes read over copy bandwidth`,
+    note: `${wg} threads a row${wg === chosen ? ", chosen here" : ""}; fraction of peak: bytes read over copy bandwidth`,
   }));
 }
 
@@ -41,7 +47,12 @@ async function sampleBench(ctx: BenchContext, V: number): Promise<BenchResult[]>
   const rng = new Rng(V);
   const logits = rng.f32(B * V, -6, 6);
   const rows: SampleRow[] = Array.from({ length: B }, (_, b) => ({ temperature: 1, seed: 7, step: b }));
-  const [bl, br, bt, bp] = [gpu.upload(logits, "bench"), gpu.upload(packSampleRows(rows), "bench"), gpu.buffer(B * 4, "bench"), gpu.buffer(B * 4, "bench")];
+  const [bl, br, bt, bp] = [
+    gpu.upload(logits, "bench"),
+    gpu.upload(packSampleRows(rows), "bench"),
+    gpu.buffer(B * 4, "bench"),
+    gpu.buffer(B * 4, "bench"),
+  ];
   const ref = sampleReference(logits, B, V, rows);
   // Each row's log-sum-exp in f64, for the logprob of whichever token the GPU drew.
   const lse = Array.from({ length: B }, (_, b) => {
@@ -66,7 +77,7 @@ async function sampleBench(ctx: BenchContext, V: number): Promise<BenchResult[]>
   }
   gpu.release(bl, br, bt, bp);
   // Without top-k / top-p the kernel reads the logits three times.
-  return wgRows(ctx, `sample.b${B}_v${V}`, ms, rowThreads(gpu), 3 * B * V * 4);
+  return wgRows(ctx, `sample.b${B}_v${V}`, ms, rowThreads(gpu, "sample"), 3 * B * V * 4);
 }
 
 async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
@@ -75,7 +86,14 @@ async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
   const rng = new Rng(5);
   const logits = rng.f32(N * V, -4, 4);
   const targets = Uint32Array.from({ length: N }, () => rng.int(V));
-  const [bl, bt, bs, blp, be, bls] = [gpu.upload(logits, "bench"), gpu.upload(targets, "bench"), gpu.buffer(logprobsStatsBytes(N), "bench"), gpu.buffer(N * 4, "bench"), gpu.buffer(N * 4, "bench"), gpu.buffer(N * 4, "bench")];
+  const [bl, bt, bs, blp, be, bls] = [
+    gpu.upload(logits, "bench"),
+    gpu.upload(targets, "bench"),
+    gpu.buffer(logprobsStatsBytes(N), "bench"),
+    gpu.buffer(N * 4, "bench"),
+    gpu.buffer(N * 4, "bench"),
+    gpu.buffer(N * 4, "bench"),
+  ];
   const ref = logprobsReference(logits, targets, N, V);
   const ms: Record<number, number> = {};
   for (const wg of WGS) {
@@ -85,10 +103,15 @@ async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
     const out = rec.read(blp, N * 4);
     await rec.submit();
     assertClose(`logprobs wg=${wg}`, new Float32Array(await out), ref.logprob, { atol: 1e-4, rtol: 1e-5 });
-    ms[wg] = await perCall(gpu, (r) => logprobsChunk(gpu, r, bl, bt, bs, N, { v0: 0, cols: V }, { first: true, wg }), 4, quick);
+    ms[wg] = await perCall(
+      gpu,
+      (r) => logprobsChunk(gpu, r, bl, bt, bs, N, { v0: 0, cols: V }, { first: true, wg }),
+      4,
+      quick,
+    );
   }
   gpu.release(bl, bt, bs, blp, be, bls);
-  return wgRows(ctx, `logprobs.n${N}_v${V}`, ms, rowThreads(gpu), N * V * 4);
+  return wgRows(ctx, `logprobs.n${N}_v${V}`, ms, rowThreads(gpu, "logprobs"), N * V * 4);
 }
 
 async function loraBench(ctx: BenchContext): Promise<BenchResult[]> {
@@ -100,7 +123,13 @@ async function loraBench(ctx: BenchContext): Promise<BenchResult[]> {
   const g = gpu.buffer((A.length + B.length) * 4, "bench");
   const slot = { buffer: w, a: 0, b: A.length };
   const gslot = { buffer: g, a: 0, b: A.length };
-  const [bx, bt, by, bdy, bdx] = [gpu.upload(x, "bench"), gpu.buffer(d.N * d.R * 4, "bench"), gpu.buffer(d.N * d.out * 4, "bench"), gpu.upload(dy, "bench"), gpu.buffer(d.N * d.in * 4, "bench")];
+  const [bx, bt, by, bdy, bdx] = [
+    gpu.upload(x, "bench"),
+    gpu.buffer(d.N * d.R * 4, "bench"),
+    gpu.buffer(d.N * d.out * 4, "bench"),
+    gpu.upload(dy, "bench"),
+    gpu.buffer(d.N * d.in * 4, "bench"),
+  ];
   const rec = gpu.recorder();
   rec.clear(by);
   loraForward(gpu, rec, d, slot, bx, bt, by);
@@ -108,14 +137,31 @@ async function loraBench(ctx: BenchContext): Promise<BenchResult[]> {
   await rec.submit();
   assertClose("lora forward", new Float32Array(await out), loraReference(d, x, A, B).y, { atol: 1e-3, rtol: 1e-4 });
   const fwd = await perCall(gpu, (r) => loraForward(gpu, r, d, slot, bx, bt, by), 4, quick);
-  const bwd = await perCall(gpu, (r) => loraBackward(gpu, r, d, slot, gslot, { x: bx, t: bt, dy: bdy, dx: bdx }), 4, quick);
+  const bwd = await perCall(
+    gpu,
+    (r) => loraBackward(gpu, r, d, slot, gslot, { x: bx, t: bt, dy: bdy, dx: bdx }),
+    4,
+    quick,
+  );
   gpu.release(w, g, bx, bt, by, bdy, bdx);
   const fflops = 2 * d.N * d.R * (d.in + d.out);
   const id = `lora.n${d.N}_${d.in}x${d.out}_r${d.R}`;
   return [
-    { id: `${id}.forward`, value: fflops / (fwd * 1e6), unit: "GFLOP/s", fraction_of_peak: fflops / (fwd * 1e6) / peak.fma_gflops, note: `${fwd.toFixed(2)} ms` },
+    {
+      id: `${id}.forward`,
+      value: fflops / (fwd * 1e6),
+      unit: "GFLOP/s",
+      fraction_of_peak: fflops / (fwd * 1e6) / peak.fma_gflops,
+      note: `${fwd.toFixed(2)} ms`,
+    },
     // dt, dB, dA and dx: four products of the forward's size each
-    { id: `${id}.backward`, value: (2 * fflops) / (bwd * 1e6), unit: "GFLOP/s", fraction_of_peak: (2 * fflops) / (bwd * 1e6) / peak.fma_gflops, note: `${bwd.toFixed(2)} ms` },
+    {
+      id: `${id}.backward`,
+      value: (2 * fflops) / (bwd * 1e6),
+      unit: "GFLOP/s",
+      fraction_of_peak: (2 * fflops) / (bwd * 1e6) / peak.fma_gflops,
+      note: `${bwd.toFixed(2)} ms`,
+    },
   ];
 }
 

@@ -14,8 +14,20 @@ import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
 import { checkPlan, planMemory, type MemoryPlan } from "./plan.ts";
 import { Tokenizer } from "./tokenizer/index.ts";
-import { openModel, type LoadProgress, type ModelSource, type OpenModelOptions, type OpenedModel } from "./weights/index.ts";
-import { createJsonConstraintFactory, toolCallConstraint, toolCallSchema, vocabFor, type ToolSpecLike } from "./constrain/index.ts";
+import {
+  openModel,
+  type LoadProgress,
+  type ModelSource,
+  type OpenModelOptions,
+  type OpenedModel,
+} from "./weights/index.ts";
+import {
+  createJsonConstraintFactory,
+  toolCallConstraint,
+  toolCallSchema,
+  vocabFor,
+  type ToolSpecLike,
+} from "./constrain/index.ts";
 import { tuneKernels } from "@webart/shaders/tune/kernels.ts";
 
 export interface EngineOptions extends OpenModelOptions {
@@ -40,7 +52,11 @@ export interface EngineOptions extends OpenModelOptions {
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
-export function chatTokenizer(tok: Tokenizer, config: ModelConfig, generationConfig: Record<string, unknown> | null): HandlerTokenizer & { inner: Tokenizer } {
+export function chatTokenizer(
+  tok: Tokenizer,
+  config: ModelConfig,
+  generationConfig: Record<string, unknown> | null,
+): HandlerTokenizer & { inner: Tokenizer } {
   const stops = new Set<number>(config.eosTokenIds);
   if (tok.eosId !== null) stops.add(tok.eosId);
   const gen = generationConfig?.eos_token_id;
@@ -103,15 +119,35 @@ export class Engine {
       prefillChunk: opts.prefillChunk ?? 256,
       vocabChunk: Math.min(c.vocabSize, 8192),
     });
-    checkPlan(plan, { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize }, opts.memoryBudget);
-    const weights = await uploadWeights(gpu, c, opened.weights.tensors(tensorShapes(c), { onProgress: opts.onProgress, ignore: (n) => isIgnorableTensor(c, n) }), {
-      toF32: opts.weightsF32,
-    });
-    // Measure the matmul/matvec variants for these weights on this adapter (once per adapter and process).
-    if (opts.tune !== false) await tuneKernels(gpu, weights.layers[0]?.q.dtype ?? "f32");
+    checkPlan(
+      plan,
+      { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize },
+      opts.memoryBudget,
+    );
+    const weights = await uploadWeights(
+      gpu,
+      c,
+      opened.weights.tensors(tensorShapes(c), { onProgress: opts.onProgress, ignore: (n) => isIgnorableTensor(c, n) }),
+      {
+        toF32: opts.weightsF32,
+      },
+    );
+    // Measure the kernels' variants for this model's shapes on this adapter (once per adapter and process).
+    if (opts.tune !== false) {
+      const shape = {
+        vocab: c.vocabSize,
+        hidden: c.hiddenSize,
+        heads: c.numHeads,
+        kvHeads: c.numKvHeads,
+        headDim: c.headDim,
+      };
+      await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
+    }
     const model = new Model(gpu, c, weights);
     const runner = new ModelRunner(model, kvSlots, maxContext);
-    const tok = Tokenizer.fromJSON(opened.tokenizerJson, opened.tokenizerConfig, { chatTemplate: opened.chatTemplate ?? undefined });
+    const tok = Tokenizer.fromJSON(opened.tokenizerJson, opened.tokenizerConfig, {
+      chatTemplate: opened.chatTemplate ?? undefined,
+    });
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
     return new Engine(gpu, name, opened, model, runner, chatTokenizer(tok, c, opened.generationConfig), plan, opts);
   }

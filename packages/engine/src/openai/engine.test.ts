@@ -7,6 +7,10 @@ import type { SampledChoice } from "../art/trajectories.ts";
 import { adapterKey, tuneTable } from "@webart/shaders/tune/index.ts";
 import { matmulVariant } from "@webart/shaders/matmul/index.ts";
 import { matvecVariant } from "@webart/shaders/matvec/index.ts";
+import { rowThreads } from "@webart/shaders/util/adapter.ts";
+import { attentionVariant, tileProfile } from "@webart/shaders/attention/index.ts";
+import { loraLayout } from "@webart/shaders/lora/index.ts";
+import { rmsnormVariant } from "@webart/shaders/rmsnorm/index.ts";
 
 const MODEL_DIR = join(import.meta.dirname, "../../../../models/webart-tiny");
 let engine: Engine;
@@ -22,18 +26,30 @@ beforeAll(async () => {
 });
 afterAll(() => engine.close());
 
-it("Engine.load timed the matmul and matvec variants for the model's f32 weights on this adapter", () => {
+it("Engine.load timed every kernel choice for the model's shapes on this adapter, and the kernels run the winners", () => {
   const table = tuneTable();
   const key = adapterKey(engine.gpu);
-  for (const k of ["matmul.nt.f32", "matmul.nn.f32", "matvec.f32"]) {
+  const keys = ["matmul.nt.f32", "matmul.nn.f32", "matvec.f32", "sample.threads", "logprobs.threads"];
+  keys.push("attention.train", "attention.decode", "lora.layout", "rmsnorm.layout");
+  for (const k of keys) {
     const entry = table[`${key}|${k}`];
     expect(entry, k).toBeDefined();
     expect(Object.keys(entry.ms).length, k).toBeGreaterThan(1); // every variant was timed
     expect(entry.winner).toBe(Object.entries(entry.ms).sort((a, b) => a[1] - b[1])[0][0]);
   }
-  // The kernels now run the winners.
-  expect(matmulVariant(engine.gpu, "nt", "f32")).toBe(table[`${key}|matmul.nt.f32`].winner);
-  expect(matvecVariant(engine.gpu, "f32")).toBe(table[`${key}|matvec.f32`].winner);
+  const win = (k: string) => table[`${key}|${k}`].winner;
+  const c = engine.config;
+  expect(matmulVariant(engine.gpu, "nt", "f32")).toBe(win("matmul.nt.f32"));
+  expect(matvecVariant(engine.gpu, "f32")).toBe(win("matvec.f32"));
+  expect(rowThreads(engine.gpu, "sample")).toBe(Number(win("sample.threads")));
+  expect(rowThreads(engine.gpu, "logprobs")).toBe(Number(win("logprobs.threads")));
+  expect(attentionVariant(engine.gpu, c.headDim, "decode")).toBe(win("attention.decode") === "rows" ? "rows" : "tiled");
+  expect(attentionVariant(engine.gpu, c.headDim, "train")).toBe(win("attention.train") === "rows" ? "rows" : "tiled");
+  const ms = table[`${key}|attention.train`].ms;
+  expect(tileProfile(engine.gpu, "train")).toBe(ms["tiled-cpu"] <= ms["tiled-gpu"] ? "cpu" : "gpu");
+  expect(loraLayout(engine.gpu)).toBe(win("lora.layout"));
+  const rms = rmsnormVariant(engine.gpu, c.hiddenSize);
+  expect(rms.wg).toBe(win("rmsnorm.layout") === "cpu" ? 64 : 256);
 });
 
 describe("chat.completions through the openai SDK", () => {
@@ -43,7 +59,15 @@ describe("chat.completions through the openai SDK", () => {
   });
 
   it("answers, with the sampled token ids and logprobs on the choice", async () => {
-    const r = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 12, temperature: 1, seed: 7, logprobs: true, top_logprobs: 3 });
+    const r = await client.chat.completions.create({
+      model: "tiny",
+      messages,
+      max_tokens: 12,
+      temperature: 1,
+      seed: 7,
+      logprobs: true,
+      top_logprobs: 3,
+    });
     const c = r.choices[0] as SampledChoice;
     expect(r.object).toBe("chat.completion");
     expect(["stop", "length"]).toContain(c.finish_reason);
@@ -69,7 +93,11 @@ describe("chat.completions through the openai SDK", () => {
     const a = await client.chat.completions.create(req);
     const b = await client.chat.completions.create(req);
     expect((b.choices[0] as SampledChoice).token_ids).toEqual((a.choices[0] as SampledChoice).token_ids);
-    const stream = await client.chat.completions.create({ ...req, stream: true, stream_options: { include_usage: true } });
+    const stream = await client.chat.completions.create({
+      ...req,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     let text = "";
     let finish: string | null = null;
     let usage: OpenAI.CompletionUsage | undefined;
@@ -86,11 +114,24 @@ describe("chat.completions through the openai SDK", () => {
   });
 
   it("samples n choices that share the prompt, each seeded on its own stream", async () => {
-    const r = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 8, temperature: 1.5, seed: 3, n: 4 });
+    const r = await client.chat.completions.create({
+      model: "tiny",
+      messages,
+      max_tokens: 8,
+      temperature: 1.5,
+      seed: 3,
+      n: 4,
+    });
     expect(r.choices.map((c) => c.index)).toEqual([0, 1, 2, 3]);
     const ids = r.choices.map((c) => JSON.stringify((c as SampledChoice).token_ids));
     expect(new Set(ids).size).toBeGreaterThan(1);
-    const greedy = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 8, temperature: 0, n: 3 });
+    const greedy = await client.chat.completions.create({
+      model: "tiny",
+      messages,
+      max_tokens: 8,
+      temperature: 0,
+      n: 3,
+    });
     const g = greedy.choices.map((c) => JSON.stringify((c as SampledChoice).token_ids));
     expect(new Set(g).size).toBe(1);
     // A single greedy request decodes the same tokens as each of the n greedy samples.
@@ -101,7 +142,8 @@ describe("chat.completions through the openai SDK", () => {
   it("serves concurrent requests in one batch with the same results as one at a time", async () => {
     const reqs = [11, 12, 13, 14, 15].map((seed) => ({ model: "tiny", messages, max_tokens: 6, temperature: 1, seed }));
     const alone: string[] = [];
-    for (const q of reqs) alone.push(JSON.stringify(((await client.chat.completions.create(q)).choices[0] as SampledChoice).token_ids));
+    for (const q of reqs)
+      alone.push(JSON.stringify(((await client.chat.completions.create(q)).choices[0] as SampledChoice).token_ids));
     const steps0 = engine.scheduler.stats.steps;
     const together = await Promise.all(reqs.map((q) => client.chat.completions.create(q)));
     expect(together.map((r) => JSON.stringify((r.choices[0] as SampledChoice).token_ids))).toEqual(alone);
@@ -113,7 +155,11 @@ describe("chat.completions through the openai SDK", () => {
     const first = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 5, temperature: 0 });
     const next = await client.chat.completions.create({
       model: "tiny",
-      messages: [...messages, { role: "assistant", content: first.choices[0].message.content ?? "" }, { role: "user", content: "Again?" }],
+      messages: [
+        ...messages,
+        { role: "assistant", content: first.choices[0].message.content ?? "" },
+        { role: "user", content: "Again?" },
+      ],
       max_tokens: 5,
       temperature: 0,
     });
@@ -123,12 +169,21 @@ describe("chat.completions through the openai SDK", () => {
   it("returns JSON that parses and fits a json_schema, even from a tiny model", async () => {
     const schema = {
       type: "object",
-      properties: { move: { type: "string", enum: ["A1", "B2", "C3"] }, confidence: { type: "number" }, notes: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 2 } },
+      properties: {
+        move: { type: "string", enum: ["A1", "B2", "C3"] },
+        confidence: { type: "number" },
+        notes: { type: "array", items: { type: "string", maxLength: 8 }, maxItems: 2 },
+      },
       required: ["move", "confidence", "notes"],
       additionalProperties: false,
     };
     const r = await client.chat.completions.create({
-      model: "tiny", messages, max_tokens: 600, temperature: 1, seed: 9, n: 2,
+      model: "tiny",
+      messages,
+      max_tokens: 600,
+      temperature: 1,
+      seed: 9,
+      n: 2,
       response_format: { type: "json_schema", json_schema: { name: "move", schema, strict: true } },
     });
     for (const c of r.choices) {
@@ -145,10 +200,33 @@ describe("chat.completions through the openai SDK", () => {
 
   it("round-trips a forced tool call and its result", async () => {
     const tools = [
-      { type: "function" as const, function: { name: "place_mark", description: "Place your mark", parameters: { type: "object", properties: { cell: { type: "string", enum: ["A1", "A2", "B2"] } }, required: ["cell"], additionalProperties: false } } },
-      { type: "function" as const, function: { name: "resign", parameters: { type: "object", properties: {}, additionalProperties: false } } },
+      {
+        type: "function" as const,
+        function: {
+          name: "place_mark",
+          description: "Place your mark",
+          parameters: {
+            type: "object",
+            properties: { cell: { type: "string", enum: ["A1", "A2", "B2"] } },
+            required: ["cell"],
+            additionalProperties: false,
+          },
+        },
+      },
+      {
+        type: "function" as const,
+        function: { name: "resign", parameters: { type: "object", properties: {}, additionalProperties: false } },
+      },
     ];
-    const r = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: "required", max_tokens: 300, temperature: 1, seed: 4 });
+    const r = await client.chat.completions.create({
+      model: "tiny",
+      messages,
+      tools,
+      tool_choice: "required",
+      max_tokens: 300,
+      temperature: 1,
+      seed: 4,
+    });
     const c = r.choices[0];
     expect(c.finish_reason).toBe("tool_calls");
     const call = c.message.tool_calls![0];
@@ -157,8 +235,18 @@ describe("chat.completions through the openai SDK", () => {
     expect(["place_mark", "resign"]).toContain(fn.name);
     const args = JSON.parse(fn.arguments);
     if (fn.name === "place_mark") expect(["A1", "A2", "B2"]).toContain(args.cell);
-    const named = await client.chat.completions.create({ model: "tiny", messages, tools, tool_choice: { type: "function", function: { name: "place_mark" } }, max_tokens: 300, temperature: 1, seed: 5 });
-    expect((named.choices[0].message.tool_calls![0] as { function: { name: string } }).function.name).toBe("place_mark");
+    const named = await client.chat.completions.create({
+      model: "tiny",
+      messages,
+      tools,
+      tool_choice: { type: "function", function: { name: "place_mark" } },
+      max_tokens: 300,
+      temperature: 1,
+      seed: 5,
+    });
+    expect((named.choices[0].message.tool_calls![0] as { function: { name: string } }).function.name).toBe(
+      "place_mark",
+    );
     // The tool's result goes back and the model answers (auto: it may call again or reply).
     const next = await client.chat.completions.create({
       model: "tiny",
@@ -172,14 +260,25 @@ describe("chat.completions through the openai SDK", () => {
   });
 
   it.each([
-    [{ response_format: { type: "json_schema", json_schema: { name: "x", schema: { type: "string", pattern: "^a+$" } } } }, 400, /pattern/],
+    [
+      {
+        response_format: {
+          type: "json_schema",
+          json_schema: { name: "x", schema: { type: "string", pattern: "^a+$" } },
+        },
+      },
+      400,
+      /pattern/,
+    ],
     [{ model: "nope" }, 404, /does not exist/],
     [{ temperature: 5 }, 400, /temperature/],
     [{ max_tokens: 10_000 }, 400, /maximum context length/],
     [{ messages: [{ role: "user", content: "x ".repeat(1200) }] }, 400, /maximum context length/],
     [{ n: 0 }, 400, /n: 0/],
   ])("rejects bad input %j with OpenAI's error shape", async (extra, status, msg) => {
-    const err = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 4, ...(extra as object) } as never).catch((e) => e);
+    const err = await client.chat.completions
+      .create({ model: "tiny", messages, max_tokens: 4, ...(extra as object) } as never)
+      .catch((e) => e);
     expect(err).toBeInstanceOf(OpenAI.APIError);
     expect(err.status).toBe(status);
     expect(err.message).toMatch(msg);
@@ -213,7 +312,9 @@ describe("Engine.close", () => {
     expect(held()).toEqual(before);
     expect(allocated - engine.gpu.memory.allocatedBytes).toBeGreaterThanOrEqual(loaded.weights - before.weights);
     await e.close(); // twice is fine
-    await expect(c.chat.completions.create({ model: "closing", messages, max_tokens: 4 })).rejects.toThrow(/engine was closed/);
+    await expect(c.chat.completions.create({ model: "closing", messages, max_tokens: 4 })).rejects.toThrow(
+      /engine was closed/,
+    );
     expect(engine.gpu.errors).toEqual([]);
   }, 120_000);
 });

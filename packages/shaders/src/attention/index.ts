@@ -11,6 +11,7 @@ import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
 import { isCpuAdapter } from "../util/adapter.ts";
+import { tunedChoice, tunedEntry } from "../tune/index.ts";
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
@@ -19,10 +20,19 @@ import { isCpuAdapter } from "../util/adapter.ts";
  */
 export type AttentionVariant = "tiled" | "rows";
 export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows"];
-/** The default: rows on SwiftShader (measured faster there for training) when D is a multiple of 4 (its rows are
- * read as vec4), tiled elsewhere. */
-export const attentionVariant = (gpu: Gpu, d = 4): AttentionVariant =>
-  tileProfile(gpu) === "cpu" && d % 4 === 0 ? "rows" : "tiled";
+/** Where attention runs: training and prefill (many query tokens a sequence), or decode (one a sequence). */
+export type AttentionUse = "train" | "decode";
+/** What start-up tuning times for each use: the rows family, and the tiled one with either tile profile. */
+export const ATTENTION_TUNE = ["rows", "tiled-cpu", "tiled-gpu"] as const;
+export type AttentionTuneCandidate = (typeof ATTENTION_TUNE)[number];
+
+/** The family for this use: as measured at start-up (tune/kernels.ts), else rows on CPU adapters (measured faster
+ * on SwiftShader) and tiled elsewhere; always tiled when D is not a multiple of 4 (rows are read as vec4). */
+export function attentionVariant(gpu: Gpu, d = 4, use: AttentionUse = "train"): AttentionVariant {
+  if (d % 4 !== 0) return "tiled";
+  const fallback = isCpuAdapter(gpu) ? "rows" : "tiled-gpu";
+  return tunedChoice(gpu, `attention.${use}`, ATTENTION_TUNE, fallback) === "rows" ? "rows" : "tiled";
+}
 /** The rows variant reads rows as vec4. */
 function rowsCheck(d: number): void {
   if (d % 4 !== 0) throw new Error(`attention: the "rows" variant needs D % 4 == 0; got D=${d} (use "tiled")`);
@@ -37,7 +47,11 @@ const ROWS_WG = 16;
 const rowsForwardSpecs = new Map<number, KernelSpec>();
 function rowsForwardSpec(d: number): KernelSpec {
   let s = rowsForwardSpecs.get(d);
-  if (!s) rowsForwardSpecs.set(d, (s = { name: "attention_forward_rows", code: rowsForwardCode, overrides: { D: d, WG: ROWS_WG } }));
+  if (!s)
+    rowsForwardSpecs.set(
+      d,
+      (s = { name: "attention_forward_rows", code: rowsForwardCode, overrides: { D: d, WG: ROWS_WG } }),
+    );
   return s;
 }
 
@@ -90,7 +104,13 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
  */
 export type TileProfile = "gpu" | "cpu";
 
-export const tileProfile = (gpu: Gpu): TileProfile => (isCpuAdapter(gpu) ? "cpu" : "gpu");
+/** The tiled family's profile for this use: the faster of the two as measured at start-up, else by adapter kind. */
+export function tileProfile(gpu: Gpu, use: AttentionUse = "train"): TileProfile {
+  const ms = tunedEntry(gpu, `attention.${use}`)?.ms;
+  const [c, g] = [ms?.["tiled-cpu"], ms?.["tiled-gpu"]];
+  if (c !== undefined && g !== undefined) return c <= g ? "cpu" : "gpu";
+  return isCpuAdapter(gpu) ? "cpu" : "gpu";
+}
 
 /** Default rows (query tokens x heads) and keys per tile. */
 function defaults(kind: TileKind, d: number, profile: TileProfile): { rows: number; keys: number } {
@@ -109,7 +129,7 @@ export function chooseTiles(
   d: number,
   g: number,
   over: Partial<Tiles> = {},
-  profile = tileProfile(gpu),
+  profile = tileProfile(gpu, kind === "decode" ? "decode" : "train"),
 ): Tiles {
   const { rows, keys } = defaults(kind, d, profile);
   const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
@@ -179,6 +199,8 @@ export interface ForwardOptions {
   /** Kernel family for a forward without split (split-KV is always tiled); default attentionVariant(gpu), but
    * tiled with kind "decode" (attentionDecode chooses rows itself). */
   variant?: AttentionVariant;
+  /** Tile profile of the tiled kernels; default tileProfile(gpu) for the use. */
+  profile?: TileProfile;
 }
 
 const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec => ({
@@ -201,7 +223,15 @@ export function attentionForward(
 ): { tiles: Tiles; split: number } {
   const { n, h, kv, d, slots, tmax, scale = 1 / Math.sqrt(d) } = dims;
   dimsCheck(h, kv, d);
-  const tiles = chooseTiles(gpu, opts.kind ?? "forward", d, h / kv, opts.tiles);
+  const kind = opts.kind ?? "forward";
+  const tiles = chooseTiles(
+    gpu,
+    kind,
+    d,
+    h / kv,
+    opts.tiles,
+    opts.profile ?? tileProfile(gpu, kind === "decode" ? "decode" : "train"),
+  );
   const split = Math.max(1, Math.floor(opts.split ?? 1));
   const maxLen = Math.min(opts.maxLen ?? tmax, tmax);
   const chunk = opts.chunk ?? Math.ceil(Math.ceil(maxLen / split) / tiles.bk) * tiles.bk;
@@ -254,17 +284,31 @@ export function attentionDecode(
   rec: Recorder,
   bufs: AttentionBuffers,
   dims: AttentionDims & { maxLen: number },
-  opts: { split?: number; chunk?: number; tiles?: Partial<Tiles>; variant?: AttentionVariant } = {},
+  opts: {
+    split?: number;
+    chunk?: number;
+    tiles?: Partial<Tiles>;
+    variant?: AttentionVariant;
+    profile?: TileProfile;
+  } = {},
 ): { tiles: Tiles; split: number } {
   // The rows kernel decodes too (no split): on SwiftShader 0.56 ms against the tiled kernel's 4.3 ms for 16
   // sequences at ~100 tokens (H=3, KV=1, D=32), 13.5 against 41.9 ms for 8 at 512 (H=14, KV=2, D=64).
-  if ((opts.variant ?? attentionVariant(gpu, dims.d)) === "rows" && (opts.split ?? 1) === 1) {
+  if ((opts.variant ?? attentionVariant(gpu, dims.d, "decode")) === "rows" && (opts.split ?? 1) === 1) {
     return attentionForward(gpu, rec, bufs, dims, { variant: "rows", maxLen: dims.maxLen });
   }
-  const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles);
-  const target = decodeTarget(tileProfile(gpu));
+  const profile = opts.profile ?? tileProfile(gpu, "decode");
+  const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles, profile);
+  const target = decodeTarget(profile);
   const split = opts.split ?? decodeSplit(dims.maxLen, dims.n * (dims.h / tiles.gh), { target });
-  return attentionForward(gpu, rec, bufs, dims, { ...opts, kind: "decode", tiles, split, maxLen: dims.maxLen });
+  return attentionForward(gpu, rec, bufs, dims, {
+    ...opts,
+    kind: "decode",
+    tiles,
+    split,
+    maxLen: dims.maxLen,
+    profile,
+  });
 }
 
 /** The (slot, pos) buffer of the training layout: token i of B sequences of T <-> (i / T, i % T). */
@@ -304,13 +348,14 @@ export function attentionBackward(
   rec: Recorder,
   bufs: BackwardBuffers,
   dims: BackwardDims,
-  opts: { dqTiles?: Partial<Tiles>; dkvTiles?: Partial<Tiles>; variant?: AttentionVariant } = {},
+  opts: { dqTiles?: Partial<Tiles>; dkvTiles?: Partial<Tiles>; variant?: AttentionVariant; profile?: TileProfile } = {},
 ): { dq: Tiles; dkv: Tiles } {
   const { b, t, h, kv, d, scale = 1 / Math.sqrt(d) } = dims;
   dimsCheck(h, kv, d);
   const g = h / kv;
-  const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles);
-  const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles);
+  const profile = opts.profile ?? tileProfile(gpu, "train");
+  const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles, profile);
+  const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles, profile);
   const params = new Params().u32(b, t, h, kv).f32(scale);
   const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
   const rows = (opts.variant ?? attentionVariant(gpu, d)) === "rows";

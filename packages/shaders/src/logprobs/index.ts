@@ -13,7 +13,7 @@ import backward from "./backward.wgsl";
 import { rowSpecs, rowThreads } from "../util/adapter.ts";
 
 const WG = 256;
-/** The chunk kernel with `wg` threads per row (a power of two, 8..256; default rowThreads(gpu)). */
+/** The chunk kernel with `wg` threads per row (a power of two, 8..256; default rowThreads(gpu, "logprobs")). */
 export const logprobsForwardSpec = rowSpecs("logprobs_forward", forward);
 export const logprobsFinalizeSpec: KernelSpec = { name: "logprobs_finalize", code: forward, overrides: { WG } };
 export const logprobsBackwardSpec: KernelSpec = { name: "logprobs_backward", code: backward, overrides: { WG } };
@@ -57,7 +57,7 @@ export function logprobsChunk(
   need(logits, ((N - 1) * (chunk.ld ?? chunk.cols) + chunk.cols) * 4, "logprobsChunk logits");
   need(targets, N * 4, "logprobsChunk targets");
   need(stats, logprobsStatsBytes(N), "logprobsChunk stats");
-  rec.dispatch(logprobsForwardSpec(opts.wg ?? rowThreads(gpu)), [logits, targets, stats], gpu.grid(N), params);
+  rec.dispatch(logprobsForwardSpec(opts.wg ?? rowThreads(gpu, "logprobs")), [logits, targets, stats], gpu.grid(N), params);
 }
 
 /** Turns the stats after the last chunk into logprob, entropy and lse (each (N,) f32). */

@@ -3,6 +3,7 @@
 import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
 import code from "./forward.wgsl";
 import { isCpuAdapter } from "../util/adapter.ts";
+import { tunedChoice } from "../tune/index.ts";
 
 /** Workgroup shape of the strided matmul (see forward.wgsl): threads along i, j (4 columns each), k. */
 export interface LoraTiling {
@@ -34,9 +35,22 @@ export const LORA_TILING_CPU: Record<LoraProduct, LoraTiling> = {
   grad: { WI: 16, WJ: 1, WK: 1, TM: 4 },
 };
 
-/** The default shapes for this adapter, with any given per-product shapes on top. */
-export function loraTiling(gpu: Gpu, over: LoraOptions["tiling"] = {}): Record<LoraProduct, LoraTiling> {
-  return { ...(isCpuAdapter(gpu) ? LORA_TILING_CPU : LORA_TILING_GPU), ...over };
+/** The two sets of shapes: LORA_TILING_CPU (register blocking only) and LORA_TILING_GPU (shared sums). */
+export const LORA_LAYOUTS = ["cpu", "gpu"] as const;
+export type LoraLayout = (typeof LORA_LAYOUTS)[number];
+
+/** The set measured faster on this adapter at start-up (tune/kernels.ts), else the one for its kind. */
+export function loraLayout(gpu: Gpu): LoraLayout {
+  return tunedChoice(gpu, "lora.layout", LORA_LAYOUTS, isCpuAdapter(gpu) ? "cpu" : "gpu");
+}
+
+/** The shapes of a layout (default: this adapter's), with any given per-product shapes on top. */
+export function loraTiling(
+  gpu: Gpu,
+  over: LoraOptions["tiling"] = {},
+  layout: LoraLayout = loraLayout(gpu),
+): Record<LoraProduct, LoraTiling> {
+  return { ...(layout === "cpu" ? LORA_TILING_CPU : LORA_TILING_GPU), ...over };
 }
 
 export const loraForwardSpec = (t: LoraTiling): KernelSpec => ({ name: "lora_forward", code, overrides: { ...t } });
@@ -59,6 +73,9 @@ export interface LoraSlot {
 }
 
 export interface LoraOptions {
+  /** Which set of shapes (default: loraLayout(gpu)). */
+  layout?: LoraLayout;
+  /** Per-product shapes over the layout's. */
   tiling?: Partial<Record<LoraProduct, LoraTiling>>;
 }
 
@@ -140,7 +157,7 @@ export function loraForward(
 ): void {
   checkDims(d);
   const { N, R } = d;
-  const tl = loraTiling(gpu, opts.tiling);
+  const tl = loraTiling(gpu, opts.tiling, opts.layout);
   const AT = { buf: w.buffer, off: w.a, su: 1, sv: d.in }; // Aᵀ (in, R)
   const BT = { buf: w.buffer, off: w.b, su: 1, sv: R }; // Bᵀ (R, out)
   const f = loraForwardSpec;
@@ -179,7 +196,7 @@ export function loraBackward(
   checkDims(d);
   const { N, R } = d;
   if (N === 0) return;
-  const tl = loraTiling(gpu, opts.tiling);
+  const tl = loraTiling(gpu, opts.tiling, opts.layout);
   const acc = opts.accumulate ?? true;
   const f = loraBackwardSpec;
   const scratch = b.dt ? undefined : gpu.buffer(N * R * 4, "activations", "lora dt");

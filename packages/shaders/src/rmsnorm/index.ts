@@ -6,6 +6,7 @@ import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
 import backwardDwReduce from "./backward_dw_reduce.wgsl";
 import { isCpuAdapter } from "../util/adapter.ts";
+import { tunedChoice } from "../tune/index.ts";
 
 const WG = 256;
 
@@ -26,7 +27,13 @@ export const rmsnormBackwardDwReduceSpec: KernelSpec = {
   overrides: { WG },
 };
 
+/** "cpu": one thread a row in 64-thread workgroups; "gpu": about 4 elements a thread in 256-thread workgroups. */
+export const RMSNORM_LAYOUTS = ["cpu", "gpu"] as const;
+export type RmsnormLayout = (typeof RMSNORM_LAYOUTS)[number];
+
 export interface RmsnormOptions {
+  /** The row layout (default: measured at start-up on this adapter, else by its kind); the two below override it. */
+  layout?: RmsnormLayout;
   /** Threads sharing one row: a power of two up to the workgroup size. */
   threadsPerRow?: number;
   /** Threads per workgroup: a power of two up to 256. */
@@ -34,11 +41,13 @@ export interface RmsnormOptions {
 }
 
 /**
- * The row layout: on real GPUs about 4 elements per thread and 256-thread workgroups; on CPU
- * implementations (SwiftShader) one thread per row, where barriers cost more than the sums they share.
+ * The row layout: as measured at start-up (tune/kernels.ts), else by adapter kind: on real GPUs about 4 elements
+ * per thread and 256-thread workgroups; on CPU implementations (SwiftShader) one thread per row, where barriers cost
+ * more than the sums they share.
  */
 export function rmsnormVariant(gpu: Gpu, C: number, opts: RmsnormOptions = {}): { tpr: number; wg: number } {
-  const cpu = isCpuAdapter(gpu);
+  const layout = opts.layout ?? tunedChoice(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, isCpuAdapter(gpu) ? "cpu" : "gpu");
+  const cpu = layout === "cpu";
   const wg = opts.workgroupSize ?? (cpu ? 64 : WG);
   const tpr = opts.threadsPerRow ?? (cpu ? 1 : Math.min(wg, 2 ** Math.ceil(Math.log2(Math.max(1, Math.ceil(C / 4))))));
   const pow2 = (v: number) => Number.isInteger(v) && v >= 1 && Number.isInteger(Math.log2(v));

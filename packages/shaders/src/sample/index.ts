@@ -88,7 +88,7 @@ export function sample(
   const params = new Params().u32(B, V, sampleMaskWords(V), opts.mask ? 1 : 0, opts.logprobAtTemperature ? 1 : 0);
   // Without a mask the kernel never reads binding 3; the rows buffer fills the slot.
   rec.dispatch(
-    sampleSpec(opts.wg ?? rowThreads(gpu)),
+    sampleSpec(opts.wg ?? rowThreads(gpu, "sample")),
     [logits, rows, opts.mask ?? rows, tokens, logprobs],
     gpu.grid(B),
     params,

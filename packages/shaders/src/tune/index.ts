@@ -21,17 +21,37 @@ export interface TuneOptions {
 }
 
 const table = new Map<string, TuneEntry>();
+/** A candidate whose first timed run takes this many times the best median so far is not timed again. */
+const HOPELESS = 3;
 const inflight = new Map<string, Promise<string>>();
+
+const keys = new WeakMap<Gpu, string>();
 
 /** Identifies an adapter and its settings: the same GPU with robustness on can pick differently. */
 export function adapterKey(gpu: Gpu): string {
-  const a = gpu.adapter;
-  return `${a.description || a.device || a.vendor}|${a.architecture}|${a.runtime}|robust=${a.robustness}`;
+  let k = keys.get(gpu);
+  if (k === undefined) {
+    const a = gpu.adapter;
+    k = `${a.description || a.device || a.vendor}|${a.architecture}|${a.runtime}|robust=${a.robustness}`;
+    keys.set(gpu, k);
+  }
+  return k;
 }
 
 /** The cached winner for a problem key on this adapter, if tuning has run. */
 export function tuned(gpu: Gpu, key: string): string | undefined {
   return table.get(`${adapterKey(gpu)}|${key}`)?.winner;
+}
+
+/** The cached entry (winner and every candidate's time) for a problem key on this adapter, if tuning has run. */
+export function tunedEntry(gpu: Gpu, key: string): Readonly<TuneEntry> | undefined {
+  return table.get(`${adapterKey(gpu)}|${key}`);
+}
+
+/** The tuned winner for `key` when it is one of `choices` (a loaded table may hold anything), else `fallback`. */
+export function tunedChoice<C extends string>(gpu: Gpu, key: string, choices: readonly C[], fallback: C): C {
+  const w = tuned(gpu, key);
+  return w !== undefined && choices.includes(w as C) ? (w as C) : fallback;
 }
 
 /**
@@ -75,6 +95,7 @@ async function measure<C extends string>(
     return performance.now() - t0;
   };
   const ms: Record<string, number> = {};
+  let best = Infinity;
   for (const c of candidates) {
     for (let i = 0; i < warmup; i++) await once(c);
     const times: number[] = [];
@@ -83,9 +104,11 @@ async function measure<C extends string>(
       const t = await once(c);
       times.push(t);
       total += t;
+      if (t > HOPELESS * best) break; // far behind: one timing ranks it (the slow ones cost most on CPU adapters)
     }
     times.sort((x, y) => x - y);
     ms[c] = times[Math.floor(times.length / 2)];
+    best = Math.min(best, ms[c]);
   }
   const winner = candidates.reduce((best, c) => (ms[c] < ms[best] ? c : best));
   table.set(full, { winner, ms });

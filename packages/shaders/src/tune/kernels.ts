@@ -1,18 +1,229 @@
-// Start-up tuning: measures the matmul and matvec variants on this adapter for a model's weight dtype, once per
-// adapter and process (the winners stay in tune/'s table, which matmul() and matvec() consult).
-import type { Gpu } from "@webart/engine/gpu";
+// Start-up tuning: measures, once per adapter and process, every layout choice the engine's kernels make (matmul
+// and matvec variants for the model's weight dtype, threads per row of sampling and logprobs, the attention family
+// and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The winners stay in tune/'s
+// table, which the kernels consult; until tuning has run they fall back to a default for the adapter's kind.
+import type { Gpu, Recorder } from "@webart/engine/gpu";
 import { tuneMatmul, type WeightDtype } from "../matmul/index.ts";
 import { tuneMatvec } from "../matvec/index.ts";
+import { packSampleRows, sample } from "../sample/index.ts";
+import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
+import {
+  ATTENTION_TUNE,
+  attentionBackward,
+  attentionDecode,
+  attentionForward,
+  trainingSlotPos,
+  type AttentionTuneCandidate,
+} from "../attention/index.ts";
+import { LORA_LAYOUTS, loraBackward, loraForward } from "../lora/index.ts";
+import { RMSNORM_LAYOUTS, rmsnorm, rmsnormBackward } from "../rmsnorm/index.ts";
+import { ROW_THREADS } from "../util/adapter.ts";
+import { Rng } from "../util/random.ts";
+import { tune } from "./index.ts";
 
-/** Sizes small enough for a CPU adapter (~1 s in all on SwiftShader) and big enough to rank the variants. */
+/** What the measured problems are shaped like: the model's dims. */
+export interface TuneShape {
+  /** The linear layers' weight dtype. */
+  weights: WeightDtype;
+  vocab: number;
+  hidden: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+}
+
+/** Sizes small enough for a CPU adapter and big enough to rank the variants. */
 const MATMUL_SIZE = 128;
 const MATVEC_SHAPE: [number, number] = [512, 1024];
+/** Rows sampled at once (a decode batch) and rows of one logprobs chunk (a training micro-batch's tokens). */
+const SAMPLE_ROWS = 16;
+const LOGPROB_ROWS = 64;
+/** Tokens of the training-layout attention problem, sequences and context of the decode one. */
+const ATTN_T = 64;
+const DECODE_B = 8;
+const DECODE_LEN = 128;
+/** Tokens through the LoRA and RMSNorm problems. */
+const TOKENS = 64;
+const LORA_RANK = 8;
+/** Few repetitions: each candidate only has to be ranked, and the slow ones are very slow on CPU adapters. */
+const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8 };
+
+type Run = (rec: Recorder) => void;
+
+/** Buffers of random f32 (or zeros) freed together. */
+class Scratch {
+  private readonly bufs: GPUBuffer[] = [];
+  private readonly rng = new Rng(11);
+  constructor(private readonly gpu: Gpu) {}
+  f32(n: number, lo = -1, hi = 1): GPUBuffer {
+    return this.keep(this.gpu.upload(this.rng.f32(n, lo, hi), "tune"));
+  }
+  u32(a: Uint32Array): GPUBuffer {
+    return this.keep(this.gpu.upload(a, "tune"));
+  }
+  zeros(bytes: number): GPUBuffer {
+    return this.keep(this.gpu.buffer(bytes, "tune"));
+  }
+  private keep(b: GPUBuffer): GPUBuffer {
+    this.bufs.push(b);
+    return b;
+  }
+  release(): void {
+    this.gpu.release(...this.bufs);
+  }
+}
+
+async function tuneWith<C extends string>(
+  gpu: Gpu,
+  key: string,
+  candidates: readonly C[],
+  setup: (s: Scratch) => (c: C) => Run,
+): Promise<C> {
+  const s = new Scratch(gpu);
+  try {
+    const run = setup(s);
+    return await tune(gpu, key, candidates, (c, rec) => run(c)(rec), QUICK);
+  } finally {
+    s.release();
+  }
+}
+
+/** Threads per row of the sampling and logprobs kernels, at the model's vocabulary (logprobs: one 8192 chunk). */
+export async function tuneRowThreads(gpu: Gpu, vocab: number): Promise<Record<string, string>> {
+  const V = Math.max(1, vocab);
+  const sampleWinner = await tuneWith(gpu, "sample.threads", ROW_THREADS, (s) => {
+    const B = SAMPLE_ROWS;
+    const rows = packSampleRows(Array.from({ length: B }, (_, b) => ({ temperature: 1, seed: 1, step: b })));
+    const [logits, r, tokens, lps] = [s.f32(B * V, -6, 6), s.u32(rows), s.zeros(B * 4), s.zeros(B * 4)];
+    return (c) => (rec) => sample(gpu, rec, logits, r, tokens, lps, B, V, { wg: Number(c) });
+  });
+  const cols = Math.min(V, 8192);
+  const lpWinner = await tuneWith(gpu, "logprobs.threads", ROW_THREADS, (s) => {
+    const N = LOGPROB_ROWS;
+    const [logits, targets, stats] = [s.f32(N * cols, -4, 4), s.zeros(N * 4), s.zeros(logprobsStatsBytes(N))];
+    return (c) => (rec) =>
+      logprobsChunk(gpu, rec, logits, targets, stats, N, { v0: 0, cols }, { first: true, wg: Number(c) });
+  });
+  return { "sample.threads": sampleWinner, "logprobs.threads": lpWinner };
+}
 
 /**
- * Tunes what a model with `weights` in that dtype runs: linear layers (nt) and their input gradients (nn) against
- * its weights, activation products (nn, f32), and the decode matvec. Returns every winner by tune key.
+ * The attention family and tile profile, separately for training (forward and backward of B=1 x T=64 tokens) and
+ * for decode (8 sequences at 128 tokens of context), with the model's heads.
  */
-export async function tuneKernels(gpu: Gpu, weights: WeightDtype): Promise<Record<string, string>> {
+export async function tuneAttention(
+  gpu: Gpu,
+  dims: { heads: number; kvHeads: number; headDim: number },
+): Promise<Record<string, string>> {
+  const { heads: h, kvHeads: kv, headDim: d } = dims;
+  const candidates = ATTENTION_TUNE.filter((c) => c !== "rows" || d % 4 === 0);
+  const train = await tuneWith(gpu, "attention.train", candidates, (s) => {
+    const n = ATTN_T;
+    const qs = n * h * d;
+    const ks = n * kv * d;
+    const [q, k, v, o, dout, dq, dk, dv] = [
+      s.f32(qs),
+      s.f32(ks),
+      s.f32(ks),
+      s.zeros(qs * 4),
+      s.f32(qs),
+      s.zeros(qs * 4),
+      s.zeros(ks * 4),
+      s.zeros(ks * 4),
+    ];
+    const [slotPos, lse] = [s.u32(trainingSlotPos(1, n)), s.zeros(n * h * 4)];
+    return (c: AttentionTuneCandidate) => (rec) => {
+      const [variant, profile] = splitCandidate(c);
+      attentionForward(
+        gpu,
+        rec,
+        { q, slotPos, k, v, o, lse },
+        { n, h, kv, d, slots: 1, tmax: n },
+        { variant, profile },
+      );
+      attentionBackward(
+        gpu,
+        rec,
+        { q, k, v, o, lse, dout, dq, dk, dv },
+        { b: 1, t: n, h, kv, d },
+        { variant, profile },
+      );
+    };
+  });
+  const decode = await tuneWith(gpu, "attention.decode", candidates, (s) => {
+    const [B, T] = [DECODE_B, DECODE_LEN];
+    const slotPos = new Uint32Array(2 * B);
+    for (let b = 0; b < B; b++) [slotPos[2 * b], slotPos[2 * b + 1]] = [b, T - 1 - b];
+    const [q, k, v, o, lse] = [
+      s.f32(B * h * d),
+      s.f32(B * T * kv * d),
+      s.f32(B * T * kv * d),
+      s.zeros(B * h * d * 4),
+      s.zeros(B * h * 4),
+    ];
+    const sp = s.u32(slotPos);
+    const dims = { n: B, h, kv, d, slots: B, tmax: T, maxLen: T };
+    return (c: AttentionTuneCandidate) => (rec) => {
+      const [variant, profile] = splitCandidate(c);
+      attentionDecode(gpu, rec, { q, slotPos: sp, k, v, o, lse }, dims, { variant, profile });
+    };
+  });
+  return { "attention.train": train, "attention.decode": decode };
+}
+
+const splitCandidate = (c: AttentionTuneCandidate) =>
+  c === "rows" ? (["rows", undefined] as const) : (["tiled", c === "tiled-cpu" ? "cpu" : "gpu"] as const);
+
+/** LoRA's layout (register blocking only, or threads sharing sums in workgroup memory): forward and backward. */
+export async function tuneLora(gpu: Gpu, hidden: number): Promise<string> {
+  return tuneWith(gpu, "lora.layout", LORA_LAYOUTS, (s) => {
+    const d = { N: TOKENS, in: hidden, out: hidden, R: LORA_RANK, scale: 2 };
+    const size = LORA_RANK * hidden * 2;
+    const [w, g, x, t, y, dy, dx] = [
+      s.f32(size),
+      s.zeros(size * 4),
+      s.f32(TOKENS * hidden),
+      s.zeros(TOKENS * LORA_RANK * 4),
+      s.zeros(TOKENS * hidden * 4),
+      s.f32(TOKENS * hidden),
+      s.zeros(TOKENS * hidden * 4),
+    ];
+    const slot = { buffer: w, a: 0, b: LORA_RANK * hidden };
+    const gslot = { buffer: g, a: 0, b: LORA_RANK * hidden };
+    return (c) => (rec) => {
+      loraForward(gpu, rec, d, slot, x, t, y, { layout: c });
+      loraBackward(gpu, rec, d, slot, gslot, { x, t, dy, dx }, { layout: c });
+    };
+  });
+}
+
+/** RMSNorm's row layout: forward and backward (with the weight gradient) over the model's width. */
+export async function tuneRmsnorm(gpu: Gpu, hidden: number): Promise<string> {
+  return tuneWith(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, (s) => {
+    const [rows, C] = [TOKENS, hidden];
+    const [x, w, y, rstd, dy, dx, dw] = [
+      s.f32(rows * C),
+      s.f32(C),
+      s.zeros(rows * C * 4),
+      s.zeros(rows * 4),
+      s.f32(rows * C),
+      s.zeros(rows * C * 4),
+      s.zeros(C * 4),
+    ];
+    return (c) => (rec) => {
+      rmsnorm(gpu, rec, x, w, y, rstd, rows, C, 1e-6, { layout: c });
+      rmsnormBackward(gpu, rec, { x, w, rstd, dy, dx, dw }, rows, C, { layout: c });
+    };
+  });
+}
+
+/**
+ * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
+ * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA and RMSNorm.
+ * Returns every winner by tune key.
+ */
+export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<Record<string, string>> {
+  const { weights } = shape;
   const cases = [
     { mode: "nt" as const, bDtype: weights },
     { mode: "nn" as const, bDtype: weights },
@@ -21,5 +232,9 @@ export async function tuneKernels(gpu: Gpu, weights: WeightDtype): Promise<Recor
   return {
     ...(await tuneMatmul(gpu, cases, MATMUL_SIZE)),
     ...(await tuneMatvec(gpu, [weights], MATVEC_SHAPE)),
+    ...(await tuneRowThreads(gpu, shape.vocab)),
+    ...(await tuneAttention(gpu, shape)),
+    "lora.layout": await tuneLora(gpu, shape.hidden),
+    "rmsnorm.layout": await tuneRmsnorm(gpu, shape.hidden),
   };
 }

@@ -1,5 +1,6 @@
 // Which kind of WebGPU implementation a device runs on, for the kernels' layout choices.
 import type { Gpu, KernelSpec } from "@webart/engine/gpu";
+import { tunedChoice } from "../tune/index.ts";
 
 /** Architectures of CPU implementations of WebGPU (SwiftShader, Mesa's llvmpipe/lavapipe, WARP). */
 const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
@@ -13,14 +14,19 @@ export function isCpuAdapter(gpu: Gpu): boolean {
   return CPU_ARCH.test(`${gpu.adapter.architecture} ${gpu.adapter.description}`);
 }
 
+/** The kernels that reduce each row in one workgroup. */
+export type RowKernel = "sample" | "logprobs";
+/** Threads per row they are measured at: fewer than 8 would leave each thread too long an f32 sum at V = 151936. */
+export const ROW_THREADS = ["8", "64", "256"] as const;
+
 /**
- * Threads per row for the kernels that reduce each row in one workgroup (sampling, token logprobs): 256 on GPUs;
- * 8 on CPU implementations, where each of their barriers switches between the workgroup's SIMD groups (sampling
- * 16 rows of 406 logits on SwiftShader: 0.85 ms a call at 8 threads, 25.8 ms at 256; logprobs in a tic-tac-toe
- * GRPO step: 23 against 576 ms a call). Fewer than 8 would leave each thread too long an f32 sum at V = 151936.
+ * Threads per row for a kernel that reduces each row in one workgroup (sampling, token logprobs): the count
+ * measured fastest on this adapter at start-up (tuneRowThreads), else 256 on GPUs and 8 on CPU implementations,
+ * where each barrier switches between the workgroup's SIMD groups (sampling 16 rows of 406 logits on SwiftShader:
+ * 0.85 ms a call at 8 threads, 25.8 ms at 256; logprobs in a tic-tac-toe GRPO step: 23 against 576 ms a call).
  */
-export function rowThreads(gpu: Gpu): number {
-  return isCpuAdapter(gpu) ? 8 : 256;
+export function rowThreads(gpu: Gpu, kernel: RowKernel): number {
+  return Number(tunedChoice(gpu, `${kernel}.threads`, ROW_THREADS, isCpuAdapter(gpu) ? "8" : "256"));
 }
 
 /** A row kernel's spec at `wg` threads (a power of two, 8..256), one object per size so pipelines are found fast. */
