@@ -4,7 +4,7 @@ import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine
 import { Rng } from "../util/random.ts";
 import { isCpuAdapter } from "../util/adapter.ts";
 import { packHalf } from "../util/half.ts";
-import { tune, tuned } from "../tune/index.ts";
+import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./forward.wgsl";
 import tiledCode from "./tiled.wgsl";
 
@@ -91,6 +91,7 @@ export async function tuneMatmul(
   gpu: Gpu,
   cases: { mode: MatmulMode; bDtype: WeightDtype }[] = [{ mode: "nn", bDtype: "f32" }],
   size = 256,
+  opts: TuneOptions = {},
 ): Promise<Record<string, MatmulVariant>> {
   const rng = new Rng(1);
   const values = rng.f32(size * size);
@@ -102,8 +103,12 @@ export async function tuneMatmul(
       const b = gpu.upload(bDtype === "f32" ? values : packHalf(values, bDtype), "tune");
       const o: MatmulOptions = { M: size, N: size, K: size, mode, bDtype };
       try {
-        out[tuneKey(mode, bDtype)] = await tune(gpu, tuneKey(mode, bDtype), MATMUL_VARIANTS, (variant, rec) =>
-          matmul(gpu, rec, a, b, c, { ...o, variant }),
+        out[tuneKey(mode, bDtype)] = await tune(
+          gpu,
+          tuneKey(mode, bDtype),
+          MATMUL_VARIANTS,
+          (variant, rec) => matmul(gpu, rec, a, b, c, { ...o, variant }),
+          opts,
         );
       } finally {
         gpu.release(b);

@@ -4,7 +4,7 @@ import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine
 import type { WeightDtype } from "../matmul/index.ts";
 import { Rng } from "../util/random.ts";
 import { packHalf } from "../util/half.ts";
-import { tune, tuned } from "../tune/index.ts";
+import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import code from "./forward.wgsl";
 import subgroupCode from "./subgroup.wgsl";
 
@@ -69,6 +69,7 @@ export async function tuneMatvec(
   gpu: Gpu,
   dtypes: WeightDtype[] = ["f32"],
   [N, K] = [1024, 4096],
+  opts: TuneOptions = {},
 ): Promise<Record<string, MatvecVariant>> {
   const rng = new Rng(2);
   const values = rng.f32(N * K);
@@ -78,8 +79,12 @@ export async function tuneMatvec(
     for (const wDtype of dtypes) {
       const w = gpu.upload(wDtype === "f32" ? values : packHalf(values, wDtype), "tune");
       try {
-        out[`matvec.${wDtype}`] = await tune(gpu, `matvec.${wDtype}`, matvecVariants(gpu), (variant, rec) =>
-          matvec(gpu, rec, x, w, y, { M: 1, N, K, wDtype, variant }),
+        out[`matvec.${wDtype}`] = await tune(
+          gpu,
+          `matvec.${wDtype}`,
+          matvecVariants(gpu),
+          (variant, rec) => matvec(gpu, rec, x, w, y, { M: 1, N, K, wDtype, variant }),
+          opts,
         );
       } finally {
         gpu.release(w);

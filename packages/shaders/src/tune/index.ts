@@ -18,11 +18,16 @@ export interface TuneOptions {
   /** Keep repeating a candidate until this much time is spent on it (bounded by maxReps). */
   minMs?: number;
   maxReps?: number;
+  /** Where one call takes less than this (after warm-up, first candidate), each timed submit records enough calls
+   * to take about this long, so a fast GPU's submit latency does not hide the candidates' differences. */
+  minSubmitMs?: number;
 }
 
 const table = new Map<string, TuneEntry>();
 /** A candidate whose first timed run takes this many times the best median so far is not timed again. */
 const HOPELESS = 3;
+/** At most this many calls in one timed submit. */
+const MAX_COPIES = 64;
 const inflight = new Map<string, Promise<string>>();
 
 const keys = new WeakMap<Gpu, string>();
@@ -85,15 +90,21 @@ async function measure<C extends string>(
   runOne: (candidate: C, rec: Recorder) => void,
   opts: TuneOptions,
 ): Promise<C> {
-  const { warmup = 1, minReps = 3, minMs = 30, maxReps = 20 } = opts;
+  const { warmup = 1, minReps = 3, minMs = 30, maxReps = 20, minSubmitMs = 0 } = opts;
+  let copies = 1;
   const once = async (c: C) => {
     const rec = gpu.recorder();
-    runOne(c, rec);
+    for (let i = 0; i < copies; i++) runOne(c, rec);
     const t0 = performance.now();
     await rec.submit();
     await gpu.sync();
-    return performance.now() - t0;
+    return (performance.now() - t0) / copies;
   };
+  if (minSubmitMs > 0) {
+    await once(candidates[0]); // compiles its pipelines
+    const t = await once(candidates[0]);
+    copies = Math.max(1, Math.min(MAX_COPIES, Math.ceil(minSubmitMs / Math.max(t, 1e-3))));
+  }
   const ms: Record<string, number> = {};
   let best = Infinity;
   for (const c of candidates) {

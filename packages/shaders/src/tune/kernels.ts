@@ -3,7 +3,7 @@
 // and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The winners stay in tune/'s
 // table, which the kernels consult; until tuning has run they fall back to a default for the adapter's kind.
 import type { Gpu, Recorder } from "@webart/engine/gpu";
-import { tuneMatmul, type WeightDtype } from "../matmul/index.ts";
+import { defaultMatmulVariant, matmul, tuneMatmul, type WeightDtype } from "../matmul/index.ts";
 import { tuneMatvec } from "../matvec/index.ts";
 import { packSampleRows, sample } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
@@ -32,21 +32,69 @@ export interface TuneShape {
   headDim: number;
 }
 
-/** Sizes small enough for a CPU adapter and big enough to rank the variants. */
-const MATMUL_SIZE = 128;
-const MATVEC_SHAPE: [number, number] = [512, 1024];
-/** Rows sampled at once (a decode batch) and rows of one logprobs chunk (a training micro-batch's tokens). */
-const SAMPLE_ROWS = 16;
-const LOGPROB_ROWS = 64;
-/** Tokens of the training-layout attention problem, sequences and context of the decode one. */
-const ATTN_T = 64;
-const DECODE_B = 8;
-const DECODE_LEN = 128;
-/** Tokens through the LoRA and RMSNorm problems. */
-const TOKENS = 64;
+/**
+ * Problem sizes: small enough for a CPU adapter (~3 s of tuning in all on SwiftShader) and big enough to rank the
+ * candidates; on a fast adapter (see calibrate) larger, shaped like real batches, since a GPU's ranking at a few
+ * microseconds a call would say little about the sizes it runs.
+ */
+interface Sizes {
+  matmul: number;
+  /** Matvec N, K. */
+  matvec: [number, number];
+  /** Rows sampled at once (a decode batch); rows of one logprobs chunk (a micro-batch's tokens). */
+  sampleRows: number;
+  logprobRows: number;
+  /** Tokens of the training-layout attention, LoRA and RMSNorm problems. */
+  tokens: number;
+  /** Sequences and context of the decode attention problem. */
+  decodeB: number;
+  decodeLen: number;
+}
+const CPU_SIZES: Sizes = {
+  matmul: 128,
+  matvec: [512, 1024],
+  sampleRows: 16,
+  logprobRows: 64,
+  tokens: 64,
+  decodeB: 8,
+  decodeLen: 128,
+};
+const FAST_SIZES: Sizes = {
+  matmul: 1024,
+  matvec: [4096, 1024],
+  sampleRows: 64,
+  logprobRows: 1024,
+  tokens: 1024,
+  decodeB: 32,
+  decodeLen: 512,
+};
 const LORA_RANK = 8;
-/** Few repetitions: each candidate only has to be ranked, and the slow ones are very slow on CPU adapters. */
-const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8 };
+/** Few repetitions: each candidate only has to be ranked, and the slow ones are very slow on CPU adapters. Calls
+ * shorter than 2 ms are timed several to a submit. */
+const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8, minSubmitMs: 2 };
+
+/**
+ * True where a 128³ f32 matmul (the default variant, warm) takes under 0.5 ms, i.e. > 8 GFLOP/s: past what CPU
+ * implementations of WebGPU reach (SwiftShader: 2-4 GFLOP/s on 2 cores), the first GPU size class.
+ */
+async function calibrate(gpu: Gpu): Promise<boolean> {
+  const n = 128;
+  const [a, c] = [gpu.upload(new Rng(3).f32(n * n), "tune"), gpu.buffer(n * n * 4, "tune")];
+  try {
+    let best = Infinity;
+    for (let i = 0; i < 4; i++) {
+      const rec = gpu.recorder();
+      for (let k = 0; k < 8; k++) matmul(gpu, rec, a, a, c, { M: n, N: n, K: n, variant: defaultMatmulVariant(gpu) });
+      const t0 = performance.now();
+      await rec.submit();
+      await gpu.sync();
+      if (i > 0) best = Math.min(best, (performance.now() - t0) / 8);
+    }
+    return best < 0.5;
+  } finally {
+    gpu.release(a, c);
+  }
+}
 
 type Run = (rec: Recorder) => void;
 
@@ -89,17 +137,17 @@ async function tuneWith<C extends string>(
 }
 
 /** Threads per row of the sampling and logprobs kernels, at the model's vocabulary (logprobs: one 8192 chunk). */
-export async function tuneRowThreads(gpu: Gpu, vocab: number): Promise<Record<string, string>> {
+export async function tuneRowThreads(gpu: Gpu, vocab: number, z: Sizes = CPU_SIZES): Promise<Record<string, string>> {
   const V = Math.max(1, vocab);
   const sampleWinner = await tuneWith(gpu, "sample.threads", ROW_THREADS, (s) => {
-    const B = SAMPLE_ROWS;
+    const B = z.sampleRows;
     const rows = packSampleRows(Array.from({ length: B }, (_, b) => ({ temperature: 1, seed: 1, step: b })));
     const [logits, r, tokens, lps] = [s.f32(B * V, -6, 6), s.u32(rows), s.zeros(B * 4), s.zeros(B * 4)];
     return (c) => (rec) => sample(gpu, rec, logits, r, tokens, lps, B, V, { wg: Number(c) });
   });
   const cols = Math.min(V, 8192);
   const lpWinner = await tuneWith(gpu, "logprobs.threads", ROW_THREADS, (s) => {
-    const N = LOGPROB_ROWS;
+    const N = z.logprobRows;
     const [logits, targets, stats] = [s.f32(N * cols, -4, 4), s.zeros(N * 4), s.zeros(logprobsStatsBytes(N))];
     return (c) => (rec) =>
       logprobsChunk(gpu, rec, logits, targets, stats, N, { v0: 0, cols }, { first: true, wg: Number(c) });
@@ -114,11 +162,12 @@ export async function tuneRowThreads(gpu: Gpu, vocab: number): Promise<Record<st
 export async function tuneAttention(
   gpu: Gpu,
   dims: { heads: number; kvHeads: number; headDim: number },
+  z: Sizes = CPU_SIZES,
 ): Promise<Record<string, string>> {
   const { heads: h, kvHeads: kv, headDim: d } = dims;
   const candidates = ATTENTION_TUNE.filter((c) => c !== "rows" || d % 4 === 0);
   const train = await tuneWith(gpu, "attention.train", candidates, (s) => {
-    const n = ATTN_T;
+    const n = z.tokens;
     const qs = n * h * d;
     const ks = n * kv * d;
     const [q, k, v, o, dout, dq, dk, dv] = [
@@ -151,7 +200,7 @@ export async function tuneAttention(
     };
   });
   const decode = await tuneWith(gpu, "attention.decode", candidates, (s) => {
-    const [B, T] = [DECODE_B, DECODE_LEN];
+    const [B, T] = [z.decodeB, z.decodeLen];
     const slotPos = new Uint32Array(2 * B);
     for (let b = 0; b < B; b++) [slotPos[2 * b], slotPos[2 * b + 1]] = [b, T - 1 - b];
     const [q, k, v, o, lse] = [
@@ -175,18 +224,18 @@ const splitCandidate = (c: AttentionTuneCandidate) =>
   c === "rows" ? (["rows", undefined] as const) : (["tiled", c === "tiled-cpu" ? "cpu" : "gpu"] as const);
 
 /** LoRA's layout (register blocking only, or threads sharing sums in workgroup memory): forward and backward. */
-export async function tuneLora(gpu: Gpu, hidden: number): Promise<string> {
+export async function tuneLora(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<string> {
   return tuneWith(gpu, "lora.layout", LORA_LAYOUTS, (s) => {
-    const d = { N: TOKENS, in: hidden, out: hidden, R: LORA_RANK, scale: 2 };
+    const d = { N: z.tokens, in: hidden, out: hidden, R: LORA_RANK, scale: 2 };
     const size = LORA_RANK * hidden * 2;
     const [w, g, x, t, y, dy, dx] = [
       s.f32(size),
       s.zeros(size * 4),
-      s.f32(TOKENS * hidden),
-      s.zeros(TOKENS * LORA_RANK * 4),
-      s.zeros(TOKENS * hidden * 4),
-      s.f32(TOKENS * hidden),
-      s.zeros(TOKENS * hidden * 4),
+      s.f32(z.tokens * hidden),
+      s.zeros(z.tokens * LORA_RANK * 4),
+      s.zeros(z.tokens * hidden * 4),
+      s.f32(z.tokens * hidden),
+      s.zeros(z.tokens * hidden * 4),
     ];
     const slot = { buffer: w, a: 0, b: LORA_RANK * hidden };
     const gslot = { buffer: g, a: 0, b: LORA_RANK * hidden };
@@ -198,9 +247,9 @@ export async function tuneLora(gpu: Gpu, hidden: number): Promise<string> {
 }
 
 /** RMSNorm's row layout: forward and backward (with the weight gradient) over the model's width. */
-export async function tuneRmsnorm(gpu: Gpu, hidden: number): Promise<string> {
+export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<string> {
   return tuneWith(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, (s) => {
-    const [rows, C] = [TOKENS, hidden];
+    const [rows, C] = [z.tokens, hidden];
     const [x, w, y, rstd, dy, dx, dw] = [
       s.f32(rows * C),
       s.f32(C),
@@ -224,17 +273,18 @@ export async function tuneRmsnorm(gpu: Gpu, hidden: number): Promise<string> {
  */
 export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<Record<string, string>> {
   const { weights } = shape;
+  const z = (await calibrate(gpu)) ? FAST_SIZES : CPU_SIZES;
   const cases = [
     { mode: "nt" as const, bDtype: weights },
     { mode: "nn" as const, bDtype: weights },
     ...(weights === "f32" ? [] : [{ mode: "nn" as const, bDtype: "f32" as const }]),
   ];
   return {
-    ...(await tuneMatmul(gpu, cases, MATMUL_SIZE)),
-    ...(await tuneMatvec(gpu, [weights], MATVEC_SHAPE)),
-    ...(await tuneRowThreads(gpu, shape.vocab)),
-    ...(await tuneAttention(gpu, shape)),
-    "lora.layout": await tuneLora(gpu, shape.hidden),
-    "rmsnorm.layout": await tuneRmsnorm(gpu, shape.hidden),
+    ...(await tuneMatmul(gpu, cases, z.matmul, QUICK)),
+    ...(await tuneMatvec(gpu, [weights], z.matvec, QUICK)),
+    ...(await tuneRowThreads(gpu, shape.vocab, z)),
+    ...(await tuneAttention(gpu, shape, z)),
+    "lora.layout": await tuneLora(gpu, shape.hidden, z),
+    "rmsnorm.layout": await tuneRmsnorm(gpu, shape.hidden, z),
   };
 }

@@ -42,6 +42,21 @@ it("times every candidate once, returns the fastest, and serves it from the cach
   gpu.release(a, b, c);
 });
 
+it("times calls shorter than minSubmitMs several to a submit", async () => {
+  const [a, c] = [gpu.buffer(16 * 16 * 4), gpu.buffer(16 * 16 * 4)];
+  const runs: Record<string, number> = {};
+  const runOne = (v: (typeof MATMUL_VARIANTS)[number], rec: Recorder) => {
+    runs[v] = (runs[v] ?? 0) + 1;
+    matmul(gpu, rec, a, a, c, { M: 16, N: 16, K: 16, variant: v });
+  };
+  // A 16³ matmul takes well under 1 s, so every submit carries the maximum of 64 calls.
+  await tune(gpu, "test.copies", MATMUL_VARIANTS, runOne, { minReps: 1, minMs: 0, maxReps: 1, minSubmitMs: 1000 });
+  const [first, second] = MATMUL_VARIANTS;
+  expect(runs[first]).toBe(2 + 2 * 64); // two single calls to size the submits, then warm-up and one timed
+  expect(runs[second]).toBe(2 * 64);
+  gpu.release(a, c);
+});
+
 it("keys results by adapter settings: a robust device of the same adapter is tuned separately", async () => {
   const robust = await getDevice({ robustness: true });
   expect(adapterKey(robust)).not.toBe(adapterKey(gpu));
