@@ -1,5 +1,5 @@
-// Kernels bench, the per-row and LoRA kernels: GPU sampling and token logprobs at both workgroup sizes the engine
-// chooses between (8 threads a row on CPU adapters, 256 on GPUs), and the LoRA forward and backward in GFLOP/s.
+// Kernels bench, the per-row and LoRA kernels: GPU sampling and token logprobs at every threads-per-row count that
+// start-up tuning chooses from (8, 64, 256), and the LoRA forward and backward in GFLOP/s.
 // Every output is checked against the kernel's CPU reference before it is timed.
 import type { Gpu, Recorder } from "@webart/engine/gpu";
 import { packSampleRows, sample, type SampleRow } from "@webart/shaders/sample/index.ts";
@@ -9,11 +9,12 @@ import { logprobsReference } from "@webart/shaders/logprobs/reference.ts";
 import { loraBackward, loraForward } from "@webart/shaders/lora/index.ts";
 import { loraReference } from "@webart/shaders/lora/reference.ts";
 import { Rng } from "@webart/shaders/util/random.ts";
-import { rowThreads } from "@webart/shaders/util/adapter.ts";
+import { ROW_THREADS, rowThreads } from "@webart/shaders/util/adapter.ts";
 import { assertClose } from "@webart/shaders/util/check.ts";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
 
-const WGS = [8, 256] as const;
+/** Every threads-per-row count start-up tuning chooses from. */
+const WGS = ROW_THREADS.map(Number);
 
 /** Times `record` in submits of `reps` calls, ms per call. */
 async function perCall(gpu: Gpu, record: (r: Recorder) => void, reps: number, quick: boolean): Promise<number> {
@@ -23,7 +24,7 @@ async function perCall(gpu: Gpu, record: (r: Recorder) => void, reps: number, qu
   return (await timeGpu(gpu, many, { minMs: quick ? 20 : 300, maxReps: quick ? 3 : 20 })) / reps;
 }
 
-/** One row per workgroup-size choice (ms a call), each against the GPUs' 256 threads; `bytes` read per call. */
+/** One row per threads-per-row count (ms a call), each against 256 threads; `bytes` read per call. */
 function wgRows(
   ctx: BenchContext,
   id: string,
