@@ -156,8 +156,8 @@ export async function tuneRowThreads(gpu: Gpu, vocab: number, z: Sizes = CPU_SIZ
 }
 
 /**
- * The attention family and tile profile, separately for training (forward and backward of B=1 x T=64 tokens) and
- * for decode (8 sequences at 128 tokens of context), with the model's heads.
+ * The attention family and tile profile, separately for training (forward and backward of one sequence of
+ * `z.tokens`) and for decode (`z.decodeB` sequences of up to `z.decodeLen` tokens of context), with the model's heads.
  */
 export async function tuneAttention(
   gpu: Gpu,
@@ -269,7 +269,8 @@ export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA and RMSNorm.
- * Returns every winner by tune key.
+ * Returns every winner by tune key. The keys name the adapter, not the shapes: the first model tuned in a process
+ * decides for later ones on the same adapter.
  */
 export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<Record<string, string>> {
   const { weights } = shape;
