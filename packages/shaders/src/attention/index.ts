@@ -11,7 +11,7 @@ import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
 import { isCpuAdapter } from "../util/adapter.ts";
-import { tunedChoice, tunedEntry } from "../tune/index.ts";
+import { tunedChoice } from "../tune/index.ts";
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
@@ -22,7 +22,9 @@ export type AttentionVariant = "tiled" | "rows";
 export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows"];
 /** Where attention runs: training and prefill (many query tokens a sequence), or decode (one a sequence). */
 export type AttentionUse = "train" | "decode";
-/** What start-up tuning times for each use: the rows family, and the tiled one with either tile profile. */
+/** What start-up tuning times for each use: the rows family, and the tiled one with either tile profile (key
+ * `attention.<use>` ranks the rows family against the tiled one at the adapter kind's profile; where tiled wins,
+ * `attention.<use>.tiles` ranks the two profiles). */
 export const ATTENTION_TUNE = ["rows", "tiled-cpu", "tiled-gpu"] as const;
 export type AttentionTuneCandidate = (typeof ATTENTION_TUNE)[number];
 
@@ -104,12 +106,12 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
  */
 export type TileProfile = "gpu" | "cpu";
 
-/** The tiled family's profile for this use: the faster of the two as measured at start-up, else by adapter kind. */
+/** The tiled family's profile for this use: as measured at start-up where the tiled family won, else by the adapter's
+ * kind (where rows won, tiles serve only an explicit split-KV decode). */
 export function tileProfile(gpu: Gpu, use: AttentionUse = "train"): TileProfile {
-  const ms = tunedEntry(gpu, `attention.${use}`)?.ms;
-  const [c, g] = [ms?.["tiled-cpu"], ms?.["tiled-gpu"]];
-  if (c !== undefined && g !== undefined) return c <= g ? "cpu" : "gpu";
-  return isCpuAdapter(gpu) ? "cpu" : "gpu";
+  const fallback = isCpuAdapter(gpu) ? "tiled-cpu" : "tiled-gpu";
+  const w = tunedChoice(gpu, `attention.${use}.tiles`, ATTENTION_TUNE, fallback);
+  return w === "tiled-cpu" ? "cpu" : "gpu";
 }
 
 /** Default rows (query tokens x heads) and keys per tile. */

@@ -21,6 +21,9 @@ export interface TuneOptions {
   /** Where one call takes less than this (after warm-up, first candidate), each timed submit records enough calls
    * to take about this long, so a fast GPU's submit latency does not hide the candidates' differences. */
   minSubmitMs?: number;
+  /** The candidates are in an order along which time changes one way past the best (e.g. rising thread counts): the
+   * search stops at the first one HOPELESS times slower than the best so far, and the rest are not built or timed. */
+  ordered?: boolean;
 }
 
 const table = new Map<string, TuneEntry>();
@@ -90,7 +93,7 @@ async function measure<C extends string>(
   runOne: (candidate: C, rec: Recorder) => void,
   opts: TuneOptions,
 ): Promise<C> {
-  const { warmup = 1, minReps = 3, minMs = 30, maxReps = 20, minSubmitMs = 0 } = opts;
+  const { warmup = 1, minReps = 3, minMs = 30, maxReps = 20, minSubmitMs = 0, ordered = false } = opts;
   let copies = 1;
   const once = async (c: C) => {
     const rec = gpu.recorder();
@@ -119,9 +122,10 @@ async function measure<C extends string>(
     }
     times.sort((x, y) => x - y);
     ms[c] = times[Math.floor(times.length / 2)];
+    if (ordered && ms[c] > HOPELESS * best) break;
     best = Math.min(best, ms[c]);
   }
-  const winner = candidates.reduce((best, c) => (ms[c] < ms[best] ? c : best));
+  const winner = candidates.filter((c) => c in ms).reduce((best, c) => (ms[c] < ms[best] ? c : best));
   table.set(full, { winner, ms });
   return winner;
 }

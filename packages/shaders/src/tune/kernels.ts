@@ -17,9 +17,9 @@ import {
 } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnorm, rmsnormBackward } from "../rmsnorm/index.ts";
-import { ROW_THREADS } from "../util/adapter.ts";
+import { ROW_THREADS, isCpuAdapter } from "../util/adapter.ts";
 import { Rng } from "../util/random.ts";
-import { tune } from "./index.ts";
+import { tune, type TuneOptions } from "./index.ts";
 
 /** What the measured problems are shaped like: the model's dims. */
 export interface TuneShape {
@@ -126,32 +126,49 @@ async function tuneWith<C extends string>(
   key: string,
   candidates: readonly C[],
   setup: (s: Scratch) => (c: C) => Run,
+  opts: TuneOptions = {},
 ): Promise<C> {
   const s = new Scratch(gpu);
   try {
     const run = setup(s);
-    return await tune(gpu, key, candidates, (c, rec) => run(c)(rec), QUICK);
+    return await tune(gpu, key, candidates, (c, rec) => run(c)(rec), { ...QUICK, ...opts });
   } finally {
     s.release();
   }
 }
 
+/** Rising thread counts: once one is 3x slower than the best, more threads do not win either (and in browsers on CPU
+ * adapters the 256-thread pipelines alone take ~1 s each to build, as Dawn zero-fills their workgroup memory). */
+const ORDERED = { ordered: true };
+
 /** Threads per row of the sampling and logprobs kernels, at the model's vocabulary (logprobs: one 8192 chunk). */
 export async function tuneRowThreads(gpu: Gpu, vocab: number, z: Sizes = CPU_SIZES): Promise<Record<string, string>> {
   const V = Math.max(1, vocab);
-  const sampleWinner = await tuneWith(gpu, "sample.threads", ROW_THREADS, (s) => {
-    const B = z.sampleRows;
-    const rows = packSampleRows(Array.from({ length: B }, (_, b) => ({ temperature: 1, seed: 1, step: b })));
-    const [logits, r, tokens, lps] = [s.f32(B * V, -6, 6), s.u32(rows), s.zeros(B * 4), s.zeros(B * 4)];
-    return (c) => (rec) => sample(gpu, rec, logits, r, tokens, lps, B, V, { wg: Number(c) });
-  });
+  const sampleWinner = await tuneWith(
+    gpu,
+    "sample.threads",
+    ROW_THREADS,
+    (s) => {
+      const B = z.sampleRows;
+      const rows = packSampleRows(Array.from({ length: B }, (_, b) => ({ temperature: 1, seed: 1, step: b })));
+      const [logits, r, tokens, lps] = [s.f32(B * V, -6, 6), s.u32(rows), s.zeros(B * 4), s.zeros(B * 4)];
+      return (c) => (rec) => sample(gpu, rec, logits, r, tokens, lps, B, V, { wg: Number(c) });
+    },
+    ORDERED,
+  );
   const cols = Math.min(V, 8192);
-  const lpWinner = await tuneWith(gpu, "logprobs.threads", ROW_THREADS, (s) => {
-    const N = z.logprobRows;
-    const [logits, targets, stats] = [s.f32(N * cols, -4, 4), s.zeros(N * 4), s.zeros(logprobsStatsBytes(N))];
-    return (c) => (rec) =>
-      logprobsChunk(gpu, rec, logits, targets, stats, N, { v0: 0, cols }, { first: true, wg: Number(c) });
-  });
+  const lpWinner = await tuneWith(
+    gpu,
+    "logprobs.threads",
+    ROW_THREADS,
+    (s) => {
+      const N = z.logprobRows;
+      const [logits, targets, stats] = [s.f32(N * cols, -4, 4), s.zeros(N * 4), s.zeros(logprobsStatsBytes(N))];
+      return (c) => (rec) =>
+        logprobsChunk(gpu, rec, logits, targets, stats, N, { v0: 0, cols }, { first: true, wg: Number(c) });
+    },
+    ORDERED,
+  );
   return { "sample.threads": sampleWinner, "logprobs.threads": lpWinner };
 }
 
@@ -165,8 +182,7 @@ export async function tuneAttention(
   z: Sizes = CPU_SIZES,
 ): Promise<Record<string, string>> {
   const { heads: h, kvHeads: kv, headDim: d } = dims;
-  const candidates = ATTENTION_TUNE.filter((c) => c !== "rows" || d % 4 === 0);
-  const train = await tuneWith(gpu, "attention.train", candidates, (s) => {
+  const train = (s: Scratch) => {
     const n = z.tokens;
     const qs = n * h * d;
     const ks = n * kv * d;
@@ -181,25 +197,15 @@ export async function tuneAttention(
       s.zeros(ks * 4),
     ];
     const [slotPos, lse] = [s.u32(trainingSlotPos(1, n)), s.zeros(n * h * 4)];
-    return (c: AttentionTuneCandidate) => (rec) => {
+    return (c: AttentionTuneCandidate) => (rec: Recorder) => {
       const [variant, profile] = splitCandidate(c);
-      attentionForward(
-        gpu,
-        rec,
-        { q, slotPos, k, v, o, lse },
-        { n, h, kv, d, slots: 1, tmax: n },
-        { variant, profile },
-      );
-      attentionBackward(
-        gpu,
-        rec,
-        { q, k, v, o, lse, dout, dq, dk, dv },
-        { b: 1, t: n, h, kv, d },
-        { variant, profile },
-      );
+      const fwd = { q, slotPos, k, v, o, lse };
+      attentionForward(gpu, rec, fwd, { n, h, kv, d, slots: 1, tmax: n }, { variant, profile });
+      const bwd = { q, k, v, o, lse, dout, dq, dk, dv };
+      attentionBackward(gpu, rec, bwd, { b: 1, t: n, h, kv, d }, { variant, profile });
     };
-  });
-  const decode = await tuneWith(gpu, "attention.decode", candidates, (s) => {
+  };
+  const decode = (s: Scratch) => {
     const [B, T] = [z.decodeB, z.decodeLen];
     const slotPos = new Uint32Array(2 * B);
     for (let b = 0; b < B; b++) [slotPos[2 * b], slotPos[2 * b + 1]] = [b, T - 1 - b];
@@ -212,12 +218,28 @@ export async function tuneAttention(
     ];
     const sp = s.u32(slotPos);
     const dims = { n: B, h, kv, d, slots: B, tmax: T, maxLen: T };
-    return (c: AttentionTuneCandidate) => (rec) => {
+    return (c: AttentionTuneCandidate) => (rec: Recorder) => {
       const [variant, profile] = splitCandidate(c);
       attentionDecode(gpu, rec, { q, slotPos: sp, k, v, o, lse }, dims, { variant, profile });
     };
-  });
-  return { "attention.train": train, "attention.decode": decode };
+  };
+  // The rows family against the tiled one at the adapter kind's profile; the other profile only where tiled wins
+  // (in browsers each tiled pipeline takes seconds to build on a CPU adapter, as Dawn zero-fills workgroup memory).
+  const tiledDefault: AttentionTuneCandidate = isCpuAdapter(gpu) ? "tiled-cpu" : "tiled-gpu";
+  const out: Record<string, string> = {};
+  for (const [use, setup] of [
+    ["train", train],
+    ["decode", decode],
+  ] as const) {
+    const family: AttentionTuneCandidate[] = d % 4 === 0 ? ["rows", tiledDefault] : [tiledDefault];
+    const w = family.length > 1 ? await tuneWith(gpu, `attention.${use}`, family, setup) : tiledDefault;
+    out[`attention.${use}`] = w;
+    if (w !== "rows") {
+      const tiles = await tuneWith(gpu, `attention.${use}.tiles`, ["tiled-cpu", "tiled-gpu"] as const, setup);
+      out[`attention.${use}.tiles`] = tiles;
+    }
+  }
+  return out;
 }
 
 const splitCandidate = (c: AttentionTuneCandidate) =>

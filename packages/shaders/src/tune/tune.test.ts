@@ -97,13 +97,17 @@ it("every layout choice follows a loaded table entry for its key, and ignores wi
   set("sample.threads", "512"); // not a candidate: the adapter kind's default
   expect(rowThreads(gpu, "sample")).toBe(isCpuAdapter(gpu) ? 8 : 256);
 
-  set("attention.decode", "tiled-gpu", { rows: 3, "tiled-cpu": 2, "tiled-gpu": 1 });
-  expect(attentionVariant(gpu, 64, "decode")).toBe("tiled");
-  expect(tileProfile(gpu, "decode")).toBe("gpu");
-  set("attention.train", "rows", { rows: 1, "tiled-cpu": 2, "tiled-gpu": 3 });
-  expect(attentionVariant(gpu, 64, "train")).toBe("rows");
-  expect(attentionVariant(gpu, 30, "train")).toBe("tiled"); // rows need D % 4 == 0
-  expect(tileProfile(gpu, "train")).toBe("cpu");
+  for (const use of ["train", "decode"] as const) {
+    set(`attention.${use}`, "tiled-cpu");
+    expect(attentionVariant(gpu, 64, use)).toBe("tiled");
+    for (const p of ["cpu", "gpu"] as const) {
+      set(`attention.${use}.tiles`, `tiled-${p}`);
+      expect(tileProfile(gpu, use)).toBe(p);
+    }
+    set(`attention.${use}`, "rows");
+    expect(attentionVariant(gpu, 64, use)).toBe("rows");
+    expect(attentionVariant(gpu, 30, use)).toBe("tiled"); // rows need D % 4 == 0
+  }
 
   for (const layout of LORA_LAYOUTS) {
     set("lora.layout", layout);
@@ -118,19 +122,38 @@ it("tuneKernels times each choice on the model's shapes; the winners are the fas
   const shape = { weights: "bf16" as const, vocab: 300, hidden: 64, heads: 4, kvHeads: 2, headDim: 16 };
   const winners = await tuneKernels(gpu, shape);
   const table = tuneTable();
-  for (const key of [
-    "sample.threads",
-    "logprobs.threads",
-    "attention.train",
-    "attention.decode",
-    "lora.layout",
-    "rmsnorm.layout",
-  ]) {
+  const keys = ["matmul.nt.bf16", "matmul.nn.bf16", "matmul.nn.f32", "matvec.bf16", "sample.threads"];
+  keys.push("logprobs.threads", "attention.train", "attention.decode", "lora.layout", "rmsnorm.layout");
+  // The tile profiles are ranked only where the tiled family won.
+  for (const use of ["train", "decode"])
+    if (winners[`attention.${use}`] !== "rows") keys.push(`attention.${use}.tiles`);
+  expect(Object.keys(winners).sort()).toEqual([...keys].sort());
+  for (const key of keys) {
     const e = table[`${adapterKey(gpu)}|${key}`];
     expect(winners[key], key).toBe(e.winner);
     expect(Object.keys(e.ms).length, key).toBeGreaterThan(1);
     expect(e.ms[e.winner]).toBe(Math.min(...Object.values(e.ms)));
   }
-  expect(winners["matmul.nt.bf16"]).toBeDefined();
-  expect(winners["matvec.bf16"]).toBeDefined();
+});
+
+it("an ordered search stops at the first candidate 3x slower than the best so far", async () => {
+  const [a, c] = [gpu.buffer(256 * 256 * 4), gpu.buffer(256 * 256 * 4)];
+  const sizes = ["16", "32", "256", "64"] as const; // "256" is 512x the work of "32"; "64" is never reached
+  const runs: Record<string, number> = {};
+  const winner = await tune(
+    gpu,
+    "test.ordered",
+    sizes,
+    (v, rec) => {
+      runs[v] = (runs[v] ?? 0) + 1;
+      const n = Number(v);
+      matmul(gpu, rec, a, a, c, { M: n, N: n, K: n, variant: MATMUL_VARIANTS[0] });
+    },
+    { minReps: 2, minMs: 0, ordered: true },
+  );
+  const ms = tuneTable()[`${adapterKey(gpu)}|test.ordered`].ms;
+  expect(runs["64"]).toBeUndefined();
+  expect(Object.keys(ms)).toEqual(["16", "32", "256"]);
+  expect(["16", "32"]).toContain(winner);
+  gpu.release(a, c);
 });
