@@ -1,6 +1,7 @@
 // Builds and serves apps/web; the engine runs in a module Web Worker. The embedded model (models/webart-tiny)
 // is served at /models/webart-tiny/ in dev (with HTTP Range, as the engine reads weights by ranges) and copied
 // into the build beside the app.
+import { createHash } from "node:crypto";
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { defineConfig, type Plugin } from "vite";
@@ -48,8 +49,25 @@ function embeddedModel(): Plugin {
   };
 }
 
+/** A hash of the kernels' sources (WGSL and their TypeScript, tests aside): start-up tuning results saved in the
+ * browser are reused only by a build whose kernels hash the same. */
+function kernelsFingerprint(): string {
+  const root = fileURLToPath(new URL("./packages/shaders/src/", import.meta.url));
+  const h = createHash("sha256");
+  const files = readdirSync(root, { recursive: true, encoding: "utf8" })
+    .filter((f) => /\.(wgsl|ts)$/.test(f) && !f.endsWith(".test.ts"))
+    .sort();
+  for (const f of files)
+    h.update(f)
+      .update("\0")
+      .update(readFileSync(root + f))
+      .update("\0");
+  return h.digest("hex").slice(0, 16);
+}
+
 export default defineConfig({
   root: "apps/web",
+  define: { __WEBART_KERNELS__: JSON.stringify(kernelsFingerprint()) },
   plugins: [react(), wgsl(), embeddedModel()],
   worker: { format: "es", plugins: () => [wgsl()] },
   build: { outDir: "../../dist/web", emptyOutDir: true, target: "es2022" },

@@ -81,6 +81,24 @@ test("loads with no console errors, shows the adapter and the embedded model's m
   expect(problems).toEqual([]);
 });
 
+/** The start-up tuning table the worker saved in IndexedDB (apps/web/src/worker/tuning.ts), if any. */
+let savedTuning: { kernels: string; table: Record<string, { winner: string; ms: Record<string, number> }> } | undefined;
+const readSavedTuning = () =>
+  page.evaluate(
+    () =>
+      new Promise<typeof savedTuning>((resolve, reject) => {
+        const open = indexedDB.open("webart-tune");
+        open.onerror = () => reject(open.error);
+        open.onsuccess = () => {
+          const db = open.result;
+          if (!db.objectStoreNames.contains("tables")) return resolve(undefined);
+          const get = db.transaction("tables").objectStore("tables").get("table");
+          get.onsuccess = () => resolve(get.result);
+          get.onerror = () => reject(get.error);
+        };
+      }),
+  );
+
 test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward chart has 2 points", async () => {
   firstRun = `ttt-e2e-${Date.now().toString(36)}`;
   await tiny({ name: firstRun, steps: 2 });
@@ -110,6 +128,11 @@ test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward 
   await expect(page.getByTestId("chart-reward").locator("circle.pt")).toHaveCount(2);
   await expect(page.getByTestId(`run-${firstRun}`).getByTestId("run-step")).toHaveText("2");
   await shot("charts");
+  // Loading the model measured the kernels' variants on this adapter and saved the table for later visits.
+  savedTuning = await readSavedTuning();
+  expect(savedTuning?.kernels).toMatch(/^[0-9a-f]{16}$/);
+  const keys = Object.keys(savedTuning?.table ?? {}).map((k) => k.split("|").pop());
+  expect(keys).toEqual(expect.arrayContaining(["matmul.nt.f32", "sample.threads", "attention.train", "lora.layout"]));
   expect(problems).toEqual([]);
 });
 
@@ -126,6 +149,8 @@ test("after a reload the run is listed with its charts; Resume continues from st
   await expect(state()).toHaveText("finished", { timeout: 240_000 });
   await expect(step()).toHaveText("4");
   await expect(page.getByTestId("chart-reward")).toHaveAttribute("data-points", "4");
+  // The reloaded page took the saved tuning instead of measuring again (new timings would differ).
+  expect(await readSavedTuning()).toEqual(savedTuning);
   expect(problems).toEqual([]);
 });
 
@@ -279,7 +304,9 @@ test("a GPU device lost mid-training leaves the run paused at its last checkpoin
   await shot("device-lost");
   await page.getByRole("button", { name: "Resume lost-e2e" }).click();
   // Steps can pass faster than the page is polled: wait until the counter has moved past the checkpoint.
-  await expect.poll(async () => Number(await step().textContent()), { timeout: 120_000 }).toBeGreaterThan(Number(saved));
+  await expect
+    .poll(async () => Number(await step().textContent()), { timeout: 120_000 })
+    .toBeGreaterThan(Number(saved));
   await page.getByRole("button", { name: "Stop" }).click();
   await expect(state()).toHaveText("stopped", { timeout: 120_000 });
   // Destroying the device is not normal use; its console errors are expected here.

@@ -18,6 +18,7 @@ import { LocalBackend, TrainableModel, validateLoraConfig } from "./internals.ts
 import { baseModelOf, engineOptions, kvSlotsFor, readModelConfig } from "./models.ts";
 import { appendEnvRow, envRow, stepRow, PROJECT, readMeta, runFiles, writeMeta, type RunMeta } from "./runs.ts";
 import { checkRoom, store } from "./store.ts";
+import { restoreTuning, saveTuning } from "./tuning.ts";
 
 let emit: (e: EngineEvent) => void = () => {};
 export const setTrainerEvents = (f: (e: EngineEvent) => void) => void (emit = f);
@@ -63,7 +64,9 @@ async function load(name: string): Promise<Session> {
   emit({ type: "phase", run: name, phase: "loading", step: (await runFiles(name).latestStep()) ?? 0 });
   const backend = new LocalBackend({ store, engine: engineOptions(meta.settings, config) });
   const model = new TrainableModel({ name, project: PROJECT, baseModel, lora: meta.lora, seed: meta.settings.seed });
+  await restoreTuning();
   await model.register(backend);
+  await saveTuning();
   const s: Session = { name, meta, backend, model };
   backend.engine(model.spec).gpu.onLost((e) => {
     s.lost = e;

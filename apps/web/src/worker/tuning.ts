@@ -1,0 +1,35 @@
+// Start-up tuning results kept across visits: Engine.load times the kernels' variants on this adapter once per page
+// (seconds on a CPU adapter, where building each candidate's pipeline is slow); the table is saved in IndexedDB
+// under a fingerprint of the kernels' sources, so a later visit with the same kernels reuses it and a build with
+// changed kernels measures afresh. Entries name their adapter, so another GPU never takes them.
+import { createStore, get, set } from "idb-keyval";
+import { loadTuneTable, tuneTable, type TuneTable } from "@webart/shaders/tune/index.ts";
+
+declare const __WEBART_KERNELS__: string;
+
+const db = createStore("webart-tune", "tables");
+const KEY = "table";
+
+interface Saved {
+  kernels: string;
+  table: TuneTable;
+}
+
+/** Loads the saved table when it was measured on these kernels. Never fails the caller: tuning just runs again. */
+export async function restoreTuning(): Promise<void> {
+  try {
+    const saved = await get<Saved>(KEY, db);
+    if (saved?.kernels === __WEBART_KERNELS__) loadTuneTable(saved.table);
+  } catch (e) {
+    console.warn(`webart: saved kernel tuning not loaded (${(e as Error).message}); measuring again`);
+  }
+}
+
+/** Saves the table as it is now (after an engine loaded). */
+export async function saveTuning(): Promise<void> {
+  try {
+    await set(KEY, { kernels: __WEBART_KERNELS__, table: tuneTable() } satisfies Saved, db);
+  } catch (e) {
+    console.warn(`webart: kernel tuning not saved (${(e as Error).message})`);
+  }
+}
