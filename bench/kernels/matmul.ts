@@ -2,7 +2,7 @@
 // tfjs-backend-webgpu on the same adapter, robustness off and on, and matvec GB/s for f32 vs bf16.
 // Every kernel's output is checked against the CPU reference before its time is reported.
 import { findAdapter, type Gpu, type Recorder } from "@webart/engine/gpu";
-import { matmul, matmulVariant } from "@webart/shaders/matmul/index.ts";
+import { MATMUL_VARIANTS, matmul, matmulVariant, type MatmulVariant } from "@webart/shaders/matmul/index.ts";
 import { matmulReference } from "@webart/shaders/matmul/reference.ts";
 import { matvec } from "@webart/shaders/matvec/index.ts";
 import { matvecReference } from "@webart/shaders/matvec/reference.ts";
@@ -37,16 +37,17 @@ interface Timed {
   done(): void;
 }
 
-/** The engine's NN matmul on one device, checked against the reference before any timing. */
-async function engineMatmul(gpu: Gpu, s: Square): Promise<Timed> {
+/** The engine's NN matmul on one device (the tuned variant, or `variant`), checked against the reference first. */
+async function engineMatmul(gpu: Gpu, s: Square, variant?: MatmulVariant): Promise<Timed> {
   const { n } = s;
   const [a, b, c] = [gpu.upload(s.a, "bench"), gpu.upload(s.b, "bench"), gpu.buffer(n * n * 4, "bench")];
-  const o = { M: n, N: n, K: n };
+  const o = { M: n, N: n, K: n, variant };
   const rec = gpu.recorder();
   matmul(gpu, rec, a, b, c, o);
   const out = rec.read(c, n * n * 4);
   await rec.submit();
-  assertClose(`matmul.f32.${n} (${matmulVariant(gpu)})`, new Float32Array(await out), s.want, MATMUL_TOL);
+  const name = `matmul.f32.${n} (${variant ?? matmulVariant(gpu)})`;
+  assertClose(name, new Float32Array(await out), s.want, MATMUL_TOL);
   return {
     once: () => timeGpu(gpu, (r) => matmul(gpu, r, a, b, c, o), { warmup: 0, minReps: 1, minMs: 0, maxReps: 1 }),
     done: () => gpu.release(a, b, c),
@@ -194,6 +195,23 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
       });
     }
     ctx.log(`matmul ${n}: engine ${ms.toFixed(1)} ms, robust ${rMs.toFixed(1)} ms, tfjs ${tfMs?.toFixed(1) ?? "-"} ms`);
+    // The variants start-up tuning passed over, each against the chosen one in alternating rounds.
+    const chosen = matmulVariant(ctx.gpu);
+    for (const variant of MATMUL_VARIANTS.filter((v) => v !== chosen)) {
+      const other = await alternate(
+        [await engineMatmul(ctx.gpu, s), await engineMatmul(ctx.gpu, s, variant)],
+        ctx.quick ? 1 : 2,
+      );
+      const ov = gflops(n, other.ms[1]);
+      results.push({
+        id: `matmul.f32.${n}.${variant}`,
+        value: ov,
+        unit: "GFLOP/s",
+        fraction_of_peak: ov / peak,
+        vs: { id: `matmul.f32.${n}`, ratio: 1 / other.vsFirst[1] },
+        note: `${other.ms[1].toFixed(1)} ms; vs ratio = ${chosen} time / ${variant} time`,
+      });
+    }
   }
   tf?.engine().reset(); // frees tfjs's GPU memory; its device stays idle
 

@@ -1,5 +1,5 @@
 // Matmul C = alpha·op(A)·op(B) (+ bias) (+ C), op = identity or transpose per operand, batched with
-// strides (0 broadcasts), B in f32 or packed bf16/f16. Two variants, chosen per adapter by measuring.
+// strides (0 broadcasts), B in f32 or packed bf16/f16. Three variants, chosen per adapter by measuring.
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
 import { Rng } from "../util/random.ts";
 import { isCpuAdapter } from "../util/adapter.ts";
@@ -7,12 +7,15 @@ import { packHalf } from "../util/half.ts";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./forward.wgsl";
 import tiledCode from "./tiled.wgsl";
+import wideCode from "./wide.wgsl";
 
 /** Letters say whether A and B are transposed: "nt" is x·Wᵀ with W [N, K], "tn" is Aᵀ·B. */
 export type MatmulMode = "nn" | "nt" | "tn" | "tt";
 /** B's storage: f32, or 16-bit floats packed two per u32 over the flat row-major array. */
 export type WeightDtype = "f32" | "bf16" | "f16";
-export const MATMUL_VARIANTS = ["regblock", "tiled"] as const;
+/** regblock: registers only, no workgroup memory (CPU adapters); tiled: 64 x 64 blocks through workgroup memory,
+ * 4 x 4 a thread; wide: 128 x 128 blocks, 8 x 8 a thread read as vec4 from workgroup memory (large GPU problems). */
+export const MATMUL_VARIANTS = ["regblock", "tiled", "wide"] as const;
 export type MatmulVariant = (typeof MATMUL_VARIANTS)[number];
 
 export interface MatmulOptions {
@@ -50,6 +53,7 @@ const B_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
 const GEOMETRY: Record<MatmulVariant, { WGN: number; WGM: number; TN: number; TM: number }> = {
   regblock: { WGN: 4, WGM: 4, TN: 8, TM: 8 },
   tiled: { WGN: 16, WGM: 16, TN: 4, TM: 4 },
+  wide: { WGN: 16, WGM: 16, TN: 8, TM: 8 },
 };
 
 const specs = new Map<string, KernelSpec>();
@@ -65,7 +69,9 @@ export function matmulSpec(variant: MatmulVariant, bDtype: WeightDtype = "f32", 
     s =
       variant === "regblock"
         ? { name: "matmul_forward", code: regblockCode, overrides: { B_KIND: kind, PAIR_N: pairN ? 1 : 0, WGN, WGM } }
-        : { name: "matmul_forward_tiled", code: tiledCode, overrides: { B_KIND: kind, WGN, WGM, BK: 16 } };
+        : variant === "tiled"
+          ? { name: "matmul_forward_tiled", code: tiledCode, overrides: { B_KIND: kind, WGN, WGM, BK: 16 } }
+          : { name: "matmul_forward_wide", code: wideCode, overrides: { B_KIND: kind, WGN, WGM, BK: 8 } };
     specs.set(key, s);
   }
   return s;

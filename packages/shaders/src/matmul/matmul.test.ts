@@ -24,6 +24,7 @@ const SIZES: [number, number, number][] = [
   [7, 13, 5],
   [33, 65, 17],
   [130, 3, 257],
+  [140, 131, 9], // more than one 128 x 128 block each way
 ];
 
 /** Even K and N: every 16-bit row starts on a word. */
