@@ -47,8 +47,8 @@ export interface EngineOptions extends OpenModelOptions {
   onProgress?: (p: LoadProgress) => void;
   /** Constrained decoding for response_format and forced tool calls (default on). */
   constrained?: boolean;
-  /** Time the kernels' variants on this adapter before serving (default on; once per process: ~2.5 s for the tiny model,
-   *  ~4.5 s for Qwen2.5-0.5B's shapes on SwiftShader; see tune/kernels.ts). */
+  /** Time the kernels' variants on this adapter before serving (default on; once per process: ~3 s for the tiny model,
+   *  ~6 s for Qwen2.5-0.5B's shapes on SwiftShader; see tune/kernels.ts). */
   tune?: boolean;
 }
 
