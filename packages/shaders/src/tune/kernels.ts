@@ -80,6 +80,14 @@ const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8, minSubmitMs: 2 };
  * implementations of WebGPU reach (SwiftShader: 2-4 GFLOP/s on 2 cores), the first GPU size class.
  */
 async function calibrate(gpu: Gpu): Promise<boolean> {
+  let fast = calibrated.get(gpu);
+  if (fast === undefined) calibrated.set(gpu, (fast = await timeCalibration(gpu)));
+  return fast;
+}
+/** Once per device: a second model loaded in the process, whose choices are all cached, does not time it again. */
+const calibrated = new WeakMap<Gpu, boolean>();
+
+async function timeCalibration(gpu: Gpu): Promise<boolean> {
   const n = 128;
   const [a, c] = [gpu.upload(new Rng(3).f32(n * n), "tune"), gpu.buffer(n * n * 4, "tune")];
   try {
