@@ -27,7 +27,7 @@ export interface TuneOptions {
 }
 
 const table = new Map<string, TuneEntry>();
-/** A candidate whose first timed run takes this many times the best median so far is not timed again. */
+/** A candidate whose first timing is this many times the best first timing is not timed again. */
 const HOPELESS = 3;
 /** At most this many calls in one timed submit. */
 const MAX_COPIES = 64;
@@ -49,11 +49,6 @@ export function adapterKey(gpu: Gpu): string {
 /** The cached winner for a problem key on this adapter, if tuning has run. */
 export function tuned(gpu: Gpu, key: string): string | undefined {
   return table.get(`${adapterKey(gpu)}|${key}`)?.winner;
-}
-
-/** The cached entry (winner and every candidate's time) for a problem key on this adapter, if tuning has run. */
-export function tunedEntry(gpu: Gpu, key: string): Readonly<TuneEntry> | undefined {
-  return table.get(`${adapterKey(gpu)}|${key}`);
 }
 
 /** The tuned winner for `key` when it is one of `choices` (a loaded table may hold anything), else `fallback`. */
