@@ -321,7 +321,10 @@ export class Recorder {
   private stamps: string[] = [];
   private querySet?: GPUQuerySet;
   private submitted = false;
+  private flushScopes: Promise<GPUError | null>[] = [];
   dispatches = 0;
+  /** Command buffers submitted early by flushIfPending. */
+  flushes = 0;
 
   private errorsAtStart: number;
 
@@ -408,6 +411,27 @@ export class Recorder {
     return new Promise((resolve, reject) => this.reads.push({ staging, size, resolve, reject }));
   }
 
+  /**
+   * Submits what is recorded so far when more than `minBytes` of released buffers wait for a submit, so the
+   * pool can hand them out again, and goes on recording in a new command buffer. Keeps a long step (a
+   * training micro-batch, a prefill) within the memory of its live buffers. Not while profiling.
+   */
+  flushIfPending(minBytes: number): void {
+    const gpu = this.gpu;
+    if (this.submitted || this.querySet || gpu.pool.pendingBytes < minBytes) return;
+    this.endPass();
+    for (const c of this.chunks) gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
+    gpu.device.pushErrorScope("validation");
+    gpu.device.queue.submit([this.encoder.finish()]);
+    this.flushScopes.push(gpu.device.popErrorScope());
+    // Written uniforms were copied at writeBuffer: the chunks go back to the pool with the other releases.
+    for (const c of this.chunks) gpu.pool.release(c.buf);
+    this.chunks = [];
+    gpu.pool.flushReleases();
+    this.encoder = gpu.device.createCommandEncoder();
+    this.flushes++;
+  }
+
   async submit(): Promise<void> {
     if (this.submitted) throw new Error("Recorder: already submitted");
     this.submitted = true;
@@ -436,7 +460,7 @@ export class Recorder {
       scope = gpu.device.popErrorScope();
     }
     // An invalid command buffer runs nothing: readbacks would return stale data, so it is an error here.
-    const verr = await scope;
+    const verr = (await Promise.all(this.flushScopes)).find((e) => e) ?? (await scope);
     const recorded = gpu.errors.slice(this.errorsAtStart);
     if (verr || recorded.length) {
       const err = new Error(`GPU validation failed; nothing in this submit ran: ${verr?.message ?? recorded.join("; ")}`);

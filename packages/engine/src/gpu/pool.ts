@@ -23,6 +23,8 @@ export interface MemoryStats {
   poolHits: number;
   /** Live bytes by tag (e.g. "weights", "kv", "activations"). */
   byTag: Record<string, number>;
+  /** The largest live bytes each tag reached (since the last resetPeak). */
+  peakByTag: Record<string, number>;
 }
 
 export class BufferPool {
@@ -36,11 +38,14 @@ export class BufferPool {
     buffersCreated: 0,
     poolHits: 0,
     byTag: {},
+    peakByTag: {},
   };
   /** Recorders created and not yet submitted: while any is open, released buffers wait for a submit. */
   openRecorders = 0;
   /** Buffers released while a recorded command may still use them: freed at the next submit. */
   private pendingRelease: GPUBuffer[] = [];
+  /** Bytes of the buffers waiting in pendingRelease. */
+  pendingBytes = 0;
 
   constructor(
     private device: GPUDevice,
@@ -71,6 +76,7 @@ export class BufferPool {
     this.meta.set(buf, { key, size, tag, live: true });
     this.stats.liveBytes += size;
     this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
+    this.stats.peakByTag[tag] = Math.max(this.stats.peakByTag[tag] ?? 0, this.stats.byTag[tag]);
     this.stats.peakLiveBytes = Math.max(this.stats.peakLiveBytes, this.stats.liveBytes);
     return buf;
   }
@@ -84,6 +90,7 @@ export class BufferPool {
     this.stats.liveBytes -= m.size;
     this.stats.byTag[m.tag] -= m.size;
     this.pendingRelease.push(buf);
+    this.pendingBytes += m.size;
     if (this.openRecorders === 0) this.flushReleases();
   }
 
@@ -96,6 +103,14 @@ export class BufferPool {
       list.push(buf);
     }
     this.pendingRelease = [];
+    this.pendingBytes = 0;
+  }
+
+  /** Starts a new peak measurement: the peaks become the current levels (also by tag). */
+  resetPeak(): void {
+    this.stats.peakLiveBytes = this.stats.liveBytes;
+    this.stats.peakAllocatedBytes = this.stats.allocatedBytes;
+    this.stats.peakByTag = { ...this.stats.byTag };
   }
 
   /** Destroys every free pooled buffer, giving the memory back to the device. */

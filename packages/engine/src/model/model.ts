@@ -48,16 +48,27 @@ interface Saved {
   t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates
 }
 
+/** Under recompute, all a layer keeps between forward and backward: its input. */
+interface LayerInput {
+  x: GPUBuffer; // (N, C)
+}
+
 export interface Activations {
   N: number;
-  layers: Saved[];
+  /** Per layer, everything backward needs, or (recompute) only the layer's input. */
+  layers: (Saved | LayerInput)[];
   /** (N, C) input of the final norm, and the normed states with their rstd. */
   xL: GPUBuffer;
   hN: GPUBuffer;
   rstdN: GPUBuffer;
   /** The (slot, pos) pairs the forward used; backward rotates gradients with the same positions. */
   slotPos: GPUBuffer;
+  /** The attention layout of the forward, for recompute. */
+  attend: Attend;
 }
+
+/** Bytes released in an open recorder past which a layer boundary submits, so the pool can reuse them. */
+const FLUSH_BYTES = 4 * 2 ** 20;
 
 /**
  * Gradients of every base weight, for full fine-tuning (f32 weights): one flat f32 buffer, the embedding
@@ -141,104 +152,129 @@ export class Model {
 
   /**
    * Runs the layers over N tokens (ids on the GPU) and returns the final residual stream x (N, C).
-   * With `save`, every layer's activations are kept for backward (training).
+   * With `save`, what backward needs is kept: every layer's activations, or with `recompute` only each
+   * layer's input (backward runs the layer's forward again from it).
    */
-  forward(rec: Recorder, ids: GPUBuffer, N: number, attend: Attend, save: boolean): { x: GPUBuffer; acts?: Activations } {
+  forward(rec: Recorder, ids: GPUBuffer, N: number, attend: Attend, save: boolean, recompute = false): { x: GPUBuffer; acts?: Activations } {
+    const gpu = this.gpu;
+    const c = this.config;
+    const C = c.hiddenSize;
+    let x = gpu.buffer(N * C * 4, "activations", "x"); // (N, C)
+    embedding(gpu, rec, this.weights.embed, ids, x, N);
+    const layers: (Saved | LayerInput)[] = [];
+    for (let l = 0; l < c.numLayers; l++) {
+      if (save && !recompute) {
+        const r = this.layer(rec, l, x, N, attend, "save");
+        layers.push(r.saved!);
+        x = r.x;
+      } else if (save) {
+        // Recompute: keep the layer's input, run the layer on a copy of it.
+        layers.push({ x });
+        x = this.layer(rec, l, x, N, attend, "copy").x;
+      } else {
+        x = this.layer(rec, l, x, N, attend, "inplace").x;
+      }
+      // Buffers this layer released become reusable once its work is submitted.
+      rec.flushIfPending(FLUSH_BYTES);
+    }
+    if (!save) return { x };
+    const hN = gpu.buffer(N * C * 4, "activations", "hN");
+    const rstdN = gpu.buffer(N * 4, "activations", "rstdN");
+    rmsnorm(gpu, rec, x, this.weights.finalNorm, hN, rstdN, N, C, c.rmsNormEps);
+    return { x, acts: { N, layers, xL: x, hN, rstdN, slotPos: attend.slotPos, attend } };
+  }
+
+  /**
+   * One transformer layer on x (N, C). "inplace" (inference) adds both residual branches into x itself and
+   * frees its temporaries; "copy" does the same on a new buffer and leaves x untouched; "save" keeps
+   * everything backward needs (and x) and returns it.
+   */
+  private layer(rec: Recorder, l: number, x: GPUBuffer, N: number, attend: Attend, mode: "inplace" | "copy" | "save"): { x: GPUBuffer; saved?: Saved } {
     const gpu = this.gpu;
     const c = this.config;
     const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
-    const w = this.weights;
+    const L = this.weights.layers[l];
+    const save = mode === "save";
     const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
-    let x = buf(N * C, "x"); // (N, C)
-    embedding(gpu, rec, w.embed, ids, x, N);
-    const layers: Saved[] = [];
-    for (let l = 0; l < c.numLayers; l++) {
-      const L = w.layers[l];
-      // --- attention block
-      const h1 = buf(N * C, "h1");
-      const rstd1 = buf(N, "rstd1");
-      rmsnorm(gpu, rec, x, L.inNorm, h1, rstd1, N, C, c.rmsNormEps);
-      let q = buf(N * H * D, "q"); // (N, H*D)
-      let k = buf(N * KV * D, "k"); // (N, KV*D)
-      const v = buf(N * KV * D, "v");
-      this.linear(rec, h1, L.q, q, N, L.qBias);
-      this.linear(rec, h1, L.k, k, N, L.kBias);
-      this.linear(rec, h1, L.v, v, N, L.vBias);
-      const tq = this.loraFwd(rec, l, "q", h1, q, N, save);
-      const tk = this.loraFwd(rec, l, "k", h1, k, N, save);
-      const tv = this.loraFwd(rec, l, "v", h1, v, N, save);
-      let qPre: GPUBuffer | undefined, kPre: GPUBuffer | undefined, rstdQ: GPUBuffer | undefined, rstdK: GPUBuffer | undefined;
-      if (c.qkNorm) {
-        qPre = q;
-        kPre = k;
-        q = buf(N * H * D, "qn");
-        k = buf(N * KV * D, "kn");
-        rstdQ = buf(N * H, "rstdQ");
-        rstdK = buf(N * KV, "rstdK");
-        rmsnorm(gpu, rec, qPre, L.qNorm!, q, rstdQ, N * H, D, c.rmsNormEps);
-        rmsnorm(gpu, rec, kPre, L.kNorm!, k, rstdK, N * KV, D, c.rmsNormEps);
-        if (!save) {
-          gpu.release(qPre, kPre, rstdQ, rstdK);
-          qPre = kPre = rstdQ = rstdK = undefined;
-        }
+    // --- attention block
+    const h1 = buf(N * C, "h1");
+    const rstd1 = buf(N, "rstd1");
+    rmsnorm(gpu, rec, x, L.inNorm, h1, rstd1, N, C, c.rmsNormEps);
+    let q = buf(N * H * D, "q"); // (N, H*D)
+    let k = buf(N * KV * D, "k"); // (N, KV*D)
+    const v = buf(N * KV * D, "v");
+    this.linear(rec, h1, L.q, q, N, L.qBias);
+    this.linear(rec, h1, L.k, k, N, L.kBias);
+    this.linear(rec, h1, L.v, v, N, L.vBias);
+    const tq = this.loraFwd(rec, l, "q", h1, q, N, save);
+    const tk = this.loraFwd(rec, l, "k", h1, k, N, save);
+    const tv = this.loraFwd(rec, l, "v", h1, v, N, save);
+    let qPre: GPUBuffer | undefined, kPre: GPUBuffer | undefined, rstdQ: GPUBuffer | undefined, rstdK: GPUBuffer | undefined;
+    if (c.qkNorm) {
+      qPre = q;
+      kPre = k;
+      q = buf(N * H * D, "qn");
+      k = buf(N * KV * D, "kn");
+      rstdQ = buf(N * H, "rstdQ");
+      rstdK = buf(N * KV, "rstdK");
+      rmsnorm(gpu, rec, qPre, L.qNorm!, q, rstdQ, N * H, D, c.rmsNormEps);
+      rmsnorm(gpu, rec, kPre, L.kNorm!, k, rstdK, N * KV, D, c.rmsNormEps);
+      if (!save) {
+        gpu.release(qPre, kPre, rstdQ, rstdK);
+        qPre = kPre = rstdQ = rstdK = undefined;
       }
-      ropeForward(gpu, rec, q, q, attend.slotPos, this.invFreq, { n: N, heads: H, d: D });
-      ropeForward(gpu, rec, k, k, attend.slotPos, this.invFreq, { n: N, heads: KV, d: D });
-      const o = buf(N * H * D, "o");
-      const lse = buf(N * H, "lse");
-      if (attend.kind === "cache") {
-        const kv = attend.kv;
-        kvcacheWrite(gpu, rec, { slotPos: attend.slotPos, k, v, kc: kv.k[l], vc: kv.v[l] }, { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax });
-        const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
-        const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax };
-        if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
-        else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
-      } else {
-        // Training: token i is (i / T, i % T), so k and v already have the cache layout (B, T, KV, D).
-        attentionForward(gpu, rec, { q, slotPos: attend.slotPos, k, v, o, lse }, { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T });
-      }
-      // Residual: xMid = x + o·Woᵀ (+ LoRA); at inference x is updated in place.
-      let xMid = x;
-      if (save) {
-        xMid = buf(N * C, "xMid");
-        rec.copy(x, 0, xMid, 0, N * C * 4);
-      }
-      this.linear(rec, o, L.o, xMid, N, L.oBias, true);
-      const to = this.loraFwd(rec, l, "o", o, xMid, N, save);
-      // --- MLP block
-      const h2 = buf(N * C, "h2");
-      const rstd2 = buf(N, "rstd2");
-      rmsnorm(gpu, rec, xMid, L.postNorm, h2, rstd2, N, C, c.rmsNormEps);
-      const g = buf(N * F, "g");
-      const u = buf(N * F, "u");
-      this.linear(rec, h2, L.gate, g, N);
-      this.linear(rec, h2, L.up, u, N);
-      const tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
-      const tu = this.loraFwd(rec, l, "up", h2, u, N, save);
-      const a = buf(N * F, "a");
-      swiglu(gpu, rec, g, u, a, N * F);
-      let xOut = xMid;
-      if (save) {
-        xOut = buf(N * C, "xOut");
-        rec.copy(xMid, 0, xOut, 0, N * C * 4);
-      }
-      this.linear(rec, a, L.down, xOut, N, undefined, true);
-      const td = this.loraFwd(rec, l, "down", a, xOut, N, save);
-      if (save) {
-        layers.push({
-          x, h1, rstd1, qPre, kPre, rstdQ, rstdK, q, k, v, o, lse, xMid, h2, rstd2, g, u, a,
-          t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
-        });
-      } else {
-        gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, g, u, a);
-      }
-      x = xOut;
     }
-    if (!save) return { x };
-    const hN = buf(N * C, "hN");
-    const rstdN = buf(N, "rstdN");
-    rmsnorm(gpu, rec, x, w.finalNorm, hN, rstdN, N, C, c.rmsNormEps);
-    return { x, acts: { N, layers, xL: x, hN, rstdN, slotPos: attend.slotPos } };
+    ropeForward(gpu, rec, q, q, attend.slotPos, this.invFreq, { n: N, heads: H, d: D });
+    ropeForward(gpu, rec, k, k, attend.slotPos, this.invFreq, { n: N, heads: KV, d: D });
+    const o = buf(N * H * D, "o");
+    const lse = buf(N * H, "lse");
+    if (attend.kind === "cache") {
+      const kv = attend.kv;
+      kvcacheWrite(gpu, rec, { slotPos: attend.slotPos, k, v, kc: kv.k[l], vc: kv.v[l] }, { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax });
+      const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
+      const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax };
+      if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
+      else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
+    } else {
+      // Training: token i is (i / T, i % T), so k and v already have the cache layout (B, T, KV, D).
+      attentionForward(gpu, rec, { q, slotPos: attend.slotPos, k, v, o, lse }, { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T });
+    }
+    // Residual: xMid = x + o·Woᵀ (+ LoRA), in place unless x must be kept.
+    let xMid = x;
+    if (mode !== "inplace") {
+      xMid = buf(N * C, "xMid");
+      rec.copy(x, 0, xMid, 0, N * C * 4);
+    }
+    this.linear(rec, o, L.o, xMid, N, L.oBias, true);
+    const to = this.loraFwd(rec, l, "o", o, xMid, N, save);
+    // --- MLP block
+    const h2 = buf(N * C, "h2");
+    const rstd2 = buf(N, "rstd2");
+    rmsnorm(gpu, rec, xMid, L.postNorm, h2, rstd2, N, C, c.rmsNormEps);
+    const g = buf(N * F, "g");
+    const u = buf(N * F, "u");
+    this.linear(rec, h2, L.gate, g, N);
+    this.linear(rec, h2, L.up, u, N);
+    const tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
+    const tu = this.loraFwd(rec, l, "up", h2, u, N, save);
+    const a = buf(N * F, "a");
+    swiglu(gpu, rec, g, u, a, N * F);
+    let xOut = xMid;
+    if (save) {
+      xOut = buf(N * C, "xOut");
+      rec.copy(xMid, 0, xOut, 0, N * C * 4);
+    }
+    this.linear(rec, a, L.down, xOut, N, undefined, true);
+    const td = this.loraFwd(rec, l, "down", a, xOut, N, save);
+    if (!save) {
+      gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, g, u, a);
+      return { x: xOut };
+    }
+    const saved: Saved = {
+      x, h1, rstd1, qPre, kPre, rstdQ, rstdK, q, k, v, o, lse, xMid, h2, rstd2, g, u, a,
+      t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
+    };
+    return { x: xOut, saved };
   }
 
   /** Final norm of S selected rows of x, then logits (S, V) through the LM head (row shards). */
@@ -335,9 +371,17 @@ export class Model {
     const dx = buf(N * C, "dx");
     const fdw = (name: string, n: number) => (full ? { dw: win(name, n) } : {});
     rmsnormBackward(gpu, rec, { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw("model.norm.weight", C) }, N, C, { accumulateDw: true });
-    gpu.release(acts.hN, acts.rstdN);
+    gpu.release(acts.hN, acts.rstdN, acts.xL);
     for (let l = c.numLayers - 1; l >= 0; l--) {
-      const s = acts.layers[l];
+      const kept = acts.layers[l];
+      // Recompute: the layer's forward again from its input, keeping what backward needs (its output is not).
+      let s: Saved;
+      if ("h1" in kept) s = kept;
+      else {
+        const r = this.layer(rec, l, kept.x, N, acts.attend, "save");
+        gpu.release(r.x);
+        s = r.saved!;
+      }
       const L = w.layers[l];
       // --- MLP block: xOut = xMid + down(a) ; dx flows to xMid unchanged, plus the branch.
       const da = buf(N * F, "da");
@@ -385,13 +429,14 @@ export class Model {
       gpu.release(dO, dq, dk, dv, dh1);
       if (dqPre !== dq) gpu.release(dqPre, dkPre);
       freeSaved(gpu, s);
+      rec.flushIfPending(FLUSH_BYTES);
     }
     if (full) {
       // dx is now the gradient at the embedding's output: scatter-add it into the embedding rows.
       if (!full.ids) throw new Error("backward: full fine-tuning needs the token ids on the CPU");
       embeddingBackward(gpu, rec, dx, full.ids, tableViews(gpu, full.buffer, c.vocabSize, C, "f32"));
     }
-    gpu.release(dx, acts.xL, ones);
+    gpu.release(dx, ones);
   }
 }
 

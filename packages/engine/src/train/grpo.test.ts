@@ -132,6 +132,20 @@ describe.each(["grpo-qwen3", "grpo-llama"])("%s against PyTorch autograd", (fixt
     expect(Math.abs(r.kl - v.kl) / v.kl).toBeLessThan(1e-3);
   });
 
+  it.each(["art", "gspo"])("%s: activation recompute gives the gradients of keeping every activation", async (name) => {
+    const v = ctx.reference.variants[name] as Variant;
+    const kept = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));
+    const g1 = await gradsByName(ctx.model);
+    const live = gpu.pool.stats.liveBytes;
+    const re = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), { ...options(v, 32), recompute: true });
+    expect(re.microBatches).toBeGreaterThan(2);
+    const g2 = await gradsByName(ctx.model);
+    expect(worstRelErr(g2, g1).err).toBeLessThan(1e-6);
+    expect(Math.abs(re.loss - kept.loss)).toBeLessThanOrEqual(1e-6 * Math.abs(kept.loss));
+    // Released as it went: the step leaves only its totals (read above) behind, as without recompute.
+    expect(gpu.pool.stats.liveBytes - live).toBeLessThanOrEqual(live);
+  });
+
   it.each(["art", "token", "gspo"])("%s: micro-batches of a few sequences give the single-batch gradient", async (name) => {
     const v = ctx.reference.variants[name] as Variant;
     const whole = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096));

@@ -33,6 +33,8 @@ export interface GrpoOptions {
   microBatchTokens: number;
   /** Vocabulary columns per logits chunk. */
   vocabChunk?: number;
+  /** Keep only each layer's input and run its forward again in backward (the planner decides; default off). */
+  recompute?: boolean;
 }
 
 export interface GradResult {
@@ -180,7 +182,7 @@ export async function accumulateGradients(model: Model, seqs: TrainSequence[], o
       tmp.push(bRef);
     }
     // Forward with LoRA, keeping activations.
-    const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true);
+    const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true, o.recompute);
     const lp = gpu.buffer(N * 4, "activations", "lp new");
     const ent = gpu.buffer(N * 4, "activations", "entropy");
     const lse = gpu.buffer(N * 4, "activations", "lse");
@@ -213,8 +215,9 @@ export async function accumulateGradients(model: Model, seqs: TrainSequence[], o
       logprobsBackward(gpu, rec, logits, bTargets, lse, ent, dnew, null, N, { v0, cols });
       model.headBack(rec, logits, N, dhN, v0, v0 + cols);
     }
+    gpu.release(lp, ent, lse, dnew, perToken, seqStats, logits);
     model.backward(rec, acts!, dhN, { B, T });
-    gpu.release(...tmp, lp, ent, lse, dnew, perToken, seqStats, dhN, logits);
+    gpu.release(...tmp, dhN);
     await rec.submit();
   }
   const rec = gpu.recorder();

@@ -95,6 +95,25 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     expect(fresh.nearLr).toBeGreaterThan(fresh.n * 0.95);
   });
 
+  it("activation recompute gives the same full gradients", async () => {
+    const model = await load(name);
+    const tr = new FullTrainer(model);
+    const seqs = batch(model.config.vocabSize, 2);
+    const a = await tr.step_(seqs, noop);
+    const g1 = await gpu.readF32(tr.grads.buffer, tr.grads.size);
+    const b = await tr.step_(seqs, { ...noop, recompute: true });
+    const g2 = await gpu.readF32(tr.grads.buffer, tr.grads.size);
+    let m = 0;
+    let d = 0;
+    for (let i = 0; i < g1.length; i++) {
+      m = Math.max(m, Math.abs(g1[i]));
+      d = Math.max(d, Math.abs(g2[i] - g1[i]));
+    }
+    expect(m).toBeGreaterThan(0);
+    expect(d / m).toBeLessThan(1e-6);
+    expect(b.loss).toBe(a.loss);
+  });
+
   it("follows PyTorch (float64) over several AdamW steps: losses, grad norms and each tensor's update", async () => {
     const fx = (JSON.parse(readFileSync(join(FIX, "sft.json"), "utf8")) as Record<string, SftFixture>)[name];
     const model = await load(name);

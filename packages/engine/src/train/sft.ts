@@ -84,7 +84,7 @@ export class FullTrainer {
 
   /** One optimizer step on sequences; returns the loss (mean over tokens, weighted by the masks), the sum of
    * the weights (`tokens`) and the grad norm. */
-  async step_(seqs: SftSequence[], o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number }): Promise<{ loss: number; tokens: number; gradNorm: number }> {
+  async step_(seqs: SftSequence[], o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number; recompute?: boolean }): Promise<{ loss: number; tokens: number; gradNorm: number }> {
     const model = this.model;
     const gpu: Gpu = model.gpu;
     const C = model.config.hiddenSize;
@@ -123,7 +123,7 @@ export class FullTrainer {
       const bT = gpu.upload(targets);
       const bD = gpu.upload(dlogp);
       const slotPos = gpu.upload(trainingSlotPos(B, T));
-      const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true);
+      const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true, o.recompute);
       const lp = gpu.buffer(N * 4);
       const ent = gpu.buffer(N * 4);
       const lse = gpu.buffer(N * 4);
@@ -144,8 +144,9 @@ export class FullTrainer {
         model.headBack(rec, logits, N, dhN, v0, v0 + cols);
         model.headGrad(rec, logits, acts!.hN, N, v0, v0 + cols, this.grads);
       }
+      gpu.release(lp, ent, lse, logits);
       model.backward(rec, acts!, dhN, { B, T }, { ...this.grads, ids });
-      gpu.release(bIds, bT, bD, slotPos, lp, ent, lse, dhN, logits);
+      gpu.release(bIds, bT, bD, slotPos, dhN);
       await rec.submit();
     }
     this.step += 1;
