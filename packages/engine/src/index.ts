@@ -26,4 +26,5 @@ export * from "./model/weights.ts";
 export * from "./model/init.ts";
 export * from "./train/grpo.ts";
 export * from "./train/sft.ts";
+export * from "./memory.ts";
 export * from "./art/remote-backend.ts";

@@ -1,5 +1,8 @@
-// The memory planner: for any HF config and setup, the bytes for weights, LoRA, optimizer, KV cache
-// and activations, stated before anything is allocated; a plan that cannot fit is refused with the reason.
+// The memory planner: for any HF config and setup, the bytes that inference and a training step hold on the
+// GPU, stated before anything is allocated. It follows the buffers the model code takes from the pool (their
+// sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
+// the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
+import { bucketSize } from "./gpu/pool.ts";
 import { tensorShapes, type ModelConfig } from "./config/index.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
@@ -13,24 +16,32 @@ export interface PlanSetup {
   kvContext: number;
   /** Tokens prefilled per engine step (chunked prefill). */
   prefillChunk: number;
-  /** Vocabulary columns of logits computed at once (LM head and logprobs run in chunks). */
+  /** Vocabulary columns of logits computed at once in training (LM head and logprobs run in chunks). */
   vocabChunk: number;
   lora?: { rank: number; targets: readonly LoraTarget[] };
-  /** Training: tokens per micro-batch, and whether activations are recomputed in backward. */
+  /** Training: tokens per micro-batch (B x T, padded), and whether activations are recomputed in backward. */
   train?: { microBatchTokens: number; recompute: boolean };
+  /** The base weights are already on the GPU (another run of the same base model): not counted again. */
+  sharedWeights?: boolean;
 }
 
 export interface MemoryPlan {
   weights: number;
   lora: number;
-  /** LoRA gradients and AdamW moments. */
+  /** LoRA gradients and AdamW moments (and the step's small totals). */
   optimizer: number;
   kvCache: number;
-  /** Inference working buffers (prefill chunk, logits chunk, sampling). */
+  /** The largest working set of an inference step (prefill chunk, logits of the sampled rows, sampling). */
   inference: number;
-  /** Training activations kept for backward plus the working set of one layer and the logits chunk. */
+  /** The largest working set of a training micro-batch: kept activations, one layer's gradients, a logits chunk. */
   training: number;
+  /** The training part that grows with depth (per layer, times layers), for extrapolating from fewer layers. */
+  trainingPerLayer: number;
+  /** weights + lora + optimizer + kvCache + the larger of inference and training (they never run at once). */
   total: number;
+  /** The device's live bytes at the peak of an inference step, and of a training step. */
+  peakInference: number;
+  peakTraining: number;
   /** The largest single tensor after splitting, which must fit one storage binding. */
   largestBinding: number;
   lines: string[];
@@ -42,6 +53,13 @@ export interface AdapterLimits {
 }
 
 const F32 = 4;
+const MiB = 2 ** 20;
+/** Exact-size tensors (weights, KV, LoRA, optimizer state) are rounded to 16 bytes, as the pool does. */
+const exact = (bytes: number) => Math.max(16, Math.ceil(bytes / 16) * 16);
+/** A scratch buffer of n f32 values, rounded to the pool's bucket. */
+const f = (n: number) => bucketSize(n * F32);
+/** Per recorder: one 64 KiB uniform chunk (more for long recordings are released as they are flushed). */
+const UNIFORMS = 64 * 1024;
 
 function loraShapes(c: ModelConfig): Record<LoraTarget, [number, number]> {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
@@ -54,60 +72,113 @@ export function loraParameterCount(c: ModelConfig, rank: number, targets: readon
   return c.numLayers * targets.reduce((n, t) => n + rank * (s[t][0] + s[t][1]), 0);
 }
 
-/** f32 values kept per token per layer for backward (without recompute). */
-function savedPerTokenLayer(c: ModelConfig, rank: number, nTargets: number): number {
-  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
-  // residual in, normed x, rstd x2, q/k/v (post-RoPE), attention out + lse, residual mid, normed mid,
-  // gate, up, silu(gate)*up, LoRA intermediates, and q/k norm stats for Qwen3.
-  return 4 * C + 2 + 2 * H * D + 2 * KV * D + H + 3 * F + rank * nTargets + (c.qkNorm ? H + KV : 0);
-}
-
-export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
-  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, numLayers: L } = c;
-  let weights = 0;
+/** Bytes of the frozen weights as uploaded: 16-bit or f32 matrices, f32 norms and biases, RoPE frequencies. */
+function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
+  let bytes = exact((c.headDim / 2) * F32);
   let largest = 0;
   for (const [name, shape] of tensorShapes(c)) {
     const n = shape.reduce((a, b) => a * b, 1);
-    // Norm weights and biases are converted to f32; matrices keep their 16-bit form.
-    const b = shape.length === 1 ? n * F32 : n * s.weightBytes;
-    weights += b;
+    const b = exact(shape.length === 1 ? n * F32 : n * wb);
+    bytes += b;
     // Embedding / LM head rows are split across bindings; other matrices are one binding each.
     if (!name.includes("embed_tokens") && !name.startsWith("lm_head")) largest = Math.max(largest, b);
   }
+  return { bytes, largest };
+}
+
+/** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
+function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): number {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
+  const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
+  return (
+    f(N * C) + f(N) + // h1, rstd1
+    f(N * H * D) + 2 * f(N * KV * D) + qk + // q, k, v (and their pre-norm forms)
+    f(N * H * D) + f(N * H) + // o, lse
+    2 * f(N * C) + f(N) + // xMid, h2, rstd2
+    3 * f(N * F) + // g, u, a
+    nTargets * f(N * rank) // LoRA intermediates
+  );
+}
+
+/** The largest set of gradients in flight inside one layer's backward (MLP part, then attention part). */
+function layerGrads(c: ModelConfig, N: number, rank: number): number {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
+  const mlp = 3 * f(N * F) + f(N * C) + (rank ? f(N * rank) : 0); // da, dg, du, dh2, LoRA dt
+  const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
+  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + (rank ? f(N * rank) : 0); // do, dq, dk, dv, delta, dh1
+  return Math.max(mlp, attn);
+}
+
+/** One inference step of N tokens sampling S rows: the step's inputs, one layer's temporaries, then the logits. */
+function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): number {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
+  const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
+  const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
+  const layer =
+    f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D) + qk + f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + (rank ? f(N * rank) : 0);
+  const head = f(S) + f(S * V) + 2 * f(S * C) + f(S) + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
+  return inputs + Math.max(layer, head) + UNIFORMS;
+}
+
+/** One training micro-batch of N tokens: the peak of the head phase and of the top layer's backward. */
+function trainingPeak(c: ModelConfig, N: number, vocabChunk: number, rank: number, nTargets: number, recompute: boolean): { peak: number; perLayer: number } {
+  const { hiddenSize: C, numLayers: L } = c;
+  const Vc = Math.min(vocabChunk, c.vocabSize);
+  const inputs = 3 * f(N) + f(2 * N) + f(3 * N); // ids, targets, old logprobs, (slot, pos), GRPO meta
+  const saved = layerSaved(c, N, rank, nTargets);
+  const x = f(N * C);
+  // Kept through the step: each layer's input, everything else of every layer unless recomputed, the output.
+  const kept = L * x + (recompute ? 0 : L * saved) + x;
+  const final = f(N * C) + f(N); // hN, rstdN
+  // Head: logprobs (lp, entropy, lse, dloss, per-token terms), dhN and one logits chunk, during its backward.
+  const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc);
+  // Top layer's backward: the kept inputs, dx, dhN, the layer's saved set (recomputed or kept) and its gradients.
+  const back = L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank);
+  const perLayer = x + (recompute ? 0 : saved);
+  return { peak: inputs + Math.max(head, back) + UNIFORMS, perLayer };
+}
+
+export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
+  const { hiddenSize: C, intermediateSize: F, numKvHeads: KV, headDim: D, numLayers: L, vocabSize: V } = c;
+  const w = weightBytes(c, s.weightBytes);
+  const weights = s.sharedWeights ? 0 : w.bytes;
+  let largest = w.largest;
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
-  const lora = loraParams * F32;
-  const optimizer = s.train && s.lora ? loraParams * F32 * 3 : 0; // grads, m, v
-  const kvCache = 2 * L * s.kvSlots * s.kvContext * KV * D * F32;
-  largest = Math.max(largest, kvCache / (2 * L));
-  const prefillAct = s.prefillChunk * (3 * C + 2 * H * D + 2 * KV * D + 3 * F + H) * F32;
-  const logitsChunk = s.prefillChunk * s.vocabChunk * F32;
-  const inference = prefillAct + logitsChunk + s.kvSlots * s.vocabChunk * F32;
+  const lora = s.lora ? exact(loraParams * F32) : 0;
+  // Gradients and both AdamW moments, the step's loss totals, entropy rows and the optimizer's partial sums.
+  const optimizer = s.train && s.lora ? 3 * exact(loraParams * F32) + exact(32) + exact(s.train.microBatchTokens * F32) + 2 * 4096 : 0;
+  const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
+  const kvCache = 2 * L * kvLayer;
+  largest = Math.max(largest, kvLayer);
+  const inference = inferencePeak(c, s.prefillChunk + s.kvSlots, s.kvSlots, rank);
+  largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
   let training = 0;
+  let trainingPerLayer = 0;
   if (s.train) {
-    const T = s.train.microBatchTokens;
-    const perLayer = savedPerTokenLayer(c, rank, targets.length) * F32 * T;
-    const saved = s.train.recompute ? L * C * F32 * T + perLayer : L * perLayer;
-    // Gradients in flight for one layer (dx, dq/dk/dv, dgate/dup), the final hidden states and their
-    // gradient, one logits chunk and its gradient, and per-token loss buffers.
-    const working = T * (2 * C + 2 * H * D + 2 * KV * D + 2 * F) * F32;
-    const head = T * (2 * C) * F32 + 2 * T * s.vocabChunk * F32 + 16 * T * F32;
-    training = saved + working + head;
-    largest = Math.max(largest, T * s.vocabChunk * F32, T * F * F32);
+    const N = s.train.microBatchTokens;
+    const t = trainingPeak(c, N, s.vocabChunk, rank, targets.length, s.train.recompute);
+    training = t.peak;
+    trainingPerLayer = t.perLayer;
+    largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
   }
-  const total = weights + lora + optimizer + kvCache + inference + training;
-  const mb = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+  const held = weights + lora + optimizer + kvCache;
+  const total = held + Math.max(inference, training);
+  const mb = (b: number) => `${(b / MiB).toFixed(1)} MiB`;
   const lines = [
-    `weights     ${mb(weights)} (${s.weightBytes === 2 ? "16-bit" : "f32"} matrices)`,
+    `weights     ${mb(weights)} (${s.weightBytes === 2 ? "16-bit" : "f32"} matrices${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
     `lora        ${mb(lora)}${s.lora ? ` (rank ${rank}, ${targets.join(",")}, ${loraParams} params)` : ""}`,
     `optimizer   ${mb(optimizer)} (gradients + AdamW moments)`,
     `kv cache    ${mb(kvCache)} (${s.kvSlots} sequences x ${s.kvContext} tokens)`,
-    `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk}, vocab chunk ${s.vocabChunk})`,
-    `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch, recompute ${s.train.recompute ? "on" : "off"})` : ""}`,
+    `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows)`,
+    `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
     `total       ${mb(total)}`,
   ];
-  return { weights, lora, optimizer, kvCache, inference, training, total, largestBinding: largest, lines };
+  return {
+    weights, lora, optimizer, kvCache, inference, training, trainingPerLayer, total,
+    peakInference: held + inference, peakTraining: held + training, largestBinding: largest, lines,
+  };
 }
 
 export class PlanError extends Error {
@@ -117,20 +188,116 @@ export class PlanError extends Error {
   }
 }
 
-/** Throws a PlanError naming what does not fit: a binding over the adapter's limit, or the total over the budget. */
-export function checkPlan(plan: MemoryPlan, limits: AdapterLimits, budgetBytes?: number): void {
+const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+
+/** The plan's parts, largest first, as "training 1.20 GiB, weights 0.92 GiB, ...". */
+function largestParts(p: MemoryPlan): string {
+  const parts: [string, number][] = [
+    ["weights", p.weights],
+    ["LoRA", p.lora],
+    ["optimizer state", p.optimizer],
+    ["KV cache", p.kvCache],
+    [p.training > p.inference ? "training activations" : "inference working set", Math.max(p.training, p.inference)],
+  ];
+  return parts
+    .filter(([, b]) => b > 0)
+    .sort((a, b) => b[1] - a[1])
+    .map(([n, b]) => `${n} ${b >= 2 ** 30 ? gib(b) : `${(b / MiB).toFixed(0)} MiB`}`)
+    .join(", ");
+}
+
+/**
+ * Throws a PlanError naming what does not fit: a binding over the adapter's limit, or the total (plus
+ * `inUse`, bytes already live on the device) over the budget.
+ */
+export function checkPlan(plan: MemoryPlan, limits: AdapterLimits, budgetBytes?: number, inUse = 0): void {
   const bind = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   if (plan.largestBinding > bind) {
     throw new PlanError(
-      `memory plan: a ${(plan.largestBinding / 2 ** 20).toFixed(0)} MiB tensor exceeds the adapter's ` +
-        `${(bind / 2 ** 20).toFixed(0)} MiB storage binding; use fewer KV slots, a shorter context or a smaller micro-batch.`,
+      `memory plan: a ${(plan.largestBinding / MiB).toFixed(0)} MiB tensor exceeds the adapter's ` +
+        `${(bind / MiB).toFixed(0)} MiB storage binding; use fewer KV slots, a shorter context or fewer tokens per micro-batch.`,
     );
   }
-  if (budgetBytes !== undefined && plan.total > budgetBytes) {
+  if (budgetBytes !== undefined && plan.total + inUse > budgetBytes) {
     throw new PlanError(
-      `memory plan: ${(plan.total / 2 ** 30).toFixed(2)} GiB needed but the budget is ${(budgetBytes / 2 ** 30).toFixed(2)} GiB:\n  ` +
+      `memory plan: ${gib(plan.total)} needed${inUse ? ` besides ${gib(inUse)} already in use` : ""} but the memory budget is ${gib(budgetBytes)}. ` +
+        `Largest parts: ${largestParts(plan)}.\n  ` +
         plan.lines.join("\n  ") +
-        "\nReduce KV slots or context, the micro-batch, or turn on recompute.",
+        "\nTo fit: fewer tokens per micro-batch, a smaller LoRA rank, a shorter context or fewer KV slots, or a larger --memory-budget if the GPU has the memory.",
     );
   }
+}
+
+export interface TrainChoice {
+  microBatchTokens: number;
+  recompute: boolean;
+  vocabChunk: number;
+  plan: MemoryPlan;
+}
+
+/**
+ * Chooses how a training step runs within the budget: the requested micro-batch without recompute if it
+ * fits, else smaller micro-batches (down to the longest sequence, or 1024 tokens), then recompute with the
+ * largest micro-batch that fits, shrinking the vocabulary chunk last. `longest` is the longest sequence of
+ * the step (a micro-batch holds whole sequences). Refuses with a PlanError when nothing fits.
+ */
+export function planTraining(
+  c: ModelConfig,
+  base: Omit<PlanSetup, "train" | "vocabChunk">,
+  limits: AdapterLimits,
+  budget: number | undefined,
+  want: { microBatchTokens: number; longest: number; recompute?: boolean; vocabChunk?: number; inUse?: number },
+): TrainChoice {
+  const V = c.vocabSize;
+  const longest = Math.max(1, want.longest);
+  const top = Math.max(want.microBatchTokens, longest);
+  const sizes: number[] = [];
+  for (let n = top; n > longest; n = Math.floor(n / 2)) sizes.push(n);
+  sizes.push(longest);
+  const chunks = [Math.min(want.vocabChunk ?? 8192, V)];
+  for (let v = chunks[0] >> 1; v >= 1024; v >>= 1) chunks.push(v);
+  const tries: { n: number; recompute: boolean; vc: number }[] = [];
+  const modes = want.recompute === undefined ? [false, true] : [want.recompute];
+  for (const recompute of modes) {
+    // Without recompute, micro-batches shrink only while they stay large enough to keep a GPU busy.
+    const ns = recompute || want.recompute === false ? sizes : sizes.filter((n) => n === top || n >= Math.min(1024, top));
+    for (const n of ns) for (const vc of chunks) tries.push({ n, recompute, vc });
+  }
+  let last: MemoryPlan | undefined;
+  let lastErr: unknown;
+  for (const t of tries) {
+    const plan = planMemory(c, { ...base, vocabChunk: t.vc, train: { microBatchTokens: t.n, recompute: t.recompute } });
+    try {
+      checkPlan(plan, limits, budget, want.inUse ?? 0);
+      return { microBatchTokens: t.n, recompute: t.recompute, vocabChunk: t.vc, plan };
+    } catch (e) {
+      last = plan;
+      lastErr = e;
+    }
+  }
+  const why = (lastErr as Error).message;
+  throw new PlanError(
+    `training does not fit even with ${last!.lines[5].replace(/^training\s+/, "")}, the smallest step tried ` +
+      `(the longest sequence has ${longest} tokens): ${why.replace(/^memory plan: /, "")}`,
+  );
+}
+
+/** Parses "8GB", "6GiB", "512MiB", "4e9" (bytes) into bytes; throws naming the flag for anything else. */
+export function parseBytes(text: string, what = "--memory-budget"): number {
+  const m = /^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*$/i.exec(text);
+  const unit: Record<string, number> = { b: 1, kb: 1e3, kib: 2 ** 10, mb: 1e6, mib: 2 ** 20, gb: 1e9, gib: 2 ** 30, tb: 1e12, tib: 2 ** 40 };
+  const v = m ? Number(m[1]) * unit[(m[2] ?? "b").toLowerCase()] : NaN;
+  if (!Number.isFinite(v) || v <= 0) {
+    throw new PlanError(`${what} "${text}" is not a size: write it like 8GB, 6GiB or 4096MiB`);
+  }
+  return Math.floor(v);
+}
+
+/**
+ * The memory budget when none is given. WebGPU does not tell how much memory a GPU has: browsers get 4 GiB
+ * (what integrated GPUs and a tab commonly allow), Node 16 GiB on a GPU and 8 GiB on a CPU adapter.
+ */
+export function defaultMemoryBudget(where: { browser: boolean; cpuAdapter: boolean }): number {
+  if (where.browser) return 4 * 2 ** 30;
+  return (where.cpuAdapter ? 8 : 16) * 2 ** 30;
 }

@@ -1,0 +1,62 @@
+// Measures what the memory planner promises: the device's peak live bytes (the buffer pool's accounting)
+// over the largest inference step the scheduler can make, and over one GRPO step, on a loaded engine.
+import { Rng } from "@webart/shaders/util/random.ts";
+import type { SampleSpec } from "./generate/scheduler.ts";
+import type { Engine } from "./engine.ts";
+import { accumulateGradients, optimizerStep, type TrainSequence } from "./train/grpo.ts";
+
+/** Peak live bytes of one step of `prefill` prompt tokens in slot 0 plus one decode token in every other slot. */
+export async function measureInference(engine: Engine, prefill: number): Promise<{ peak: number; tokens: number }> {
+  const runner = engine.runner;
+  const gpu = engine.gpu;
+  const slots = runner.slots;
+  const P = Math.min(prefill, runner.maxContext);
+  const N = P + slots - 1;
+  const ids = new Uint32Array(N);
+  const slotOf = new Uint32Array(N);
+  const pos = new Uint32Array(N);
+  for (let i = 0; i < P; i++) pos[i] = i;
+  for (let s = 1; s < slots; s++) slotOf[P + s - 1] = s;
+  const rows = [P - 1, ...Array.from({ length: slots - 1 }, (_, s) => P + s)];
+  const samples: SampleSpec[] = rows.map((row, i) => ({
+    row, temperature: 1, topK: 0, topP: 1, seed: 1, step: 0, stream: i, mask: null, top: 0,
+  }));
+  await gpu.sync();
+  gpu.pool.resetPeak();
+  await engine.scheduler.exclusive(() => runner.step({ ids, slots: slotOf, pos }, samples));
+  return { peak: gpu.pool.stats.peakLiveBytes, tokens: N };
+}
+
+/** Peak live bytes of one GRPO step (gradients and AdamW) on `batch` sequences of `length` random tokens. */
+export async function measureGrpoStep(
+  engine: Engine,
+  o: { batch: number; length: number; microBatchTokens: number; recompute: boolean; vocabChunk: number; seed?: number },
+): Promise<{ peak: number; ms: number; microBatches: number }> {
+  const lora = engine.model.lora;
+  if (!lora) throw new Error("measureGrpoStep: attach a LoRA adapter first");
+  lora.ensureOptimizer();
+  const gpu = engine.gpu;
+  const rng = new Rng(o.seed ?? 1);
+  const V = engine.config.vocabSize;
+  const seqs: TrainSequence[] = Array.from({ length: o.batch }, (_, b) => ({
+    ids: Array.from({ length: o.length }, () => rng.int(V)),
+    mask: Array.from({ length: o.length }, (_, t) => (t >= o.length / 4 ? 1 : 0)),
+    oldLogprobs: new Array(o.length).fill(NaN),
+    advantage: b % 2 ? 1 : -1,
+    coef: 1 / (o.batch * o.length),
+  }));
+  await gpu.sync();
+  gpu.pool.resetPeak();
+  const t0 = performance.now();
+  let microBatches = 0;
+  await engine.scheduler.exclusive(async () => {
+    const r = await accumulateGradients(engine.model, seqs, {
+      loss: "ppo", level: "token", epsilon: 0.2, epsilonHigh: 0.2, beta: 0,
+      microBatchTokens: o.microBatchTokens, recompute: o.recompute, vocabChunk: o.vocabChunk,
+    });
+    microBatches = r.microBatches;
+    gpu.release(r.totals, r.entropyAll);
+    await optimizerStep(engine.model, { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 }, 1);
+  });
+  return { peak: gpu.pool.stats.peakLiveBytes, ms: performance.now() - t0, microBatches };
+}
