@@ -12,7 +12,8 @@ import { ModelRunner } from "./model/runner.ts";
 import { uploadWeights } from "./model/weights.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
-import { checkPlan, planMemory, type MemoryPlan } from "./plan.ts";
+import { checkPlan, defaultMemoryBudget, planMemory, planTraining, type LoraTarget, type MemoryPlan, type PlanSetup } from "./plan.ts";
+import { isCpuAdapter } from "@webart/shaders/util/adapter.ts";
 import { Tokenizer } from "./tokenizer/index.ts";
 import {
   openModel,
@@ -42,8 +43,12 @@ export interface EngineOptions extends OpenModelOptions {
   prefillChunk?: number;
   /** Keep 16-bit weights as f32 on the GPU (default false: frozen weights stay in their file's form). */
   weightsF32?: boolean;
-  /** Refuse plans over this many bytes (default: only the adapter's per-binding limits are checked). */
+  /** Bytes webart may hold on this GPU, all runs on the device together: a plan over it is refused before
+   *  anything is allocated (default: defaultMemoryBudget, 4 GiB in a browser, 16 GiB in Node on a GPU). */
   memoryBudget?: number;
+  /** Plan a training step too (LocalBackend passes its LoRA and micro-batch): the load is refused unless a
+   *  sequence as long as the context can train within the budget (with recompute if need be). */
+  train?: { lora: { rank: number; targets: readonly LoraTarget[] }; microBatchTokens: number; recompute?: boolean };
   onProgress?: (p: LoadProgress) => void;
   /** Constrained decoding for response_format and forced tool calls (default on). */
   constrained?: boolean;
@@ -73,6 +78,8 @@ export function chatTokenizer(
   };
 }
 
+const isNode = () => typeof process !== "undefined" && !!process.versions?.node;
+
 export class Engine {
   readonly scheduler: Scheduler;
   readonly handler: Handler;
@@ -88,6 +95,9 @@ export class Engine {
     readonly runner: ModelRunner,
     readonly tokenizer: ReturnType<typeof chatTokenizer>,
     readonly plan: MemoryPlan,
+    /** The setup the plan was made for (training plans each step from it) and the budget it fits. */
+    readonly planSetup: Omit<PlanSetup, "train" | "vocabChunk">,
+    readonly memoryBudget: number,
     opts: EngineOptions,
   ) {
     this.scheduler = new Scheduler(runner, { prefillChunk: opts.prefillChunk });
@@ -113,18 +123,25 @@ export class Engine {
     const c = opened.config;
     const maxContext = opts.maxContext ?? Math.min(c.maxPositionEmbeddings, 2048);
     const kvSlots = opts.kvSlots ?? 16;
-    const plan = planMemory(c, {
+    // The plan comes first: nothing is allocated for a model that does not fit.
+    const budget = opts.memoryBudget ?? defaultMemoryBudget({ browser: !isNode(), cpuAdapter: isCpuAdapter(gpu) });
+    const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
       weightBytes: opts.weightsF32 || c.torchDtype === "float32" || !c.torchDtype ? 4 : 2,
       kvSlots,
       kvContext: maxContext,
       prefillChunk: opts.prefillChunk ?? 256,
-      vocabChunk: Math.min(c.vocabSize, 8192),
-    });
-    checkPlan(
-      plan,
-      { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize },
-      opts.memoryBudget,
-    );
+      lora: opts.train?.lora,
+    };
+    const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
+    const inUse = gpu.pool.stats.liveBytes;
+    let plan: MemoryPlan;
+    if (opts.train) {
+      const t = opts.train;
+      plan = planTraining(c, setup, limits, budget, { microBatchTokens: t.microBatchTokens, longest: maxContext, recompute: t.recompute, inUse }).plan;
+    } else {
+      plan = planMemory(c, { ...setup, vocabChunk: Math.min(c.vocabSize, 8192) });
+      checkPlan(plan, limits, budget, inUse);
+    }
     const weights = await uploadWeights(
       gpu,
       c,
@@ -150,7 +167,7 @@ export class Engine {
       chatTemplate: opened.chatTemplate ?? undefined,
     });
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
-    return new Engine(gpu, name, opened, model, runner, chatTokenizer(tok, c, opened.generationConfig), plan, opts);
+    return new Engine(gpu, name, opened, model, runner, chatTokenizer(tok, c, opened.generationConfig), plan, setup, budget, opts);
   }
 
   get config(): ModelConfig {

@@ -188,7 +188,7 @@ export class PlanError extends Error {
   }
 }
 
-const gib = (b: number) => `${(b / 2 ** 30).toFixed(2)} GiB`;
+const gib = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / MiB).toFixed(1)} MiB`);
 
 /** The plan's parts, largest first, as "training 1.20 GiB, weights 0.92 GiB, ...". */
 function largestParts(p: MemoryPlan): string {
@@ -202,7 +202,7 @@ function largestParts(p: MemoryPlan): string {
   return parts
     .filter(([, b]) => b > 0)
     .sort((a, b) => b[1] - a[1])
-    .map(([n, b]) => `${n} ${b >= 2 ** 30 ? gib(b) : `${(b / MiB).toFixed(0)} MiB`}`)
+    .map(([n, b]) => `${n} ${gib(b)}`)
     .join(", ");
 }
 
@@ -246,7 +246,17 @@ export function planTraining(
   base: Omit<PlanSetup, "train" | "vocabChunk">,
   limits: AdapterLimits,
   budget: number | undefined,
-  want: { microBatchTokens: number; longest: number; recompute?: boolean; vocabChunk?: number; inUse?: number },
+  want: {
+    microBatchTokens: number;
+    longest: number;
+    recompute?: boolean;
+    vocabChunk?: number;
+    /** Bytes live on the device besides this plan (other runs). */
+    inUse?: number;
+    /** Bytes live now that already include this plan's weights, adapter, optimizer and KV cache (a loaded run
+     *  before its step): only the step's working set is added to them. */
+    held?: number;
+  },
 ): TrainChoice {
   const V = c.vocabSize;
   const longest = Math.max(1, want.longest);
@@ -268,7 +278,8 @@ export function planTraining(
   for (const t of tries) {
     const plan = planMemory(c, { ...base, vocabChunk: t.vc, train: { microBatchTokens: t.n, recompute: t.recompute } });
     try {
-      checkPlan(plan, limits, budget, want.inUse ?? 0);
+      if (want.held === undefined) checkPlan(plan, limits, budget, want.inUse ?? 0);
+      else checkPlan({ ...plan, total: plan.training }, limits, budget, want.held);
       return { microBatchTokens: t.n, recompute: t.recompute, vocabChunk: t.vc, plan };
     } catch (e) {
       last = plan;

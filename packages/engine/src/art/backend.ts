@@ -40,6 +40,11 @@ export interface TrainMetrics {
   time_checkpoint: number;
   /** True when nothing was trainable (the step still advanced). */
   skipped: boolean;
+  /** What the memory planner chose for the step, the peak it planned and the peak the pool measured. */
+  micro_batch_tokens: number;
+  recompute: boolean;
+  memory_planned_gib: number;
+  memory_peak_gib: number;
   [k: string]: number | boolean;
 }
 

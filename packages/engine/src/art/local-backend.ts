@@ -10,7 +10,9 @@ import { computeAdvantages } from "./advantages.ts";
 import type { Backend, ModelSpec, TrainMetrics, TrainResult } from "./backend.ts";
 import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
 import { tokenizeHistory } from "./tokenize.ts";
-import { resolveTrainConfig, type TrainConfig } from "./train-config.ts";
+import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
+import { validateLoraConfig } from "../model/lora.ts";
+import { planTraining, PlanError } from "../plan.ts";
 import { sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
 
 export interface LocalBackendOptions {
@@ -73,7 +75,10 @@ export class LocalBackend implements Backend {
     } else {
       await files.writeJson("model.json", { name: spec.name, project: spec.project, base_model: spec.baseModel, lora: spec.lora, seed: spec.seed, trainable: true });
     }
-    const engine = await Engine.load(spec.baseModel, { ...this.opts.engine, name: spec.name });
+    // Loading plans training too: a run whose longest possible sequence cannot train is refused up front.
+    const lcfg = validateLoraConfig(spec.lora ?? {});
+    const train = { lora: { rank: lcfg.rank, targets: lcfg.targets }, microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens };
+    const engine = await Engine.load(spec.baseModel, { train, ...this.opts.engine, name: spec.name });
     const lora = engine.attachLora(spec.lora, spec.seed);
     const run: Run = { spec, engine, files, step: 0 };
     const latest = await files.latestStep();
@@ -121,7 +126,7 @@ export class LocalBackend implements Backend {
     const { engine } = run;
     const t0 = performance.now();
     const adv = computeAdvantages(groups, cfg.scaleRewards);
-    const seqs: (TrainSequence & { n: number })[] = [];
+    const seqs: (TrainSequence & { n: number; from: string })[] = [];
     let trajectories = 0;
     let exceptions = 0;
     groups.forEach((g, gi) => {
@@ -141,7 +146,7 @@ export class LocalBackend implements Backend {
           if (tk.ids.length > engine.runner.maxContext) {
             throw new Error(`train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`);
           }
-          seqs.push({ ids: tk.ids, mask: tk.mask, oldLogprobs: tk.oldLogprobs, advantage: a, coef: 0, n: tk.trainableTokens });
+          seqs.push({ ids: tk.ids, mask: tk.mask, oldLogprobs: tk.oldLogprobs, advantage: a, coef: 0, n: tk.trainableTokens, from: `trajectory ${ti} of group ${gi}` });
         }
       });
     });
@@ -149,8 +154,29 @@ export class LocalBackend implements Backend {
     const nTok = seqs.reduce((s, q) => s + q.n, 0);
     const maxLen = cfg.drGrpoMaxTokens || Math.max(1, ...seqs.map((s) => s.n));
     for (const s of seqs) s.coef = cfg.lossType === "token" ? 1 / nTok : cfg.lossType === "dr_grpo" ? 1 / (nSeq * maxLen) : 1 / (nSeq * s.n);
+    // The planner decides the micro-batch, recompute and vocabulary chunk for this step's longest sequence,
+    // before anything is allocated; a step that cannot fit is refused naming that sequence.
+    const longest = seqs.reduce((m, q) => (q.ids.length > (m?.ids.length ?? 0) ? q : m), undefined as (typeof seqs)[number] | undefined);
+    let choice: ReturnType<typeof planTraining> | undefined;
+    let planned = 0;
+    if (longest) {
+      engine.model.lora!.ensureOptimizer();
+      try {
+        choice = planTraining(engine.config, engine.planSetup, { maxStorageBufferBindingSize: engine.gpu.maxStorageBinding, maxBufferSize: engine.gpu.maxBufferSize }, engine.memoryBudget, {
+          microBatchTokens: cfg.microBatchTokens,
+          longest: longest.ids.length,
+          recompute: cfg.recompute === "auto" ? undefined : cfg.recompute === "on",
+          held: engine.gpu.pool.stats.liveBytes,
+        });
+        planned = engine.gpu.pool.stats.liveBytes + choice.plan.training;
+      } catch (e) {
+        if (!(e instanceof PlanError)) throw e;
+        throw new PlanError(`train: ${longest.from} has ${longest.ids.length} tokens, and ${e.message}`);
+      }
+    }
     const t1 = performance.now();
     let fb = { loss: 0, policyLoss: 0, kl: 0, clipFraction: 0, entropy: 0, trainedTokens: 0 };
+    let peak = 0;
     let opt = { gradNorm: 0, finite: true };
     let t2 = t1;
     let t3 = t1;
@@ -159,14 +185,22 @@ export class LocalBackend implements Backend {
       console.warn(`train step ${run.step + 1}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`);
     } else {
       await engine.scheduler.exclusive(async () => {
-        fb = await accumulateGradients(engine.model, seqs, {
+        // Inference's pooled buffers go back to the device first, so the step has the memory it was planned for.
+        const pool = engine.gpu.pool;
+        pool.trim();
+        pool.resetPeak();
+        const r = await accumulateGradients(engine.model, seqs, {
           loss: cfg.policyLoss,
           level: cfg.importanceSampling,
           epsilon: cfg.epsilon,
           epsilonHigh: cfg.epsilonHigh,
           beta: cfg.beta,
-          microBatchTokens: cfg.microBatchTokens,
+          microBatchTokens: choice!.microBatchTokens,
+          recompute: choice!.recompute,
+          vocabChunk: choice!.vocabChunk,
         });
+        engine.gpu.release(r.totals, r.entropyAll);
+        fb = r;
         t2 = performance.now();
         opt = await optimizerStep(
           engine.model,
@@ -174,6 +208,8 @@ export class LocalBackend implements Backend {
           run.step + 1,
         );
         t3 = performance.now();
+        peak = pool.stats.peakLiveBytes;
+        pool.trim();
       });
       engine.scheduler.invalidateCache();
     }
@@ -209,6 +245,10 @@ export class LocalBackend implements Backend {
       time_checkpoint: (t4 - t3) / 1000,
       skipped,
       nonfinite_gradients: !opt.finite,
+      micro_batch_tokens: choice?.microBatchTokens ?? 0,
+      recompute: choice?.recompute ?? false,
+      memory_planned_gib: planned / 2 ** 30,
+      memory_peak_gib: peak / 2 ** 30,
     };
     const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
     for (const [k, v] of Object.entries(metrics)) if (k !== "step") row[`train/${k}`] = v;

@@ -26,8 +26,12 @@ export interface TrainConfig {
   adamBeta2: number;
   adamEps: number;
   weightDecay: number;
-  /** Tokens per micro-batch (forward + backward at once); gradients accumulate across micro-batches. */
+  /** Tokens per micro-batch (forward + backward at once); gradients accumulate across micro-batches. The memory
+   *  planner may use fewer (never fewer than the longest sequence) when this many do not fit the budget. */
   microBatchTokens: number;
+  /** Activation recompute (keep only each layer's input, run its forward again in backward): "auto" lets the
+   *  memory planner turn it on when the step does not fit otherwise. */
+  recompute: "auto" | "on" | "off";
   /** Dr. GRPO's constant length normaliser; 0 uses the longest trajectory in the step. */
   drGrpoMaxTokens: number;
   /**
@@ -53,6 +57,7 @@ export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
   adamEps: 1e-8,
   weightDecay: 0.1,
   microBatchTokens: 4096,
+  recompute: "auto",
   drGrpoMaxTokens: 0,
   maxHistoriesPerTrajectory: 0,
 });
@@ -61,6 +66,7 @@ const CHOICES: Partial<Record<keyof TrainConfig, readonly string[]>> = {
   lossType: ["sequence", "token", "dr_grpo"],
   policyLoss: ["ppo", "cispo"],
   importanceSampling: ["token", "sequence"],
+  recompute: ["auto", "on", "off"],
 };
 
 /** Defaults overridden by `partial`; throws on unknown keys and out-of-range values, naming them. */
