@@ -113,9 +113,11 @@ function layerGrads(c: ModelConfig, N: number, rank: number): number {
 function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
+  // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
+  const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
-  const layer =
-    f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D) + qk + f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + (rank ? f(N * rank) : 0);
+  const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + (rank ? f(N * rank) : 0); // o, lse, h2, rstd2, g, u, a, LoRA t
+  const layer = qkv + Math.max(qk, rest);
   const head = f(S) + f(S * V) + 2 * f(S * C) + f(S) + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
   return inputs + Math.max(layer, head) + UNIFORMS;
 }
@@ -273,7 +275,7 @@ export function planTraining(
     const ns = recompute || want.recompute === false ? sizes : sizes.filter((n) => n === top || n >= Math.min(1024, top));
     for (const n of ns) for (const vc of chunks) tries.push({ n, recompute, vc });
   }
-  let last: MemoryPlan | undefined;
+  let last: { n: number; recompute: boolean; vc: number } | undefined;
   let lastErr: unknown;
   for (const t of tries) {
     const plan = planMemory(c, { ...base, vocabChunk: t.vc, train: { microBatchTokens: t.n, recompute: t.recompute } });
@@ -282,14 +284,14 @@ export function planTraining(
       else checkPlan({ ...plan, total: plan.training }, limits, budget, want.held);
       return { microBatchTokens: t.n, recompute: t.recompute, vocabChunk: t.vc, plan };
     } catch (e) {
-      last = plan;
+      last = t;
       lastErr = e;
     }
   }
-  const why = (lastErr as Error).message;
+  const why = (lastErr as Error).message.replace(/^memory plan: /, "");
   throw new PlanError(
-    `training does not fit even with ${last!.lines[5].replace(/^training\s+/, "")}, the smallest step tried ` +
-      `(the longest sequence has ${longest} tokens): ${why.replace(/^memory plan: /, "")}`,
+    `training does not fit even with ${last!.n} tokens per micro-batch, recompute ${last!.recompute ? "on" : "off"} and a ` +
+      `${last!.vc}-column vocabulary chunk, the smallest step tried (the longest sequence has ${longest} tokens): ${why}`,
   );
 }
 

@@ -1,0 +1,119 @@
+// The memory planner's promise, measured on Dawn: the peak live bytes of the largest inference step and of
+// a GRPO step (activations kept, and recomputed) match the plan; a plan over the budget is refused before
+// anything is allocated; a sequence longer than the micro-batch still trains.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { Engine } from "./engine.ts";
+import { measureGrpoStep, measureInference } from "./memory.ts";
+import { LORA_TARGETS, planMemory, type PlanSetup } from "./plan.ts";
+import { randomTensors, tinyConfigJson } from "./weights/testing.ts";
+import { writeSafetensors } from "./weights/index.ts";
+
+const TINY = join(import.meta.dirname, "../../../models/webart-tiny");
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+/** A model folder in memory: a config of the family at small widths, random weights, the embedded tokenizer. */
+function modelFiles(family: "qwen2" | "qwen3"): Map<string, Blob> {
+  const json = tinyConfigJson(family, {
+    hidden_size: 64, intermediate_size: 160, num_hidden_layers: 3, num_attention_heads: 4, num_key_value_heads: 2,
+    head_dim: 16, vocab_size: 512, max_position_embeddings: 512, tie_word_embeddings: family === "qwen3",
+  });
+  const files = new Map<string, Blob>();
+  files.set("config.json", new Blob([JSON.stringify(json)]));
+  for (const f of ["tokenizer.json", "tokenizer_config.json"]) files.set(f, new Blob([readFileSync(join(TINY, f))]));
+  files.set("model.safetensors", new Blob([writeSafetensors(randomTensors(json, "BF16"), { format: "pt" })]));
+  return files;
+}
+
+describe.each([
+  ["webart-tiny (Llama, f32)", () => TINY],
+  ["Qwen2 (q/k/v bias, bf16)", () => modelFiles("qwen2")],
+  ["Qwen3 (q/k norm, bf16)", () => modelFiles("qwen3")],
+] as const)("%s: measured peak = planned peak", (_, source) => {
+  const kvSlots = 4;
+  const maxContext = 128;
+  const prefillChunk = 48;
+  let engine: Engine;
+  let setup: PlanSetup;
+  beforeAll(async () => {
+    engine = await Engine.load(source(), { gpu, kvSlots, maxContext, prefillChunk, tune: false });
+    engine.attachLora({ rank: 4, targets: [...LORA_TARGETS] });
+    const c = engine.config;
+    setup = { weightBytes: c.torchDtype === "float32" ? 4 : 2, kvSlots, kvContext: maxContext, prefillChunk, vocabChunk: 256, lora: { rank: 4, targets: LORA_TARGETS } };
+    return () => engine.close();
+  });
+
+  it("inference: the largest step the scheduler makes", async () => {
+    const held = gpu.pool.stats.liveBytes;
+    const plan = planMemory(engine.config, setup);
+    const m = await measureInference(engine, prefillChunk);
+    expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
+    expect(m.peak / plan.peakInference).toBeLessThan(1.1);
+    // The working set alone, above what the engine holds, within 10% too.
+    expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
+    expect((m.peak - held) / plan.inference).toBeLessThan(1.1);
+  });
+
+  it.each([false, true])("a GRPO step of 4 x 40 tokens in micro-batches of 2 (recompute %s)", async (recompute) => {
+    const o = { batch: 4, length: 40, microBatchTokens: 80, recompute, vocabChunk: 256 };
+    await measureGrpoStep(engine, o); // allocates the optimizer state
+    const held = gpu.pool.stats.liveBytes;
+    const plan = planMemory(engine.config, { ...setup, train: { microBatchTokens: 80, recompute } });
+    const m = await measureGrpoStep(engine, o);
+    expect(m.microBatches).toBe(2);
+    expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
+    expect(m.peak / plan.peakTraining).toBeLessThan(1.1);
+    expect((m.peak - held) / plan.training).toBeGreaterThan(0.9);
+    expect((m.peak - held) / plan.training).toBeLessThan(1.1);
+    expect(gpu.pool.stats.liveBytes).toBe(held);
+  });
+
+  it("recompute keeps less: the plans and the measurements agree on how much less", async () => {
+    const o = { batch: 2, length: 64, microBatchTokens: 128, vocabChunk: 256 };
+    const keep = await measureGrpoStep(engine, { ...o, recompute: false });
+    const re = await measureGrpoStep(engine, { ...o, recompute: true });
+    const pk = planMemory(engine.config, { ...setup, train: { microBatchTokens: 128, recompute: false } });
+    const pr = planMemory(engine.config, { ...setup, train: { microBatchTokens: 128, recompute: true } });
+    expect(re.peak).toBeLessThan(keep.peak);
+    expect((keep.peak - re.peak) / (pk.peakTraining - pr.peakTraining)).toBeGreaterThan(0.9);
+    expect((keep.peak - re.peak) / (pk.peakTraining - pr.peakTraining)).toBeLessThan(1.1);
+  });
+});
+
+describe("the budget", () => {
+  it("Engine.load refuses a plan over the budget before allocating, naming its parts and what to change", async () => {
+    const live = gpu.pool.stats.liveBytes;
+    const created = gpu.pool.stats.buffersCreated;
+    const err = await Engine.load(TINY, { gpu, kvSlots: 16, maxContext: 1024, memoryBudget: 8 * 2 ** 20, tune: false }).catch((e: Error) => e);
+    expect(err).toBeInstanceOf(Error);
+    expect((err as Error).name).toBe("PlanError");
+    expect((err as Error).message).toMatch(/but the memory budget is 8\.0 MiB/);
+    expect((err as Error).message).toMatch(/Largest parts: KV cache 16\.0 MiB, weights/);
+    expect((err as Error).message).toMatch(/fewer KV slots/);
+    expect(gpu.pool.stats.liveBytes).toBe(live);
+    expect(gpu.pool.stats.buffersCreated).toBe(created);
+  });
+
+  it("a training plan that needs recompute to fit gets it; one that cannot fit at all is refused", async () => {
+    const opts = { gpu, kvSlots: 4, maxContext: 1024, tune: false };
+    const train = { lora: { rank: 8, targets: LORA_TARGETS }, microBatchTokens: 4096 };
+    const roomy = await Engine.load(TINY, { ...opts, train });
+    const p = roomy.plan;
+    await roomy.close();
+    expect(p.lines[5]).toMatch(/recompute off/);
+    // Just under keeping the activations of one context-long sequence: the planner turns recompute on.
+    const c = roomy.config;
+    const base = { weightBytes: 4 as const, kvSlots: 4, kvContext: 1024, prefillChunk: 256, vocabChunk: 406, lora: train.lora };
+    const budget = planMemory(c, { ...base, train: { microBatchTokens: 1024, recompute: false } }).total - 1;
+    const tight = await Engine.load(TINY, { ...opts, train, memoryBudget: budget });
+    expect(tight.plan.total).toBeLessThanOrEqual(budget);
+    expect(tight.plan.lines[5]).toMatch(/recompute on/);
+    await tight.close();
+    const err = await Engine.load(TINY, { ...opts, train, memoryBudget: p.weights + p.kvCache + 1024 }).catch((e: Error) => e);
+    expect((err as Error).message).toMatch(/^training does not fit even with 1024 tokens per micro-batch, recompute on/);
+    expect((err as Error).message).toMatch(/the longest sequence has 1024 tokens/);
+  });
+});
