@@ -1,6 +1,7 @@
 // `webart serve` on the command line: flags -> ServeOptions; SIGINT/SIGTERM -> finish the running step
 // (its checkpoint is written) and open requests, then exit 0. A second signal exits at once.
 import { join } from "node:path";
+import { parseBytes } from "@webart/engine";
 import { ServeConfigError, startServer, type ServeOptions } from "./server.ts";
 
 export const EMBEDDED_MODEL = join(import.meta.dirname, "../../../../models/webart-tiny");
@@ -20,6 +21,8 @@ options:
   --runs <dir>          where training runs live (default .art)
   --kv-slots <n>        sequences decoded at once per model (default 16)
   --max-context <n>     context length per sequence (default min(model's, 2048))
+  --memory-budget <sz>  GPU memory the server may use for the base model and every run, e.g. 6GB or 4096MiB;
+                        a load or run registration over it is refused before allocating (default 16 GiB on a GPU)
   --max-wait <s>        how long a chat request waits for a training step before 503 + Retry-After (default 300)
 `;
 
@@ -37,6 +40,7 @@ export function parseServeArgs(argv: string[], env: Record<string, string | unde
     "kv-slots",
     "max-context",
     "max-wait",
+    "memory-budget",
   ];
   for (let i = 0; i < argv.length; i++) {
     const m = /^--([a-z-]+)(?:=(.*))?$/.exec(argv[i]);
@@ -62,6 +66,15 @@ export function parseServeArgs(argv: string[], env: Record<string, string | unde
     if (!apiKey)
       throw new ServeConfigError(`--api-key-env ${keyVar}: the environment variable ${keyVar} is not set or empty`);
   }
+  let budget: number | undefined;
+  const b = vals.get("memory-budget");
+  if (b !== undefined) {
+    try {
+      budget = parseBytes(b);
+    } catch (e) {
+      throw new ServeConfigError((e as Error).message);
+    }
+  }
   const wait = vals.get("max-wait");
   if (wait !== undefined && !(Number(wait) >= 0))
     throw new ServeConfigError(`--max-wait ${wait}: expected seconds >= 0`);
@@ -76,6 +89,7 @@ export function parseServeArgs(argv: string[], env: Record<string, string | unde
     kvSlots: int("kv-slots", 1, 4096),
     maxContext: int("max-context", 8, 1 << 20),
     maxWaitMs: wait === undefined ? undefined : Number(wait) * 1000,
+    memoryBudget: budget,
   };
 }
 

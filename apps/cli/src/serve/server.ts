@@ -39,6 +39,8 @@ export interface ServeOptions {
   /** KV-cache sequences (concurrent requests batched at once) and context length, per loaded model. */
   kvSlots?: number;
   maxContext?: number;
+  /** Bytes the server may hold on the GPU (base model and every run); plans over it are refused before allocating. */
+  memoryBudget?: number;
   /** Longest a chat request waits for its model's training step before a 503 with Retry-After (ms, default 300 000). */
   maxWaitMs?: number;
   /** Body size limits in bytes: chat 4 MiB, train/log 32 MiB, other routes 1 MiB. */
@@ -134,7 +136,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   }
   const limits = { chat: 4 * MiB, train: 32 * MiB, other: 1 * MiB, ...o.limits };
   const maxWaitMs = o.maxWaitMs ?? 300_000;
-  const engineOpts: EngineOptions = { kvSlots: o.kvSlots, maxContext: o.maxContext };
+  const engineOpts: EngineOptions = { kvSlots: o.kvSlots, maxContext: o.maxContext, memoryBudget: o.memoryBudget };
   const engine = await Engine.load(o.model, engineOpts);
   if (o.adapter) await loadAdapter(engine, o.adapter).catch((e) => engine.close().then(() => Promise.reject(e)));
   const backend = new LocalBackend({ path: o.runs ?? ".art", engine: engineOpts });

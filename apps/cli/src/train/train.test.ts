@@ -27,6 +27,15 @@ describe("webart train / eval", () => {
     await expect(trainCommand(["--env", "chess", ...tiny])).rejects.toBeInstanceOf(UsageError);
   });
 
+  it("--memory-budget: a run that cannot fit is refused before loading, naming the plan's parts; a bad size is a usage error", async () => {
+    const err = await trainCommand(["--steps", "1", "--name", "small", "--memory-budget", "4MiB", ...tiny]).catch((e: Error) => e);
+    expect((err as Error).name).toBe("PlanError");
+    expect((err as Error).message).toMatch(/memory budget is 4\.0 MiB\. Largest parts: /);
+    expect((err as Error).message).toMatch(/To fit: fewer tokens per micro-batch/);
+    expect(existsSync(join(runs, "tictactoe/models/small/checkpoints"))).toBe(false);
+    await expect(trainCommand(["--memory-budget", "lots", ...tiny])).rejects.toThrow(/--memory-budget "lots" is not a size/);
+  });
+
   it("--reward ruler: a judge on 127.0.0.1 scores every group and training completes 2 steps", async () => {
     // The judge scores trajectory "1" high and the rest low, so every group has variance to learn from.
     judge = await startJudge((req) => ({

@@ -4,7 +4,7 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
+import { gatherTrajectoryGroups, LocalBackend, parseBytes, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
 import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
@@ -32,7 +32,18 @@ const SPEC: Spec = {
   temperature: { default: "1", help: "sampling temperature for rollouts" },
   "lora-rank": { default: "8", help: "LoRA rank" },
   "max-histories": { default: "0", help: "train on at most this many moves per game, the last always kept (0: all, as ART does)" },
+  "memory-budget": { help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading (default 16 GiB on a GPU, 8 GiB on a CPU adapter)" },
 };
+
+/** --memory-budget as bytes (undefined: the platform's default). */
+export function budgetArg(v: string | undefined): number | undefined {
+  if (v === undefined) return undefined;
+  try {
+    return parseBytes(v);
+  } catch (e) {
+    throw new UsageError((e as Error).message, 2);
+  }
+}
 
 export async function trainCommand(argv: string[]): Promise<number> {
   const help = usage("train", SPEC);
@@ -55,7 +66,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
     judge = { client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }), model: a["judge-model"] };
   }
   const project = a.project || env;
-  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: Math.min(64, G * K), maxContext: 512 } });
+  const memoryBudget = budgetArg(a["memory-budget"]);
+  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: Math.min(64, G * K), maxContext: 512, memoryBudget } });
   const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank: num("lora-rank", a["lora-rank"], { int: true, min: 1 }) } });
   await model.register(backend);
   let step = await model.getStep();
