@@ -81,6 +81,31 @@ test("loads with no console errors, shows the adapter and the embedded model's m
   expect(problems).toEqual([]);
 });
 
+test("the memory budget setting: a plan over it is refused naming its parts, and Start waits for one that fits", async () => {
+  await expect(page.getByTestId("model-info")).toContainText("webart-tiny", { timeout: 60_000 });
+  await expect(page.getByLabel("GPU memory budget (GiB)")).toHaveValue("4");
+  // The plan is the training step the worker's engine will plan: micro-batch, recompute, against the budget.
+  await expect(page.getByTestId("plan-total")).toContainText(/of 4 GiB budget/);
+  await expect(page.getByTestId("plan")).toContainText(/tokens per micro-batch, recompute (on|off)/);
+  await page.getByLabel("GPU memory budget (GiB)").fill("0");
+  await expect(page.getByTestId("error-memoryBudget")).toContainText("must be above 0");
+  await expect(page.getByRole("button", { name: "Start" })).toBeDisabled();
+  await page.getByLabel("GPU memory budget (GiB)").fill("0.01");
+  const refused = page.getByTestId("plan-refused");
+  await expect(refused).toContainText(/memory budget is 10\.2 MiB/, { timeout: 60_000 });
+  await expect(refused).toContainText(/Largest parts: .*KV cache/);
+  await expect(refused).toContainText(/weights/);
+  await expect(refused).toContainText("GPU memory budget (Training settings)");
+  await expect(page.getByTestId("plan-total")).toContainText("refused (0.01 GiB budget)");
+  await expect(page.getByRole("button", { name: "Start" })).toBeDisabled();
+  await shot("budget-refused");
+  await page.getByLabel("GPU memory budget (GiB)").fill("4");
+  await expect(page.getByRole("button", { name: "Start" })).toBeEnabled({ timeout: 60_000 });
+  await expect(refused).toHaveCount(0);
+  await expect(page.getByTestId("plan-total")).toContainText(/of 4 GiB budget/);
+  expect(problems).toEqual([]);
+});
+
 /** The start-up tuning table the worker saved in IndexedDB (apps/web/src/worker/tuning.ts), if any. */
 let savedTuning: { kernels: string; table: Record<string, { winner: string; ms: Record<string, number> }> } | undefined;
 const readSavedTuning = () =>

@@ -114,8 +114,10 @@ export function App() {
     [refreshRuns],
   );
 
-  // The memory plan follows the model and the settings that change it (rank, concurrent games).
-  const planKey = settings ? `${settings.loraRank}/${settings.groupSize * settings.groupsPerStep}` : null;
+  // The memory plan follows the model and the settings that change it (rank, concurrent games, budget).
+  const planKey = settings
+    ? `${settings.loraRank}/${settings.groupSize * settings.groupsPerStep}/${settings.memoryBudgetGiB}`
+    : null;
   useEffect(() => {
     if (!adapter || !settings) return;
     let live = true;
@@ -143,10 +145,10 @@ export function App() {
       ? "Fix the settings marked in red."
       : modelError
         ? "The model could not be read (see Model)."
-        : !info
+        : !info || checking
           ? "Checking the model…"
           : !info.fits
-            ? "The memory plan does not fit this GPU (see Model)."
+            ? "The memory plan does not fit this GPU or the memory budget (see Model)."
             : null;
 
   const run = async (name: string, step: number, target: number, env: EnvName, go: () => Promise<unknown>) => {

@@ -28,6 +28,9 @@ export interface TrainSettings {
   /** Tokens the model may write per move. */
   maxTokens: number;
   temperature: number;
+  /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
+   *  before this setting lack it and get the engine's browser default. */
+  memoryBudgetGiB?: number;
   reward: RewardSettings;
 }
 
@@ -57,11 +60,15 @@ export interface ModelInfo {
   hidden: number;
   vocab: number;
   dtype: string;
-  /** Human-readable plan lines (weights, LoRA, optimizer, KV cache, ...). */
+  /** Human-readable plan lines (weights, LoRA, optimizer, KV cache, the training step chosen, ...); empty when
+   *  refused (the reason holds the plan of the smallest step tried). */
   plan: string[];
-  totalBytes: number;
+  /** The plan's total, null when refused. */
+  totalBytes: number | null;
+  /** The memory budget the plan was checked against. */
+  budgetBytes: number;
   fits: boolean;
-  /** Why the plan is refused, when it does not fit. */
+  /** Why the plan is refused (its largest parts, the budget and what to change), when it does not fit. */
   reason?: string;
 }
 

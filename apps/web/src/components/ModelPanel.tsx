@@ -2,7 +2,7 @@
 // its memory plan before anything is loaded (refused with the reason when it does not fit), and load progress.
 import { useState } from "react";
 import type { ModelChoice, ModelInfo } from "../api.ts";
-import { bytes } from "../lib/format.ts";
+import { bytes, num } from "../lib/format.ts";
 
 export interface LoadProgress {
   stage: "download" | "weights" | "copy";
@@ -156,14 +156,18 @@ export function ModelPanel(props: {
             <strong>{props.info.label}</strong>: {props.info.architecture}, {props.info.layers} layers, width{" "}
             {props.info.hidden}, vocab {props.info.vocab}, {props.info.dtype}
           </p>
-          <details open={!props.info.fits}>
-            <summary>
-              Memory plan: {bytes(props.info.totalBytes)} {props.info.fits ? "(fits this GPU)" : "(does not fit)"}
-            </summary>
-            <pre data-testid="plan">{props.info.plan.join("\n")}</pre>
-          </details>
+          {props.info.totalBytes !== null ? (
+            <details>
+              <summary data-testid="plan-total">
+                Memory plan: {bytes(props.info.totalBytes)} of {num(props.info.budgetBytes / 2 ** 30)} GiB budget
+              </summary>
+              <pre data-testid="plan">{props.info.plan.join("\n")}</pre>
+            </details>
+          ) : (
+            <p data-testid="plan-total">Memory plan: refused ({num(props.info.budgetBytes / 2 ** 30)} GiB budget)</p>
+          )}
           {!props.info.fits && (
-            <p role="alert" className="error" data-testid="plan-refused">
+            <p role="alert" className="error refused" data-testid="plan-refused">
               Refused: {props.info.reason}
             </p>
           )}

@@ -40,6 +40,7 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ["seed", "Seed"],
   ["maxTokens", "Max tokens per move"],
   ["temperature", "Temperature"],
+  ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
 
 export function SettingsForm(props: {

@@ -18,11 +18,17 @@ export interface SettingsDraft {
   seed: string;
   maxTokens: string;
   temperature: string;
+  /** GiB of GPU memory the run may plan for. */
+  memoryBudget: string;
 }
 
 export type DraftErrors = Partial<Record<keyof SettingsDraft, string>>;
 
 export const KEY_STORAGE = "webart.rulerApiKey";
+
+/** The engine's default memory budget in a browser (defaultMemoryBudget), in GiB: WebGPU does not say how much
+ *  memory a GPU has, and 4 GiB is what integrated GPUs and a tab commonly allow. */
+export const DEFAULT_BUDGET_GIB = 4;
 
 export function newRunName(env: EnvName): string {
   const d = new Date();
@@ -49,6 +55,7 @@ export function defaultDraft(): SettingsDraft {
     seed: "1",
     maxTokens: "12",
     temperature: "1",
+    memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
 }
 
@@ -59,9 +66,17 @@ function int(v: string, field: string, lo: number, hi: number, errors: DraftErro
   return n;
 }
 
-function real(v: string, field: string, lo: number, hi: number, errors: DraftErrors, key: keyof SettingsDraft): number {
+function real(
+  v: string,
+  field: string,
+  lo: number,
+  hi: number,
+  errors: DraftErrors,
+  key: keyof SettingsDraft,
+  example = "5e-4",
+): number {
   const n = Number(v.trim());
-  if (v.trim() === "" || !Number.isFinite(n)) errors[key] = `${field} must be a number (e.g. 5e-4)`;
+  if (v.trim() === "" || !Number.isFinite(n)) errors[key] = `${field} must be a number (e.g. ${example})`;
   else if (n <= lo || n > hi) errors[key] = `${field} must be above ${lo} and at most ${hi}`;
   return n;
 }
@@ -79,6 +94,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const seed = int(d.seed, "Seed", 0, 2 ** 31 - 1, errors, "seed");
   const maxTokens = int(d.maxTokens, "Max tokens per move", 1, 512, errors, "maxTokens");
   const temperature = real(d.temperature, "Temperature", 0, 2, errors, "temperature");
+  const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   if (d.reward === "ruler") {
     try {
       const u = new URL(d.rulerBaseURL);
@@ -103,6 +119,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       seed,
       maxTokens,
       temperature,
+      memoryBudgetGiB,
       reward:
         d.reward === "env"
           ? { kind: "env" }
@@ -129,5 +146,6 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     seed: String(s.seed),
     maxTokens: String(s.maxTokens),
     temperature: String(s.temperature),
+    memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };
 }

@@ -3,14 +3,18 @@
 // and served to the engine by ranges from there, so the next visit loads them without the network or the picker;
 // hub files go through the engine's own hub cache.
 import {
-  checkPlan,
+  DEFAULT_TRAIN_CONFIG,
+  defaultMemoryBudget,
   getDevice,
-  LORA_TARGETS,
   modelFiles,
   parseConfig,
-  planMemory,
+  PlanError,
+  planTraining,
   readJson,
+  validateLoraConfig,
+  type MemoryPlan,
   type ModelConfig,
+  type PlanSetup,
 } from "@webart/engine";
 import type { EngineEvent, ModelChoice, ModelInfo, TrainSettings } from "../api.ts";
 
@@ -175,6 +179,21 @@ export async function clearModelCache(): Promise<void> {
 /** Sequences held at once: every rollout of a step runs concurrently, within limits. */
 export const kvSlotsFor = (s: TrainSettings) => Math.min(32, Math.max(4, s.groupSize * s.groupsPerStep));
 export const maxContextFor = (c: ModelConfig) => Math.min(c.maxPositionEmbeddings, 1024);
+/** The run's LoRA: rank from the settings, alpha twice the rank, the default targets. */
+export const loraFor = (s: TrainSettings) => validateLoraConfig({ rank: s.loraRank, alpha: 2 * s.loraRank });
+
+/** The engine's sizes and budget for a run: engineOptions loads with them and inspectModel plans with them. */
+function engineSizes(s: TrainSettings, c: ModelConfig) {
+  return {
+    kvSlots: kvSlotsFor(s),
+    maxContext: maxContextFor(c),
+    prefillChunk: 256,
+    memoryBudget:
+      s.memoryBudgetGiB !== undefined
+        ? Math.floor(s.memoryBudgetGiB * 2 ** 30)
+        : defaultMemoryBudget({ browser: true, cpuAdapter: false }),
+  };
+}
 
 /** How the engine reaches model files: through modelFetch, with download progress as events. */
 function sourceOptions() {
@@ -191,12 +210,12 @@ function sourceOptions() {
   };
 }
 
-/** Options for loading a run's engine (KV cache sized for its concurrent games) with weight-loading progress. */
+/** Options for loading a run's engine (KV cache sized for its concurrent games, the memory budget: LocalBackend
+ *  adds the training plan, and a load over the budget is refused before anything is allocated) with progress. */
 export function engineOptions(settings: TrainSettings, config: ModelConfig) {
   return {
     ...sourceOptions(),
-    kvSlots: kvSlotsFor(settings),
-    maxContext: maxContextFor(config),
+    ...engineSizes(settings, config),
     onProgress: (p: { bytesDone: number; bytesTotal: number; tensor: string }) =>
       emit({ type: "load", stage: "weights", file: p.tensor, bytesDone: p.bytesDone, bytesTotal: p.bytesTotal }),
   };
@@ -209,26 +228,36 @@ export async function readModelConfig(baseModel: string): Promise<ModelConfig> {
   return parseConfig(json, `${files.name}/config.json`);
 }
 
-/** The model's config and the memory plan of training it with these settings, checked against the adapter. */
+/**
+ * The model's config and the memory plan of training it with these settings, made as the run's engine will make
+ * it when LocalBackend loads it (engineSizes, the run's LoRA, a context-long sequence, the default micro-batch),
+ * checked against the adapter's limits and the budget.
+ */
 export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<ModelInfo> {
   const baseModel = baseModelOf(m);
   const c = await readModelConfig(baseModel);
-  const weightBytes = c.torchDtype === "float32" || !c.torchDtype ? 4 : 2;
-  const plan = planMemory(c, {
-    weightBytes,
-    kvSlots: kvSlotsFor(s),
-    kvContext: maxContextFor(c),
-    prefillChunk: 256,
-    vocabChunk: Math.min(c.vocabSize, 8192),
-    lora: { rank: s.loraRank, targets: LORA_TARGETS },
-    train: { microBatchTokens: 4096, recompute: false },
-  });
+  const e = engineSizes(s, c);
+  const lora = loraFor(s);
+  const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
+    weightBytes: c.torchDtype === "float32" || !c.torchDtype ? 4 : 2,
+    kvSlots: e.kvSlots,
+    kvContext: e.maxContext,
+    prefillChunk: e.prefillChunk,
+    lora: { rank: lora.rank, targets: lora.targets },
+  };
   const gpu = await getDevice();
+  const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
+  let plan: MemoryPlan | undefined;
   let reason: string | undefined;
   try {
-    checkPlan(plan, { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize });
-  } catch (e) {
-    reason = (e as Error).message;
+    plan = planTraining(c, setup, limits, e.memoryBudget, {
+      microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
+      longest: e.maxContext,
+    }).plan;
+  } catch (err) {
+    if (!(err instanceof PlanError)) throw err;
+    // The engine's advice names the CLI flag; here the budget is a setting.
+    reason = err.message.replace("--memory-budget", "GPU memory budget (Training settings)");
   }
   return {
     baseModel,
@@ -238,9 +267,10 @@ export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<Mo
     hidden: c.hiddenSize,
     vocab: c.vocabSize,
     dtype: c.torchDtype ?? "float32",
-    plan: plan.lines,
-    totalBytes: plan.total,
-    fits: reason === undefined,
+    plan: plan?.lines ?? [],
+    totalBytes: plan?.total ?? null,
+    budgetBytes: e.memoryBudget,
+    fits: plan !== undefined,
     reason,
   };
 }

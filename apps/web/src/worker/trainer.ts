@@ -14,8 +14,8 @@ import { rollout2048, rolloutTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
-import { LocalBackend, TrainableModel, validateLoraConfig } from "./internals.ts";
-import { baseModelOf, engineOptions, kvSlotsFor, readModelConfig } from "./models.ts";
+import { LocalBackend, TrainableModel } from "./internals.ts";
+import { baseModelOf, engineOptions, kvSlotsFor, loraFor, readModelConfig } from "./models.ts";
 import { appendEnvRow, envRow, stepRow, PROJECT, readMeta, runFiles, writeMeta, type RunMeta } from "./runs.ts";
 import { checkRoom, store } from "./store.ts";
 import { restoreTuning, saveTuning } from "./tuning.ts";
@@ -84,7 +84,7 @@ async function load(name: string): Promise<Session> {
 export async function createRun(name: string, model: ModelChoice, settings: TrainSettings): Promise<void> {
   if (await runFiles(name).readJson("webapp/run.json"))
     throw new Error(`a run named "${name}" exists; pick another name`);
-  const lora = validateLoraConfig({ rank: settings.loraRank, alpha: 2 * settings.loraRank });
+  const lora = loraFor(settings);
   await writeMeta(name, {
     version: 1,
     model,
