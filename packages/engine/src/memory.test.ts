@@ -4,7 +4,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { LocalBackend } from "./art/local-backend.ts";
+import { TrainableModel } from "./art/model.ts";
+import { Trajectory, TrajectoryGroup, type SampledChoice } from "./art/trajectories.ts";
 import { Engine } from "./engine.ts";
 import { measureGrpoStep, measureInference } from "./memory.ts";
 import { LORA_TARGETS, planMemory, type PlanSetup } from "./plan.ts";
@@ -115,5 +120,37 @@ describe("the budget", () => {
     const err = await Engine.load(TINY, { ...opts, train, memoryBudget: p.weights + p.kvCache + 1024 }).catch((e: Error) => e);
     expect((err as Error).message).toMatch(/^training does not fit even with 1024 tokens per micro-batch, recompute on/);
     expect((err as Error).message).toMatch(/the longest sequence has 1024 tokens/);
+  });
+});
+
+describe("LocalBackend steps", () => {
+  it("a trajectory longer than the micro-batch trains: the planner takes a micro-batch of its length; the step reports plan and peak", async () => {
+    const backend = new LocalBackend({ path: mkdtempSync(join(tmpdir(), "webart-mem-")), engine: { gpu, kvSlots: 4, maxContext: 256, tune: false } });
+    try {
+      const model = new TrainableModel({ name: "long", project: "mem", baseModel: TINY });
+      await model.register(backend);
+      const client = model.openaiClient();
+      const messages = [{ role: "user" as const, content: "x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o" }];
+      const trajectories: Trajectory[] = [];
+      for (let i = 0; i < 2; i++) {
+        const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 4, temperature: 1, seed: i });
+        trajectories.push(new Trajectory({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice], reward: i }));
+      }
+      const live = gpu.pool.stats.liveBytes;
+      const r = await model.train([new TrajectoryGroup(trajectories)], { learningRate: 1e-4, microBatchTokens: 16 });
+      const m = r.metrics;
+      expect(r.step).toBe(1);
+      expect(m.micro_batch_tokens).toBeGreaterThan(40); // the longest sequence, not 16
+      expect(m.recompute).toBe(false);
+      expect(m.memory_peak_gib).toBeGreaterThan(0);
+      expect(m.memory_peak_gib / m.memory_planned_gib).toBeGreaterThan(0.9);
+      expect(m.memory_peak_gib / m.memory_planned_gib).toBeLessThan(1.1);
+      // Forcing recompute is honoured, and the step leaves nothing live behind.
+      const r2 = await model.train([new TrajectoryGroup(trajectories)], { learningRate: 1e-4, recompute: "on" });
+      expect(r2.metrics.recompute).toBe(true);
+      expect(gpu.pool.stats.liveBytes).toBe(live);
+    } finally {
+      await backend.close();
+    }
   });
 });
