@@ -8,6 +8,8 @@ import { describe, expect, it } from "vitest";
 import { getDevice, type Gpu } from "@webart/engine/gpu";
 import { Engine } from "../engine.ts";
 import { BaseModels } from "../model/bases.ts";
+import { FsStore } from "../store/fs.ts";
+import type { RunStore } from "../store/store.ts";
 import { writeSafetensors } from "../weights/index.ts";
 import { LocalBackend } from "./local-backend.ts";
 import { TrainableModel } from "./model.ts";
@@ -227,4 +229,37 @@ describe("nothing leaks on failure", () => {
     expect(memory(gpu)).toEqual(before.memory);
     await backend.close();
   }, 300_000);
+
+  it("a step whose checkpoint cannot be written (store full) puts the last checkpoint's adapter back; the step counter stays; the next step trains", async () => {
+    const gpu = await getDevice();
+    const fs = await FsStore.open(tmp("full"));
+    let full = false;
+    // The run's files on disk, except that checkpoints fail while `full` (a disk or IndexedDB quota running out).
+    const store: RunStore = {
+      kind: "fs",
+      read: (p) => fs.read(p),
+      write: (p, d) => fs.write(p, d),
+      append: (p, t) => fs.append(p, t),
+      list: (p) => fs.list(p),
+      remove: (p) => fs.remove(p),
+      writeAtomic: (files, key, value) =>
+        full ? Promise.reject(new Error("the store is full")) : fs.writeAtomic(files, key, value),
+    };
+    const backend = new LocalBackend({ store, engine: ENGINE });
+    const model = new TrainableModel({ name: "f", project: "p", baseModel: BASE, lora: { rank: 4, alpha: 8 } });
+    await model.register(backend);
+    const lora = backend.engine(model.spec).model.lora!;
+    const checkpoint = (await backend.adapterFiles(model.spec)).files["adapter_model.safetensors"];
+    const m0 = memory(gpu);
+    const groups = await groupsOf(model, 1);
+    full = true;
+    await expect(model.train(groups, { learningRate: 0.05 })).rejects.toThrow(/the store is full/);
+    expect(await model.getStep()).toBe(0);
+    expect(Buffer.from(await lora.toSafetensors()).equals(Buffer.from(checkpoint))).toBe(true);
+    expect(memory(gpu)).toEqual(m0);
+    full = false;
+    expect((await model.train(groups, { learningRate: 0.05 })).step).toBe(1);
+    expect(Buffer.from(await lora.toSafetensors()).equals(Buffer.from(checkpoint))).toBe(false);
+    await backend.close();
+  });
 });
