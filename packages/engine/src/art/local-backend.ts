@@ -71,7 +71,7 @@ export class LocalBackend implements Backend {
     return this.run(spec).engine;
   }
 
-  register(spec: ModelSpec): Promise<{ step: number }> {
+  async register(spec: ModelSpec): Promise<{ step: number }> {
     return this.serial(() => this.registerNow(spec));
   }
 
@@ -142,7 +142,7 @@ export class LocalBackend implements Backend {
     });
   }
 
-  train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
+  async train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
     const cfg = resolveTrainConfig(partial);
     return this.serial(() => this.trainNow(this.run(spec), groups, cfg));
   }
@@ -335,7 +335,7 @@ export class LocalBackend implements Backend {
   }
 
   /** Closes every run's engine, after the registration or step in flight. */
-  close(): Promise<void> {
+  async close(): Promise<void> {
     return this.serial(async () => {
       for (const r of this.runs.values()) await r.engine.close();
       this.runs.clear();
