@@ -3,25 +3,19 @@
 // Web Worker, or in a page.
 import type OpenAI from "openai";
 import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { isIgnorableTensor, tensorShapes, type ModelConfig } from "./config/index.ts";
+import type { ModelConfig } from "./config/index.ts";
 import { Scheduler } from "./generate/scheduler.ts";
 import type { Generator } from "./generate/types.ts";
+import { BaseModels, type BaseModel } from "./model/bases.ts";
 import { LoraState, validateLoraConfig, type LoraConfig } from "./model/lora.ts";
 import { Model } from "./model/model.ts";
 import { ModelRunner } from "./model/runner.ts";
-import { uploadWeights } from "./model/weights.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
 import { checkPlan, defaultMemoryBudget, planMemory, planTraining, type LoraTarget, type MemoryPlan, type PlanSetup } from "./plan.ts";
 import { isCpuAdapter } from "@webart/shaders/util/adapter.ts";
 import { Tokenizer } from "./tokenizer/index.ts";
-import {
-  openModel,
-  type LoadProgress,
-  type ModelSource,
-  type OpenModelOptions,
-  type OpenedModel,
-} from "./weights/index.ts";
+import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
 import {
   createJsonConstraintFactory,
   toolCallConstraint,
@@ -33,6 +27,9 @@ import { tuneKernels } from "@webart/shaders/tune/kernels.ts";
 
 export interface EngineOptions extends OpenModelOptions {
   gpu?: Gpu;
+  /** Base models already on the device: an engine of a base model loaded through the same registry shares its
+   *  weights, files and tokenizer (default: a registry of its own, so nothing is shared). */
+  bases?: BaseModels;
   /** Name clients use in `model` (default: the source's folder or repo name). */
   name?: string;
   /** Sequences the KV cache holds at once (default 16). */
@@ -90,7 +87,7 @@ export class Engine {
   private constructor(
     readonly gpu: Gpu,
     readonly name: string,
-    readonly opened: OpenedModel,
+    private readonly base: BaseModel,
     readonly model: Model,
     readonly runner: ModelRunner,
     readonly tokenizer: ReturnType<typeof chatTokenizer>,
@@ -117,9 +114,34 @@ export class Engine {
     this.handler = createHandler({ models: () => this.served });
   }
 
+  /** The base model's files (shared with the engines of the same base model in `EngineOptions.bases`). */
+  get opened(): OpenedModel {
+    return this.base.opened;
+  }
+
   static async load(source: ModelSource, opts: EngineOptions = {}): Promise<Engine> {
     const gpu = opts.gpu ?? (await getDevice());
-    const opened = await openModel(source, opts);
+    const base = await (opts.bases ?? new BaseModels()).acquire(gpu, source, opts);
+    const own: { model?: Model; runner?: ModelRunner } = {};
+    try {
+      return await Engine.build(gpu, base, opts, own);
+    } catch (e) {
+      // A refused or failed load keeps nothing: this engine's buffers, and the base model unless others use it.
+      own.runner?.kv.dispose();
+      if (own.model) gpu.release(own.model.invFreq);
+      await base.release();
+      throw e;
+    }
+  }
+
+  /** The rest of load once the base model is held; what it allocates goes in `own`, for load to free on failure. */
+  private static async build(
+    gpu: Gpu,
+    base: BaseModel,
+    opts: EngineOptions,
+    own: { model?: Model; runner?: ModelRunner },
+  ): Promise<Engine> {
+    const opened = base.opened;
     const c = opened.config;
     const maxContext = opts.maxContext ?? Math.min(c.maxPositionEmbeddings, 2048);
     const kvSlots = opts.kvSlots ?? 16;
@@ -131,6 +153,8 @@ export class Engine {
       kvContext: maxContext,
       prefillChunk: opts.prefillChunk ?? 256,
       lora: opts.train?.lora,
+      // Another engine's upload of these weights is already live (in inUse): not counted twice.
+      sharedWeights: base.weightsShared,
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
@@ -142,14 +166,7 @@ export class Engine {
       plan = planMemory(c, { ...setup, vocabChunk: Math.min(c.vocabSize, 8192) });
       checkPlan(plan, limits, budget, inUse);
     }
-    const weights = await uploadWeights(
-      gpu,
-      c,
-      opened.weights.tensors(tensorShapes(c), { onProgress: opts.onProgress, ignore: (n) => isIgnorableTensor(c, n) }),
-      {
-        toF32: opts.weightsF32,
-      },
-    );
+    const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this adapter (once per adapter and process).
     if (opts.tune !== false) {
       const shape = {
@@ -161,13 +178,10 @@ export class Engine {
       };
       await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
     }
-    const model = new Model(gpu, c, weights);
-    const runner = new ModelRunner(model, kvSlots, maxContext);
-    const tok = Tokenizer.fromJSON(opened.tokenizerJson, opened.tokenizerConfig, {
-      chatTemplate: opened.chatTemplate ?? undefined,
-    });
+    const model = (own.model = new Model(gpu, c, weights));
+    const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
-    return new Engine(gpu, name, opened, model, runner, chatTokenizer(tok, c, opened.generationConfig), plan, setup, budget, opts);
+    return new Engine(gpu, name, base, model, runner, chatTokenizer(base.tokenizer, c, opened.generationConfig), plan, setup, budget, opts);
   }
 
   get config(): ModelConfig {
@@ -195,15 +209,19 @@ export class Engine {
 
   /**
    * Fails requests still queued, waits for the step in flight (a generation step or a training step), then
-   * frees the weights, KV cache and adapter on the GPU (destroying the pool's free buffers) and closes the model's files. Safe to call twice.
+   * frees the KV cache and adapter on the GPU and lets go of the base model: its weights are freed and its files
+   * closed when no other engine uses them (the pool's free buffers are destroyed). Safe to call twice.
    */
   close(): Promise<void> {
     return (this.closing ??= (async () => {
       await this.scheduler.close();
       this.runner.kv.dispose();
-      this.model.dispose();
+      // This engine's part of the Model (adapter, RoPE table); the base weights go with their last engine.
+      this.model.lora?.dispose();
+      this.model.lora = undefined;
+      this.gpu.release(this.model.invFreq);
+      await this.base.release();
       this.gpu.pool.trim(); // the pool's free buffers, these among them, go back to the device
-      await this.opened.close();
     })());
   }
 }

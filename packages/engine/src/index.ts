@@ -19,6 +19,7 @@ export * from "./art/model.ts";
 export * from "./art/local-backend.ts";
 export * from "./art/checkpoints.ts";
 export * from "./model/model.ts";
+export * from "./model/bases.ts";
 export * from "./model/lora.ts";
 export * from "./model/kv.ts";
 export * from "./model/runner.ts";

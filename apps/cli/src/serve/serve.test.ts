@@ -465,6 +465,25 @@ describe("inference while a step trains, and --adapter", () => {
   });
 });
 
+describe("one copy of the base model", () => {
+  it("runs registered on the server use the served model's weights: each adds only its RoPE table to the weights", async () => {
+    const stats = srv.engine.gpu.pool.stats;
+    const weights0 = stats.byTag.weights;
+    const base = srv.engine.model.weights;
+    const baseBytes = base.buffers.reduce((s, b) => s + b.size, 0);
+    const models = ["share-1", "share-2"].map((name) => new TrainableModel({ name, project: "serve-test", baseModel: "webart-tiny" }));
+    for (const m of models) await m.register(new RemoteBackend(srv.url));
+    // The server's own engine for each run (the spec as the server registered it: same project and name).
+    for (const m of models) expect(srv.backend.engine({ ...m.spec, baseModel: BASE }).model.weights).toBe(base);
+    expect(stats.byTag.weights - weights0).toBe(2 * srv.engine.model.invFreq.size);
+    expect(stats.byTag.weights).toBeLessThan(2 * baseBytes);
+    for (const m of models) {
+      const r = await client.chat.completions.create({ model: m.name, messages, max_tokens: 2 });
+      expect((r.choices[0] as SampledChoice).token_ids!.length).toBeGreaterThan(0);
+    }
+  });
+});
+
 describe("shutdown", () => {
   it("SIGTERM during a step: the step finishes and checkpoints, the client gets its answer, exit 0", async () => {
     const runs = tmp("runs-sigterm");

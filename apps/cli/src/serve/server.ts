@@ -6,6 +6,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import { join } from "node:path";
 import {
   ApiError,
+  BaseModels,
   createHandler,
   Engine,
   LocalBackend,
@@ -136,7 +137,8 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   }
   const limits = { chat: 4 * MiB, train: 32 * MiB, other: 1 * MiB, ...o.limits };
   const maxWaitMs = o.maxWaitMs ?? 300_000;
-  const engineOpts: EngineOptions = { kvSlots: o.kvSlots, maxContext: o.maxContext, memoryBudget: o.memoryBudget };
+  // One registry for the served engine and the runs' engines: runs of the served base model share its weights.
+  const engineOpts: EngineOptions = { kvSlots: o.kvSlots, maxContext: o.maxContext, memoryBudget: o.memoryBudget, bases: new BaseModels() };
   const engine = await Engine.load(o.model, engineOpts);
   if (o.adapter) await loadAdapter(engine, o.adapter).catch((e) => engine.close().then(() => Promise.reject(e)));
   const backend = new LocalBackend({ path: o.runs ?? ".art", engine: engineOpts });

@@ -2,6 +2,7 @@
 // worker). Runs live under `.art/{project}/models/{name}/` (Node) or the same keys in IndexedDB.
 import type OpenAI from "openai";
 import { Engine, type EngineOptions } from "../engine.ts";
+import { BaseModels } from "../model/bases.ts";
 import { IdbStore } from "../store/idb.ts";
 import { FsStore } from "../store/fs.ts";
 import type { RunStore } from "../store/store.ts";
@@ -20,7 +21,8 @@ export interface LocalBackendOptions {
   path?: string;
   /** Where runs are kept; default: the file system in Node, IndexedDB in a browser. */
   store?: RunStore;
-  /** Options for loading each base model (KV slots, context, GPU, ...). */
+  /** Options for loading each run's engine (KV slots, context, GPU, ...). Runs of the same base model share its
+   *  weights on the GPU through `engine.bases` (default: a registry of this backend's own). */
   engine?: EngineOptions;
 }
 
@@ -36,8 +38,20 @@ const isNode = () => typeof process !== "undefined" && !!process.versions?.node;
 export class LocalBackend implements Backend {
   private runs = new Map<string, Run>();
   private store?: RunStore;
+  private engineOpts: EngineOptions;
+  /** Registrations, training steps and close, one at a time: each may allocate on the shared device, and a
+   *  failed step gives back what it still holds (Gpu.scope), which needs no other such work in flight. */
+  private queue: Promise<unknown> = Promise.resolve();
 
-  constructor(private opts: LocalBackendOptions = {}) {}
+  constructor(private opts: LocalBackendOptions = {}) {
+    this.engineOpts = { ...opts.engine, bases: opts.engine?.bases ?? new BaseModels() };
+  }
+
+  private serial<T>(f: () => Promise<T>): Promise<T> {
+    const p = this.queue.then(f);
+    this.queue = p.catch(() => {});
+    return p;
+  }
 
   private async getStore(): Promise<RunStore> {
     this.store ??= this.opts.store ?? (isNode() ? await FsStore.open(this.opts.path ?? ".art") : new IdbStore());
@@ -60,6 +74,10 @@ export class LocalBackend implements Backend {
   }
 
   async register(spec: ModelSpec): Promise<{ step: number }> {
+    return this.serial(() => this.registerNow(spec));
+  }
+
+  private async registerNow(spec: ModelSpec): Promise<{ step: number }> {
     const existing = this.runs.get(this.key(spec));
     if (existing) return { step: existing.step };
     const files = new RunFiles(await this.getStore(), spec.project, spec.name);
@@ -78,26 +96,35 @@ export class LocalBackend implements Backend {
     // Loading plans training too: a run whose longest possible sequence cannot train is refused up front.
     const lcfg = validateLoraConfig(spec.lora ?? {});
     const train = { lora: { rank: lcfg.rank, targets: lcfg.targets }, microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens };
-    const engine = await Engine.load(spec.baseModel, { train, ...this.opts.engine, name: spec.name });
-    const lora = engine.attachLora(spec.lora, spec.seed);
-    const run: Run = { spec, engine, files, step: 0 };
-    const latest = await files.latestStep();
-    if (latest !== null) {
-      const ck = await files.readCheckpoint(latest);
-      await lora.load(ck.adapter);
-      lora.ensureOptimizer();
-      if (ck.optimizer) {
-        const o = await unpackOptimizer(ck.optimizer);
-        if (o.m.length !== lora.size) throw new Error(`${files.path(`checkpoints/${stepDir(latest)}`)}: optimizer state has ${o.m.length} values, the adapter ${lora.size}`);
-        engine.gpu.write(lora.m!, o.m);
-        engine.gpu.write(lora.v!, o.v);
-      }
-      run.step = latest;
-    } else {
-      await this.checkpoint(run);
+    const engine = await Engine.load(spec.baseModel, { train, ...this.engineOpts, name: spec.name });
+    try {
+      engine.attachLora(spec.lora, spec.seed);
+      const run: Run = { spec, engine, files, step: 0 };
+      const latest = await files.latestStep();
+      if (latest !== null) await this.restore(run, latest);
+      else await this.checkpoint(run, 0);
+      this.runs.set(this.key(spec), run);
+      return { step: run.step };
+    } catch (e) {
+      await engine.close(); // e.g. an unreadable checkpoint: the engine (and its hold on the base model) goes
+      throw e;
     }
-    this.runs.set(this.key(spec), run);
-    return { step: run.step };
+  }
+
+  /** Puts the adapter and optimizer state of checkpoint `step` on the GPU and makes it the run's step. */
+  private async restore(run: Run, step: number): Promise<void> {
+    const { files, engine } = run;
+    const lora = engine.model.lora!;
+    const ck = await files.readCheckpoint(step);
+    await lora.load(ck.adapter);
+    lora.ensureOptimizer();
+    if (ck.optimizer) {
+      const o = await unpackOptimizer(ck.optimizer);
+      if (o.m.length !== lora.size) throw new Error(`${files.path(`checkpoints/${stepDir(step)}`)}: optimizer state has ${o.m.length} values, the adapter ${lora.size}`);
+      engine.gpu.write(lora.m!, o.m);
+      engine.gpu.write(lora.v!, o.v);
+    }
+    run.step = step;
   }
 
   openaiClient(spec: ModelSpec): OpenAI {
@@ -108,23 +135,31 @@ export class LocalBackend implements Backend {
     return this.run(spec).step;
   }
 
-  private async checkpoint(run: Run): Promise<void> {
+  private async checkpoint(run: Run, step: number): Promise<void> {
     const lora = run.engine.model.lora!;
     lora.ensureOptimizer();
     const gpu = run.engine.gpu;
     const [m, v] = await Promise.all([gpu.readF32(lora.m!, lora.size), gpu.readF32(lora.v!, lora.size)]);
-    await run.files.writeCheckpoint(run.step, {
+    await run.files.writeCheckpoint(step, {
       adapterConfig: lora.adapterConfig(run.spec.baseModel),
       adapter: await lora.toSafetensors(),
-      optimizer: packOptimizer(m, v, { step: String(run.step), format: "webart-adamw" }),
+      optimizer: packOptimizer(m, v, { step: String(step), format: "webart-adamw" }),
     });
   }
 
   async train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
     const cfg = resolveTrainConfig(partial);
-    const run = this.run(spec);
+    return this.serial(() => this.trainNow(this.run(spec), groups, cfg));
+  }
+
+  /**
+   * One step. A step that fails leaves the run as it was: the step counter and the latest checkpoint unchanged,
+   * the adapter on the GPU that checkpoint's, and nothing the step allocated still held.
+   */
+  private async trainNow(run: Run, groups: TrajectoryGroup[], cfg: TrainConfig): Promise<TrainResult> {
     const { engine } = run;
     const t0 = performance.now();
+    const next = run.step + 1;
     const adv = computeAdvantages(groups, cfg.scaleRewards);
     const seqs: (TrainSequence & { n: number; from: string })[] = [];
     let trajectories = 0;
@@ -141,7 +176,7 @@ export class LocalBackend implements Backend {
         }
         const a = adv.advantages[gi][ti];
         if (a === 0) return;
-        const hs = sampleHistories(t.histories(), cfg.maxHistoriesPerTrajectory, (run.step + 1) * 1_000_003 + gi * 1009 + ti);
+        const hs = sampleHistories(t.histories(), cfg.maxHistoriesPerTrajectory, next * 1_000_003 + gi * 1009 + ti);
         for (const tk of hs.flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
           if (tk.ids.length > engine.runner.maxContext) {
             throw new Error(`train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`);
@@ -181,44 +216,64 @@ export class LocalBackend implements Backend {
     let t2 = t1;
     let t3 = t1;
     const skipped = nSeq === 0;
-    if (skipped) {
-      console.warn(`train step ${run.step + 1}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`);
-    } else {
-      await engine.scheduler.exclusive(async () => {
-        // Inference's pooled buffers go back to the device first, so the step has the memory it was planned for.
-        const pool = engine.gpu.pool;
-        pool.trim();
-        pool.resetPeak();
-        const r = await accumulateGradients(engine.model, seqs, {
-          loss: cfg.policyLoss,
-          level: cfg.importanceSampling,
-          epsilon: cfg.epsilon,
-          epsilonHigh: cfg.epsilonHigh,
-          beta: cfg.beta,
-          microBatchTokens: choice!.microBatchTokens,
-          recompute: choice!.recompute,
-          vocabChunk: choice!.vocabChunk,
+    // Whether the adapter on the GPU may have moved past the latest checkpoint (put back if the step fails).
+    let moved = false;
+    try {
+      if (skipped) {
+        console.warn(`train step ${next}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`);
+      } else {
+        const scope = engine.gpu.scope();
+        try {
+          await engine.scheduler.exclusive(async () => {
+            // Inference's pooled buffers go back to the device first, so the step has the memory it was planned for.
+            const pool = engine.gpu.pool;
+            pool.trim();
+            pool.resetPeak();
+            const r = await accumulateGradients(engine.model, seqs, {
+              loss: cfg.policyLoss,
+              level: cfg.importanceSampling,
+              epsilon: cfg.epsilon,
+              epsilonHigh: cfg.epsilonHigh,
+              beta: cfg.beta,
+              microBatchTokens: choice!.microBatchTokens,
+              recompute: choice!.recompute,
+              vocabChunk: choice!.vocabChunk,
+            });
+            engine.gpu.release(r.totals, r.entropyAll); // read already; the caller owns them
+            fb = r;
+            t2 = performance.now();
+            moved = true;
+            opt = await optimizerStep(
+              engine.model,
+              { lr: cfg.learningRate, beta1: cfg.adamBeta1, beta2: cfg.adamBeta2, eps: cfg.adamEps, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm },
+              next,
+            );
+            t3 = performance.now();
+            peak = pool.stats.peakLiveBytes;
+            pool.trim();
+          });
+        } catch (e) {
+          scope.releaseLive(); // activations and scratch of the micro-batch that failed
+          throw e;
+        } finally {
+          scope.end();
+          engine.scheduler.invalidateCache();
+        }
+      }
+      // The step's trajectories are written before its checkpoint moves the `latest` pointer (readers list only
+      // steps up to it; a crash in between redoes the step and rewrites them); the history row, which times the
+      // checkpoint, follows it.
+      await run.files.writeTrajectories("train", next, groups);
+      await this.checkpoint(run, next);
+    } catch (e) {
+      if (moved) {
+        await engine.scheduler.exclusive(() => this.restore(run, run.step)).catch((r: Error) => {
+          throw new Error(`${(e as Error).message} (and putting back checkpoint ${run.step} failed: ${r.message}; register the model again)`, { cause: e });
         });
-        engine.gpu.release(r.totals, r.entropyAll);
-        fb = r;
-        t2 = performance.now();
-        opt = await optimizerStep(
-          engine.model,
-          { lr: cfg.learningRate, beta1: cfg.adamBeta1, beta2: cfg.adamBeta2, eps: cfg.adamEps, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm },
-          run.step + 1,
-        );
-        t3 = performance.now();
-        peak = pool.stats.peakLiveBytes;
-        pool.trim();
-      });
-      engine.scheduler.invalidateCache();
+      }
+      throw e;
     }
-    run.step += 1;
-    // The step's trajectories are written before its checkpoint moves the `latest` pointer (readers list only
-    // steps up to it; a crash in between redoes the step and rewrites them); the history row, which times the
-    // checkpoint, follows it.
-    await run.files.writeTrajectories("train", run.step, groups);
-    await this.checkpoint(run);
+    run.step = next;
     const t4 = performance.now();
     const tokensProcessed = seqs.reduce((s, q) => s + q.ids.length, 0);
     const metrics: TrainMetrics = {
@@ -317,8 +372,11 @@ export class LocalBackend implements Backend {
     return { step: s, files: out };
   }
 
+  /** Closes every run's engine, after the registration or step in flight. */
   async close(): Promise<void> {
-    for (const r of this.runs.values()) await r.engine.close();
-    this.runs.clear();
+    return this.serial(async () => {
+      for (const r of this.runs.values()) await r.engine.close();
+      this.runs.clear();
+    });
   }
 }

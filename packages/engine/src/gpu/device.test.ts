@@ -80,6 +80,38 @@ describe("device layer on Dawn", () => {
     expect(gpu.memory.allocatedBytes).toBeLessThanOrEqual(alloc - (1 << 20));
   });
 
+  it("a scope gives back what work that failed part-way still holds: its live buffers and unsubmitted recorders", async () => {
+    const m0 = {
+      live: gpu.memory.liveBytes,
+      staging: gpu.memory.byTag.staging ?? 0,
+      uniforms: gpu.memory.byTag.uniforms ?? 0,
+    };
+    const before = gpu.buffer(256, "test");
+    const scope = gpu.scope();
+    const kept = gpu.buffer(1024, "test");
+    const freed = gpu.upload(new Float32Array(64), "test");
+    gpu.release(freed);
+    const done = gpu.recorder();
+    done.dispatch(scale, [before, kept], 1, new Params().u32(4).f32(1));
+    await done.submit();
+    const rec = gpu.recorder(); // recording when the "failure" happens: never submitted
+    rec.dispatch(scale, [before, kept], 1, new Params().u32(4).f32(1));
+    const pending = rec.read(kept, 16);
+    gpu.release(gpu.buffer(512, "test")); // released while a recorder is open: held until it ends
+    expect(gpu.pool.openRecorders).toBe(1);
+    expect(scope.live()).toEqual([kept]);
+    expect(scope.releaseLive()).toBe(1024);
+    expect(gpu.pool.openRecorders).toBe(0);
+    expect(gpu.memory.liveBytes).toBe(m0.live + 256);
+    expect(gpu.memory.byTag.staging ?? 0).toBe(m0.staging);
+    expect(gpu.memory.byTag.uniforms ?? 0).toBe(m0.uniforms);
+    await expect(rec.submit()).rejects.toThrow(/already submitted/);
+    void pending; // never resolves: its commands never ran
+    const after = gpu.buffer(128, "test"); // the scope has ended
+    expect(scope.live()).toEqual([]);
+    gpu.release(before, after);
+  });
+
   it("records many dispatches and submits them once", async () => {
     const n = 256;
     const bx = gpu.upload(new Float32Array(n).fill(1));

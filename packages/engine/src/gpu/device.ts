@@ -88,6 +88,7 @@ export class Gpu {
   private bySpec = new WeakMap<KernelSpec, GPUComputePipeline>();
   private pendingChecks: Promise<void>[] = [];
   private lostListeners = new Set<(e: DeviceLostError) => void>();
+  private scopes = new Set<GpuScope>();
   pipelineCacheHits = 0;
   pipelineCacheMisses = 0;
 
@@ -214,7 +215,26 @@ export class Gpu {
   /** A storage buffer (tagged for memory accounting). Release it with `release()`. */
   buffer(bytes: number, tag = "activations", label?: string, usage = STORAGE): GPUBuffer {
     this.checkAlive();
-    return this.pool.acquire(bytes, usage, tag, label);
+    const buf = this.pool.acquire(bytes, usage, tag, label);
+    for (const s of this.scopes) s.buffers.add(buf);
+    return buf;
+  }
+
+  /**
+   * Starts recording the buffers handed out by buffer()/upload() and the recorders opened from now on, so
+   * that work which fails part-way can give back what it still holds (GpuScope.releaseLive). Recording is by
+   * time, not by caller: while a scope is open, other work on this device must not hold buffers of its own
+   * across an await (inference steps do not: theirs are released before they submit).
+   */
+  scope(): GpuScope {
+    const s = new GpuScope(this);
+    this.scopes.add(s);
+    return s;
+  }
+
+  /** @internal used by GpuScope */
+  _endScope(s: GpuScope): void {
+    this.scopes.delete(s);
   }
 
   release(...bufs: (GPUBuffer | undefined)[]): void {
@@ -259,7 +279,9 @@ export class Gpu {
   recorder(): Recorder {
     this.checkAlive();
     this.pool.openRecorders++;
-    return new Recorder(this);
+    const rec = new Recorder(this);
+    for (const s of this.scopes) s.recorders.push(rec);
+    return rec;
   }
 
   /** Records one dispatch and submits it; convenient in tests, slow in hot paths. */
@@ -311,6 +333,37 @@ export class Gpu {
 }
 
 export type WorkgroupCount = number | [number, number?, number?];
+
+/** What a Gpu.scope() recorded: buffers handed out and recorders opened while it was open. */
+export class GpuScope {
+  readonly buffers = new Set<GPUBuffer>();
+  readonly recorders: Recorder[] = [];
+
+  constructor(private gpu: Gpu) {}
+
+  /** Stops recording (what was recorded stays). */
+  end(): void {
+    this.gpu._endScope(this);
+  }
+
+  /** The recorded buffers that are still live. */
+  live(): GPUBuffer[] {
+    return [...this.buffers].filter((b) => this.gpu.pool.isLive(b));
+  }
+
+  /**
+   * After a failure: ends the scope, drops the recorders it opened that were never submitted (their commands
+   * never run), and releases its buffers that are still live. Returns the bytes released.
+   */
+  releaseLive(): number {
+    this.end();
+    for (const r of this.recorders) r.abandon();
+    const live = this.live();
+    const before = this.gpu.pool.stats.liveBytes;
+    this.gpu.release(...live);
+    return before - this.gpu.pool.stats.liveBytes;
+  }
+}
 
 /** Records many dispatches and copies, then submits them as one command buffer. */
 export class Recorder {
@@ -430,6 +483,22 @@ export class Recorder {
     gpu.pool.flushReleases();
     this.encoder = gpu.device.createCommandEncoder();
     this.flushes++;
+  }
+
+  /**
+   * Drops a recorder that will not be submitted (its work failed part-way): its uniforms and readback
+   * buffers go back to the pool and the pool stops holding releases for it. Its reads never resolve. No-op
+   * once submitted.
+   */
+  abandon(): void {
+    if (this.submitted) return;
+    this.submitted = true;
+    for (const c of this.chunks) this.gpu.pool.release(c.buf);
+    for (const r of this.reads) this.gpu.pool.release(r.staging);
+    this.querySet?.destroy();
+    this.chunks = [];
+    this.reads = [];
+    if (--this.gpu.pool.openRecorders === 0) this.gpu.pool.flushReleases();
   }
 
   async submit(): Promise<void> {
