@@ -73,7 +73,10 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
   const kvSlots = 8;
   const maxContext = 1024;
   const prefillChunk = 256;
-  const names = ctx.quick ? ["webart-tiny", "webart-20m"] : ["webart-tiny", "webart-20m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b", "qwen2.5-1.5b"];
+  const all = ["webart-tiny", "webart-20m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b", "qwen2.5-1.5b"];
+  // WEBART_BENCH_MODELS=a,b runs only those (the real shapes take minutes each on a CPU adapter).
+  const only = process.env.WEBART_BENCH_MODELS?.split(",").map((s) => s.trim());
+  const names = only ? all.filter((n) => only.includes(n)) : ctx.quick ? all.slice(0, 2) : all;
   ctx.log(`GRPO step: ${B} x ${T} tokens, LoRA rank 8 on ${LORA_TARGETS.join(",")}; KV ${kvSlots} x ${maxContext}, prefill chunk ${prefillChunk}`);
   ctx.log(`${"model".padEnd(14)} ${"phase".padEnd(16)} ${"plan MiB".padStart(9)} ${"measured".padStart(9)} ${"ratio".padStart(6)}  ${"act. plan".padStart(9)} ${"act. meas".padStart(9)} ${"ratio".padStart(6)}  time s`);
   for (const name of names) {
