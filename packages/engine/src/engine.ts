@@ -2,7 +2,7 @@
 // scheduler, and the OpenAI-compatible handler and client in front of them. Runs the same in Node, in a
 // Web Worker, or in a page.
 import type OpenAI from "openai";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { getDevice, isNode, type Gpu } from "@webart/engine/gpu";
 import type { ModelConfig } from "./config/index.ts";
 import { Scheduler } from "./generate/scheduler.ts";
 import type { Generator } from "./generate/types.ts";
@@ -75,7 +75,6 @@ export function chatTokenizer(
   };
 }
 
-const isNode = () => typeof process !== "undefined" && !!process.versions?.node;
 
 export class Engine {
   readonly scheduler: Scheduler;
