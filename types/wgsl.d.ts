@@ -3,3 +3,10 @@ declare module "*.wgsl" {
   const code: string;
   export default code;
 }
+
+// The embedded model's folder (models/webart-tiny) as bytes per file name, made by the package build and by the
+// Vite plugin in scripts/vite-wgsl.ts.
+declare module "virtual:webart-tiny" {
+  const files: Record<string, Uint8Array>;
+  export default files;
+}

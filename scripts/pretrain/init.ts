@@ -4,7 +4,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { writeSafetensors } from "@webart/engine";
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { int, parseArgs } from "./args.ts";
 
 const usage = "usage: init.ts --dir DIR [--hidden 128] [--layers 4] [--heads 4] [--kv-heads 2] [--ffn 384] [--context 1024] [--seed 1]";

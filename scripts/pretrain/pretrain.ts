@@ -8,20 +8,9 @@
 //   npm run pretrain -- [--out models/webart-tiny] [--minutes 50] [--skill-minutes 20] [--seed 1]
 import { copyFileSync, mkdirSync, readFileSync, unlinkSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import {
-  Engine,
-  FullTrainer,
-  parseConfig,
-  randomWeights,
-  tensorShapes,
-  tokenizeHistory,
-  writeSafetensors,
-  type Message,
-  type SampledChoice,
-  type SftSequence,
-} from "@webart/engine";
+import { Engine, FullTrainer, parseConfig, randomWeights, tensorShapes, tokenizeHistory, writeSafetensors, type Message, type SampledChoice, type SftSequence } from "@webart/engine";
 import { SPECIAL_TOKENS, generateTranscripts, renderChat, tokenizerConfig, tokenizerJson, trainBpe, rolloutTicTacToe, summarizeTicTacToe } from "@webart/envs";
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { int, parseArgs } from "./args.ts";
 
 const usage =

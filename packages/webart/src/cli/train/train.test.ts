@@ -4,7 +4,7 @@ import { existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
-import { requestedIds, startJudge, type ScriptedJudge } from "../../../../packages/ruler/src/scripted-judge.ts";
+import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
 import { UsageError } from "./args.ts";
 import { evalCommand } from "./eval.ts";
 import { trainCommand } from "./train.ts";

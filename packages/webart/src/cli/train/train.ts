@@ -4,13 +4,13 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { gatherTrajectoryGroups, LocalBackend, parseBytes, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
+import { EMBEDDED_MODEL, gatherTrajectoryGroups, LocalBackend, parseBytes, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
 import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
 import { num, parse, usage, UsageError, type Spec } from "./args.ts";
 
-export const EMBEDDED = join(import.meta.dirname, "../../../../models/webart-tiny");
+export const EMBEDDED = EMBEDDED_MODEL;
 
 const SPEC: Spec = {
   env: { default: "tictactoe", help: "tictactoe or 2048" },

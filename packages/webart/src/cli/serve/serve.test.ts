@@ -261,7 +261,7 @@ describe("security", () => {
       new Promise<{ code: number | null; err: string }>((resolve) => {
         const p = spawn(
           process.execPath,
-          ["--import", "tsx", "--import", "./scripts/wgsl-loader.mjs", "apps/cli/src/main.ts", "serve", ...args],
+          ["packages/webart/bin/webart.js", "serve", ...args],
           { cwd: ROOT, env: { ...process.env, WEBART_UNSET_KEY: "" } },
         );
         let err = "";
@@ -490,11 +490,7 @@ describe("shutdown", () => {
     const p: ChildProcess = spawn(
       process.execPath,
       [
-        "--import",
-        "tsx",
-        "--import",
-        "./scripts/wgsl-loader.mjs",
-        "apps/cli/src/main.ts",
+        "packages/webart/bin/webart.js",
         "serve",
         "--port",
         "0",

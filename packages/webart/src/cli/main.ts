@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 // The headless entry: `webart <command>`. Commands are added as the engine grows.
-import { getDevice, releaseDawn } from "@webart/engine/gpu";
+import { getDevice, releaseDawn } from "@webart/gpu";
 
 const HELP = `usage: webart <command> [options]
 

@@ -1,10 +1,9 @@
 // `webart serve` on the command line: flags -> ServeOptions; SIGINT/SIGTERM -> finish the running step
 // (its checkpoint is written) and open requests, then exit 0. A second signal exits at once.
-import { join } from "node:path";
-import { parseBytes } from "@webart/engine";
+import { EMBEDDED_MODEL, parseBytes } from "@webart/engine";
 import { ServeConfigError, startServer, type ServeOptions } from "./server.ts";
 
-export const EMBEDDED_MODEL = join(import.meta.dirname, "../../../../models/webart-tiny");
+export { EMBEDDED_MODEL };
 
 export const SERVE_HELP = `usage: webart serve [options]
 
