@@ -11,7 +11,7 @@ export default defineConfig({
   resolve: { conditions },
   ssr: { resolve: { conditions } },
   test: {
-    include: ["packages/**/*.test.ts", "apps/**/*.test.ts", "bench/**/*.test.ts"],
+    include: ["packages/**/*.test.ts", "apps/**/*.test.ts", "bench/**/*.test.ts", "scripts/**/*.test.ts"],
     // SwiftShader runs on the CPU; two files at once is what 2 cores can take.
     maxWorkers: 2,
     testTimeout: 120_000,
