@@ -76,6 +76,14 @@ async function buildPackage(name) {
     plugins: [embedded],
     logLevel: "warning",
   });
+  // The embedded model's chunk is data: a source map of it would only repeat its 2 MB of base64.
+  const chunks = join(dir, "dist", "chunks");
+  if (existsSync(chunks))
+    for (const f of readdirSync(chunks).filter((f) => /^embedded-files-.*\.js$/.test(f))) {
+      rmSync(join(chunks, f + ".map"), { force: true });
+      const code = readFileSync(join(chunks, f), "utf8").replace(/\n\/\/# sourceMappingURL=.*\n?$/, "\n");
+      writeFileSync(join(chunks, f), code);
+    }
 }
 
 export async function buildAll() {

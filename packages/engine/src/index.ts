@@ -1,4 +1,5 @@
 // @webart/engine: the device layer, model, tokenizer, generation, LoRA GRPO and the ART-style API.
+/// <reference types="@webgpu/types" preserve="true" />
 export * from "@webart/gpu";
 export * from "./config/index.ts";
 export * from "./weights/index.ts";

@@ -1,4 +1,5 @@
 // @webart/gpu, the ground floor: the WebGPU device (Node through Dawn, or the browser's), the buffer pool, the
+/// <reference types="@webgpu/types" preserve="true" />
 // command recorder, kernel pipelines, the seeded random generator and half-float helpers. It imports no other
 // webart package.
 export * from "./device.ts";

@@ -1,4 +1,5 @@
 // @webart/shaders: WGSL kernels for transformer inference and LoRA GRPO training, each with a CPU reference.
+/// <reference types="@webgpu/types" preserve="true" />
 export * from "./add/index.ts";
 export * from "./matmul/index.ts";
 export * from "./matvec/index.ts";
