@@ -5,15 +5,14 @@
 // built there runs webart in a Web Worker in Chromium and answers a chat completion with the embedded model.
 // Tarball sizes and the time of each part go to test-results/consumer.json.
 import { spawnSync, type SpawnSyncReturns } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { extname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 import { expect, test } from "@playwright/test";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const PACKAGES = ["gpu", "shaders", "engine", "envs", "ruler", "webart"];
 const version = (pkg: string) => JSON.parse(readFileSync(join(ROOT, "node_modules", pkg, "package.json"), "utf8")).version as string;
 
 test.describe.configure({ mode: "serial" });
@@ -54,16 +53,14 @@ test.beforeAll(async () => {
   project = join(work, "my-agent");
   mkdirSync(tgz);
   mkdirSync(project);
-  await timed("pack", () => {
-    for (const p of PACKAGES) {
-      const out = ok(sh("npm", ["pack", join(ROOT, "packages", p), "--pack-destination", tgz, "--json"], ROOT), `npm pack ${p}`);
-      const [info] = JSON.parse(out.slice(out.indexOf("["))) as { name: string; size: number; unpackedSize: number; entryCount: number }[];
-      report.tarballs[info.name] = { packed: info.size, unpacked: info.unpackedSize, files: info.entryCount };
-    }
+  const tarballs = await timed("pack", async () => {
+    const { packAll } = (await import(pathToFileURL(join(ROOT, "scripts/pack.mjs")).href)) as {
+      packAll: (dest: string) => { name: string; file: string; packed: number; unpacked: number; files: number }[];
+    };
+    return packAll(tgz).map((t) => ((report.tarballs[t.name] = { packed: t.packed, unpacked: t.unpacked, files: t.files }), t.file));
   });
   writeFileSync(join(project, "package.json"), JSON.stringify({ name: "my-agent", private: true, type: "module" }, null, 2));
   cpSync(join(ROOT, "e2e/consumer"), project, { recursive: true });
-  const tarballs = readdirSync(tgz).map((f) => join(tgz, f));
   await timed("install", () =>
     ok(
       sh("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", ...tarballs, `typescript@${version("typescript")}`, `vite@${version("vite")}`]),

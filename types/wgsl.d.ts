@@ -1,4 +1,4 @@
-// WGSL sources are imported as strings (vite plugin in vite.config.ts, Node loader in scripts/wgsl-loader.mjs).
+// WGSL sources are imported as strings: by the package build (esbuild, scripts/build.mjs), the Vite plugin (scripts/vite-wgsl.ts) and, for the benchmarks' own kernels, the Node loader in scripts/wgsl-loader.mjs.
 declare module "*.wgsl" {
   const code: string;
   export default code;
