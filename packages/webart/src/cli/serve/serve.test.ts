@@ -12,7 +12,7 @@ import { RemoteBackend, WeightReader, memorySource, tensorToF32 } from "@webart/
 import { authChecker } from "./auth.ts";
 import { ServeConfigError, startServer, type RunningServer } from "./server.ts";
 
-const ROOT = join(import.meta.dirname, "../../../..");
+const ROOT = join(import.meta.dirname, "../../../../..");
 const BASE = join(ROOT, "models/webart-tiny");
 const ENGINE = { kvSlots: 32, maxContext: 512 }; // 512: a prompt with a tool definition is ~330 tokens
 const messages = [{ role: "user" as const, content: "  1 2 3\nA . . .\nB . x .\nC . . .\nYour move?" }];

@@ -4,7 +4,7 @@ import { spawnSync } from "node:child_process";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 
-const ROOT = join(import.meta.dirname, "../../../..");
+const ROOT = join(import.meta.dirname, "../../../../..");
 const npm = (args: string[]) => {
   const r = spawnSync("npm", args, { cwd: ROOT, encoding: "utf8", timeout: 120_000 });
   return { status: r.status, out: `${r.stdout}${r.stderr}` };
