@@ -1,106 +1,86 @@
 // `webart serve` on the command line: flags -> ServeOptions; SIGINT/SIGTERM -> finish the running step
 // (its checkpoint is written) and open requests, then exit 0. A second signal exits at once.
-import { EMBEDDED_MODEL, parseBytes } from "@webart/engine";
+import { EMBEDDED_MODEL } from "@webart/engine";
+import { bytes, num, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 import { ServeConfigError, startServer, type ServeOptions } from "./server.ts";
 
 export { EMBEDDED_MODEL };
 
-export const SERVE_HELP = `usage: webart serve [options]
+export const SERVE = {
+  name: "serve",
+  about:
+    "An OpenAI-compatible server (GET /v1/models, POST /v1/chat/completions) with the training routes\n" +
+    "RemoteBackend uses (/v1/webart/...). Clients use baseURL http://HOST:PORT/v1.",
+  options: {
+    model: {
+      arg: "DIR|ID",
+      default: EMBEDDED_MODEL,
+      help: "base model: a folder in HF layout or a Hugging Face repo id",
+    },
+    adapter: { arg: "DIR", help: "a PEFT LoRA adapter folder to apply to the base model" },
+    port: { arg: "N", default: "8000", help: "port to listen on (0: any free port)" },
+    host: {
+      arg: "ADDR",
+      default: "127.0.0.1",
+      help: "address to listen on; any non-loopback address needs --api-key-env",
+    },
+    "api-key-env": { arg: "VAR", help: 'require "Authorization: Bearer $VAR" on every request' },
+    cors: {
+      arg: "ORIGIN",
+      help: "let browsers on this origin call the server (e.g. http://localhost:5173); off by default",
+    },
+    runs: { arg: "DIR", default: ".art", help: "where training runs live" },
+    "kv-slots": { arg: "N", help: "sequences decoded at once per model (default 16)" },
+    "max-context": { arg: "N", help: "context length per sequence (default min(model's, 2048))" },
+    "memory-budget": {
+      arg: "SIZE",
+      help:
+        "GPU memory for the base model and every run, e.g. 6GB or 4096MiB; a load or run registration\n" +
+        "over it is refused before allocating (default 16 GiB on a GPU, 8 GiB on a CPU adapter: webart info)",
+    },
+    "max-wait": {
+      arg: "SECONDS",
+      default: "300",
+      help: "how long a chat request waits for a training step before 503 + Retry-After",
+    },
+  },
+} satisfies CommandSpec;
 
-An OpenAI-compatible server (GET /v1/models, POST /v1/chat/completions) with the training routes
-RemoteBackend uses (/v1/webart/...). Clients use baseURL http://HOST:PORT/v1.
-
-options:
-  --model <dir|hf-id>   base model: a folder in HF layout or a Hugging Face repo id (default: the embedded model)
-  --adapter <dir>       a PEFT LoRA adapter folder to apply to the base model
-  --port <n>            default 8000 (0: any free port)
-  --host <addr>         default 127.0.0.1; any non-loopback address needs --api-key-env
-  --api-key-env <VAR>   require "Authorization: Bearer $VAR" on every request
-  --cors <origin>       let browsers on this origin call the server (e.g. http://localhost:5173); off by default
-  --runs <dir>          where training runs live (default .art)
-  --kv-slots <n>        sequences decoded at once per model (default 16)
-  --max-context <n>     context length per sequence (default min(model's, 2048))
-  --memory-budget <sz>  GPU memory the server may use for the base model and every run, e.g. 6GB or 4096MiB;
-                        a load or run registration over it is refused before allocating (default 16 GiB on a GPU)
-  --max-wait <s>        how long a chat request waits for a training step before 503 + Retry-After (default 300)
-`;
-
-/** Parses serve's flags (`--flag value` or `--flag=value`); bad flags throw ServeConfigError. */
+/** Serve's options from its command line and the environment (for --api-key-env); bad values throw UsageError. */
 export function parseServeArgs(argv: string[], env: Record<string, string | undefined>): ServeOptions {
-  const vals = new Map<string, string>();
-  const known = [
-    "model",
-    "adapter",
-    "port",
-    "host",
-    "api-key-env",
-    "cors",
-    "runs",
-    "kv-slots",
-    "max-context",
-    "max-wait",
-    "memory-budget",
-  ];
-  for (let i = 0; i < argv.length; i++) {
-    const m = /^--([a-z-]+)(?:=(.*))?$/.exec(argv[i]);
-    if (!m || !known.includes(m[1]))
-      throw new ServeConfigError(`unknown argument "${argv[i]}" (see webart serve --help)`);
-    const v = m[2] ?? argv[++i];
-    if (v === undefined || (m[2] === undefined && v.startsWith("--")))
-      throw new ServeConfigError(`--${m[1]} needs a value`);
-    vals.set(m[1], v);
-  }
-  const int = (k: string, lo: number, hi: number): number | undefined => {
-    const v = vals.get(k);
-    if (v === undefined) return undefined;
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < lo || n > hi)
-      throw new ServeConfigError(`--${k} ${v}: expected an integer in [${lo}, ${hi}]`);
-    return n;
+  const a = parseOptions(SERVE, argv);
+  const int = (k: "port" | "kv-slots" | "max-context", lo: number, hi: number) => {
+    const v = a[k];
+    return v === undefined ? undefined : num(k, v, { int: true, min: lo, max: hi });
   };
   let apiKey: string | undefined;
-  const keyVar = vals.get("api-key-env");
+  const keyVar = a["api-key-env"];
   if (keyVar !== undefined) {
     apiKey = env[keyVar];
     if (!apiKey)
-      throw new ServeConfigError(`--api-key-env ${keyVar}: the environment variable ${keyVar} is not set or empty`);
+      throw new UsageError(`--api-key-env ${keyVar}: the environment variable ${keyVar} is not set or empty`);
   }
-  let budget: number | undefined;
-  const b = vals.get("memory-budget");
-  if (b !== undefined) {
-    try {
-      budget = parseBytes(b);
-    } catch (e) {
-      throw new ServeConfigError((e as Error).message);
-    }
-  }
-  const wait = vals.get("max-wait");
-  if (wait !== undefined && !(Number(wait) >= 0))
-    throw new ServeConfigError(`--max-wait ${wait}: expected seconds >= 0`);
   return {
-    model: vals.get("model") ?? EMBEDDED_MODEL,
-    adapter: vals.get("adapter"),
-    port: int("port", 0, 65535) ?? 8000,
-    host: vals.get("host") ?? "127.0.0.1",
+    model: a.model,
+    adapter: a.adapter,
+    port: int("port", 0, 65535),
+    host: a.host,
     apiKey,
-    cors: vals.get("cors"),
-    runs: vals.get("runs") ?? ".art",
+    cors: a.cors,
+    runs: a.runs,
     kvSlots: int("kv-slots", 1, 4096),
     maxContext: int("max-context", 8, 1 << 20),
-    maxWaitMs: wait === undefined ? undefined : Number(wait) * 1000,
-    memoryBudget: budget,
+    maxWaitMs: num("max-wait", a["max-wait"], { min: 0 }) * 1000,
+    memoryBudget: bytes("memory-budget", a["memory-budget"]),
   };
 }
 
-/** Runs the server until a signal; resolves with the exit code (2 for a refused configuration). */
+/** Runs the server until a signal; resolves with the exit code (2 for a configuration the server refuses). */
 export async function serveCommand(argv: string[]): Promise<number> {
-  if (argv.includes("--help") || argv.includes("-h")) {
-    console.log(SERVE_HELP);
-    return 0;
-  }
+  const opts = parseServeArgs(argv, process.env);
   let server;
   try {
-    server = await startServer({ ...parseServeArgs(argv, process.env), log: (l) => console.log(l) });
+    server = await startServer({ ...opts, log: (l) => console.log(l) });
   } catch (e) {
     if (e instanceof ServeConfigError) {
       console.error(`webart serve: ${e.message}`);

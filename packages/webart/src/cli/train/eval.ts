@@ -5,32 +5,40 @@ import {
   evaluate2048, evaluateTicTacToe, minimaxTicTacToePlayer, random2048Player, randomTicTacToePlayer, rollout2048, rolloutTicTacToe,
   summarize2048, summarizeTicTacToe,
 } from "@webart/envs";
-import { num, parse, usage, UsageError, type Spec } from "./args.ts";
-import { EMBEDDED } from "./train.ts";
+import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+import { EMBEDDED, ENVS } from "./train.ts";
 
-const SPEC: Spec = {
-  env: { default: "tictactoe", help: "tictactoe or 2048" },
-  games: { default: "100", help: "games per player" },
-  checkpoint: { default: "latest", help: "a step number, latest, or none" },
-  model: { default: EMBEDDED, help: "base model" },
-  name: { default: "agent", help: "run (model) name" },
-  project: { default: "", help: "project (default: the env)" },
-  runs: { default: ".art", help: "folder holding the runs" },
-  seed: { default: "12345", help: "seed of the evaluation games (different from training's)" },
-  temperature: { default: "1", help: "sampling temperature" },
-  "max-tokens": { default: "12", help: "max tokens per move" },
-};
+export const EVAL = {
+  name: "eval",
+  about:
+    "N games each of the base model, a checkpoint of a run and the baselines (a random legal player; perfect minimax\n" +
+    "for tic-tac-toe), as one table. --seed seeds the games and their samples: the same command gives the same table.",
+  options: {
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
+    games: { arg: "N", default: "100", help: "games per player" },
+    checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
+    model: { arg: "DIR|URL|ID", default: EMBEDDED, help: "base model" },
+    name: { arg: "NAME", default: "agent", help: "run (model) name" },
+    project: { arg: "NAME", help: "project (default: the env)" },
+    runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
+    seed: { arg: "N", default: "12345", help: "seed of the evaluation games (different from training's)" },
+    temperature: { arg: "X", default: "1", help: "sampling temperature" },
+    "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+  },
+} satisfies CommandSpec;
 
 type Row = { player: string; [k: string]: unknown };
 
 export async function evalCommand(argv: string[]): Promise<number> {
-  const a = parse(argv, SPEC, usage("eval", SPEC));
-  const env = a.env;
-  if (env !== "tictactoe" && env !== "2048") throw new UsageError(`--env "${env}": expected tictactoe or 2048`, 2);
+  const a = parseOptions(EVAL, argv);
+  const env = oneOf("env", a.env, ENVS);
   const games = num("games", a.games, { int: true, min: 1 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
+  if (typeof checkpoint === "number" && !/^\d+$/.test(a.checkpoint))
+    throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
   const project = a.project || env;
   const rows: Row[] = [];
   const engine = await Engine.load(a.model, { name: "eval", kvSlots: 64, maxContext: 512 });
@@ -53,10 +61,10 @@ export async function evalCommand(argv: string[]): Promise<number> {
     rows.push({ player: label, ...(env === "tictactoe" ? summarizeTicTacToe(trajs) : summarize2048(trajs)) } as Row);
   };
   await play(`base model (${a.model.split("/").pop()})`);
-  if (a.checkpoint !== "none") {
+  if (checkpoint !== "none") {
     const files = new RunFiles(await FsStore.open(a.runs), project, a.name);
     const latest = await files.latestStep();
-    const step = a.checkpoint === "latest" ? latest : num("checkpoint", a.checkpoint, { int: true, min: 0 });
+    const step = checkpoint === "latest" ? latest : checkpoint;
     if (step === null) {
       console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);
     } else {

@@ -5,7 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
-import { UsageError } from "./args.ts";
+import { UsageError } from "../args.ts";
 import { evalCommand } from "./eval.ts";
 import { trainCommand } from "./train.ts";
 

@@ -4,53 +4,52 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { EMBEDDED_MODEL, gatherTrajectoryGroups, LocalBackend, parseBytes, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
+import { EMBEDDED_MODEL, gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
 import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
-import { num, parse, usage, UsageError, type Spec } from "./args.ts";
+import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 
 export const EMBEDDED = EMBEDDED_MODEL;
+export const ENVS = ["tictactoe", "2048"] as const;
 
-const SPEC: Spec = {
-  env: { default: "tictactoe", help: "tictactoe or 2048" },
-  steps: { default: "250", help: "train until this step (250: ~28 min for tic-tac-toe on 2 CPU cores, models/README.md)" },
-  "group-size": { default: "8", help: "rollouts per group (same scenario)" },
-  "groups-per-step": { default: "4", help: "groups per step" },
-  lr: { default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
-  model: { default: EMBEDDED, help: "base model: folder, URL or Hugging Face id" },
-  reward: { default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
-  "judge-base-url": { help: "RULER: the judge's OpenAI-compatible base URL" },
-  "judge-model": { help: "RULER: the judge's model name" },
-  "judge-api-key-env": { default: "OPENAI_API_KEY", help: "RULER: environment variable holding the judge's API key" },
-  resume: { flag: true, help: "continue the run from its latest checkpoint" },
-  seed: { default: "1", help: "seed for scenarios and the adapter's initialisation" },
-  name: { default: "agent", help: "run (model) name" },
-  project: { default: "", help: "project (default: the env)" },
-  runs: { default: ".art", help: "folder holding the runs" },
-  "max-tokens": { default: "12", help: "max tokens per move" },
-  temperature: { default: "1", help: "sampling temperature for rollouts" },
-  "lora-rank": { default: "8", help: "LoRA rank" },
-  "max-histories": { default: "0", help: "train on at most this many moves per game, the last always kept (0: all, as ART does)" },
-  "memory-budget": { help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading (default 16 GiB on a GPU, 8 GiB on a CPU adapter)" },
-};
-
-/** --memory-budget as bytes (undefined: the platform's default). */
-export function budgetArg(v: string | undefined): number | undefined {
-  if (v === undefined) return undefined;
-  try {
-    return parseBytes(v);
-  } catch (e) {
-    throw new UsageError((e as Error).message, 2);
-  }
-}
+export const TRAIN = {
+  name: "train",
+  about:
+    "GRPO on tic-tac-toe or 2048 (the embedded model by default): rollouts through the model's openai client,\n" +
+    "rewards from the game or from a RULER judge, one checkpoint and one metrics line per step, chart.svg in the\n" +
+    "run folder (RUNS/PROJECT/models/NAME). Ctrl-C stops after the current step; --resume continues a run.",
+  options: {
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
+    steps: { arg: "N", default: "250", help: "train until this step (250 tic-tac-toe steps: ~28 min on 2 CPU cores, models/README.md)" },
+    "group-size": { arg: "N", default: "8", help: "rollouts per group (same scenario)" },
+    "groups-per-step": { arg: "N", default: "4", help: "groups per step" },
+    lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
+    model: { arg: "DIR|URL|ID", default: EMBEDDED, help: "base model: folder, URL or Hugging Face id" },
+    reward: { arg: "env|ruler", default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
+    "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
+    "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
+    "judge-api-key-env": { arg: "VAR", default: "OPENAI_API_KEY", help: "RULER: environment variable holding the judge's API key" },
+    resume: { flag: true, help: "continue the run from its latest checkpoint" },
+    seed: { arg: "N", default: "1", help: "seed for scenarios and the adapter's initialisation" },
+    name: { arg: "NAME", default: "agent", help: "run (model) name" },
+    project: { arg: "NAME", help: "project (default: the env)" },
+    runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
+    "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+    temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
+    "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
+    "max-histories": { arg: "N", default: "0", help: "train on at most this many moves per game, the last always kept\n(0: all, as ART does)" },
+    "memory-budget": {
+      arg: "SIZE",
+      help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU adapter: webart info)",
+    },
+  },
+} satisfies CommandSpec;
 
 export async function trainCommand(argv: string[]): Promise<number> {
-  const help = usage("train", SPEC);
-  const a = parse(argv, SPEC, help);
-  const env = a.env;
-  if (env !== "tictactoe" && env !== "2048") throw new UsageError(`--env "${env}": expected tictactoe or 2048`, 2);
-  if (a.reward !== "env" && a.reward !== "ruler") throw new UsageError(`--reward "${a.reward}": expected env or ruler`, 2);
+  const a = parseOptions(TRAIN, argv);
+  const env = oneOf("env", a.env, ENVS);
+  oneOf("reward", a.reward, ["env", "ruler"]);
   const steps = num("steps", a.steps, { int: true, min: 1 });
   const G = num("group-size", a["group-size"], { int: true, min: 2 });
   const K = num("groups-per-step", a["groups-per-step"], { int: true, min: 1 });
@@ -59,20 +58,21 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
+  const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
+  const memoryBudget = bytes("memory-budget", a["memory-budget"]);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
-    if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model", 2);
+    if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model");
     const key = process.env[a["judge-api-key-env"]] ?? "none";
     judge = { client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }), model: a["judge-model"] };
   }
   const project = a.project || env;
-  const memoryBudget = budgetArg(a["memory-budget"]);
   const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: Math.min(64, G * K), maxContext: 512, memoryBudget } });
-  const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank: num("lora-rank", a["lora-rank"], { int: true, min: 1 }) } });
+  const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank } });
   await model.register(backend);
   let step = await model.getStep();
-  if (step > 0 && !a._flags.has("resume")) {
-    throw new UsageError(`run ${project}/${a.name} already has ${step} steps in ${a.runs}: pass --resume to continue it, or --name for a new run`, 2);
+  if (step > 0 && !a.resume) {
+    throw new UsageError(`run ${project}/${a.name} already has ${step} steps in ${a.runs}: pass --resume to continue it, or --name for a new run`);
   }
   const runDir = join(a.runs, project, "models", a.name);
   const client = model.openaiClient();
