@@ -27,6 +27,10 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
     summary: "the WebGPU adapter the engine gets in Node and the default memory budget",
     load: async () => import("./info.ts").then((m) => ({ spec: m.INFO, run: m.infoCommand })),
   },
+  pretrain: {
+    summary: "make the embedded model (webart-tiny) from nothing into a folder",
+    load: async () => import("./pretrain/pretrain.ts").then((m) => ({ spec: m.PRETRAIN, run: m.pretrainCommand })),
+  },
 };
 
 const HELP = `usage: webart <command> [options]
