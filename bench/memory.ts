@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import { Engine, LORA_TARGETS, measureGrpoStep, measureInference, parseConfig, planMemory, tensorShapes, writeSafetensors, type ModelConfig, type PlanSetup } from "@webart/engine";
+import { Engine, LORA_TARGETS, measureGrpoStep, measureInference, parseConfig, planMemory, tensorShapes, writeSafetensors, type PlanSetup } from "@webart/engine";
 import { isCpuAdapter } from "@webart/gpu";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
