@@ -1,10 +1,9 @@
 // `npm run bench -- generate`: prefill and decode tokens/s at batch 1, 8 and 32 for generated models of
 // ~1M and ~20M parameters, and a Qwen2.5-0.5B-shaped model with random bf16 weights (load, a few decode
 // steps at batch 1 and 8, the engine's memory accounting against weights + KV cache).
-import type { Gpu } from "@webart/engine/gpu";
+import type { Gpu } from "@webart/gpu";
 import { KvCache, Model, ModelRunner, parseConfig, planMemory, tensorShapes, uploadWeights, type ModelConfig, type Tensor } from "@webart/engine";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { toBf16 } from "@webart/shaders/util/half.ts";
+import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 
 const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>

@@ -1,5 +1,5 @@
 // Shared by every bench suite: the result shape written to bench/results/<suite>.json, and GPU timing.
-import type { DeviceOptions, Gpu, Recorder } from "@webart/engine/gpu";
+import type { DeviceOptions, Gpu, Recorder } from "@webart/gpu";
 
 export interface BenchResult {
   /** Dotted, stable id: op.dtype.size, e.g. "matmul.f32.1024". */

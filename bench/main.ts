@@ -3,7 +3,7 @@
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { createDevice, getDevice, releaseDawn, type DeviceOptions } from "@webart/engine/gpu";
+import { createDevice, getDevice, releaseDawn, type DeviceOptions } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 import { adapterReport, measurePeak } from "./probe.ts";
 

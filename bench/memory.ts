@@ -6,13 +6,9 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
-import {
-  Engine, LORA_TARGETS, measureGrpoStep, measureInference, parseConfig, planMemory, tensorShapes, writeSafetensors,
-  type ModelConfig, type PlanSetup,
-} from "@webart/engine";
-import { isCpuAdapter } from "@webart/shaders/util/adapter.ts";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { toBf16 } from "@webart/shaders/util/half.ts";
+import { Engine, LORA_TARGETS, measureGrpoStep, measureInference, parseConfig, planMemory, tensorShapes, writeSafetensors, type PlanSetup } from "@webart/engine";
+import { isCpuAdapter } from "@webart/gpu";
+import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 
 const TINY = join(fileURLToPath(new URL(".", import.meta.url)), "../models/webart-tiny");

@@ -1,6 +1,6 @@
 // The adapter probe: info, limits, features, measured FMA peak (GFLOP/s) and copy bandwidth (GB/s).
 // Every later benchmark reports its figures as a fraction of these, measured in the same run.
-import { Params, type Gpu } from "@webart/engine/gpu";
+import { Params, type Gpu } from "@webart/gpu";
 import code from "./probe.wgsl";
 import { timeGpu, type BenchResult, type Peak } from "./harness.ts";
 

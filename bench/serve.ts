@@ -19,11 +19,7 @@ async function startServe(kvSlots: number): Promise<Served> {
   const proc = spawn(
     process.execPath,
     [
-      "--import",
-      "tsx",
-      "--import",
-      "./scripts/wgsl-loader.mjs",
-      "apps/cli/src/main.ts",
+      "packages/webart/bin/webart.js",
       "serve",
       "--port",
       "0",

@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 // First step of `npm start`, `npm test`, `npm run bench` ...: makes a fresh machine ready.
 // 1. npm dependencies: installed with `npm ci` when missing or older than package-lock.json.
-// 2. WebGPU in Node: if Dawn finds no adapter on Linux, Debian's SwiftShader (chromium + libvulkan1)
+// 2. The packages, built to packages/*/dist when a source changed since the last build (scripts/build.mjs).
+// 3. WebGPU in Node: if Dawn finds no adapter on Linux, Debian's SwiftShader (chromium + libvulkan1)
 //    is installed when running as root, else the exact apt command is printed.
-// 3. Chromium for the browser tests (same package), when `--browser` is given.
+// 4. Chromium for the browser tests (same package), when `--browser` is given.
 import { execFileSync, spawnSync } from "node:child_process";
 import { createHash } from "node:crypto";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const wantBrowser = process.argv.includes("--browser");
@@ -55,12 +56,12 @@ function aptInstall(pkgs, why) {
 /** Asks Dawn, in a child process, whether an adapter can be had (with the SwiftShader fallback). */
 function hasWebGpu() {
   const probe = `
-    const { findAdapter } = await import(${JSON.stringify(join(root, "packages/engine/src/gpu/navigator.ts"))});
+    const { findAdapter } = await import(${JSON.stringify(pathToFileURL(join(root, "packages/gpu/dist/index.js")).href)});
     try { const a = await findAdapter(); console.log("ADAPTER " + a.adapter.info.description); }
     catch (e) { console.log("NOADAPTER " + e.message); }
     process.exit(0);`;
   try {
-    const out = execFileSync(process.execPath, ["--import", "tsx", "--input-type=module", "-e", probe], {
+    const out = execFileSync(process.execPath, ["--input-type=module", "-e", probe], {
       cwd: root,
       encoding: "utf8",
       stdio: ["ignore", "pipe", "ignore"],
@@ -72,7 +73,16 @@ function hasWebGpu() {
   }
 }
 
+function buildPackages() {
+  const r = spawnSync(process.execPath, [join(root, "scripts/build.mjs"), "--if-stale"], { cwd: root, stdio: "inherit" });
+  if (r.status !== 0) {
+    console.error("[setup] building the packages failed; see the errors above.");
+    process.exit(r.status ?? 1);
+  }
+}
+
 npmDeps();
+buildPackages();
 if (process.platform === "linux") {
   if (!hasWebGpu()) {
     aptInstall(["chromium", "libvulkan1"], "no WebGPU adapter in Node (no GPU driver and no SwiftShader)");

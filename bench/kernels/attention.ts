@@ -1,18 +1,11 @@
 // Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, the tiled kernel's
 // split-KV and the rows kernel against the tiled kernel in one chunk per sequence; causal prefill forward at T=256 in
 // GFLOP/s for both kernel families (tiled and rows). Outputs are verified first.
-import type { Gpu, Recorder } from "@webart/engine/gpu";
-import {
-  ATTENTION_VARIANTS,
-  attentionDecode,
-  attentionForward,
-  attentionVariant,
-  trainingSlotPos,
-  type AttentionVariant,
-} from "@webart/shaders/attention/index.ts";
-import { attentionReference } from "@webart/shaders/attention/reference.ts";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { assertClose } from "@webart/shaders/util/check.ts";
+import type { Gpu, Recorder } from "@webart/gpu";
+import { ATTENTION_VARIANTS, attentionDecode, attentionForward, attentionVariant, trainingSlotPos, type AttentionVariant } from "@webart/shaders";
+import { attentionReference } from "@webart/shaders/reference";
+import { Rng } from "@webart/gpu";
+import { assertClose } from "@webart/gpu/check";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
 
 const [H, KV, D] = [14, 2, 64];

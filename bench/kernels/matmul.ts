@@ -1,14 +1,10 @@
 // Kernels bench for matmul and the decode matvec: GFLOP/s against the probe's FMA peak and against
 // tfjs-backend-webgpu on the same adapter, robustness off and on, and matvec GB/s for f32 vs bf16.
 // Every kernel's output is checked against the CPU reference before its time is reported.
-import { findAdapter, type Gpu, type Recorder } from "@webart/engine/gpu";
-import { MATMUL_VARIANTS, matmul, matmulVariant, type MatmulVariant } from "@webart/shaders/matmul/index.ts";
-import { matmulReference } from "@webart/shaders/matmul/reference.ts";
-import { matvec } from "@webart/shaders/matvec/index.ts";
-import { matvecReference } from "@webart/shaders/matvec/reference.ts";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { packHalf, roundHalf } from "@webart/shaders/util/half.ts";
-import { assertClose } from "@webart/shaders/util/check.ts";
+import { findAdapter, type Gpu, type Recorder, Rng, packHalf, roundHalf } from "@webart/gpu";
+import { MATMUL_VARIANTS, matmul, matmulVariant, type MatmulVariant, matvec } from "@webart/shaders";
+import { matmulReference, matvecReference } from "@webart/shaders/reference";
+import { assertClose } from "@webart/gpu/check";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
 
 const gflops = (n: number, ms: number) => (2 * n * n * n) / (ms * 1e6);

@@ -1,16 +1,11 @@
 // Kernels bench, the per-row and LoRA kernels: GPU sampling and token logprobs at every threads-per-row count that
 // start-up tuning chooses from (8, 64, 256), and the LoRA forward and backward in GFLOP/s.
 // Every output is checked against the kernel's CPU reference before it is timed.
-import type { Gpu, Recorder } from "@webart/engine/gpu";
-import { packSampleRows, sample, type SampleRow } from "@webart/shaders/sample/index.ts";
-import { sampleReference } from "@webart/shaders/sample/reference.ts";
-import { logprobsChunk, logprobsFinalize, logprobsStatsBytes } from "@webart/shaders/logprobs/index.ts";
-import { logprobsReference } from "@webart/shaders/logprobs/reference.ts";
-import { loraBackward, loraForward } from "@webart/shaders/lora/index.ts";
-import { loraReference } from "@webart/shaders/lora/reference.ts";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { ROW_THREADS, rowThreads } from "@webart/shaders/util/adapter.ts";
-import { assertClose } from "@webart/shaders/util/check.ts";
+import type { Gpu, Recorder } from "@webart/gpu";
+import { packSampleRows, sample, type SampleRow, logprobsChunk, logprobsFinalize, logprobsStatsBytes, loraBackward, loraForward, ROW_THREADS, rowThreads } from "@webart/shaders";
+import { sampleReference, logprobsReference, loraReference } from "@webart/shaders/reference";
+import { Rng } from "@webart/gpu";
+import { assertClose } from "@webart/gpu/check";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
 
 /** Every threads-per-row count start-up tuning chooses from. */

@@ -1,6 +1,6 @@
 // Runs the matmul suite without the bench runner: `node --import tsx --import ./scripts/wgsl-loader.mjs
 // bench/kernels/try-matmul.ts [--quick] [--probe]` (--probe measures the FMA peak, else 3.5 is assumed).
-import { createDevice, getDevice, releaseDawn } from "@webart/engine/gpu";
+import { createDevice, getDevice, releaseDawn } from "@webart/gpu";
 import type { BenchContext } from "../harness.ts";
 import { measurePeak } from "../probe.ts";
 import { matmulSuite } from "./matmul.ts";

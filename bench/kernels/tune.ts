@@ -1,6 +1,6 @@
 // Start-up tuning as Engine.load runs it, for Qwen2.5-0.5B's shapes (bf16 weights): how long it takes on this
 // adapter and what it picked. The rest of the kernels suite then runs those choices ("chosen here").
-import { tuneKernels } from "@webart/shaders/tune/kernels.ts";
+import { tuneKernels } from "@webart/shaders";
 import type { BenchResult, Suite } from "../harness.ts";
 
 const QWEN25_05B = { weights: "bf16" as const, vocab: 151_936, hidden: 896, heads: 14, kvHeads: 2, headDim: 64 };

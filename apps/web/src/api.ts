@@ -1,6 +1,6 @@
 // The typed contract between the page and the engine worker: what the worker exposes through comlink, the
 // events it pushes back, and the plain data (settings, runs, steps, trajectories) both sides pass around.
-import type { AdapterSummary } from "@webart/engine/gpu";
+import type { AdapterSummary } from "webart/engine";
 
 export type EnvName = "tictactoe" | "2048";
 

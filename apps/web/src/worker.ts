@@ -1,7 +1,7 @@
 // The engine's Web Worker entry: everything that touches the GPU or the run store runs here, exposed to the
 // page through comlink as an EngineApi (api.ts).
 import * as Comlink from "comlink";
-import { getDevice } from "@webart/engine/gpu";
+import { getDevice } from "webart/engine";
 import type { EngineApi, EngineEvent } from "./api.ts";
 import { installErrorTransfer } from "./errors.ts";
 import { exportAdapter, importAdapter } from "./worker/adapters.ts";

@@ -2,7 +2,7 @@
 // scheduler, and the OpenAI-compatible handler and client in front of them. Runs the same in Node, in a
 // Web Worker, or in a page.
 import type OpenAI from "openai";
-import { getDevice, isNode, type Gpu } from "@webart/engine/gpu";
+import { getDevice, isNode, type Gpu } from "@webart/gpu";
 import type { ModelConfig } from "./config/index.ts";
 import { Scheduler } from "./generate/scheduler.ts";
 import type { Generator } from "./generate/types.ts";
@@ -13,17 +13,11 @@ import { ModelRunner } from "./model/runner.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
 import { checkPlan, defaultMemoryBudget, planMemory, planTraining, type LoraTarget, type MemoryPlan, type PlanSetup } from "./plan.ts";
-import { isCpuAdapter } from "@webart/shaders/util/adapter.ts";
+import { tuneKernels } from "@webart/shaders";
+import { isCpuAdapter } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
-import {
-  createJsonConstraintFactory,
-  toolCallConstraint,
-  toolCallSchema,
-  vocabFor,
-  type ToolSpecLike,
-} from "./constrain/index.ts";
-import { tuneKernels } from "@webart/shaders/tune/kernels.ts";
+import { createJsonConstraintFactory, toolCallConstraint, toolCallSchema, vocabFor, type ToolSpecLike } from "./constrain/index.ts";
 
 export interface EngineOptions extends OpenModelOptions {
   gpu?: Gpu;

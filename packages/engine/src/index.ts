@@ -1,5 +1,6 @@
 // @webart/engine: the device layer, model, tokenizer, generation, LoRA GRPO and the ART-style API.
-export * from "./gpu/index.ts";
+/// <reference types="@webgpu/types" preserve="true" />
+export * from "@webart/gpu";
 export * from "./config/index.ts";
 export * from "./weights/index.ts";
 export * from "./tokenizer/index.ts";
@@ -29,3 +30,6 @@ export * from "./train/grpo.ts";
 export * from "./train/sft.ts";
 export * from "./memory.ts";
 export * from "./art/remote-backend.ts";
+export * from "./model/embedded.ts";
+// Start-up kernel tuning results, which the browser keeps between visits.
+export { adapterKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";

@@ -1,12 +1,11 @@
 // The memory planner's promise, measured on Dawn: the peak live bytes of the largest inference step and of
 // a GRPO step (activations kept, and recomputed) match the plan; a plan over the budget is refused before
 // anything is allocated; a sequence longer than the micro-batch still trains.
-import { readFileSync } from "node:fs";
+import { readFileSync, mkdtempSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { getDevice, type Gpu } from "@webart/gpu";
 import { LocalBackend } from "./art/local-backend.ts";
 import { TrainableModel } from "./art/model.ts";
 import { Trajectory, TrajectoryGroup, type SampledChoice } from "./art/trajectories.ts";

@@ -1,6 +1,6 @@
 // Measures what the memory planner promises: the device's peak live bytes (the buffer pool's accounting)
 // over the largest inference step the scheduler can make, and over one GRPO step, on a loaded engine.
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import type { SampleSpec } from "./generate/scheduler.ts";
 import type { Engine } from "./engine.ts";
 import { accumulateGradients, optimizerStep, type TrainSequence } from "./train/grpo.ts";

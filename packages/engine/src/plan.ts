@@ -2,7 +2,7 @@
 // GPU, stated before anything is allocated. It follows the buffers the model code takes from the pool (their
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
-import { bucketSize } from "./gpu/pool.ts";
+import { bucketSize } from "@webart/gpu";
 import { tensorShapes, type ModelConfig } from "./config/index.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;

@@ -1,6 +1,6 @@
 // Evaluation: many seeded games by one player (a baseline, or a model through `chatPlayer`), summarized from
 // the trajectories' metrics, so rollouts gathered elsewhere can be summarized the same way.
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { play2048, playTicTacToe } from "./rollout.ts";
 import type { Mark, Opponent, TicTacToeGame } from "./tictactoe.ts";
 import type { Game2048 } from "./game2048.ts";

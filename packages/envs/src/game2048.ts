@@ -5,7 +5,7 @@
 // is a wasted turn, and a tile still spawns. The game ends at the winning tile, or when the board is full and
 // stuck: no move changes it (2048's rule; ART stops at any full board), or the agent's move changed nothing on a
 // full board, where no tile can spawn and the next turn would be the same.
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { moveText } from "./parse.ts";
 import type { Env } from "./episode.ts";
 

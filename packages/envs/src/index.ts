@@ -8,7 +8,6 @@ export * from "./game2048.ts";
 export * from "./players.ts";
 export * from "./rollout.ts";
 export * from "./evaluate.ts";
-export * from "./scripted.ts";
 export * from "./pretrain/transcripts.ts";
 export * from "./pretrain/bpe.ts";
 export * from "./pretrain/tokenizer-files.ts";

@@ -1,6 +1,6 @@
 // Tic-tac-toe against a random opponent, as in ART's example: the agent's symbol is random (x moves first),
 // it answers <move>B2</move>; win 1, draw 0.5, loss 0, and an unparseable reply or occupied cell ends the game at -1.
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { moveText } from "./parse.ts";
 import type { Env } from "./episode.ts";
 

@@ -1,7 +1,5 @@
 // @webart/shaders: WGSL kernels for transformer inference and LoRA GRPO training, each with a CPU reference.
-export * from "./util/random.ts";
-export * from "./util/half.ts";
-export * from "./util/check.ts";
+/// <reference types="@webgpu/types" preserve="true" />
 export * from "./add/index.ts";
 export * from "./matmul/index.ts";
 export * from "./matvec/index.ts";
@@ -17,3 +15,5 @@ export * from "./sample/index.ts";
 export * from "./adamw/index.ts";
 export * from "./grpo/index.ts";
 export * from "./tune/index.ts";
+export * from "./tune/kernels.ts";
+export * from "./util/adapter.ts";

@@ -1,5 +1,5 @@
-// The tic-tac-toe rules the play board needs, from the environment's own module rather than @webart/envs' index:
-// the index also re-exports a scripted openai client, which would pull the whole openai SDK into the page.
+// The tic-tac-toe rules the play board needs, from the environments' package (the page bundle keeps only these:
+// the build tree-shakes the rest of webart/envs).
 export {
   cellName,
   emptyCells,
@@ -9,4 +9,4 @@ export {
   ticTacToeSystemPrompt,
   type Cell,
   type Mark,
-} from "../../../../packages/envs/src/tictactoe.ts";
+} from "webart/envs";

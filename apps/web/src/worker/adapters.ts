@@ -1,7 +1,7 @@
 // PEFT adapters in and out of the browser: a run's latest checkpoint as a zipped PEFT folder
 // (adapter_config.json + adapter_model.safetensors), and such a zip imported as a new run at step 0.
 import { unzipSync, zipSync } from "fflate";
-import { dec, getDevice, memorySource, WeightReader, type LoraTarget } from "@webart/engine";
+import { dec, getDevice, memorySource, WeightReader, type LoraTarget } from "webart/engine";
 import type { ModelChoice, RunSummary, TrainSettings } from "../api.ts";
 import { LoraState, stepDir, validateLoraConfig } from "./internals.ts";
 import { baseModelOf, readModelConfig } from "./models.ts";

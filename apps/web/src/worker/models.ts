@@ -4,6 +4,7 @@
 // hub files go through the engine's own hub cache.
 import {
   DEFAULT_TRAIN_CONFIG,
+  EMBEDDED_MODEL,
   defaultMemoryBudget,
   getDevice,
   modelFiles,
@@ -15,7 +16,7 @@ import {
   type MemoryPlan,
   type ModelConfig,
   type PlanSetup,
-} from "@webart/engine";
+} from "webart/engine";
 import type { EngineEvent, ModelChoice, ModelInfo, TrainSettings } from "../api.ts";
 
 const CACHE = "webart-models";
@@ -33,8 +34,8 @@ export const setModelEvents = (f: (e: EngineEvent) => void) => void (emit = f);
 export function baseModelOf(m: ModelChoice): string {
   switch (m.kind) {
     case "embedded":
-      // A path on this origin: not a repo id, and independent of the host and port the app is served from.
-      return `${import.meta.env.BASE_URL}models/webart-tiny`;
+      // The model inside the webart package: loaded from memory, no files served.
+      return EMBEDDED_MODEL;
     case "url":
       return m.url.trim().replace(/\/+$/, "");
     case "hub":
@@ -50,7 +51,8 @@ export function labelOf(m: ModelChoice): string {
 
 /** The choice a recorded base-model string came from. */
 export function choiceOf(baseModel: string, label?: string): ModelChoice {
-  if (baseModel === baseModelOf({ kind: "embedded" })) return { kind: "embedded" };
+  // Runs made before the model shipped inside the package recorded the path it was served at.
+  if (baseModel === EMBEDDED_MODEL || /(^|\/)models\/webart-tiny$/.test(baseModel)) return { kind: "embedded" };
   if (baseModel.startsWith(LOCAL_ORIGIN))
     return { kind: "local", id: baseModel.slice(LOCAL_ORIGIN.length), label: label ?? baseModel };
   if (/^https?:\/\//i.test(baseModel)) return { kind: "url", url: baseModel };

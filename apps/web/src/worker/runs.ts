@@ -1,7 +1,7 @@
 // Runs as the app keeps them in IndexedDB: the engine's files (model.json, history.jsonl, checkpoints/,
 // trajectories/) plus the app's own under webapp/ (settings without secrets, the environment's per-step
 // metrics). Listing, history for the charts, trajectories for the viewer, deletion.
-import { computeAdvantages, dec, isChoice, TrajectoryGroup, type MessageOrChoice } from "@webart/engine";
+import { computeAdvantages, dec, isChoice, TrajectoryGroup, type MessageOrChoice } from "webart/engine";
 import type { GroupView, ModelChoice, RunSummary, StepRow, TrainSettings } from "../api.ts";
 import { RunFiles, stepDir, type LoraConfig } from "./internals.ts";
 import { store } from "./store.ts";

@@ -1,6 +1,6 @@
 // The runs' IndexedDB store, observed: the trainer learns when a checkpoint starts being written (the
 // "saving" phase), and a full disk surfaces as a StorageFullError that says what to do.
-import { IdbStore, type RunStore } from "@webart/engine";
+import { IdbStore, type RunStore } from "webart/engine";
 
 export class StorageFullError extends Error {
   constructor(detail: string) {

@@ -9,9 +9,9 @@ import {
   Trajectory,
   type DeviceLostError,
   type TrajectoryGroup,
-} from "@webart/engine";
-import { rollout2048, rolloutTicTacToe } from "@webart/envs";
-import { rulerScoreGroup } from "@webart/ruler";
+} from "webart/engine";
+import { rollout2048, rolloutTicTacToe } from "webart/envs";
+import { rulerScoreGroup } from "webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
 import { LocalBackend, TrainableModel } from "./internals.ts";

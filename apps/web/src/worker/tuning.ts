@@ -3,7 +3,7 @@
 // under a fingerprint of the kernels' sources, so a later visit with the same kernels reuses it and a build with
 // changed kernels measures afresh. Entries name their adapter, so another GPU never takes them.
 import { createStore, get, set } from "idb-keyval";
-import { loadTuneTable, tuneTable, type TuneTable } from "@webart/shaders/tune/index.ts";
+import { loadTuneTable, tuneTable, type TuneTable } from "webart/engine";
 
 declare const __WEBART_KERNELS__: string;
 

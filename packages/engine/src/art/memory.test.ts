@@ -5,7 +5,7 @@ import { cpSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { getDevice, type Gpu } from "@webart/gpu";
 import { Engine } from "../engine.ts";
 import { BaseModels } from "../model/bases.ts";
 import { FsStore } from "../store/fs.ts";

@@ -26,11 +26,7 @@ async function serve(runs: string, port: number): Promise<Served> {
   const proc = spawn(
     process.execPath,
     [
-      "--import",
-      "tsx",
-      "--import",
-      "./scripts/wgsl-loader.mjs",
-      "apps/cli/src/main.ts",
+      "packages/webart/bin/webart.js",
       "serve",
       "--port",
       String(port),

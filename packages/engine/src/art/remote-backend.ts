@@ -1,6 +1,6 @@
 // RemoteBackend: the Backend interface over HTTP to `webart serve` on a machine with a GPU. Only fetch
 // is used, so it runs in Node and in browsers; swapping it for LocalBackend is the one-line change.
-// Routes and their JSON are documented in apps/cli/src/serve/routes.ts.
+// Routes and their JSON are documented in packages/webart/src/cli/serve/routes.ts.
 import OpenAI from "openai";
 import type { Backend, ModelSpec, TrainResult } from "./backend.ts";
 import type { TrainConfig } from "./train-config.ts";

@@ -4,10 +4,9 @@ import { copyFileSync, existsSync, mkdtempSync, readFileSync, writeFileSync } fr
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng, getDevice } from "@webart/gpu";
 import { parseConfig } from "../config/index.ts";
 import { randomWeights } from "../model/init.ts";
-import { getDevice } from "@webart/engine/gpu";
 import { LocalBackend } from "./local-backend.ts";
 import { TrainableModel } from "./model.ts";
 import { gatherTrajectoryGroups } from "./gather.ts";

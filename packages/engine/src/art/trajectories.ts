@@ -1,7 +1,7 @@
 // Trajectory and TrajectoryGroup, as in OpenPipe ART: a rollout's conversation (plain messages and
 // the sampler's Choices), its reward, metrics and logs; a group of rollouts for the same scenario.
 import type { ChatCompletion, ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 
 /** A Choice as webart's engine returns it: the OpenAI fields plus the sampled token ids and their logprobs. */
 export type SampledChoice = ChatCompletion.Choice & {

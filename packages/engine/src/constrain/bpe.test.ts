@@ -1,7 +1,7 @@
 // The JSON constraint on a small byte-level BPE trained here: many random-policy runs per schema (every
 // output parses and fits, generation stops within the length bound, EOS only when complete), masks checked
 // against byte-wise stepping, and random valid JSON forced through token by token.
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { describe, expect, it } from "vitest";
 import { SPECIAL_TOKENS, tokenizerConfig, tokenizerJson, trainBpe } from "@webart/envs";
 import { Tokenizer } from "../tokenizer/index.ts";

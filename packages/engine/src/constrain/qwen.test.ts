@@ -3,7 +3,7 @@
 // validity left out, characters split across tokens, and the time allowed() takes per step.
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { beforeAll, describe, expect, it } from "vitest";
 import { Tokenizer } from "../tokenizer/index.ts";
 import { createJsonConstraintFactory, vocabFor, type JsonConstraint } from "./index.ts";

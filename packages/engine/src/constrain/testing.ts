@@ -1,6 +1,6 @@
 // Test helpers for the JSON constraint: a validator for the supported JSON Schema subset (written apart from
 // the compiler, as the independent check), random JSON values that fit a schema, and a random-policy driver.
-import type { Rng } from "@webart/shaders/util/random.ts";
+import type { Rng } from "@webart/gpu";
 import type { JsonConstraint } from "./json.ts";
 
 type Json = Record<string, unknown>;

@@ -1,17 +1,10 @@
 // Base models shared on a device: engines (runs) that load the same base model on the same Gpu share one copy
 // of its frozen weights, its open files and its parsed tokenizer; each keeps its own Model (LoRA), optimizer
 // state and KV cache. The weights are freed and the files closed when the last engine using them lets go.
-import type { Gpu } from "@webart/engine/gpu";
+import type { Gpu } from "@webart/gpu";
 import type { ModelConfig } from "../config/index.ts";
 import { Tokenizer } from "../tokenizer/index.ts";
-import {
-  modelFiles,
-  openModel,
-  type LoadProgress,
-  type ModelSource,
-  type OpenModelOptions,
-  type OpenedModel,
-} from "../weights/index.ts";
+import { modelFiles, openModel, type LoadProgress, type ModelSource, type OpenModelOptions, type OpenedModel } from "../weights/index.ts";
 import { freeWeights, uploadWeights, type GpuWeights } from "./weights.ts";
 
 export interface BaseOptions extends OpenModelOptions {

@@ -1,9 +1,8 @@
 // Seeded random weights for a Llama-form config (GPT-2-style init), as safetensors bytes: the embedded
 // model's starting point, and small models for tests and benchmarks.
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng, toBf16 } from "@webart/gpu";
 import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import { writeSafetensors, type TensorData } from "../weights/index.ts";
-import { toBf16 } from "@webart/shaders/util/half.ts";
 
 export interface InitOptions {
   seed?: number;

@@ -1,5 +1,5 @@
 // The KV cache: per layer, K and V of shape (S, Tmax, KV, D) f32 — S sequence slots of Tmax positions.
-import type { Gpu, Recorder } from "@webart/engine/gpu";
+import type { Gpu, Recorder } from "@webart/gpu";
 import type { ModelConfig } from "../config/index.ts";
 
 export class KvCache {

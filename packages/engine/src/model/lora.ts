@@ -1,8 +1,8 @@
 // LoRA adapter state: all layers' A (R, in) and B (out, R) in one flat f32 buffer (with gradients and
 // AdamW moments alike), saved and loaded in PEFT's names and shapes.
-import type { Gpu } from "@webart/engine/gpu";
-import { Rng } from "@webart/shaders/util/random.ts";
-import type { LoraSlot } from "@webart/shaders/lora/index.ts";
+import type { Gpu } from "@webart/gpu";
+import { Rng } from "@webart/gpu";
+import type { LoraSlot } from "@webart/shaders";
 import type { ModelConfig } from "../config/index.ts";
 import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import { tensorToF32, writeSafetensors, type WeightReader } from "../weights/index.ts";

@@ -3,8 +3,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createDevice, getDevice, type Gpu } from "@webart/engine/gpu";
-import { assertClose } from "@webart/shaders/util/check.ts";
+import { createDevice, getDevice, type Gpu } from "@webart/gpu";
+import { assertClose } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
 import { KvCache } from "./kv.ts";

@@ -4,16 +4,8 @@
 //
 // Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
-import type { Gpu, Recorder } from "@webart/engine/gpu";
-import { attentionBackward, attentionDecode, attentionForward } from "@webart/shaders/attention/index.ts";
-import { embedding, embeddingBackward, tableViews } from "@webart/shaders/embedding/index.ts";
-import { kvcacheWrite } from "@webart/shaders/kvcache/index.ts";
-import { loraBackward, loraForward } from "@webart/shaders/lora/index.ts";
-import { matmul } from "@webart/shaders/matmul/index.ts";
-import { matvec } from "@webart/shaders/matvec/index.ts";
-import { rmsnorm, rmsnormBackward } from "@webart/shaders/rmsnorm/index.ts";
-import { ropeBackward, ropeForward, ropeInvFreq } from "@webart/shaders/rope/index.ts";
-import { swiglu, swigluBackward } from "@webart/shaders/swiglu/index.ts";
+import type { Gpu, Recorder } from "@webart/gpu";
+import { attentionBackward, attentionDecode, attentionForward, embedding, embeddingBackward, tableViews, kvcacheWrite, loraBackward, loraForward, matmul, matvec, rmsnorm, rmsnormBackward, ropeBackward, ropeForward, ropeInvFreq, swiglu, swigluBackward } from "@webart/shaders";
 import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import type { KvCache } from "./kv.ts";

@@ -1,7 +1,7 @@
 // The scheduler's view of the model: one batched forward over mixed prefill/decode tokens against the
 // KV cache, logits for the sampled rows only, sampling on the GPU, one readback of ids and logprobs.
-import type { Gpu } from "@webart/engine/gpu";
-import { packSampleRows, sample, sampleMaskWords } from "@webart/shaders/sample/index.ts";
+import type { Gpu } from "@webart/gpu";
+import { packSampleRows, sample, sampleMaskWords } from "@webart/shaders";
 import type { SampleSpec, StepModel } from "../generate/scheduler.ts";
 import { KvCache } from "./kv.ts";
 import type { Model } from "./model.ts";

@@ -1,9 +1,9 @@
 // Frozen base weights on the GPU: matrices keep their file's 16-bit form (bf16/f16 packed two per u32) or
 // f32; norm weights and biases become f32. The embedding (and an untied LM head) are split in row shards
 // when they exceed one storage binding. Tensors are streamed one at a time from the reader.
-import type { Gpu } from "@webart/engine/gpu";
-import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders/embedding/index.ts";
-import type { WeightShard } from "@webart/shaders/matmul/index.ts";
+import type { Gpu } from "@webart/gpu";
+import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
+import type { WeightShard } from "@webart/shaders";
 import type { ModelConfig } from "../config/index.ts";
 import { tensorToF32, type Dtype } from "../weights/index.ts";
 import type { LoadProgress, Tensor } from "../weights/index.ts";

@@ -4,13 +4,7 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../engine.ts";
 import type { SampledChoice } from "../art/trajectories.ts";
-import { adapterKey, tuneTable } from "@webart/shaders/tune/index.ts";
-import { matmulVariant } from "@webart/shaders/matmul/index.ts";
-import { matvecVariant } from "@webart/shaders/matvec/index.ts";
-import { rowThreads } from "@webart/shaders/util/adapter.ts";
-import { attentionVariant, tileProfile } from "@webart/shaders/attention/index.ts";
-import { loraLayout } from "@webart/shaders/lora/index.ts";
-import { rmsnormVariant } from "@webart/shaders/rmsnorm/index.ts";
+import { adapterKey, tuneTable, matmulVariant, matvecVariant, rowThreads, attentionVariant, tileProfile, loraLayout, rmsnormVariant } from "@webart/shaders";
 
 const MODEL_DIR = join(import.meta.dirname, "../../../../models/webart-tiny");
 let engine: Engine;

@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { getDevice, type Gpu } from "@webart/gpu";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { LoraState } from "../model/lora.ts";
 import { Model } from "../model/model.ts";

@@ -1,12 +1,8 @@
 // One GRPO step on the GPU: micro-batches of whole sequences → forward with LoRA (activations kept) →
 // token logprobs in vocabulary chunks → GRPO loss and its gradient → backward into LoRA A/B (accumulated)
 // → global grad-norm clip + AdamW. One readback at the end (loss totals, grad norm, entropy).
-import type { Gpu, Recorder } from "@webart/engine/gpu";
-import { adamwPartsBytes, adamwStatsBytes, adamwStep } from "@webart/shaders/adamw/index.ts";
-import { GRPO_TOTALS, grpoLoss, grpoSeqStatsBytes, grpoTotalsBytes, packGrpoMeta } from "@webart/shaders/grpo/index.ts";
-import { logprobsBackward, logprobsChunk, logprobsFinalize, logprobsStatsBytes } from "@webart/shaders/logprobs/index.ts";
-import { rmsnorm } from "@webart/shaders/rmsnorm/index.ts";
-import { trainingSlotPos } from "@webart/shaders/attention/index.ts";
+import type { Gpu, Recorder } from "@webart/gpu";
+import { adamwPartsBytes, adamwStatsBytes, adamwStep, GRPO_TOTALS, grpoLoss, grpoSeqStatsBytes, grpoTotalsBytes, packGrpoMeta, logprobsBackward, logprobsChunk, logprobsFinalize, logprobsStatsBytes, rmsnorm, trainingSlotPos } from "@webart/shaders";
 import type { Model } from "../model/model.ts";
 
 /** A trajectory ready for the GPU: tokens, which positions are trained, and its loss coefficient. */

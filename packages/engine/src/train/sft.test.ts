@@ -3,12 +3,11 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
+import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { Model } from "../model/model.ts";
 import { uploadWeights } from "../model/weights.ts";
 import { modelFiles, readJson, WeightReader } from "../weights/index.ts";
-import { Rng } from "@webart/shaders/util/random.ts";
 import { FullTrainer, type SftSequence } from "./sft.ts";
 
 const FIX = join(import.meta.dirname, "../../fixtures");

@@ -1,9 +1,7 @@
 // Full-parameter supervised fine-tuning (the embedded model's pretraining): next-token cross-entropy on
 // the masked (assistant) tokens, backward into every base weight (f32), global grad-norm clip + AdamW.
-import type { Gpu } from "@webart/engine/gpu";
-import { adamwPartsBytes, adamwStatsBytes, adamwUpdate, gradNorm } from "@webart/shaders/adamw/index.ts";
-import { logprobsBackward } from "@webart/shaders/logprobs/index.ts";
-import { trainingSlotPos } from "@webart/shaders/attention/index.ts";
+import type { Gpu } from "@webart/gpu";
+import { adamwPartsBytes, adamwStatsBytes, adamwUpdate, gradNorm, logprobsBackward, trainingSlotPos } from "@webart/shaders";
 import { tensorShapes } from "../config/index.ts";
 import { fullGradLayout, type FullGrads, type Model } from "../model/model.ts";
 import { headLogprobs, microBatches, type OptimizerConfig } from "./grpo.ts";

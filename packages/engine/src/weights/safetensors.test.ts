@@ -3,17 +3,8 @@
 import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { roundHalf, toBf16, toF16 } from "@webart/shaders/util/half.ts";
-import {
-  fileSource,
-  memorySource,
-  readSafetensorsHeader,
-  tensorToF32,
-  WeightReader,
-  WeightsError,
-  writeSafetensors,
-} from "./index.ts";
+import { Rng, roundHalf, toBf16, toF16 } from "@webart/gpu";
+import { fileSource, memorySource, readSafetensorsHeader, tensorToF32, WeightReader, WeightsError, writeSafetensors } from "./index.ts";
 import { removeDir, tempDir } from "./testing.ts";
 
 let dir: string;

@@ -3,7 +3,7 @@
 // Layout: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}, __metadata__},
 // then the data section; offsets are relative to the data section and must tile it exactly.
 
-import { fromBf16, fromF16 } from "@webart/shaders/util/half.ts";
+import { fromBf16, fromF16 } from "@webart/gpu";
 import type { ByteSource } from "./source.ts";
 
 export type Dtype = "F32" | "F16" | "BF16";

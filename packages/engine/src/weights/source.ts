@@ -69,9 +69,10 @@ export function blobSource(blob: Blob, name = (blob as Partial<File>).name || "b
   return src;
 }
 
+/** @internal */
 type NodeFs = typeof import("node:fs/promises");
 
-/** Node builtins are imported by a computed name so that browser bundlers leave them alone. */
+/** @internal Node builtins are imported by a computed name so that browser bundlers leave them alone. */
 export async function nodeFs(): Promise<NodeFs> {
   const name = "node:fs/promises";
   return (await import(/* @vite-ignore */ name)) as NodeFs;

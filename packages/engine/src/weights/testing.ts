@@ -5,8 +5,7 @@ import { mkdir, mkdtemp, readFile, rm, stat, writeFile } from "node:fs/promises"
 import { createServer, type IncomingMessage } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { Rng } from "@webart/shaders/util/random.ts";
-import { toBf16, toF16 } from "@webart/shaders/util/half.ts";
+import { Rng, toBf16, toF16 } from "@webart/gpu";
 import { tensorShapes, type Family } from "../config/index.ts";
 import { parseConfig } from "../config/config.ts";
 import { writeSafetensors, type Dtype, type TensorData } from "./safetensors.ts";

@@ -1,7 +1,7 @@
 // Pretraining transcripts: the rollouts' exact message format, legal moves only, and play that is unskilled
 // (it loses games that perfect play would not) but takes an immediate win some of the time.
 import { describe, expect, it } from "vitest";
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { generateTranscripts, unskilledTicTacToe } from "./transcripts.ts";
 import { evaluateTicTacToe } from "../evaluate.ts";
 import { minimaxTicTacToePlayer } from "../players.ts";

@@ -1,7 +1,7 @@
 // Supervised pretraining data for the embedded model: games played by an unskilled but always-legal policy,
 // as the exact chat messages the rollouts send, so a tiny model learns the format and the legal moves and
 // leaves RL something to improve (it loses to perfect play and often to plain random play).
-import { Rng } from "@webart/shaders/util/random.ts";
+import { Rng } from "@webart/gpu";
 import { emptyCells, lineWinner, cellName, other, type Mark, type TicTacToeGame } from "../tictactoe.ts";
 import { legalMoves, slide, type Game2048 } from "../game2048.ts";
 import { play2048, playTicTacToe } from "../rollout.ts";

@@ -2,7 +2,7 @@
 // its clip factor computed on the GPU, so a training step records everything with no readback; the
 // stats buffer (norm, clip factor, finite flag, sum of squares) can be read later for metrics.
 // A non-finite grad norm skips the update (weights and moments untouched; stats[2] = 0 says so).
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward.wgsl";
 
 const WG = 256;

@@ -1,6 +1,6 @@
 // Residual add y = a + b over n f32 values (the gradient of a sum passes through unchanged,
 // so there is no backward kernel).
-import { Params, type Recorder, type Gpu, type KernelSpec } from "@webart/engine/gpu";
+import { Params, type Recorder, type Gpu, type KernelSpec } from "@webart/gpu";
 import code from "./forward.wgsl";
 
 const WG = 256;

@@ -1,18 +1,9 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose } from "../util/check.ts";
+import { getDevice, type Gpu, Rng } from "@webart/gpu";
+import { assertClose } from "@webart/gpu/check";
 import { kvcacheWrite } from "../kvcache/index.ts";
 import { kvcacheWriteReference } from "../kvcache/reference.ts";
-import {
-  attentionDecode,
-  attentionForward,
-  chooseTiles,
-  decodeSplit,
-  tileBytes,
-  type ForwardOptions,
-  type Tiles,
-} from "./index.ts";
+import { attentionDecode, attentionForward, chooseTiles, decodeSplit, tileBytes, type ForwardOptions, type Tiles } from "./index.ts";
 import { attentionReference } from "./reference.ts";
 
 let gpu: Gpu;

@@ -1,7 +1,6 @@
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose, dot, f64, finiteDiff } from "../util/check.ts";
+import { getDevice, type Gpu, Rng } from "@webart/gpu";
+import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
 import { attentionBackward, attentionForward, chooseTiles, trainingSlotPos, type Tiles } from "./index.ts";
 import { attentionBackwardReference, attentionTrainReference, type TrainDims } from "./reference.ts";
 

@@ -2,7 +2,7 @@
 // plus its reduce) and the FlashAttention-2 backward in the training layout; tile sizes chosen per head dim,
 // group size and the adapter's workgroup memory. Shapes: N tokens, H heads, KV kv-heads (H % KV == 0), D head dim
 // (even, <= 256), S slots x Tmax rows of cache; training: B sequences of T tokens, token i <-> (i / T, i % T).
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forwardCode from "./forward.wgsl";
 import reduceCode from "./reduce.wgsl";
 import dqCode from "./backward.wgsl";
@@ -10,7 +10,7 @@ import dkvCode from "./backward_dkv.wgsl";
 import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
-import { isCpuAdapter } from "../util/adapter.ts";
+import { isCpuAdapter } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
 /**

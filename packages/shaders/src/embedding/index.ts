@@ -1,6 +1,6 @@
 // Token embedding: out (N, C) = W[ids] with W (V, C) f32 or 16-bit packed, split into shards of rows when
 // the table exceeds one storage binding; backward scatter-adds into dW (V, C, f32) without atomics.
-import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 

@@ -1,7 +1,6 @@
 import { beforeAll, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose, f64, finiteDiff } from "../util/check.ts";
+import { getDevice, type Gpu, Rng } from "@webart/gpu";
+import { assertClose, f64, finiteDiff } from "@webart/gpu/check";
 import { GRPO_TOTALS, grpoLoss, grpoSeqStatsBytes, grpoTotalsBytes, packGrpoMeta, type GrpoOptions } from "./index.ts";
 import { grpoReference, type GrpoInputs } from "./reference.ts";
 

@@ -8,7 +8,7 @@
 //   KL (k3):  kl = exp(ref - new) - (ref - new) - 1, added as beta * kl
 // Log-ratios and ref - new are clamped to +-20 (gradient 0 beyond) so exp stays finite. A NaN old
 // logprob means none was recorded: old = sg(new), ratio 1, as ART does. Masked = weight != 0.
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward.wgsl";
 
 const WG = 256;

@@ -1,5 +1,5 @@
 // KV-cache write dispatch: new k, v rows (N, KV, D) into the caches (S, Tmax, KV, D) at each token's (slot, pos).
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward.wgsl";
 
 const WG = 256;

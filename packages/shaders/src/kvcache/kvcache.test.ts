@@ -1,7 +1,6 @@
 import { beforeAll, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose } from "../util/check.ts";
+import { getDevice, type Gpu, Rng } from "@webart/gpu";
+import { assertClose } from "@webart/gpu/check";
 import { kvcacheWrite } from "./index.ts";
 import { kvcacheWriteReference } from "./reference.ts";
 

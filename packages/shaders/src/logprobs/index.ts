@@ -7,7 +7,7 @@
 // Targets must lie in [0, V); a row whose target is out of range gets a meaningless logprob (mask it).
 // The temperature divides logits first; it must match how the sampler reported its logprobs (GRPO's
 // old logprobs): `sample` reports temperature 1 unless asked for logprobAtTemperature.
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 import { rowSpecs, rowThreads } from "../util/adapter.ts";

@@ -1,9 +1,7 @@
 // Matmul C = alpha·op(A)·op(B) (+ bias) (+ C), op = identity or transpose per operand, batched with
 // strides (0 broadcasts), B in f32 or packed bf16/f16. Three variants, chosen per adapter by measuring.
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { isCpuAdapter } from "../util/adapter.ts";
-import { packHalf } from "../util/half.ts";
+import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
+import { isCpuAdapter } from "@webart/gpu";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./forward.wgsl";
 import tiledCode from "./tiled.wgsl";

@@ -1,18 +1,9 @@
 // Every matmul variant against the CPU reference: modes, B dtypes, odd sizes, batches and broadcast,
 // bias, accumulate, alpha, row strides and offsets, weight shards, and the argument checks.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose, f64, finiteDiff, type Tolerance } from "../util/check.ts";
-import { packHalf, roundHalf } from "../util/half.ts";
-import {
-  MATMUL_VARIANTS,
-  matmul,
-  matmulShards,
-  matmulVariant,
-  type MatmulOptions,
-  type MatmulVariant,
-} from "./index.ts";
+import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
+import { assertClose, f64, finiteDiff, type Tolerance } from "@webart/gpu/check";
+import { MATMUL_VARIANTS, matmul, matmulShards, matmulVariant, type MatmulOptions, type MatmulVariant } from "./index.ts";
 import { matmulReference } from "./reference.ts";
 
 // f32 accumulation in a different order (and possibly fused) than the reference: K ≤ 257 terms

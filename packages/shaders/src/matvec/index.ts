@@ -1,9 +1,7 @@
 // Decode matvec y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias) for M = 1..64 rows, W in f32 or packed
 // bf16/f16: memory-bound, so W is streamed once per call (larger M: use matmul).
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import type { WeightDtype } from "../matmul/index.ts";
-import { Rng } from "../util/random.ts";
-import { packHalf } from "../util/half.ts";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import code from "./forward.wgsl";
 import subgroupCode from "./subgroup.wgsl";

@@ -1,10 +1,8 @@
 // The decode matvec against the CPU reference: f32 and 16-bit W, odd sizes, M from 1 to 64,
 // odd element offsets (shards starting mid-word), strided x and y, bias, and the argument checks.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose, type Tolerance } from "../util/check.ts";
-import { packHalf, roundHalf } from "../util/half.ts";
+import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
+import { assertClose, type Tolerance } from "@webart/gpu/check";
 import { MATVEC_VARIANTS, matvec, matvecVariants, type MatvecOptions } from "./index.ts";
 import { matvecReference } from "./reference.ts";
 

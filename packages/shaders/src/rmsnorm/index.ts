@@ -1,11 +1,11 @@
 // RMSNorm (y = x * rstd * w over rows of length C, saving rstd) and its backward (dx, optional dw),
 // also used per head for Qwen3's q_norm/k_norm as rows (N*H, D) with weight (D).
-import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
 import backwardDwReduce from "./backward_dw_reduce.wgsl";
-import { isCpuAdapter } from "../util/adapter.ts";
+import { isCpuAdapter } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
 const WG = 256;

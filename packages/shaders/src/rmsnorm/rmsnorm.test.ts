@@ -1,7 +1,6 @@
 import { beforeAll, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/engine/gpu";
-import { Rng } from "../util/random.ts";
-import { assertClose, dot, f64, finiteDiff } from "../util/check.ts";
+import { getDevice, type Gpu, Rng } from "@webart/gpu";
+import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
 import { rmsnorm, rmsnormBackward, rmsnormVariant } from "./index.ts";
 import { rmsnormBackwardReference, rmsnormReference } from "./reference.ts";
 

@@ -6,7 +6,7 @@
 // sampler's "old" logprob in GRPO), not the probability the filtered sampler drew it with. With
 // `logprobAtTemperature` it is log softmax(logits / T) instead, for a trainer that divides by T too
 // (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
-import { Params, type Gpu, type Recorder } from "@webart/engine/gpu";
+import { Params, type Gpu, type Recorder } from "@webart/gpu";
 import code from "./forward.wgsl";
 import { rowSpecs, rowThreads } from "../util/adapter.ts";
 

@@ -1,5 +1,5 @@
 // SwiGLU for the gated MLP: h = silu(g) * u over (N, F) with g and u in separate buffers, and its backward.
-import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/engine/gpu";
+import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 

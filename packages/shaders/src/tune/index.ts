@@ -1,6 +1,6 @@
 // Per-adapter kernel variant choice by measurement: times each candidate once per adapter and
 // problem key, caches the winner in memory, and exposes the table so it can be persisted.
-import type { Gpu, Recorder } from "@webart/engine/gpu";
+import type { Gpu, Recorder } from "@webart/gpu";
 
 export interface TuneEntry {
   winner: string;

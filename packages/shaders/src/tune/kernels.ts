@@ -2,23 +2,17 @@
 // and matvec variants for the model's weight dtype, threads per row of sampling and logprobs, the attention family
 // and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The winners stay in tune/'s
 // table, which the kernels consult; until tuning has run they fall back to a default for the adapter's kind.
-import type { Gpu, Recorder } from "@webart/engine/gpu";
+import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type WeightDtype } from "../matmul/index.ts";
 import { tuneMatvec } from "../matvec/index.ts";
 import { packSampleRows, sample } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
-import {
-  ATTENTION_TUNE,
-  attentionBackward,
-  attentionDecode,
-  attentionForward,
-  trainingSlotPos,
-  type AttentionTuneCandidate,
-} from "../attention/index.ts";
+import { attentionBackward, attentionDecode, attentionForward, trainingSlotPos, type AttentionTuneCandidate } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnorm, rmsnormBackward } from "../rmsnorm/index.ts";
-import { ROW_THREADS, isCpuAdapter } from "../util/adapter.ts";
-import { Rng } from "../util/random.ts";
+import { ROW_THREADS } from "../util/adapter.ts";
+import { isCpuAdapter } from "@webart/gpu";
+import { Rng } from "@webart/gpu";
 import { tune, type TuneOptions } from "./index.ts";
 
 /** What the measured problems are shaped like: the model's dims. */

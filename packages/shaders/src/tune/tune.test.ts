@@ -1,12 +1,13 @@
 // Variant tuning: winners are measured on the device, cached per adapter and problem key, and
 // persisted through the table; matmul and matvec then use the tuned variant.
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { getDevice, type Gpu, type Recorder } from "@webart/engine/gpu";
+import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { MATMUL_VARIANTS, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
 import { matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
 import { adapterKey, clearTuneTable, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
 import { tuneKernels } from "./kernels.ts";
-import { ROW_THREADS, isCpuAdapter, rowThreads } from "../util/adapter.ts";
+import { ROW_THREADS, rowThreads } from "../util/adapter.ts";
+import { isCpuAdapter } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraLayout } from "../lora/index.ts";
 import { rmsnormVariant } from "../rmsnorm/index.ts";

@@ -1,0 +1,14 @@
+// Which kind of WebGPU implementation a device runs on, for the kernels' layout choices.
+import type { Gpu } from "./device.ts";
+
+/** Architectures of CPU implementations of WebGPU (SwiftShader, Mesa's llvmpipe/lavapipe, WARP). */
+const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
+
+/**
+ * True on a CPU implementation, where a workgroup's invocations run as a few 4-wide SIMD groups that switch at
+ * every barrier and workgroup memory is no faster than storage: fewer threads and no sharing win there, while real
+ * GPUs want big workgroups that share tiles.
+ */
+export function isCpuAdapter(gpu: Gpu): boolean {
+  return CPU_ARCH.test(`${gpu.adapter.architecture} ${gpu.adapter.description}`);
+}

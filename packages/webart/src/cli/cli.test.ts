@@ -1,0 +1,100 @@
+// The `webart` command as users run it (the built bin, from the repo root): the command list, --version, each
+// command's --help naming every option of its spec, and usage errors (exit 2, usage on stderr) that name the
+// option and its value. Also parseOptions in-process: defaults, flags, --name=value.
+import { execFile } from "node:child_process";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { describe, expect, it } from "vitest";
+import { parseOptions, type CommandSpec } from "./args.ts";
+import { INFO } from "./info.ts";
+import { PRETRAIN } from "./pretrain/pretrain.ts";
+import { SERVE } from "./serve/cli.ts";
+import { EVAL } from "./train/eval.ts";
+import { TRAIN } from "./train/train.ts";
+
+const ROOT = join(import.meta.dirname, "../../../..");
+const SPECS: CommandSpec[] = [TRAIN, EVAL, SERVE, INFO, PRETRAIN];
+
+/** Runs the built bin; resolves with its exit code and output (never rejects). */
+function webart(args: string[]): Promise<{ code: number; out: string; err: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, ["packages/webart/bin/webart.js", ...args], { cwd: ROOT, timeout: 60_000 }, (e, out, err) =>
+      resolve({ code: e ? Number(e.code ?? 1) : 0, out, err }),
+    );
+  });
+}
+
+describe("webart", () => {
+  it("--help lists the five commands; --version prints the package's version; an unknown command exits 2", async () => {
+    const [help, version, bad] = await Promise.all([webart(["--help"]), webart(["--version"]), webart(["tain"])]);
+    expect(help.code).toBe(0);
+    for (const c of ["train", "eval", "serve", "info", "pretrain"]) expect(help.out).toMatch(new RegExp(`^  ${c} `, "m"));
+    const pkg = JSON.parse(readFileSync(join(ROOT, "packages/webart/package.json"), "utf8")) as { version: string };
+    expect([version.code, version.out.trim()]).toEqual([0, pkg.version]);
+    expect(bad.code).toBe(2);
+    expect(bad.err).toContain('unknown command "tain"');
+  });
+
+  it.each(SPECS.map((s) => [s.name, s] as const))("%s --help: exit 0, usage on stdout naming every option", async (name, spec) => {
+    const r = await webart([name, "--help"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toContain(`usage: webart ${name} [options]`);
+    for (const k of Object.keys(spec.options)) expect(r.out).toMatch(new RegExp(`^  --${k}\\b`, "m"));
+    expect(r.err).not.toContain("usage:");
+  });
+
+  it.each(SPECS.map((s) => [s.name] as const))("%s: an unknown option exits 2 naming it, usage on stderr", async (name) => {
+    const r = await webart([name, "--no-such-option", "1"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(`webart ${name}: unknown option "--no-such-option"`);
+    expect(r.err).toContain(`usage: webart ${name} [options]`);
+    expect(r.out).toBe("");
+  });
+
+  it.each([
+    ["train", ["--steps", "ten"], '--steps "ten": expected an integer >= 1'],
+    ["train", ["--lr=-1"], '--lr "-1": expected a number >= 0'],
+    ["train", ["--memory-budget", "lots"], '--memory-budget "lots" is not a size'],
+    ["train", ["--env", "chess"], '--env "chess": expected tictactoe or 2048'],
+    ["train", ["--group-size"], "--group-size needs a value"],
+    ["eval", ["--games", "1.5"], '--games "1.5": expected an integer >= 1'],
+    ["eval", ["--checkpoint", "last"], '--checkpoint "last": expected a step number, latest or none'],
+    ["serve", ["--port", "70000"], '--port "70000": expected an integer in [0, 65535]'],
+    ["serve", ["--kv-slots=0"], '--kv-slots "0": expected an integer in [1, 4096]'],
+    ["serve", ["--max-wait", "-5"], '--max-wait -5: write --max-wait=-5 for a value that starts with "-"'],
+    ["pretrain", ["--minutes", "soon"], '--minutes "soon": expected a number >= 0'],
+    ["pretrain", ["--skill", "2"], '--skill "2": expected a number in [0, 1]'],
+  ])("%s %j: exit 2 naming the flag and value", async (name, args, message) => {
+    const r = await webart([name, ...args]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain(`webart ${name}: ${message}`);
+    expect(r.err).toContain(`usage: webart ${name} [options]`);
+  });
+
+  it("info prints the adapter and the engine's default memory budget for it", async () => {
+    const r = await webart(["info"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^adapter: /m);
+    expect(r.out).toMatch(/^memory budget: (8|16) GiB \(the default on (a CPU adapter|a GPU)/m);
+  });
+});
+
+describe("parseOptions", () => {
+  const spec = {
+    name: "t",
+    about: "",
+    options: { n: { default: "3", help: "" }, s: { help: "" }, f: { flag: true, help: "" } },
+  } satisfies CommandSpec;
+
+  it("fills defaults, reads --name value and --name=value, flags are booleans; the last of a repeated option wins", () => {
+    expect(parseOptions(spec, [])).toEqual({ n: "3", s: undefined, f: false });
+    expect(parseOptions(spec, ["--n", "4", "--s=a=b", "--f"])).toEqual({ n: "4", s: "a=b", f: true });
+    expect(parseOptions(spec, ["--n", "4", "--n", "5"]).n).toBe("5");
+  });
+
+  it("--help (or -h) anywhere is a UsageError with code 0; errors have code 2", () => {
+    expect(() => parseOptions(spec, ["--n", "4", "-h"])).toThrow(expect.objectContaining({ name: "UsageError", code: 0 }));
+    expect(() => parseOptions(spec, ["--f=1"])).toThrow(expect.objectContaining({ code: 2, message: '--f takes no value (got "1")' }));
+    expect(() => parseOptions(spec, ["x"])).toThrow(/unexpected argument "x"/);
+  });
+});

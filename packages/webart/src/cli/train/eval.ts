@@ -1,0 +1,96 @@
+// `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
+// player; perfect minimax for tic-tac-toe), as one table.
+import { Engine, LoraState, RunFiles, FsStore, validateLoraConfig, type LoraConfig } from "@webart/engine";
+import {
+  evaluate2048, evaluateTicTacToe, minimaxTicTacToePlayer, random2048Player, randomTicTacToePlayer, rollout2048, rolloutTicTacToe,
+  summarize2048, summarizeTicTacToe,
+} from "@webart/envs";
+import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+import { EMBEDDED, ENVS } from "./train.ts";
+
+export const EVAL = {
+  name: "eval",
+  about:
+    "N games each of the base model, a checkpoint of a run and the baselines (a random legal player; perfect minimax\n" +
+    "for tic-tac-toe), as one table. --seed seeds the games and their samples: the same command gives the same table.",
+  options: {
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
+    games: { arg: "N", default: "100", help: "games per player" },
+    checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
+    model: { arg: "DIR|URL|ID", default: EMBEDDED, help: "base model" },
+    name: { arg: "NAME", default: "agent", help: "run (model) name" },
+    project: { arg: "NAME", help: "project (default: the env)" },
+    runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
+    seed: { arg: "N", default: "12345", help: "seed of the evaluation games (different from training's)" },
+    temperature: { arg: "X", default: "1", help: "sampling temperature" },
+    "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+  },
+} satisfies CommandSpec;
+
+type Row = { player: string; [k: string]: unknown };
+
+export async function evalCommand(argv: string[]): Promise<number> {
+  const a = parseOptions(EVAL, argv);
+  const env = oneOf("env", a.env, ENVS);
+  const games = num("games", a.games, { int: true, min: 1 });
+  const seed = num("seed", a.seed, { int: true, min: 0 });
+  const temperature = num("temperature", a.temperature, { min: 0 });
+  const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
+  if (typeof checkpoint === "number" && !/^\d+$/.test(a.checkpoint))
+    throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
+  const project = a.project || env;
+  const rows: Row[] = [];
+  const engine = await Engine.load(a.model, { name: "eval", kvSlots: 64, maxContext: 512 });
+  const play = async (label: string) => {
+    const client = engine.openaiClient();
+    const opts = { model: "eval", temperature, maxTokens };
+    const trajs = [];
+    for (let i = 0; i < games; i += 32) {
+      const n = Math.min(32, games - i);
+      trajs.push(
+        ...(await Promise.all(
+          Array.from({ length: n }, (_, k) => {
+            // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
+            const game = { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } };
+            return env === "tictactoe" ? rolloutTicTacToe(client, game) : rollout2048(client, game);
+          }),
+        )),
+      );
+    }
+    rows.push({ player: label, ...(env === "tictactoe" ? summarizeTicTacToe(trajs) : summarize2048(trajs)) } as Row);
+  };
+  await play(`base model (${a.model.split("/").pop()})`);
+  if (checkpoint !== "none") {
+    const files = new RunFiles(await FsStore.open(a.runs), project, a.name);
+    const latest = await files.latestStep();
+    const step = checkpoint === "latest" ? latest : checkpoint;
+    if (step === null) {
+      console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);
+    } else {
+      const ck = await files.readCheckpoint(step);
+      const c = ck.adapterConfig as { r: number; lora_alpha: number; target_modules: string[] };
+      const lora: LoraConfig = validateLoraConfig({ rank: c.r, alpha: c.lora_alpha, targets: c.target_modules.map((t) => t.replace("_proj", "")) as LoraConfig["targets"] });
+      const state = new LoraState(engine.gpu, engine.config, lora);
+      await state.load(ck.adapter);
+      engine.model.lora = state;
+      engine.scheduler.invalidateCache();
+      await play(`checkpoint ${step}`);
+      engine.model.lora = undefined;
+    }
+  }
+  const baselineSeed = { games, seed };
+  if (env === "tictactoe") {
+    rows.push({ player: "random legal", ...(await evaluateTicTacToe(randomTicTacToePlayer(seed), baselineSeed)) } as Row);
+    rows.push({ player: "minimax (perfect)", ...(await evaluateTicTacToe(minimaxTicTacToePlayer(), baselineSeed)) } as Row);
+  } else {
+    rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
+  }
+  await engine.close();
+  const cols = env === "tictactoe" ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"] : ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"];
+  const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
+  const w0 = Math.max(6, ...rows.map((r) => r.player.length));
+  console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));
+  for (const r of rows) console.log([r.player.padEnd(w0), ...cols.map((c) => fmt(r[c]).padStart(11))].join(" "));
+  return 0;
+}

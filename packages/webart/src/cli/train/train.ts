@@ -1,0 +1,134 @@
+// `webart train`: GRPO on a game with the embedded model (or any HF model): rollouts through the
+// model's openai client, env or RULER rewards, one checkpoint per step, a metrics line per step, an SVG
+// chart in the run folder; Ctrl-C finishes nothing half-way (the last checkpoint stays) and exits.
+import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import OpenAI from "openai";
+import { EMBEDDED_MODEL, gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
+import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
+import { rulerScoreGroup } from "@webart/ruler";
+import { trainingChart } from "./chart.ts";
+import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+
+export const EMBEDDED = EMBEDDED_MODEL;
+export const ENVS = ["tictactoe", "2048"] as const;
+
+export const TRAIN = {
+  name: "train",
+  about:
+    "GRPO on tic-tac-toe or 2048 (the embedded model by default): rollouts through the model's openai client,\n" +
+    "rewards from the game or from a RULER judge, one checkpoint and one metrics line per step, chart.svg in the\n" +
+    "run folder (RUNS/PROJECT/models/NAME). Ctrl-C stops after the current step; --resume continues a run.",
+  options: {
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
+    steps: { arg: "N", default: "250", help: "train until this step (250 tic-tac-toe steps: ~28 min on 2 CPU cores, models/README.md)" },
+    "group-size": { arg: "N", default: "8", help: "rollouts per group (same scenario)" },
+    "groups-per-step": { arg: "N", default: "4", help: "groups per step" },
+    lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
+    model: { arg: "DIR|URL|ID", default: EMBEDDED, help: "base model: folder, URL or Hugging Face id" },
+    reward: { arg: "env|ruler", default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
+    "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
+    "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
+    "judge-api-key-env": { arg: "VAR", default: "OPENAI_API_KEY", help: "RULER: environment variable holding the judge's API key" },
+    resume: { flag: true, help: "continue the run from its latest checkpoint" },
+    seed: { arg: "N", default: "1", help: "seed for scenarios and the adapter's initialisation" },
+    name: { arg: "NAME", default: "agent", help: "run (model) name" },
+    project: { arg: "NAME", help: "project (default: the env)" },
+    runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
+    "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+    temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
+    "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
+    "max-histories": { arg: "N", default: "0", help: "train on at most this many moves per game, the last always kept\n(0: all, as ART does)" },
+    "memory-budget": {
+      arg: "SIZE",
+      help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU adapter: webart info)",
+    },
+  },
+} satisfies CommandSpec;
+
+export async function trainCommand(argv: string[]): Promise<number> {
+  const a = parseOptions(TRAIN, argv);
+  const env = oneOf("env", a.env, ENVS);
+  oneOf("reward", a.reward, ["env", "ruler"]);
+  const steps = num("steps", a.steps, { int: true, min: 1 });
+  const G = num("group-size", a["group-size"], { int: true, min: 2 });
+  const K = num("groups-per-step", a["groups-per-step"], { int: true, min: 1 });
+  const lr = num("lr", a.lr, { min: 0 });
+  const seed = num("seed", a.seed, { int: true, min: 0 });
+  const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const temperature = num("temperature", a.temperature, { min: 0 });
+  const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
+  const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
+  const memoryBudget = bytes("memory-budget", a["memory-budget"]);
+  let judge: { client: OpenAI; model: string } | undefined;
+  if (a.reward === "ruler") {
+    if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model");
+    const key = process.env[a["judge-api-key-env"]] ?? "none";
+    judge = { client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }), model: a["judge-model"] };
+  }
+  const project = a.project || env;
+  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: Math.min(64, G * K), maxContext: 512, memoryBudget } });
+  const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank } });
+  await model.register(backend);
+  let step = await model.getStep();
+  if (step > 0 && !a.resume) {
+    throw new UsageError(`run ${project}/${a.name} already has ${step} steps in ${a.runs}: pass --resume to continue it, or --name for a new run`);
+  }
+  const runDir = join(a.runs, project, "models", a.name);
+  const client = model.openaiClient();
+  let stopping = false;
+  const onSignal = () => {
+    if (stopping) process.exit(130);
+    stopping = true;
+    console.error("\nstopping after the current step (Ctrl-C again to quit now; the last checkpoint is kept)");
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+  // The chart's points, kept beside the checkpoints so a resumed run draws its whole history.
+  const scoreFile = join(runDir, "scores.jsonl");
+  type Point = { step: number; reward: number; score: number };
+  const history: Point[] = existsSync(scoreFile)
+    ? readFileSync(scoreFile, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Point).filter((h) => h.step <= step)
+    : [];
+  console.log(`training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`);
+  try {
+    while (step < steps && !stopping) {
+      const rollout = async (scenarioSeed: number) => {
+        const opts = { model: model.getInferenceName(), temperature, maxTokens };
+        const t = env === "tictactoe"
+          ? await rolloutTicTacToe(client, { ...opts, scenario: { seed: scenarioSeed } })
+          : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
+        return new Trajectory(t);
+      };
+      const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
+        Array.from({ length: K }, (_, g) => Array.from({ length: G }, () => () => rollout(seed * 1_000_003 + step * 1000 + g))),
+        {
+          maxExceptions: 0.2,
+          description: `step ${step + 1}/${steps}`,
+          afterEach: judge ? (grp) => rulerScoreGroup(grp, { ...judge!, swallowExceptions: true }) : undefined,
+        },
+      );
+      const all = groups.flatMap((g) => g.trajectories);
+      const summary = env === "tictactoe" ? summarizeTicTacToe(all) : summarize2048(all);
+      const score = "win" in summary && env === "tictactoe" ? (summary as { win: number; draw: number }).win + (summary as { draw: number }).draw : (summary as { meanMaxTile: number }).meanMaxTile;
+      const r = await model.train(groups, { learningRate: lr, maxHistoriesPerTrajectory: maxHistories });
+      step = r.step;
+      const m = r.metrics;
+      const point: Point = { step, reward: m.reward, score };
+      history.push(point);
+      appendFileSync(scoreFile, JSON.stringify(point) + "\n");
+      console.log(
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${(summary as { legalMoves: number }).legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)} win ${(summary as { win: number }).win.toFixed(2)} invalid ${(summary as { invalid: number }).invalid.toFixed(2)}`} ` +
+          `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
+          `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
+      );
+      writeFileSync(join(runDir, "chart.svg"), trainingChart(`${project}/${a.name}`, env, history));
+    }
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+    await backend.close();
+  }
+  console.log(`checkpoints in ${join(runDir, "checkpoints")}; chart ${join(runDir, "chart.svg")}`);
+  return 0;
+}

@@ -1,0 +1,2 @@
+// webart/ruler: RULER, relative LLM-as-judge scoring of a trajectory group.
+export * from "@webart/ruler";
