@@ -5,7 +5,7 @@
 //   node scripts/build.mjs            build every package
 //   node scripts/build.mjs --if-stale  only when a source is newer than the last build (setup uses this)
 import { spawnSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
@@ -93,6 +93,7 @@ export async function buildAll() {
   const tsc = join(root, "node_modules", ".bin", "tsc");
   const r = spawnSync(tsc, ["-b", ...PACKAGES.map((p) => join(root, "packages", p))], { cwd: root, stdio: "inherit" });
   if (r.status !== 0) throw new Error("tsc -b failed: the packages' types have errors (above)");
+  mkdirSync(dirname(STAMP), { recursive: true });
   writeFileSync(STAMP, new Date().toISOString());
   return Date.now() - t0;
 }
