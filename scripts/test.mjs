@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm test`: set-up, typecheck, unit/integration tests on Dawn (Vitest), the web app build and the
+// `npm test`: set-up, typecheck, lint (ESLint), unit/integration tests on Dawn (Vitest), the web app build and the
 // browser tests (Playwright in Chromium). Ends with one summary line "N passed, M failed[, K skipped]".
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
@@ -22,6 +22,7 @@ const step = (name, code) => {
   return code;
 };
 const typecheck = step("typecheck", run(bin("tsc"), ["-b"]));
+const lint = step("lint", run(bin("eslint"), ["."]));
 const unit = step("vitest", run(bin("vitest"), ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${join(out, "vitest.json")}`]));
 const build = step("build", run(bin("vite"), ["build"]));
 const e2e = build === 0 ? step("playwright", run(bin("playwright"), ["test", "--reporter=list,json"], { PLAYWRIGHT_JSON_OUTPUT_NAME: join(out, "playwright.json") })) : 1;
@@ -42,7 +43,7 @@ if (existsSync(join(out, "playwright.json"))) {
   skipped += s.skipped ?? 0;
 }
 // A step that failed without reporting a test failure (typecheck, build, a crash) counts as one.
-for (const code of [typecheck, build]) if (code !== 0) failed += 1;
+for (const code of [typecheck, lint, build]) if (code !== 0) failed += 1;
 if ((unit !== 0 || e2e !== 0) && failed === 0) failed = 1;
 console.log(`\n${steps.join("; ")} (${((Date.now() - t0) / 60000).toFixed(1)} min)`);
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
