@@ -71,8 +71,6 @@ export class Scheduler implements Generator {
   private pumping = false;
   private paused?: Promise<void>;
   private readonly prefillChunk: number;
-  /** Bumped when the weights change (a training step): cached KV is then stale. */
-  private epoch = 0;
   private closed = false;
   stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0 };
 
@@ -93,7 +91,6 @@ export class Scheduler implements Generator {
 
   /** Forget cached KV (after the adapter changed). */
   invalidateCache(): void {
-    this.epoch++;
     for (const c of this.cache) this.free.push(c.slot);
     this.cache = [];
   }

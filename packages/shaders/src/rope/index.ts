@@ -20,40 +20,6 @@ export interface Llama3RopeScaling {
 }
 export type RopeScaling = Llama3RopeScaling;
 
-/** Reads HF `config.json` `rope_scaling` (null, "default" or "llama3"); any other kind is an error. */
-export function parseRopeScaling(raw: unknown): RopeScaling | undefined {
-  if (raw === null || raw === undefined) return undefined;
-  if (typeof raw !== "object") throw new Error(`config.json: rope_scaling ${JSON.stringify(raw)} is not an object`);
-  const r = raw as Record<string, unknown>;
-  const kind = r.rope_type ?? r.type ?? "default";
-  if (kind === "default") return undefined;
-  if (kind !== "llama3") {
-    throw new Error(
-      `config.json: rope_scaling.rope_type ${JSON.stringify(kind)} is not supported (supported: default, llama3)`,
-    );
-  }
-  const num = (k: string): number => {
-    const v = r[k];
-    if (typeof v !== "number" || !Number.isFinite(v) || v <= 0) {
-      throw new Error(`config.json: rope_scaling.${k} is ${JSON.stringify(v)}; llama3 scaling needs a positive number`);
-    }
-    return v;
-  };
-  const s: Llama3RopeScaling = {
-    type: "llama3",
-    factor: num("factor"),
-    lowFreqFactor: num("low_freq_factor"),
-    highFreqFactor: num("high_freq_factor"),
-    originalMaxPositionEmbeddings: num("original_max_position_embeddings"),
-  };
-  if (s.highFreqFactor <= s.lowFreqFactor) {
-    throw new Error(
-      `config.json: rope_scaling.high_freq_factor (${s.highFreqFactor}) must exceed low_freq_factor (${s.lowFreqFactor})`,
-    );
-  }
-  return s;
-}
-
 /**
  * Inverse frequencies (D/2) = theta^(-2i/D), with Llama-3 scaling as HF `_compute_llama3_parameters`: wavelengths
  * longer than original_max / low_freq_factor are slowed by `factor`, shorter than original_max / high_freq_factor

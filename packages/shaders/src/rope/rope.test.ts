@@ -1,20 +1,14 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { parseRopeScaling, ropeBackward, ropeForward, ropeInvFreq, type RopeScaling } from "./index.ts";
+import { ropeBackward, ropeForward, ropeInvFreq, type RopeScaling } from "./index.ts";
 import { ropeReference } from "./reference.ts";
 
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
-// Llama 3.2's published rope_scaling.
-const llama32 = {
-  factor: 32,
-  high_freq_factor: 4,
-  low_freq_factor: 1,
-  original_max_position_embeddings: 8192,
-  rope_type: "llama3",
-};
+// Llama 3.2's published rope_scaling, as the engine's config reader (config/config.ts) gives it.
+const llama32: RopeScaling = { type: "llama3", factor: 32, highFreqFactor: 4, lowFreqFactor: 1, originalMaxPositionEmbeddings: 8192 };
 
 /** (slot, pos) pairs, or plain positions when stride is 1. */
 function positions(rng: Rng, n: number, maxPos: number, stride: 1 | 2): Uint32Array {
@@ -76,7 +70,7 @@ describe("rope GPU vs CPU reference", () => {
     const rng = new Rng(9);
     const x = rng.f32(n * heads * d);
     const pos = positions(rng, n, 60_000, 2);
-    const inv = ropeInvFreq(d, 500_000, parseRopeScaling(llama32));
+    const inv = ropeInvFreq(d, 500_000, llama32);
     const y = await runGpu(x, pos, inv, n, heads, d, { backward: false, inplace: false, stride: 2 });
     // pos * invFreq is rounded to f32 on both sides; reducing angles up to 6e4 costs at most a few 1e-7.
     assertClose("rope large pos", y, ropeReference(x, pos, inv, n, heads, d), { atol: 2e-6, rtol: 0 });
@@ -116,7 +110,7 @@ describe("rope inverse frequencies", () => {
   });
 
   it("llama3: keeps high, slows low (by factor), blends the band between", () => {
-    const s = parseRopeScaling(llama32) as RopeScaling;
+    const s = llama32;
     expect(s).toEqual({
       type: "llama3",
       factor: 32,
@@ -146,13 +140,5 @@ describe("rope inverse frequencies", () => {
       prevRatio = ratio;
     }
     expect([...kinds].sort()).toEqual(["high", "low", "mid"]);
-  });
-
-  it("rope_scaling: null and default mean none; unknown kinds and bad fields are errors", () => {
-    expect(parseRopeScaling(null)).toBeUndefined();
-    expect(parseRopeScaling({ rope_type: "default" })).toBeUndefined();
-    expect(() => parseRopeScaling({ rope_type: "yarn", factor: 4 })).toThrow(/"yarn" is not supported/);
-    expect(() => parseRopeScaling({ ...llama32, factor: "8" })).toThrow(/rope_scaling.factor/);
-    expect(parseRopeScaling({ ...llama32, rope_type: undefined, type: "llama3" })?.factor).toBe(32);
   });
 });
