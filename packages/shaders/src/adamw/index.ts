@@ -3,7 +3,7 @@
 // stats buffer (norm, clip factor, finite flag, sum of squares) can be read later for metrics.
 // A non-finite grad norm skips the update (weights and moments untouched; stats[2] = 0 says so).
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import code from "./forward.wgsl";
+import code from "./step.wgsl";
 
 const WG = 256;
 /** Workgroups of the first reduction stage (so the partials buffer holds this many f32). */

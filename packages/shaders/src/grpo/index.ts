@@ -9,7 +9,7 @@
 // Log-ratios and ref - new are clamped to +-20 (gradient 0 beyond) so exp stays finite. A NaN old
 // logprob means none was recorded: old = sg(new), ratio 1, as ART does. Masked = weight != 0.
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import code from "./forward.wgsl";
+import code from "./loss_grad.wgsl";
 
 const WG = 256;
 export const grpoForward: KernelSpec = { name: "grpo_forward", code, overrides: { WG } };

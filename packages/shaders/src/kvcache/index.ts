@@ -1,6 +1,6 @@
 // KV-cache write dispatch: new k, v rows (N, KV, D) into the caches (S, Tmax, KV, D) at each token's (slot, pos).
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import code from "./forward.wgsl";
+import code from "./write.wgsl";
 
 const WG = 256;
 export const kvcacheForwardSpec: KernelSpec = { name: "kvcache_forward", code, overrides: { WG } };

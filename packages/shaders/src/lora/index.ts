@@ -1,11 +1,11 @@
 // LoRA on a linear layer over N tokens: forward y += s·(x·Aᵀ)·Bᵀ keeping t = x·Aᵀ, backward dt, dB, dA, dx.
 // A (R, in) and B (out, R) sit at element offsets in one flat f32 buffer of every adapter (gradients likewise).
 import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import code from "./forward.wgsl";
+import code from "./forward_backward.wgsl";
 import { isCpuAdapter } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
-/** Workgroup shape of the strided matmul (see forward.wgsl): threads along i, j (4 columns each), k. */
+/** Workgroup shape of the strided matmul (see forward_backward.wgsl): threads along i, j (4 columns each), k. */
 export interface LoraTiling {
   WI: number;
   WJ: number;

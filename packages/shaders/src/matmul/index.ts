@@ -3,7 +3,7 @@
 import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import { isCpuAdapter } from "@webart/gpu";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
-import regblockCode from "./forward.wgsl";
+import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
 

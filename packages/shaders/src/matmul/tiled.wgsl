@@ -1,4 +1,4 @@
-// Workgroup-memory tiled matmul, same contract and bindings as forward.wgsl: the workgroup stages
+// Workgroup-memory tiled matmul, same contract and bindings as register_blocked.wgsl: the workgroup stages
 // BK-deep slices of op(A) and op(B) in workgroup memory and each thread computes 4 × 4 of C. For GPUs.
 struct Params {
   M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate

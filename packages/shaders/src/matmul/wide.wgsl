@@ -1,4 +1,4 @@
-// Wide-tile matmul for GPUs, same contract and bindings as forward.wgsl: a workgroup of WGN × WGM threads owns a
+// Wide-tile matmul for GPUs, same contract and bindings as register_blocked.wgsl: a workgroup of WGN × WGM threads owns a
 // (8·WGM) × (8·WGN) block of C and stages BK-deep slices of op(A) and op(B) in workgroup memory, k-major, read back
 // as vec4; each thread keeps 8 × 8 of C in registers, rows {4·ty + i, 4·WGM + 4·ty + i} and the same for columns,
 // so a step over k is 4 vec4 reads from workgroup memory for 64 multiply-adds.

@@ -1,7 +1,7 @@
 // RoPE: inverse frequencies on the CPU (HF default and Llama-3 scaling, so the scaling logic stays in TS) and the
 // dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not.
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import code from "./forward.wgsl";
+import code from "./rotate.wgsl";
 
 const WG = 256;
 const spec = (name: string): KernelSpec => ({ name, code, overrides: { WG } });

@@ -7,7 +7,7 @@
 // `logprobAtTemperature` it is log softmax(logits / T) instead, for a trainer that divides by T too
 // (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
 import { Params, type Gpu, type Recorder } from "@webart/gpu";
-import code from "./forward.wgsl";
+import code from "./sample.wgsl";
 import { rowSpecs, rowThreads } from "../util/adapter.ts";
 
 /** The kernel at a workgroup size (a power of two, 8..256; one workgroup per row). */
