@@ -33,3 +33,4 @@ export * from "./art/remote-backend.ts";
 export * from "./model/embedded.ts";
 // Start-up kernel tuning results, which the browser keeps between visits.
 export { adapterKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
+export * from "./model/peft.ts";

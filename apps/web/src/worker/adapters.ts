@@ -1,23 +1,14 @@
 // PEFT adapters in and out of the browser: a run's latest checkpoint as a zipped PEFT folder
 // (adapter_config.json + adapter_model.safetensors), and such a zip imported as a new run at step 0.
 import { unzipSync, zipSync } from "fflate";
-import { dec, getDevice, memorySource, WeightReader, type LoraTarget } from "webart/engine";
+import { dec, getDevice, memorySource, readAdapterConfig, WeightReader, writeAdapterConfig } from "webart/engine";
 import type { ModelChoice, RunSummary, TrainSettings } from "../api.ts";
-import { LoraState, stepDir, validateLoraConfig } from "./internals.ts";
+import { LoraState, stepDir } from "./internals.ts";
 import { baseModelOf, readModelConfig } from "./models.ts";
 import { PROJECT, readMeta, runFiles, runNames, summary, writeMeta } from "./runs.ts";
 import { store } from "./store.ts";
 
 const FILES = ["adapter_config.json", "adapter_model.safetensors"] as const;
-const TARGET_OF: Record<string, LoraTarget> = {
-  q_proj: "q",
-  k_proj: "k",
-  v_proj: "v",
-  o_proj: "o",
-  gate_proj: "gate",
-  up_proj: "up",
-  down_proj: "down",
-};
 
 export async function exportAdapter(name: string): Promise<{ fileName: string; bytes: Uint8Array }> {
   const f = runFiles(name);
@@ -75,21 +66,7 @@ export async function importAdapter(
   settings: TrainSettings,
 ): Promise<RunSummary> {
   const { config, weights } = peftFiles(zip, fileName);
-  if (config.peft_type !== "LORA")
-    throw new Error(
-      `${fileName}: adapter_config.json peft_type is ${JSON.stringify(config.peft_type)}; only LORA adapters load`,
-    );
-  const modules = (config.target_modules as string[] | undefined) ?? [];
-  const unknown = modules.filter((m) => !(m in TARGET_OF));
-  if (unknown.length)
-    throw new Error(
-      `${fileName}: target_modules ${unknown.join(", ")} are not supported (supported: ${Object.keys(TARGET_OF).join(", ")})`,
-    );
-  const lora = validateLoraConfig({
-    rank: Number(config.r),
-    alpha: Number(config.lora_alpha),
-    targets: modules.map((m) => TARGET_OF[m]),
-  });
+  const lora = readAdapterConfig(config, `${fileName}: adapter_config.json`);
   const baseModel = baseModelOf(model);
   const c = await readModelConfig(baseModel);
   const state = new LoraState(await getDevice(), c, lora);
@@ -111,7 +88,7 @@ export async function importAdapter(
   await store.writeAtomic(
     {
       [f.path(`checkpoints/${stepDir(0)}/adapter_config.json`)]:
-        JSON.stringify({ ...config, base_model_name_or_path: baseModel }, null, 2) + "\n",
+        JSON.stringify(writeAdapterConfig(lora, baseModel), null, 2) + "\n",
       [f.path(`checkpoints/${stepDir(0)}/adapter_model.safetensors`)]: weights,
     },
     f.path("latest"),

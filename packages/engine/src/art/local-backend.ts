@@ -13,6 +13,7 @@ import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints
 import { tokenizeHistory } from "./tokenize.ts";
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
 import { validateLoraConfig } from "../model/lora.ts";
+import { readAdapterConfig } from "../model/peft.ts";
 import { planTraining, PlanError } from "../plan.ts";
 import { sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
 
@@ -116,6 +117,17 @@ export class LocalBackend implements Backend {
     const { files, engine } = run;
     const lora = engine.model.lora!;
     const ck = await files.readCheckpoint(step);
+    if (Object.keys(ck.adapterConfig).length) {
+      // The checkpoint's own adapter_config.json must describe the adapter this run trains (model.json's LoRA).
+      const where = `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`;
+      const saved = readAdapterConfig(ck.adapterConfig, where);
+      const want = lora.config;
+      if (saved.rank !== want.rank || saved.alpha !== want.alpha || saved.targets.join() !== want.targets.join())
+        throw new Error(
+          `${where}: LoRA rank ${saved.rank}, alpha ${saved.alpha}, targets ${saved.targets.join(",")} differ from the run's ` +
+            `rank ${want.rank}, alpha ${want.alpha}, targets ${want.targets.join(",")}; register the model with the checkpoint's LoRA settings`,
+        );
+    }
     await lora.load(ck.adapter);
     lora.ensureOptimizer();
     if (ck.optimizer) {

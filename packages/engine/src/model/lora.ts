@@ -6,6 +6,9 @@ import type { LoraSlot } from "@webart/shaders";
 import type { ModelConfig } from "../config/index.ts";
 import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import { tensorToF32, writeSafetensors, type WeightReader } from "../weights/index.ts";
+import { LORA_MODULES, writeAdapterConfig } from "./peft.ts";
+
+export { LORA_MODULES };
 
 export interface LoraConfig {
   rank: number;
@@ -14,17 +17,6 @@ export interface LoraConfig {
 }
 
 export const DEFAULT_LORA: LoraConfig = { rank: 8, alpha: 16, targets: [...LORA_TARGETS] };
-
-/** The HF module path of each adaptable projection, inside `model.layers.{i}`. */
-export const LORA_MODULES: Record<LoraTarget, string> = {
-  q: "self_attn.q_proj",
-  k: "self_attn.k_proj",
-  v: "self_attn.v_proj",
-  o: "self_attn.o_proj",
-  gate: "mlp.gate_proj",
-  up: "mlp.up_proj",
-  down: "mlp.down_proj",
-};
 
 export interface LoraEntry {
   layer: number;
@@ -128,21 +120,9 @@ export class LoraState {
     return writeSafetensors(tensors, { format: "pt" });
   }
 
+  /** adapter_config.json for these weights (model/peft.ts). */
   adapterConfig(baseModel: string): Record<string, unknown> {
-    return {
-      peft_type: "LORA",
-      task_type: "CAUSAL_LM",
-      base_model_name_or_path: baseModel,
-      r: this.config.rank,
-      lora_alpha: this.config.alpha,
-      lora_dropout: 0,
-      bias: "none",
-      fan_in_fan_out: false,
-      inference_mode: true,
-      init_lora_weights: true,
-      use_rslora: false,
-      target_modules: this.config.targets.map((t) => LORA_MODULES[t].split(".")[1]),
-    };
+    return writeAdapterConfig(this.config, baseModel);
   }
 
   /** Loads a PEFT adapter (any float dtype); every expected tensor must be there with its shape. */

@@ -1,7 +1,7 @@
 // `webart serve` over real HTTP on 127.0.0.1 (ephemeral ports) on the embedded model: the official openai
 // package, auth, bad input, CORS, load, the bounded wait while a step trains, and SIGTERM during a step.
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { request } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -448,6 +448,24 @@ describe("inference while a step trains, and --adapter", () => {
       for (const n of bNames) moved = Math.max(moved, ...tensorToF32(await ad.read(n)).map(Math.abs));
       expect(moved).toBeGreaterThan(0);
       void base;
+
+      // The same adapter written as rsLoRA (PEFT scales by alpha / sqrt(r)) serves the same; DoRA is refused.
+      const cfg = JSON.parse(readFileSync(join(adapter, "adapter_config.json"), "utf8")) as { r: number; lora_alpha: number };
+      const rs = tmp("rslora");
+      cpSync(adapter, rs, { recursive: true });
+      writeFileSync(join(rs, "adapter_config.json"), JSON.stringify({ ...cfg, use_rslora: true, lora_alpha: cfg.lora_alpha / Math.sqrt(cfg.r) }));
+      const sr = await startServer({ model: BASE, adapter: rs, port: 0, runs: tmp("runs-rslora"), kvSlots: 2, maxContext: 256 });
+      try {
+        const viaRs = await greedy(sr.url, "webart-tiny");
+        expect(viaRs.token_ids).toEqual(withAdapter.token_ids);
+        expect(diff(viaRs, withAdapter)).toBeLessThan(1e-4);
+      } finally {
+        await sr.close();
+      }
+      writeFileSync(join(rs, "adapter_config.json"), JSON.stringify({ ...cfg, use_dora: true }));
+      await expect(startServer({ model: BASE, adapter: rs, port: 0, runs: tmp("runs-dora"), kvSlots: 2, maxContext: 256 })).rejects.toThrow(
+        /adapter_config\.json: use_dora true: DoRA adapters are not supported/,
+      );
 
       const m2 = new TrainableModel({ name: "busy", project: "serve-test", baseModel: "webart-tiny" });
       await m2.register(new RemoteBackend(s.url, { maxRetries: 0 }));

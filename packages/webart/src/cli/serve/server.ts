@@ -13,7 +13,8 @@ import {
   memorySource,
   WeightReader,
   type EngineOptions,
-  type LoraTarget,
+  readAdapterConfig,
+  type LoraConfig,
 } from "@webart/engine";
 import { authChecker, isLoopbackHost } from "./auth.ts";
 import { TrainGate } from "./gate.ts";
@@ -69,36 +70,16 @@ export class ServeConfigError extends Error {
   override name = "ServeConfigError";
 }
 
-const PEFT_TARGETS: Record<string, LoraTarget> = {
-  q_proj: "q",
-  k_proj: "k",
-  v_proj: "v",
-  o_proj: "o",
-  gate_proj: "gate",
-  up_proj: "up",
-  down_proj: "down",
-};
-
 /** Applies a PEFT LoRA adapter folder to the engine's base model (for serving only). */
 async function loadAdapter(engine: Engine, dir: string): Promise<void> {
   const cfgPath = join(dir, "adapter_config.json");
-  const cfg = JSON.parse(await readFile(cfgPath, "utf8")) as Record<string, unknown>;
-  const mods = cfg.target_modules;
-  if (!Array.isArray(mods))
-    throw new ServeConfigError(
-      `${cfgPath}: target_modules must be a list of module names (got ${JSON.stringify(mods)})`,
-    );
-  const targets = mods.map((m) => {
-    const t = PEFT_TARGETS[m as string];
-    if (!t)
-      throw new ServeConfigError(
-        `${cfgPath}: target module "${m}" is not supported (supported: ${Object.keys(PEFT_TARGETS).join(", ")})`,
-      );
-    return t;
-  });
-  if (cfg.use_rslora || cfg.use_dora)
-    throw new ServeConfigError(`${cfgPath}: rsLoRA and DoRA adapters are not supported`);
-  const lora = engine.attachLora({ rank: cfg.r as number, alpha: cfg.lora_alpha as number, targets });
+  let config: LoraConfig;
+  try {
+    config = readAdapterConfig(JSON.parse(await readFile(cfgPath, "utf8")), cfgPath);
+  } catch (e) {
+    throw new ServeConfigError(e instanceof SyntaxError ? `${cfgPath}: not valid JSON (${e.message})` : (e as Error).message);
+  }
+  const lora = engine.attachLora(config);
   const file = join(dir, "adapter_model.safetensors");
   await lora.load(await WeightReader.fromSource(memorySource(new Uint8Array(await readFile(file)), file)));
   engine.scheduler.invalidateCache();

@@ -1,6 +1,6 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
 // player; perfect minimax for tic-tac-toe), as one table.
-import { Engine, LoraState, RunFiles, FsStore, validateLoraConfig, type LoraConfig } from "@webart/engine";
+import { Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import {
   evaluate2048, evaluateTicTacToe, minimaxTicTacToePlayer, random2048Player, randomTicTacToePlayer, rollout2048, rolloutTicTacToe,
   summarize2048, summarizeTicTacToe,
@@ -69,8 +69,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
       console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);
     } else {
       const ck = await files.readCheckpoint(step);
-      const c = ck.adapterConfig as { r: number; lora_alpha: number; target_modules: string[] };
-      const lora: LoraConfig = validateLoraConfig({ rank: c.r, alpha: c.lora_alpha, targets: c.target_modules.map((t) => t.replace("_proj", "")) as LoraConfig["targets"] });
+      const lora = readAdapterConfig(ck.adapterConfig, `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`);
       const state = new LoraState(engine.gpu, engine.config, lora);
       await state.load(ck.adapter);
       engine.model.lora = state;
