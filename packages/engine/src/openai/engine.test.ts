@@ -52,6 +52,20 @@ describe("chat.completions through the openai SDK", () => {
     expect(models.data.map((m) => m.id)).toEqual(["tiny"]);
   });
 
+  it("treats a developer message as the system message (OpenAI's newer role)", async () => {
+    const req = { model: "tiny", max_tokens: 6, temperature: 0 };
+    const sys = await client.chat.completions.create({ ...req, messages });
+    const dev = await client.chat.completions.create({
+      ...req,
+      messages: [{ role: "developer", content: messages[0].content }, messages[1]],
+    });
+    // Token for token the same prompt: the developer request finds all of it (but the last token, which is
+    // always fed) in the KV cache the system request left, and decodes the same greedy reply.
+    expect(dev.usage!.prompt_tokens).toBe(sys.usage!.prompt_tokens);
+    expect(dev.usage!.prompt_tokens_details!.cached_tokens).toBe(sys.usage!.prompt_tokens - 1);
+    expect((dev.choices[0] as SampledChoice).token_ids).toEqual((sys.choices[0] as SampledChoice).token_ids);
+  });
+
   it("answers, with the sampled token ids and logprobs on the choice", async () => {
     const r = await client.chat.completions.create({
       model: "tiny",
