@@ -47,9 +47,14 @@ it("Engine.load timed every kernel choice for the model's shapes on this adapter
 });
 
 describe("chat.completions through the openai SDK", () => {
-  it("lists the model", async () => {
+  it("lists the model, retrieves it by id, and answers an unknown id with a 404 in OpenAI's shape", async () => {
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toEqual(["tiny"]);
+    expect(await client.models.retrieve("tiny")).toEqual(models.data[0]);
+    const err = await client.models.retrieve("nope").catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect([err.code, err.type]).toEqual(["model_not_found", "not_found_error"]);
+    expect(err.message).toMatch(/`nope` does not exist \(available: tiny\)/);
   });
 
   it("treats a developer message as the system message (OpenAI's newer role)", async () => {

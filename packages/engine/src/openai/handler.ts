@@ -1,4 +1,4 @@
-// The OpenAI-compatible request handler (Fetch API Request → Response): GET /v1/models and
+// The OpenAI-compatible request handler (Fetch API Request → Response): GET /v1/models[/{id}] and
 // POST /v1/chat/completions with streaming, n, logprobs, tools and response_format. The in-process
 // client, the Web Worker client and the HTTP server all mount this one handler.
 import type { ChatTokenizer } from "../art/tokenize.ts";
@@ -59,16 +59,21 @@ export function createHandler(opts: HandlerOptions): Handler {
     try {
       const url = new URL(req.url, "http://localhost");
       const path = url.pathname.replace(/\/+$/, "");
+      const modelObject = (m: ServedModel) => ({ id: m.name, object: "model", created: m.created ?? 0, owned_by: "webart" });
       if (path.endsWith("/models") && req.method === "GET") {
-        return jsonResponse({
-          object: "list",
-          data: opts.models().map((m) => ({
-            id: m.name,
-            object: "model",
-            created: m.created ?? 0,
-            owned_by: "webart",
-          })),
-        });
+        return jsonResponse({ object: "list", data: opts.models().map(modelObject) });
+      }
+      const one = /\/models\/([^/]+)$/.exec(path);
+      if (one && req.method === "GET") {
+        let id = one[1];
+        try {
+          id = decodeURIComponent(id);
+        } catch {
+          // Not valid percent-encoding: no model has that name, which the lookup says.
+        }
+        const model = opts.models().find((m) => m.name === id);
+        if (!model) throw modelNotFound(id, opts.models());
+        return jsonResponse(modelObject(model));
       }
       if (path.endsWith("/chat/completions")) {
         if (req.method !== "POST") throw new ApiError(405, `${req.method} is not allowed on ${path}; use POST`);
@@ -80,9 +85,7 @@ export function createHandler(opts: HandlerOptions): Handler {
         }
         const cr = parseChatRequest(body);
         const model = opts.models().find((m) => m.name === cr.model);
-        if (!model) {
-          throw new ApiError(404, `The model \`${cr.model}\` does not exist (available: ${opts.models().map((m) => m.name).join(", ")})`, "model", "model_not_found");
-        }
+        if (!model) throw modelNotFound(cr.model, opts.models());
         return await chatCompletion(model, cr, req.signal);
       }
       throw new ApiError(404, `Unknown route ${req.method} ${path}`, null, "unknown_url");
@@ -91,6 +94,9 @@ export function createHandler(opts: HandlerOptions): Handler {
     }
   };
 }
+
+const modelNotFound = (id: string, served: ServedModel[]) =>
+  new ApiError(404, `The model \`${id}\` does not exist (available: ${served.map((m) => m.name).join(", ")})`, "model", "model_not_found");
 
 function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
   const tools = cr.tool_choice === "none" ? undefined : cr.tools.length ? cr.tools : undefined;
