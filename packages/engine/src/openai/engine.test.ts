@@ -113,17 +113,30 @@ describe("chat.completions through the openai SDK", () => {
     });
     let text = "";
     let finish: string | null = null;
-    let usage: OpenAI.CompletionUsage | undefined;
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
     for await (const chunk of stream) {
+      chunks.push(chunk);
       for (const ch of chunk.choices) {
         text += ch.delta.content ?? "";
         finish = ch.finish_reason ?? finish;
       }
-      usage = chunk.usage ?? usage;
     }
     expect(text).toBe(a.choices[0].message.content);
     expect(finish).toBe(a.choices[0].finish_reason);
-    expect(usage?.completion_tokens).toBe(a.usage?.completion_tokens);
+    // include_usage: one last chunk with no choices carries the usage, as the non-streaming answer counts it.
+    const last = chunks[chunks.length - 1];
+    expect(last.choices).toEqual([]);
+    expect(last.usage).toMatchObject({
+      prompt_tokens: a.usage!.prompt_tokens,
+      completion_tokens: a.usage!.completion_tokens,
+      total_tokens: a.usage!.total_tokens,
+    });
+    // The third request with this prompt: all of it but the last token comes from the KV cache.
+    expect(last.usage!.prompt_tokens_details!.cached_tokens).toBe(a.usage!.prompt_tokens - 1);
+    expect(chunks.slice(0, -1).every((c) => !c.usage && c.choices.length === 1)).toBe(true);
+    // Without it, no chunk carries usage.
+    const plain = await client.chat.completions.create({ ...req, stream: true });
+    for await (const chunk of plain) expect([chunk.usage, chunk.choices.length]).toEqual([undefined, 1]);
   });
 
   it("samples n choices that share the prompt, each seeded on its own stream", async () => {

@@ -2,7 +2,7 @@
 // POST /v1/chat/completions with streaming, n, logprobs, tools and response_format. The in-process
 // client, the Web Worker client and the HTTP server all mount this one handler.
 import type { ChatTokenizer } from "../art/tokenize.ts";
-import type { Generator, TokenConstraint, TokenEvent } from "../generate/types.ts";
+import type { GenerateResult, Generator, TokenConstraint, TokenEvent } from "../generate/types.ts";
 import { ApiError, badRequest, errorResponse, jsonResponse } from "./errors.ts";
 import { parseToolCalls, StopMatcher, TOOL_OPEN } from "./tools.ts";
 import { parseChatRequest, type ChatRequest } from "./validate.ts";
@@ -131,6 +131,14 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
   }
 }
 
+/** OpenAI's usage object: the prompt counts once for all n choices. */
+const usage = (r: GenerateResult, completion: number) => ({
+  prompt_tokens: r.promptTokens,
+  completion_tokens: completion,
+  total_tokens: r.promptTokens + completion,
+  prompt_tokens_details: { cached_tokens: r.cachedPromptTokens },
+});
+
 interface ChoiceState {
   text: string;
   stops: StopMatcher;
@@ -254,12 +262,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
       created,
       model: model.name,
       choices,
-      usage: {
-        prompt_tokens: result.promptTokens,
-        completion_tokens: completion,
-        total_tokens: result.promptTokens + completion,
-        prompt_tokens_details: { cached_tokens: result.cachedPromptTokens },
-      },
+      usage: usage(result, completion),
     });
   }
 
@@ -290,12 +293,8 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
           }
           chunk([{ index: i, delta, logprobs: null, finish_reason: f.finishReason, token_ids: s.tokenIds, token_logprobs: s.logprobs }]);
         });
-        if (cr.include_usage) {
-          send({
-            id, object: "chat.completion.chunk", created, model: model.name, choices: [],
-            usage: { prompt_tokens: result.promptTokens, completion_tokens: completion, total_tokens: result.promptTokens + completion },
-          });
-        }
+        // As OpenAI: with stream_options.include_usage, a last chunk with no choices carries the usage.
+        if (cr.include_usage) chunk([], { usage: usage(result, completion) });
         controller.enqueue(enc.encode("data: [DONE]\n\n"));
       } catch (e) {
         const err = e instanceof ApiError ? e : new ApiError(500, (e as Error).message);
