@@ -165,6 +165,23 @@ describe("chat.completions through the openai SDK", () => {
     expect(JSON.stringify((one.choices[0] as SampledChoice).token_ids)).toBe(g[0]);
   });
 
+  it("queues n larger than the KV slots (8) in parts: sample k is the same whichever part it runs in", async () => {
+    const req = { model: "tiny", messages, max_tokens: 5, temperature: 1.5, seed: 21 };
+    const ids = (r: OpenAI.ChatCompletion) => r.choices.map((c) => JSON.stringify((c as SampledChoice).token_ids));
+    const eight = await client.chat.completions.create({ ...req, n: 8 });
+    const twenty = await client.chat.completions.create({ ...req, n: 20 });
+    expect(twenty.choices.map((c) => c.index)).toEqual(Array.from({ length: 20 }, (_, i) => i));
+    expect(ids(twenty).slice(0, 8)).toEqual(ids(eight));
+    expect(new Set(ids(twenty).slice(8)).size).toBeGreaterThan(1);
+    const completion = twenty.choices.reduce((a, c) => a + (c as SampledChoice).token_ids!.length, 0);
+    expect(twenty.usage).toMatchObject({ prompt_tokens: eight.usage!.prompt_tokens, completion_tokens: completion });
+    // Streamed, each choice's text arrives under its own index.
+    const stream = await client.chat.completions.create({ ...req, n: 20, stream: true });
+    const text = Array.from({ length: 20 }, () => "");
+    for await (const chunk of stream) for (const c of chunk.choices) text[c.index] += c.delta.content ?? "";
+    expect(text).toEqual(twenty.choices.map((c) => c.message.content));
+  });
+
   it("serves concurrent requests in one batch with the same results as one at a time", async () => {
     const reqs = [11, 12, 13, 14, 15].map((seed) => ({ model: "tiny", messages, max_tokens: 6, temperature: 1, seed }));
     const alone: string[] = [];
