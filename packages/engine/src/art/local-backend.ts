@@ -14,7 +14,7 @@ import { tokenizeHistory } from "./tokenize.ts";
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
 import { validateLoraConfig } from "../model/lora.ts";
 import { planTraining, PlanError } from "../plan.ts";
-import { sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
+import { checkRewards, sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
 
 export interface LocalBackendOptions {
   /** Node: the runs folder (default ".art"). */
@@ -149,6 +149,7 @@ export class LocalBackend implements Backend {
 
   async train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
     const cfg = resolveTrainConfig(partial);
+    checkRewards(groups, "train");
     return this.serial(() => this.trainNow(this.run(spec), groups, cfg));
   }
 
@@ -313,6 +314,7 @@ export class LocalBackend implements Backend {
 
   async log(spec: ModelSpec, groups: TrajectoryGroup[], split: string, metrics: Record<string, number> = {}): Promise<void> {
     const run = this.run(spec);
+    checkRewards(groups, "log");
     const adv = computeAdvantages(groups, false);
     const row: Record<string, unknown> = {
       step: run.step,

@@ -109,6 +109,13 @@ describe("RemoteBackend against webart serve", () => {
         expect(Number.isFinite(r.metrics.loss)).toBe(true);
         expect(await model.getStep()).toBe(k);
       }
+      // A trajectory without a reward is refused before anything is sent, with LocalBackend's words.
+      const [g0] = await groups(model, 40);
+      const unset = new Trajectory({ messagesAndChoices: g0.trajectories[0].messagesAndChoices });
+      await expect(model.train([g0, new TrajectoryGroup([g0.trajectories[1], unset])])).rejects.toThrow(
+        "train: trajectory 1 of group 1 has no reward: set trajectory.reward before training",
+      );
+      expect(await model.getStep()).toBe(2);
       expect(await backend.listCheckpoints(model.spec)).toEqual([0, 1, 2]);
       // Downloads are the checkpoint's files byte for byte; the adapter moved between steps.
       const latest = await backend.adapterFiles(model.spec);

@@ -4,7 +4,7 @@
 import OpenAI from "openai";
 import type { Backend, ModelSpec, TrainResult } from "./backend.ts";
 import type { TrainConfig } from "./train-config.ts";
-import type { TrajectoryGroup } from "./trajectories.ts";
+import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
 
 type Fetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
@@ -134,6 +134,7 @@ export class RemoteBackend implements Backend {
   }
 
   async train(spec: ModelSpec, groups: TrajectoryGroup[], config: Partial<TrainConfig> = {}): Promise<TrainResult> {
+    checkRewards(groups, "train");
     return this.call<TrainResult>(spec, "POST", "train", { groups, config });
   }
 
@@ -143,6 +144,7 @@ export class RemoteBackend implements Backend {
     split: string,
     metrics: Record<string, number> = {},
   ): Promise<void> {
+    checkRewards(groups, "log");
     await this.call(spec, "POST", "log", { groups, split, metrics });
   }
 
