@@ -76,6 +76,14 @@ describe("rulerScoreGroup", () => {
     expect(judge.requests[0].body.messages[1].content).toContain("<shared_context>");
   });
 
+  it("scores rollouts that set no reward of their own: no independent_reward metric, and they then train", async () => {
+    judge = await startJudge(scoreByMove);
+    const unscored = ["A1", "B2"].map((m) => new Trajectory({ messagesAndChoices: game(m, 0).messagesAndChoices }));
+    const out = await rulerScoreGroup(new TrajectoryGroup(unscored), opts(judge));
+    expect(out!.trajectories.map((t) => t.reward)).toEqual([moveScore.A1, moveScore.B2]);
+    expect(out!.trajectories.map((t) => t.metrics)).toEqual([{ ruler_score: moveScore.A1 }, { ruler_score: moveScore.B2 }]);
+  });
+
   it("shows the trajectories' tools to the judge", async () => {
     judge = await startJudge(scoreByMove);
     const t = game("B2", 0);

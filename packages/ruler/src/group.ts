@@ -50,7 +50,8 @@ export async function rulerScoreGroup(
     return new Trajectory({
       messagesAndChoices: [...t.messagesAndChoices],
       reward: s.score,
-      metrics: { ...t.metrics, independent_reward: t.reward, ruler_score: s.score },
+      // The rollout's own reward, when it set one.
+      metrics: { ...t.metrics, ...(Number.isFinite(t.reward) ? { independent_reward: t.reward } : {}), ruler_score: s.score },
       metadata: { ...t.metadata },
       logs: [...t.logs, `RULER score ${s.score}: ${s.explanation}`],
       tools: t.tools,

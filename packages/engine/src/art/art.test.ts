@@ -2,7 +2,7 @@ import { describe, expect, it } from "vitest";
 import { computeAdvantages } from "./advantages.ts";
 import { gatherTrajectoryGroups, TooManyExceptionsError } from "./gather.ts";
 import { resolveTrainConfig, DEFAULT_TRAIN_CONFIG } from "./train-config.ts";
-import { Trajectory, TrajectoryGroup, isTrainableChoice, sampleHistories, type History, type SampledChoice } from "./trajectories.ts";
+import { Trajectory, TrajectoryGroup, checkRewards, isTrainableChoice, sampleHistories, type History, type SampledChoice } from "./trajectories.ts";
 
 const choice = (content: string, ids?: number[]): SampledChoice => ({
   index: 0,
@@ -83,6 +83,22 @@ describe("trajectories", () => {
     expect(back.reward).toBe(0.5);
     expect((back.messagesAndChoices[1] as SampledChoice).token_ids).toEqual([1, 2]);
     expect(new Trajectory({ messagesAndChoices: [choice("x")] }).hasTrainableTurns()).toBe(false);
+  });
+});
+
+describe("rewards", () => {
+  it("an unset reward is not 0: checkRewards names the group and trajectory; an explicit 0 passes", () => {
+    const unset = new Trajectory({ messagesAndChoices: [choice("a", [1])] });
+    expect(Number.isNaN(unset.reward)).toBe(true);
+    expect(Number.isNaN(Trajectory.fromJSON(JSON.parse(JSON.stringify(unset))).reward)).toBe(true);
+    const ok = new TrajectoryGroup([{ reward: 0 }, { reward: 1 }]);
+    expect(() => checkRewards([ok], "train")).not.toThrow();
+    expect(() => checkRewards([ok, new TrajectoryGroup([{ reward: 0 }, unset])], "train")).toThrow(
+      "train: trajectory 1 of group 1 has no reward: set trajectory.reward before training",
+    );
+    expect(() => checkRewards([new TrajectoryGroup([{ reward: Infinity }])], "log")).toThrow(
+      "log: trajectory 0 of group 0 has reward Infinity, not a finite number: set trajectory.reward before logging",
+    );
   });
 });
 

@@ -101,7 +101,8 @@ export async function gatherTrajectoryGroups(
   };
   const onEach = (t: Trajectory | null, e?: CapturedException) => {
     done++;
-    if (t) {
+    // A trajectory scored later (e.g. by RULER in afterEach) has no reward yet.
+    if (t && Number.isFinite(t.reward)) {
       rewardSum += t.reward;
       rewardCount++;
     }

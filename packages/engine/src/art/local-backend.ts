@@ -15,7 +15,7 @@ import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./tr
 import { validateLoraConfig } from "../model/lora.ts";
 import { readAdapterConfig } from "../model/peft.ts";
 import { planTraining, PlanError } from "../plan.ts";
-import { sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
+import { checkRewards, sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
 
 export interface LocalBackendOptions {
   /** Node: the runs folder (default ".art"). */
@@ -161,6 +161,7 @@ export class LocalBackend implements Backend {
 
   async train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
     const cfg = resolveTrainConfig(partial);
+    checkRewards(groups, "train");
     return this.serial(() => this.trainNow(this.run(spec), groups, cfg));
   }
 
@@ -325,6 +326,7 @@ export class LocalBackend implements Backend {
 
   async log(spec: ModelSpec, groups: TrajectoryGroup[], split: string, metrics: Record<string, number> = {}): Promise<void> {
     const run = this.run(spec);
+    checkRewards(groups, "log");
     const adv = computeAdvantages(groups, false);
     const row: Record<string, unknown> = {
       step: run.step,

@@ -1,6 +1,7 @@
 // RemoteBackend against a real `webart serve` child process on 127.0.0.1 (the embedded model): a training
 // loop of 2 steps, checkpoints and adapter downloads, log/history/pruning, errors, and kill -9 mid-step
-// followed by a restart with the same arguments, which resumes at the last complete step.
+// followed by a restart with the same arguments: the next chat registers the model again, which resumes at
+// the last complete step.
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, readFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -109,6 +110,13 @@ describe("RemoteBackend against webart serve", () => {
         expect(Number.isFinite(r.metrics.loss)).toBe(true);
         expect(await model.getStep()).toBe(k);
       }
+      // A trajectory without a reward is refused before anything is sent, with LocalBackend's words.
+      const [g0] = await groups(model, 40);
+      const unset = new Trajectory({ messagesAndChoices: g0.trajectories[0].messagesAndChoices });
+      await expect(model.train([g0, new TrajectoryGroup([g0.trajectories[1], unset])])).rejects.toThrow(
+        "train: trajectory 1 of group 1 has no reward: set trajectory.reward before training",
+      );
+      expect(await model.getStep()).toBe(2);
       expect(await backend.listCheckpoints(model.spec)).toEqual([0, 1, 2]);
       // Downloads are the checkpoint's files byte for byte; the adapter moved between steps.
       const latest = await backend.adapterFiles(model.spec);
@@ -153,11 +161,18 @@ describe("RemoteBackend against webart serve", () => {
     }
   });
 
-  it("kill -9 during a step, restart with the same arguments: training resumes at the last complete step", async () => {
+  it("kill -9 during a step, restart with the same arguments: the first chat registers the model again, training resumes at the last complete step", async () => {
     const runs = tmp("kill");
     const port = await freePort();
     const s = await serve(runs, port);
-    const backend = new RemoteBackend(s.url, { maxRetries: 0 });
+    const registrations: string[] = []; // POST /v1/webart/models, as the server saw them
+    const backend = new RemoteBackend(s.url, {
+      maxRetries: 0,
+      fetch: (input, init) => {
+        if (init?.method === "POST" && new URL(String(input)).pathname === "/v1/webart/models") registrations.push(String(init.body));
+        return fetch(input, init);
+      },
+    });
     const model = new TrainableModel({ name: "crashy", project: "rb", baseModel: "webart-tiny", seed: 1 });
     await model.register(backend);
     expect((await model.train(await groups(model, 1), { learningRate: 1e-2 })).step).toBe(1);
@@ -185,12 +200,17 @@ describe("RemoteBackend against webart serve", () => {
     const again = await serve(runs, port);
     try {
       expect(again.url).toBe(s.url);
-      // The server forgot the model; RemoteBackend registers it again, which resumes from disk.
+      // The server forgot the model. The first calls are chats (4 at once): their 404 makes RemoteBackend register
+      // the model again, once, which resumes from disk, and each chat is retried and answered.
+      expect(registrations).toHaveLength(1);
+      const rollouts = await groups(model, 20);
+      expect(registrations).toHaveLength(2);
+      expect(rollouts.flatMap((g) => g.trajectories).every((t) => t.hasTrainableTurns())).toBe(true);
       expect(await model.getStep()).toBe(latest);
       expect(await backend.listCheckpoints(model.spec)).toEqual(Array.from({ length: latest + 1 }, (_, i) => i));
       if (latest === 1)
         expect((await backend.adapterFiles(model.spec)).files["adapter_model.safetensors"]).toEqual(step1);
-      const r = await model.train(await groups(model, 20), { learningRate: 1e-2 });
+      const r = await model.train(rollouts, { learningRate: 1e-2 });
       expect(r.step).toBe(latest + 1);
       expect((await backend.adapterFiles(model.spec)).step).toBe(latest + 1);
     } finally {

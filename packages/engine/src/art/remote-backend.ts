@@ -4,7 +4,7 @@
 import OpenAI from "openai";
 import type { Backend, ModelSpec, TrainResult } from "./backend.ts";
 import type { TrainConfig } from "./train-config.ts";
-import type { TrajectoryGroup } from "./trajectories.ts";
+import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
 
 type Fetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
@@ -39,6 +39,8 @@ export class RemoteBackend implements Backend {
   readonly baseURL: string;
   private readonly fetch: Fetch;
   private specs = new Map<string, ModelSpec>();
+  /** Registrations under way after the server forgot a model, shared by the calls that found it gone. */
+  private reregistering = new Map<string, Promise<unknown>>();
   private client?: OpenAI;
 
   constructor(
@@ -96,10 +98,46 @@ export class RemoteBackend implements Backend {
       return await go();
     } catch (e) {
       if (!(e instanceof RemoteError && e.code === "model_not_registered" && this.specs.has(this.key(spec)))) throw e;
-      await this.register(spec);
+      await this.registerAgain(spec);
       return go();
     }
   }
+
+  /** Registers a model the server forgot (it restarted), once for all the calls that found it gone at once. */
+  private registerAgain(spec: ModelSpec): Promise<unknown> {
+    const k = this.key(spec);
+    let p = this.reregistering.get(k);
+    if (!p) {
+      p = this.register(spec).finally(() => this.reregistering.delete(k));
+      this.reregistering.set(k, p);
+    }
+    return p;
+  }
+
+  /**
+   * The openai client's fetch: a request naming a model this backend registered that the server does not know
+   * (404 model_not_found: it restarted) registers the model again, resuming at its latest checkpoint, and is sent
+   * once more. If registering fails, the first answer stands.
+   */
+  private openaiFetch: Fetch = async (input, init) => {
+    const r = await this.fetch(input, init);
+    if (r.status !== 404 || typeof init?.body !== "string") return r;
+    let name: unknown;
+    try {
+      name = (JSON.parse(init.body) as { model?: unknown }).model;
+    } catch {
+      return r;
+    }
+    const spec = [...this.specs.values()].filter((s) => s.name === name).pop();
+    if (!spec) return r;
+    const code = await r
+      .clone()
+      .json()
+      .then((j: { error?: { code?: unknown } }) => j?.error?.code, () => null);
+    if (code !== "model_not_found") return r;
+    const registered = await this.registerAgain(spec).then(() => true, () => false);
+    return registered ? this.fetch(input, init) : r;
+  };
 
   private key(spec: ModelSpec): string {
     return `${spec.project}/${spec.name}`;
@@ -122,7 +160,7 @@ export class RemoteBackend implements Backend {
     return (this.client ??= new OpenAI({
       baseURL: `${this.baseURL}/v1`,
       apiKey: this.opts.apiKey ?? "webart-no-key",
-      fetch: this.fetch,
+      fetch: this.openaiFetch,
       timeout: this.opts.timeoutMs ?? 20 * 60 * 1000,
       maxRetries: this.opts.maxRetries ?? 2,
       dangerouslyAllowBrowser: true,
@@ -134,6 +172,7 @@ export class RemoteBackend implements Backend {
   }
 
   async train(spec: ModelSpec, groups: TrajectoryGroup[], config: Partial<TrainConfig> = {}): Promise<TrainResult> {
+    checkRewards(groups, "train");
     return this.call<TrainResult>(spec, "POST", "train", { groups, config });
   }
 
@@ -143,6 +182,7 @@ export class RemoteBackend implements Backend {
     split: string,
     metrics: Record<string, number> = {},
   ): Promise<void> {
+    checkRewards(groups, "log");
     await this.call(spec, "POST", "log", { groups, split, metrics });
   }
 

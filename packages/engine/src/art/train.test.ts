@@ -10,7 +10,7 @@ import { randomWeights } from "../model/init.ts";
 import { LocalBackend } from "./local-backend.ts";
 import { TrainableModel } from "./model.ts";
 import { gatherTrajectoryGroups } from "./gather.ts";
-import { Trajectory, type SampledChoice } from "./trajectories.ts";
+import { Trajectory, TrajectoryGroup, type SampledChoice } from "./trajectories.ts";
 import { WeightReader, memorySource, tensorToF32 } from "../weights/index.ts";
 
 const BASE = join(import.meta.dirname, "../../../../models/webart-tiny");
@@ -141,7 +141,6 @@ describe("TrainableModel + LocalBackend", () => {
       }
       return new Trajectory({ messagesAndChoices: hs[0].messagesAndChoices, additionalHistories: hs.slice(1), reward });
     };
-    const { TrajectoryGroup } = await import("./trajectories.ts");
     const group = new TrajectoryGroup(await Promise.all([0, 1, 2, 3].map((i) => many(100 * i, i % 2))));
     const all = await model.train([group], { learningRate: 1e-4 });
     expect(all.metrics.num_tokens_trained).toBe(4 * 5);
@@ -150,14 +149,21 @@ describe("TrainableModel + LocalBackend", () => {
     await backend.close();
   });
 
-  it("refuses trajectories with nothing trainable, and advances when no group has variance", async () => {
+  it("refuses trajectories with nothing trainable or no reward, and advances when no group has variance", async () => {
     const dir = mkdtempSync(join(tmpdir(), "webart-c-"));
     const backend = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });
     const model = new TrainableModel({ name: "z", project: "p", baseModel: toy.dir });
     await model.register(backend);
     const plain = new Trajectory({ messagesAndChoices: [...messages, { role: "assistant", content: "x" }], reward: 1 });
-    await expect(model.train([new (await import("./trajectories.ts")).TrajectoryGroup([plain, plain])])).rejects.toThrow(/no trainable assistant turn/);
+    await expect(model.train([new TrajectoryGroup([plain, plain])])).rejects.toThrow(/no trainable assistant turn/);
     const groups = await step(model, 0, 1, 2);
+    // A trajectory whose reward was never set is refused by name, not trained as 0; the step does not advance.
+    const [first, second] = groups[0].trajectories;
+    const unset = new Trajectory({ messagesAndChoices: second.messagesAndChoices });
+    await expect(model.train([new TrajectoryGroup([first, unset])])).rejects.toThrow(
+      "train: trajectory 1 of group 0 has no reward: set trajectory.reward before training",
+    );
+    expect(await model.getStep()).toBe(0);
     for (const t of groups[0].trajectories) t.reward = 0.5;
     const r = await model.train(groups);
     expect(r.step).toBe(1);

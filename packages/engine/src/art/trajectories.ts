@@ -56,6 +56,7 @@ export interface TrajectoryInit {
 
 export class Trajectory {
   messagesAndChoices: MessageOrChoice[];
+  /** NaN until set (ART requires it): training refuses a trajectory without one rather than reading 0. */
   reward: number;
   metrics: Record<string, number | boolean>;
   metadata: Record<string, Scalar>;
@@ -66,7 +67,7 @@ export class Trajectory {
 
   constructor(init: TrajectoryInit = {}) {
     this.messagesAndChoices = init.messagesAndChoices ?? [];
-    this.reward = init.reward ?? 0;
+    this.reward = init.reward ?? NaN;
     this.metrics = init.metrics ?? {};
     this.metadata = init.metadata ?? {};
     this.logs = init.logs ?? [];
@@ -207,6 +208,17 @@ export class TrajectoryGroup {
       (j.exceptions as CapturedException[]) ?? [],
     );
   }
+}
+
+/** Every trajectory needs a finite reward before train (or log): each backend checks, naming the first without. */
+export function checkRewards(groups: TrajectoryGroup[], op: "train" | "log"): void {
+  groups.forEach((g, gi) =>
+    g.trajectories.forEach((t, ti) => {
+      if (Number.isFinite(t.reward)) return;
+      const has = Number.isNaN(t.reward) ? "has no reward" : `has reward ${t.reward}, not a finite number`;
+      throw new Error(`${op}: trajectory ${ti} of group ${gi} ${has}: set trajectory.reward before ${op === "train" ? "training" : "logging"}`);
+    }),
+  );
 }
 
 /**

@@ -55,6 +55,8 @@ interface Pending {
   cached: number;
   /** Prefill of sample 0 is done and the prompt's KV has been copied to the other samples. */
   forked: boolean;
+  /** The request's index of this part's sample 0 (a request with more samples than KV slots runs in parts). */
+  first: number;
 }
 
 export interface SchedulerOptions {
@@ -119,14 +121,26 @@ export class Scheduler implements Generator {
 
   generate(req: GenerateRequest, onToken?: (e: TokenEvent) => boolean | void): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new Error("generate: the engine was closed"));
-    if (req.n > this.model.slots) {
-      return Promise.reject(new Error(`n = ${req.n} exceeds the ${this.model.slots} sequences the KV cache holds`));
-    }
     if (req.promptIds.length === 0) return Promise.reject(new Error("generate: empty prompt"));
-    return new Promise((resolve, reject) => {
-      this.waiting.push({ req, onToken, seqs: [], resolve, reject, cached: 0, forked: false });
-      this.kick();
-    });
+    // More samples than KV slots: queue them in parts of at most `slots`, each admitted when its slots are free
+    // (later parts find the prompt's KV in the cache). Sample k draws on stream k whichever part it is in.
+    const S = this.model.slots;
+    const parts: Promise<GenerateResult>[] = [];
+    for (let first = 0; first < req.n; first += S) {
+      const part = { ...req, n: Math.min(S, req.n - first) };
+      parts.push(
+        new Promise((resolve, reject) => {
+          this.waiting.push({ req: part, onToken, seqs: [], resolve, reject, cached: 0, forked: false, first });
+          this.kick();
+        }),
+      );
+    }
+    if (parts.length === 1) return parts[0];
+    return Promise.all(parts).then((rs) => ({
+      samples: rs.flatMap((r) => r.samples),
+      promptTokens: req.promptIds.length,
+      cachedPromptTokens: rs[0].cachedPromptTokens,
+    }));
   }
 
   private kick(): void {
@@ -249,7 +263,7 @@ export class Scheduler implements Generator {
             topP: sp.topP,
             seed: sp.seed >>> 0,
             step: s.out.length,
-            stream: s.sample,
+            stream: p.first + s.sample,
             mask: s.constraint?.allowed() ?? null,
             top: p.req.topLogprobs,
           });
@@ -281,7 +295,7 @@ export class Scheduler implements Generator {
     s.out.push(id);
     s.logprobs.push(logprob);
     s.constraint?.accept(id);
-    const keep = s.req.onToken?.({ sample: s.sample, tokenId: id, logprob, top }) !== false;
+    const keep = s.req.onToken?.({ sample: s.req.first + s.sample, tokenId: id, logprob, top }) !== false;
     // A finished constraint allows only the stop tokens, so the sample still ends with one (training
     // needs the model to learn to stop).
     if (r.stopTokenIds.includes(id) || !keep) s.finish = "stop";

@@ -47,9 +47,28 @@ it("Engine.load timed every kernel choice for the model's shapes on this adapter
 });
 
 describe("chat.completions through the openai SDK", () => {
-  it("lists the model", async () => {
+  it("lists the model, retrieves it by id, and answers an unknown id with a 404 in OpenAI's shape", async () => {
     const models = await client.models.list();
     expect(models.data.map((m) => m.id)).toEqual(["tiny"]);
+    expect(await client.models.retrieve("tiny")).toEqual(models.data[0]);
+    const err = await client.models.retrieve("nope").catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect([err.code, err.type]).toEqual(["model_not_found", "not_found_error"]);
+    expect(err.message).toMatch(/`nope` does not exist \(available: tiny\)/);
+  });
+
+  it("treats a developer message as the system message (OpenAI's newer role)", async () => {
+    const req = { model: "tiny", max_tokens: 6, temperature: 0 };
+    const sys = await client.chat.completions.create({ ...req, messages });
+    const dev = await client.chat.completions.create({
+      ...req,
+      messages: [{ role: "developer", content: messages[0].content }, messages[1]],
+    });
+    // Token for token the same prompt: the developer request finds all of it (but the last token, which is
+    // always fed) in the KV cache the system request left, and decodes the same greedy reply.
+    expect(dev.usage!.prompt_tokens).toBe(sys.usage!.prompt_tokens);
+    expect(dev.usage!.prompt_tokens_details!.cached_tokens).toBe(sys.usage!.prompt_tokens - 1);
+    expect((dev.choices[0] as SampledChoice).token_ids).toEqual((sys.choices[0] as SampledChoice).token_ids);
   });
 
   it("answers, with the sampled token ids and logprobs on the choice", async () => {
@@ -94,17 +113,30 @@ describe("chat.completions through the openai SDK", () => {
     });
     let text = "";
     let finish: string | null = null;
-    let usage: OpenAI.CompletionUsage | undefined;
+    const chunks: OpenAI.ChatCompletionChunk[] = [];
     for await (const chunk of stream) {
+      chunks.push(chunk);
       for (const ch of chunk.choices) {
         text += ch.delta.content ?? "";
         finish = ch.finish_reason ?? finish;
       }
-      usage = chunk.usage ?? usage;
     }
     expect(text).toBe(a.choices[0].message.content);
     expect(finish).toBe(a.choices[0].finish_reason);
-    expect(usage?.completion_tokens).toBe(a.usage?.completion_tokens);
+    // include_usage: one last chunk with no choices carries the usage, as the non-streaming answer counts it.
+    const last = chunks[chunks.length - 1];
+    expect(last.choices).toEqual([]);
+    expect(last.usage).toMatchObject({
+      prompt_tokens: a.usage!.prompt_tokens,
+      completion_tokens: a.usage!.completion_tokens,
+      total_tokens: a.usage!.total_tokens,
+    });
+    // The third request with this prompt: all of it but the last token comes from the KV cache.
+    expect(last.usage!.prompt_tokens_details!.cached_tokens).toBe(a.usage!.prompt_tokens - 1);
+    expect(chunks.slice(0, -1).every((c) => !c.usage && c.choices.length === 1)).toBe(true);
+    // Without it, no chunk carries usage.
+    const plain = await client.chat.completions.create({ ...req, stream: true });
+    for await (const chunk of plain) expect([chunk.usage, chunk.choices.length]).toEqual([undefined, 1]);
   });
 
   it("samples n choices that share the prompt, each seeded on its own stream", async () => {
@@ -131,6 +163,23 @@ describe("chat.completions through the openai SDK", () => {
     // A single greedy request decodes the same tokens as each of the n greedy samples.
     const one = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 8, temperature: 0 });
     expect(JSON.stringify((one.choices[0] as SampledChoice).token_ids)).toBe(g[0]);
+  });
+
+  it("queues n larger than the KV slots (8) in parts: sample k is the same whichever part it runs in", async () => {
+    const req = { model: "tiny", messages, max_tokens: 5, temperature: 1.5, seed: 21 };
+    const ids = (r: OpenAI.ChatCompletion) => r.choices.map((c) => JSON.stringify((c as SampledChoice).token_ids));
+    const eight = await client.chat.completions.create({ ...req, n: 8 });
+    const twenty = await client.chat.completions.create({ ...req, n: 20 });
+    expect(twenty.choices.map((c) => c.index)).toEqual(Array.from({ length: 20 }, (_, i) => i));
+    expect(ids(twenty).slice(0, 8)).toEqual(ids(eight));
+    expect(new Set(ids(twenty).slice(8)).size).toBeGreaterThan(1);
+    const completion = twenty.choices.reduce((a, c) => a + (c as SampledChoice).token_ids!.length, 0);
+    expect(twenty.usage).toMatchObject({ prompt_tokens: eight.usage!.prompt_tokens, completion_tokens: completion });
+    // Streamed, each choice's text arrives under its own index.
+    const stream = await client.chat.completions.create({ ...req, n: 20, stream: true });
+    const text = Array.from({ length: 20 }, () => "");
+    for await (const chunk of stream) for (const c of chunk.choices) text[c.index] += c.delta.content ?? "";
+    expect(text).toEqual(twenty.choices.map((c) => c.message.content));
   });
 
   it("serves concurrent requests in one batch with the same results as one at a time", async () => {

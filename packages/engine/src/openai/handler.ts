@@ -1,8 +1,8 @@
-// The OpenAI-compatible request handler (Fetch API Request → Response): GET /v1/models and
+// The OpenAI-compatible request handler (Fetch API Request → Response): GET /v1/models[/{id}] and
 // POST /v1/chat/completions with streaming, n, logprobs, tools and response_format. The in-process
 // client, the Web Worker client and the HTTP server all mount this one handler.
 import type { ChatTokenizer } from "../art/tokenize.ts";
-import type { Generator, TokenConstraint, TokenEvent } from "../generate/types.ts";
+import type { GenerateResult, Generator, TokenConstraint, TokenEvent } from "../generate/types.ts";
 import { ApiError, badRequest, errorResponse, jsonResponse } from "./errors.ts";
 import { parseToolCalls, StopMatcher, TOOL_OPEN } from "./tools.ts";
 import { parseChatRequest, type ChatRequest } from "./validate.ts";
@@ -59,16 +59,21 @@ export function createHandler(opts: HandlerOptions): Handler {
     try {
       const url = new URL(req.url, "http://localhost");
       const path = url.pathname.replace(/\/+$/, "");
+      const modelObject = (m: ServedModel) => ({ id: m.name, object: "model", created: m.created ?? 0, owned_by: "webart" });
       if (path.endsWith("/models") && req.method === "GET") {
-        return jsonResponse({
-          object: "list",
-          data: opts.models().map((m) => ({
-            id: m.name,
-            object: "model",
-            created: m.created ?? 0,
-            owned_by: "webart",
-          })),
-        });
+        return jsonResponse({ object: "list", data: opts.models().map(modelObject) });
+      }
+      const one = /\/models\/([^/]+)$/.exec(path);
+      if (one && req.method === "GET") {
+        let id = one[1];
+        try {
+          id = decodeURIComponent(id);
+        } catch {
+          // Not valid percent-encoding: no model has that name, which the lookup says.
+        }
+        const model = opts.models().find((m) => m.name === id);
+        if (!model) throw modelNotFound(id, opts.models());
+        return jsonResponse(modelObject(model));
       }
       if (path.endsWith("/chat/completions")) {
         if (req.method !== "POST") throw new ApiError(405, `${req.method} is not allowed on ${path}; use POST`);
@@ -80,9 +85,7 @@ export function createHandler(opts: HandlerOptions): Handler {
         }
         const cr = parseChatRequest(body);
         const model = opts.models().find((m) => m.name === cr.model);
-        if (!model) {
-          throw new ApiError(404, `The model \`${cr.model}\` does not exist (available: ${opts.models().map((m) => m.name).join(", ")})`, "model", "model_not_found");
-        }
+        if (!model) throw modelNotFound(cr.model, opts.models());
         return await chatCompletion(model, cr, req.signal);
       }
       throw new ApiError(404, `Unknown route ${req.method} ${path}`, null, "unknown_url");
@@ -91,6 +94,9 @@ export function createHandler(opts: HandlerOptions): Handler {
     }
   };
 }
+
+const modelNotFound = (id: string, served: ServedModel[]) =>
+  new ApiError(404, `The model \`${id}\` does not exist (available: ${served.map((m) => m.name).join(", ")})`, "model", "model_not_found");
 
 function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
   const tools = cr.tool_choice === "none" ? undefined : cr.tools.length ? cr.tools : undefined;
@@ -124,6 +130,14 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
     throw badRequest(`${forced ? "tools" : "response_format"}: ${(e as Error).message}`, forced ? "tools" : "response_format");
   }
 }
+
+/** OpenAI's usage object: the prompt counts once for all n choices. */
+const usage = (r: GenerateResult, completion: number) => ({
+  prompt_tokens: r.promptTokens,
+  completion_tokens: completion,
+  total_tokens: r.promptTokens + completion,
+  prompt_tokens_details: { cached_tokens: r.cachedPromptTokens },
+});
 
 interface ChoiceState {
   text: string;
@@ -248,12 +262,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
       created,
       model: model.name,
       choices,
-      usage: {
-        prompt_tokens: result.promptTokens,
-        completion_tokens: completion,
-        total_tokens: result.promptTokens + completion,
-        prompt_tokens_details: { cached_tokens: result.cachedPromptTokens },
-      },
+      usage: usage(result, completion),
     });
   }
 
@@ -284,12 +293,8 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
           }
           chunk([{ index: i, delta, logprobs: null, finish_reason: f.finishReason, token_ids: s.tokenIds, token_logprobs: s.logprobs }]);
         });
-        if (cr.include_usage) {
-          send({
-            id, object: "chat.completion.chunk", created, model: model.name, choices: [],
-            usage: { prompt_tokens: result.promptTokens, completion_tokens: completion, total_tokens: result.promptTokens + completion },
-          });
-        }
+        // As OpenAI: with stream_options.include_usage, a last chunk with no choices carries the usage.
+        if (cr.include_usage) chunk([], { usage: usage(result, completion) });
         controller.enqueue(enc.encode("data: [DONE]\n\n"));
       } catch (e) {
         const err = e instanceof ApiError ? e : new ApiError(500, (e as Error).message);

@@ -75,6 +75,8 @@ export class ChatTemplate {
 }
 
 // Templates do string operations on content ('</think>' in content), so content is always a string here.
+// OpenAI's `developer` role is its newer name for `system`; open models' templates know only `system` (Qwen's
+// drop or mis-render other roles), so a developer message renders as the system message.
 function normalize(m: ChatMessage): Record<string, unknown> {
   const { content } = m;
   const text =
@@ -88,7 +90,7 @@ function normalize(m: ChatMessage): Record<string, unknown> {
               throw new Error(`chat message content part of type "${p.type}" is not supported (supported: text)`);
             })
             .join("");
-  const out: Record<string, unknown> = { ...m, content: text };
+  const out: Record<string, unknown> = { ...m, role: m.role === "developer" ? "system" : m.role, content: text };
   for (const k of Object.keys(out)) if (out[k] === undefined) delete out[k];
   return out;
 }

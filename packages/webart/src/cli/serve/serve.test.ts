@@ -77,6 +77,23 @@ describe("the official openai package against the server", () => {
     expect(c.logprobs!.content!.every((x) => x.top_logprobs.length === 2)).toBe(true);
   });
 
+  it("retrieves a served model by id (the base model and a registered run); an unknown id is a 404", async () => {
+    await new TrainableModel({ name: "lookup", project: "serve-test", baseModel: "webart-tiny" }).register(
+      new RemoteBackend(srv.url),
+    );
+    const listed = (await client.models.list()).data;
+    for (const id of ["webart-tiny", "lookup"]) {
+      const m = await client.models.retrieve(id);
+      expect(m).toMatchObject({ id, object: "model", owned_by: "webart" });
+      expect(m).toEqual(listed.find((x) => x.id === id));
+    }
+    const err = await client.models.retrieve("nope").catch((e) => e);
+    expect(err).toBeInstanceOf(OpenAI.NotFoundError);
+    expect([err.code, err.type, err.param]).toEqual(["model_not_found", "not_found_error", "model"]);
+    expect(err.message).toMatch(/`nope` does not exist/);
+    expect((await fetch(`${srv.url}/v1/models/webart-tiny/x`)).status).toBe(404);
+  });
+
   it("streams the same tokens as the non-streaming answer (same seed)", async () => {
     const req = { model: "webart-tiny", messages, max_tokens: 8, temperature: 1, seed: 77 };
     const whole = await client.chat.completions.create(req);

@@ -1,4 +1,4 @@
-// `webart serve`: one HTTP server in front of the engine. /v1/models and /v1/chat/completions go to the
+// `webart serve`: one HTTP server in front of the engine. /v1/models[/{id}] and /v1/chat/completions go to the
 // OpenAI handler (the same one the in-browser client mounts); /v1/webart/* are the training routes of a
 // LocalBackend (routes.ts). Security, body limits, CORS and graceful shutdown live here.
 import { readFile } from "node:fs/promises";
@@ -219,7 +219,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       const path = "/" + segs.join("/");
       if (segs[0] === "v1" && segs[1] === "webart") {
         await routes.handle(req, res, segs.slice(2), cors);
-      } else if (path === "/v1/models" && req.method === "GET") {
+      } else if (segs[0] === "v1" && segs[1] === "models" && segs.length <= 3 && req.method === "GET") {
         await sendFetchResponse(
           res,
           await handler(toFetchRequest(req, path, null, new AbortController().signal)),
