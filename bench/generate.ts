@@ -2,21 +2,54 @@
 // ~1M and ~20M parameters, and a Qwen2.5-0.5B-shaped model with random bf16 weights (load, a few decode
 // steps at batch 1 and 8, the engine's memory accounting against weights + KV cache).
 import type { Gpu } from "@webart/gpu";
-import { KvCache, Model, ModelRunner, parseConfig, planMemory, tensorShapes, uploadWeights, type ModelConfig, type Tensor } from "@webart/engine";
+import {
+  KvCache,
+  Model,
+  ModelRunner,
+  parseConfig,
+  planMemory,
+  tensorShapes,
+  uploadWeights,
+  type ModelConfig,
+  type Tensor,
+} from "@webart/engine";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 
 const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
   parseConfig({
-    architectures: ["LlamaForCausalLM"], model_type: "llama", hidden_act: "silu", hidden_size: C, num_hidden_layers: L,
-    num_attention_heads: H, num_key_value_heads: KV, intermediate_size: F, vocab_size: V, max_position_embeddings: 2048,
-    rms_norm_eps: 1e-5, rope_theta: 10000, tie_word_embeddings: true, torch_dtype: "float32",
+    architectures: ["LlamaForCausalLM"],
+    model_type: "llama",
+    hidden_act: "silu",
+    hidden_size: C,
+    num_hidden_layers: L,
+    num_attention_heads: H,
+    num_key_value_heads: KV,
+    intermediate_size: F,
+    vocab_size: V,
+    max_position_embeddings: 2048,
+    rms_norm_eps: 1e-5,
+    rope_theta: 10000,
+    tie_word_embeddings: true,
+    torch_dtype: "float32",
   });
 
 const QWEN25_05B = parseConfig({
-  architectures: ["Qwen2ForCausalLM"], model_type: "qwen2", hidden_act: "silu", hidden_size: 896, intermediate_size: 4864,
-  max_position_embeddings: 32768, num_attention_heads: 14, num_hidden_layers: 24, num_key_value_heads: 2, rms_norm_eps: 1e-6,
-  rope_theta: 1e6, tie_word_embeddings: true, torch_dtype: "bfloat16", vocab_size: 151936, use_sliding_window: false,
+  architectures: ["Qwen2ForCausalLM"],
+  model_type: "qwen2",
+  hidden_act: "silu",
+  hidden_size: 896,
+  intermediate_size: 4864,
+  max_position_embeddings: 32768,
+  num_attention_heads: 14,
+  num_hidden_layers: 24,
+  num_key_value_heads: 2,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1e6,
+  tie_word_embeddings: true,
+  torch_dtype: "bfloat16",
+  vocab_size: 151936,
+  use_sliding_window: false,
 });
 
 /** Random weights streamed straight to the loader (no file): f32, or bf16 bytes. */
@@ -25,7 +58,12 @@ async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGen
   for (const [name, shape] of tensorShapes(c)) {
     const n = shape.reduce((a, b) => a * b, 1);
     if (shape.length === 1) {
-      yield { name, dtype: "F32", shape, bytes: new Uint8Array(new Float32Array(n).fill(name.endsWith("bias") ? 0 : 1).buffer) };
+      yield {
+        name,
+        dtype: "F32",
+        shape,
+        bytes: new Uint8Array(new Float32Array(n).fill(name.endsWith("bias") ? 0 : 1).buffer),
+      };
       continue;
     }
     // A cheap uniform fill (scaled like N(0, 0.02)): normals for 500M weights would dominate the bench.
@@ -49,18 +87,39 @@ async function timed(f: () => Promise<void>): Promise<number> {
 }
 
 /** Prefill B prompts of P tokens (one step), then D decode steps for all B sequences. */
-async function run(gpu: Gpu, model: Model, B: number, P: number, D: number): Promise<{ prefill: number; decode: number }> {
+async function run(
+  gpu: Gpu,
+  model: Model,
+  B: number,
+  P: number,
+  D: number,
+): Promise<{ prefill: number; decode: number }> {
   const runner = new ModelRunner(model, B, P + D + 1);
   const rng = new Rng(B);
   const V = model.config.vocabSize;
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
   const slots = new Uint32Array(B * P).map((_, i) => Math.floor(i / P));
   const pos = new Uint32Array(B * P).map((_, i) => i % P);
-  const sample = (row: number, b: number, step: number) => ({ row, temperature: 1, topK: 0, topP: 1, seed: b, step, stream: b, mask: null, top: 0 });
+  const sample = (row: number, b: number, step: number) => ({
+    row,
+    temperature: 1,
+    topK: 0,
+    topP: 1,
+    seed: b,
+    step,
+    stream: b,
+    mask: null,
+    top: 0,
+  });
   // Warm-up (pipelines compile once).
-  await runner.step({ ids: ids.subarray(0, 2), slots: new Uint32Array(2), pos: new Uint32Array([0, 1]) }, [sample(1, 0, 0)]);
+  await runner.step({ ids: ids.subarray(0, 2), slots: new Uint32Array(2), pos: new Uint32Array([0, 1]) }, [
+    sample(1, 0, 0),
+  ]);
   const prefill = await timed(async () => {
-    await runner.step({ ids, slots, pos }, Array.from({ length: B }, (_, b) => sample(b * P + P - 1, b, 0)));
+    await runner.step(
+      { ids, slots, pos },
+      Array.from({ length: B }, (_, b) => sample(b * P + P - 1, b, 0)),
+    );
   });
   let last: Uint32Array = new Uint32Array(B).map(() => rng.int(V));
   const decode = await timed(async () => {
@@ -103,7 +162,21 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         ...(B > 1 ? { vs: { id: `generate.${id}.decode.b1`, ratio: r.decode / base } } : {}),
       });
     }
-    gpu.release(...w.layers.flatMap((L) => [L.inNorm, L.postNorm, L.q.buffer, L.k.buffer, L.v.buffer, L.o.buffer, L.gate.buffer, L.up.buffer, L.down.buffer]), w.finalNorm, model.invFreq);
+    gpu.release(
+      ...w.layers.flatMap((L) => [
+        L.inNorm,
+        L.postNorm,
+        L.q.buffer,
+        L.k.buffer,
+        L.v.buffer,
+        L.o.buffer,
+        L.gate.buffer,
+        L.up.buffer,
+        L.down.buffer,
+      ]),
+      w.finalNorm,
+      model.invFreq,
+    );
     for (const s of w.embed.shards) gpu.release("buffer" in s.binding ? s.binding.buffer : s.binding);
     gpu.pool.trim();
   }
@@ -117,12 +190,23 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const model = new Model(gpu, c, w);
     const slots = 8;
     const ctxLen = 256;
-    const plan = planMemory(c, { weightBytes: 2, kvSlots: slots, kvContext: ctxLen, prefillChunk: 16, vocabChunk: 8192 });
+    const plan = planMemory(c, {
+      weightBytes: 2,
+      kvSlots: slots,
+      kvContext: ctxLen,
+      prefillChunk: 16,
+      vocabChunk: 8192,
+    });
     const kv = new KvCache(gpu, c, slots, ctxLen);
     const accounted = gpu.memory.liveBytes - before;
     const expected = plan.weights + plan.kvCache;
     kv.dispose();
-    out.push({ id: "generate.qwen05b.load", value: loadS, unit: "s", note: `${(w.bytes / 2 ** 20).toFixed(0)} MiB of bf16 weights (random)` });
+    out.push({
+      id: "generate.qwen05b.load",
+      value: loadS,
+      unit: "s",
+      note: `${(w.bytes / 2 ** 20).toFixed(0)} MiB of bf16 weights (random)`,
+    });
     out.push({
       id: "generate.qwen05b.memory",
       value: accounted / 2 ** 20,

@@ -5,7 +5,16 @@ import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { LocalBackend, LORA_TARGETS, TrainableModel, TrajectoryGroup, gatherTrajectoryGroups, parseConfig, planMemory, Trajectory } from "@webart/engine";
+import {
+  LocalBackend,
+  LORA_TARGETS,
+  TrainableModel,
+  TrajectoryGroup,
+  gatherTrajectoryGroups,
+  parseConfig,
+  planMemory,
+  Trajectory,
+} from "@webart/engine";
 import { rolloutTicTacToe } from "@webart/envs";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 
@@ -13,14 +22,29 @@ const MODEL = join(fileURLToPath(new URL(".", import.meta.url)), "../models/weba
 
 const qwen = (C: number, F: number, L: number, H: number, KV: number) =>
   parseConfig({
-    architectures: ["Qwen2ForCausalLM"], model_type: "qwen2", hidden_act: "silu", hidden_size: C, intermediate_size: F,
-    max_position_embeddings: 32768, num_attention_heads: H, num_hidden_layers: L, num_key_value_heads: KV, rms_norm_eps: 1e-6,
-    rope_theta: 1e6, tie_word_embeddings: true, torch_dtype: "bfloat16", vocab_size: 151936, use_sliding_window: false,
+    architectures: ["Qwen2ForCausalLM"],
+    model_type: "qwen2",
+    hidden_act: "silu",
+    hidden_size: C,
+    intermediate_size: F,
+    max_position_embeddings: 32768,
+    num_attention_heads: H,
+    num_hidden_layers: L,
+    num_key_value_heads: KV,
+    rms_norm_eps: 1e-6,
+    rope_theta: 1e6,
+    tie_word_embeddings: true,
+    torch_dtype: "bfloat16",
+    vocab_size: 151936,
+    use_sliding_window: false,
   });
 
 export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const out: BenchResult[] = [];
-  const backend = new LocalBackend({ path: mkdtempSync(join(tmpdir(), "webart-bench-")), engine: { gpu: ctx.gpu, kvSlots: 32, maxContext: 512 } });
+  const backend = new LocalBackend({
+    path: mkdtempSync(join(tmpdir(), "webart-bench-")),
+    engine: { gpu: ctx.gpu, kvSlots: 32, maxContext: 512 },
+  });
   const model = new TrainableModel({ name: "bench", project: "bench", baseModel: MODEL });
   await model.register(backend);
   const client = model.openaiClient();
@@ -32,7 +56,18 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     const t0 = performance.now();
     const gs: TrajectoryGroup[] = await gatherTrajectoryGroups(
       Array.from({ length: groups }, (_, g) =>
-        Array.from({ length: size }, () => async () => new Trajectory(await rolloutTicTacToe(client, { model: "bench", scenario: { seed: 1000 * s + 10 * g }, temperature: 1, maxTokens: 12 }))),
+        Array.from(
+          { length: size },
+          () => async () =>
+            new Trajectory(
+              await rolloutTicTacToe(client, {
+                model: "bench",
+                scenario: { seed: 1000 * s + 10 * g },
+                temperature: 1,
+                maxTokens: 12,
+              }),
+            ),
+        ),
       ),
       { progressBar: "off" },
     );
@@ -46,19 +81,48 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     sum.tokens += m.tokens_per_second * m.time_forward_backward;
   }
   const total = sum.rollout + sum.tokenize + sum.fb + sum.opt + sum.ckpt;
-  for (const [k, v] of Object.entries({ rollout: sum.rollout, tokenize: sum.tokenize, forward_backward: sum.fb, optimizer: sum.opt, checkpoint: sum.ckpt })) {
-    out.push({ id: `train.step.${k}`, value: v / steps, unit: "s", note: `${((100 * v) / total).toFixed(1)}% of the step` });
+  for (const [k, v] of Object.entries({
+    rollout: sum.rollout,
+    tokenize: sum.tokenize,
+    forward_backward: sum.fb,
+    optimizer: sum.opt,
+    checkpoint: sum.ckpt,
+  })) {
+    out.push({
+      id: `train.step.${k}`,
+      value: v / steps,
+      unit: "s",
+      note: `${((100 * v) / total).toFixed(1)}% of the step`,
+    });
   }
-  out.push({ id: "train.tokens_per_second", value: sum.fb ? sum.tokens / sum.fb : 0, unit: "tok/s", note: `forward+backward, ${groups}x${size} trajectories per step` });
+  out.push({
+    id: "train.tokens_per_second",
+    value: sum.fb ? sum.tokens / sum.fb : 0,
+    unit: "tok/s",
+    note: `forward+backward, ${groups}x${size} trajectories per step`,
+  });
   await backend.close();
   // The planner, without allocating: LoRA GRPO on groups of 8 x 512 tokens (one micro-batch of 4096).
-  for (const [id, c] of [["qwen2.5-0.5b", qwen(896, 4864, 24, 14, 2)], ["qwen2.5-1.5b", qwen(1536, 8960, 28, 12, 2)]] as const) {
+  for (const [id, c] of [
+    ["qwen2.5-0.5b", qwen(896, 4864, 24, 14, 2)],
+    ["qwen2.5-1.5b", qwen(1536, 8960, 28, 12, 2)],
+  ] as const) {
     const p = planMemory(c, {
-      weightBytes: 2, kvSlots: 8, kvContext: 1024, prefillChunk: 256, vocabChunk: 8192,
-      lora: { rank: 8, targets: LORA_TARGETS }, train: { microBatchTokens: 8 * 512, recompute: true },
+      weightBytes: 2,
+      kvSlots: 8,
+      kvContext: 1024,
+      prefillChunk: 256,
+      vocabChunk: 8192,
+      lora: { rank: 8, targets: LORA_TARGETS },
+      train: { microBatchTokens: 8 * 512, recompute: true },
     });
     ctx.log(`${id}:\n  ${p.lines.join("\n  ")}`);
-    out.push({ id: `plan.${id}.lora_grpo_8x512`, value: p.total / 2 ** 30, unit: "GiB", note: `weights ${(p.weights / 2 ** 30).toFixed(2)}, training ${(p.training / 2 ** 30).toFixed(2)}, kv ${(p.kvCache / 2 ** 30).toFixed(2)} GiB` });
+    out.push({
+      id: `plan.${id}.lora_grpo_8x512`,
+      value: p.total / 2 ** 30,
+      unit: "GiB",
+      note: `weights ${(p.weights / 2 ** 30).toFixed(2)}, training ${(p.training / 2 ** 30).toFixed(2)}, kv ${(p.kvCache / 2 ** 30).toFixed(2)} GiB`,
+    });
   }
   return out;
 };

@@ -13,19 +13,26 @@ import { fileURLToPath, pathToFileURL } from "node:url";
 import { expect, test } from "@playwright/test";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
-const version = (pkg: string) => JSON.parse(readFileSync(join(ROOT, "node_modules", pkg, "package.json"), "utf8")).version as string;
+const version = (pkg: string) =>
+  JSON.parse(readFileSync(join(ROOT, "node_modules", pkg, "package.json"), "utf8")).version as string;
 
 test.describe.configure({ mode: "serial" });
 
 let work = "";
 let project = "";
-const report: { tarballs: Record<string, { packed: number; unpacked: number; files: number }>; seconds: Record<string, number> } = {
+const report: {
+  tarballs: Record<string, { packed: number; unpacked: number; files: number }>;
+  seconds: Record<string, number>;
+} = {
   tarballs: {},
   seconds: {},
 };
 
 /** The environment of a user's shell: nothing of the npm process running these tests (its npm_* settings). */
-const userEnv = () => Object.fromEntries(Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== "NODE_PATH" && k !== "INIT_CWD"));
+const userEnv = () =>
+  Object.fromEntries(
+    Object.entries(process.env).filter(([k]) => !/^npm_/i.test(k) && k !== "NODE_PATH" && k !== "INIT_CWD"),
+  );
 
 function sh(cmd: string, args: string[], cwd = project, timeout = 300_000): SpawnSyncReturns<string> {
   const r = spawnSync(cmd, args, { cwd, env: userEnv(), encoding: "utf8", timeout, maxBuffer: 64 << 20 });
@@ -33,7 +40,10 @@ function sh(cmd: string, args: string[], cwd = project, timeout = 300_000): Spaw
   return r;
 }
 function ok(r: SpawnSyncReturns<string>, what: string): string {
-  if (r.status !== 0) throw new Error(`${what} exited ${r.status}\n--- stdout\n${r.stdout.slice(-4000)}\n--- stderr\n${r.stderr.slice(-4000)}`);
+  if (r.status !== 0)
+    throw new Error(
+      `${what} exited ${r.status}\n--- stdout\n${r.stdout.slice(-4000)}\n--- stderr\n${r.stderr.slice(-4000)}`,
+    );
   return r.stdout;
 }
 async function timed<T>(name: string, f: () => T | Promise<T>): Promise<T> {
@@ -57,13 +67,26 @@ test.beforeAll(async () => {
     const { packAll } = (await import(pathToFileURL(join(ROOT, "scripts/pack.mjs")).href)) as {
       packAll: (dest: string) => { name: string; file: string; packed: number; unpacked: number; files: number }[];
     };
-    return packAll(tgz).map((t) => ((report.tarballs[t.name] = { packed: t.packed, unpacked: t.unpacked, files: t.files }), t.file));
+    return packAll(tgz).map(
+      (t) => ((report.tarballs[t.name] = { packed: t.packed, unpacked: t.unpacked, files: t.files }), t.file),
+    );
   });
-  writeFileSync(join(project, "package.json"), JSON.stringify({ name: "my-agent", private: true, type: "module" }, null, 2));
+  writeFileSync(
+    join(project, "package.json"),
+    JSON.stringify({ name: "my-agent", private: true, type: "module" }, null, 2),
+  );
   cpSync(join(ROOT, "e2e/consumer"), project, { recursive: true });
   await timed("install", () =>
     ok(
-      sh("npm", ["install", "--no-audit", "--no-fund", "--prefer-offline", ...tarballs, `typescript@${version("typescript")}`, `vite@${version("vite")}`]),
+      sh("npm", [
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--prefer-offline",
+        ...tarballs,
+        `typescript@${version("typescript")}`,
+        `vite@${version("vite")}`,
+      ]),
       "npm install",
     ),
   );
@@ -83,7 +106,12 @@ test("(a) npx webart --help, then npx webart train --env tictactoe --steps 2 mak
   test.setTimeout(600_000);
   const help = ok(sh("npx", ["--no", "--", "webart", "--help"]), "npx webart --help");
   for (const cmd of ["train", "eval", "serve", "info", "pretrain"]) expect(help).toContain(cmd);
-  const out = await timed("a_train", () => ok(sh("npx", ["--no", "--", "webart", "train", "--env", "tictactoe", "--steps", "2"], project, 540_000), "npx webart train"));
+  const out = await timed("a_train", () =>
+    ok(
+      sh("npx", ["--no", "--", "webart", "train", "--env", "tictactoe", "--steps", "2"], project, 540_000),
+      "npx webart train",
+    ),
+  );
   expect(out).toMatch(/step 2: reward/);
   const run = join(project, ".art/tictactoe/models/agent");
   expect(existsSync(join(run, "checkpoints/0002/adapter_model.safetensors"))).toBe(true);
@@ -96,7 +124,9 @@ test("(b) a Node ESM script with its own task trains 2 steps with TrainableModel
   const result = JSON.parse(out.trim().split("\n").at(-1)!) as { step: number; rewards: number[][] };
   expect(result.step).toBe(2);
   expect(result.rewards.flat()).toHaveLength(16);
-  expect(existsSync(join(project, ".art/consumer/models/short-replies/checkpoints/0002/adapter_model.safetensors"))).toBe(true);
+  expect(
+    existsSync(join(project, ".art/consumer/models/short-replies/checkpoints/0002/adapter_model.safetensors")),
+  ).toBe(true);
 });
 
 test("(c) a strict TypeScript file type-checks against the shipped .d.ts (and a wrong one does not)", async () => {
@@ -105,16 +135,26 @@ test("(c) a strict TypeScript file type-checks against the shipped .d.ts (and a 
   expect(r.stdout.trim()).toBe("");
   expect(r.status).toBe(0);
   // The check has teeth: a use of a name the API does not have fails.
-  writeFileSync(join(project, "wrong.ts"), `import { TrainableModel } from "webart";\nnew TrainableModel({ name: "x", project: "p", baseModel: 42 });\n`);
-  writeFileSync(join(project, "tsconfig.wrong.json"), JSON.stringify({ extends: "./tsconfig.json", files: ["wrong.ts"] }));
+  writeFileSync(
+    join(project, "wrong.ts"),
+    `import { TrainableModel } from "webart";\nnew TrainableModel({ name: "x", project: "p", baseModel: 42 });\n`,
+  );
+  writeFileSync(
+    join(project, "tsconfig.wrong.json"),
+    JSON.stringify({ extends: "./tsconfig.json", files: ["wrong.ts"] }),
+  );
   const bad = sh("npx", ["--no", "--", "tsc", "-p", "tsconfig.wrong.json"]);
   expect(bad.status).not.toBe(0);
   expect(bad.stdout).toMatch(/wrong\.ts\(2,\d+\): error TS2322/);
 });
 
-test("(d) a Vite app built there runs webart in a Web Worker in Chromium: embedded model, one chat completion", async ({ page }) => {
+test("(d) a Vite app built there runs webart in a Web Worker in Chromium: embedded model, one chat completion", async ({
+  page,
+}) => {
   test.setTimeout(300_000);
-  await timed("d_vite_build", () => ok(sh("npx", ["--no", "--", "vite", "build", "app", "--outDir", "../web", "--emptyOutDir"]), "vite build"));
+  await timed("d_vite_build", () =>
+    ok(sh("npx", ["--no", "--", "vite", "build", "app", "--outDir", "../web", "--emptyOutDir"]), "vite build"),
+  );
   const web = join(project, "web");
   const types: Record<string, string> = { ".html": "text/html", ".js": "text/javascript", ".css": "text/css" };
   const server: Server = createServer((req, res) => {

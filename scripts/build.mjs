@@ -56,7 +56,8 @@ async function buildPackage(name) {
   for (const [sub, targets] of Object.entries(pkg.exports)) {
     const out = targets.default.replace(/^\.\/dist\//, "").replace(/\.js$/, "");
     entryPoints[out] = join(dir, targets["webart-source"]);
-    if (!targets.types.endsWith(`${out}.d.ts`)) throw new Error(`${name}: exports["${sub}"] types and default disagree`);
+    if (!targets.types.endsWith(`${out}.d.ts`))
+      throw new Error(`${name}: exports["${sub}"] types and default disagree`);
   }
   for (const [out, src] of Object.entries(EXTRA[name] ?? {})) entryPoints[out] = join(dir, src);
   for (const f of ["index.js", "chunks"]) rmSync(join(dir, "dist", f), { recursive: true, force: true });

@@ -8,7 +8,10 @@ export function embeddedModelModule() {
   const names = readdirSync(EMBEDDED_DIR)
     .filter((f) => statSync(new URL(f, EMBEDDED_DIR)).isFile() && f !== "pretrain.json")
     .sort();
-  const entries = names.map((f) => `  ${JSON.stringify(f)}: bytes(${JSON.stringify(readFileSync(new URL(f, EMBEDDED_DIR)).toString("base64"))}),`);
+  const entries = names.map(
+    (f) =>
+      `  ${JSON.stringify(f)}: bytes(${JSON.stringify(readFileSync(new URL(f, EMBEDDED_DIR)).toString("base64"))}),`,
+  );
   return [
     "const bytes = (b64) => {",
     "  const s = atob(b64);",

@@ -22,7 +22,8 @@ export const FLOORS = {
 };
 const NO_KERNELS = ["@webart/envs", "@webart/ruler", "webart", "@webart/web"];
 
-const SPEC = /(?:^|[^\w$.])(?:import|export)\s*(?:type\s+)?(?:[\w$*{}\s,]+?\s+from\s+)?["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/g;
+const SPEC =
+  /(?:^|[^\w$.])(?:import|export)\s*(?:type\s+)?(?:[\w$*{}\s,]+?\s+from\s+)?["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/g;
 
 /** Import specifiers of a TypeScript/JavaScript source (comments removed first). */
 export function importsOf(code) {
@@ -79,7 +80,9 @@ export function checkLayers(root, floors = FLOORS) {
           const target = resolve(dirname(file), spec);
           const owner = pkgs.find((p) => target === p.dir || target.startsWith(p.dir + sep));
           if (owner && owner.dir !== dir)
-            problems.push(`${rel}: "${spec}" reaches into ${owner.pkg.name}'s files; import "${owner.pkg.name}" instead`);
+            problems.push(
+              `${rel}: "${spec}" reaches into ${owner.pkg.name}'s files; import "${owner.pkg.name}" instead`,
+            );
           continue;
         }
         const name = nameOf(spec);
@@ -87,13 +90,19 @@ export function checkLayers(root, floors = FLOORS) {
         const target = byName.get(name).pkg;
         const sub = "." + spec.slice(name.length);
         if (!target.exports || !(sub in target.exports))
-          problems.push(`${rel}: "${spec}" is a deep import; ${name} exports ${Object.keys(target.exports ?? { ".": 0 }).join(", ")}`);
+          problems.push(
+            `${rel}: "${spec}" is a deep import; ${name} exports ${Object.keys(target.exports ?? { ".": 0 }).join(", ")}`,
+          );
         if (!(name in deps) && !(test && name in devDeps))
-          problems.push(`${rel}: imports ${name}, which ${pkg.name}'s package.json does not declare in ${test ? "dependencies or devDependencies" : "dependencies"}`);
+          problems.push(
+            `${rel}: imports ${name}, which ${pkg.name}'s package.json does not declare in ${test ? "dependencies or devDependencies" : "dependencies"}`,
+          );
         edges.get(pkg.name).add(name);
         if (!test) {
           if (pkg.name in floors && name in floors && floors[name] >= floors[pkg.name])
-            problems.push(`${rel}: ${pkg.name} (floor ${floors[pkg.name]}) imports ${name} (floor ${floors[name]}), not below it`);
+            problems.push(
+              `${rel}: ${pkg.name} (floor ${floors[pkg.name]}) imports ${name} (floor ${floors[name]}), not below it`,
+            );
           if (NO_KERNELS.includes(pkg.name) && name === "@webart/shaders")
             problems.push(`${rel}: ${pkg.name} imports kernel code (@webart/shaders)`);
         }
@@ -102,7 +111,8 @@ export function checkLayers(root, floors = FLOORS) {
   }
   // Cycles, over imports and declared workspace dependencies alike.
   for (const { pkg } of pkgs)
-    for (const d of Object.keys({ ...pkg.dependencies, ...pkg.devDependencies })) if (byName.has(d)) edges.get(pkg.name).add(d);
+    for (const d of Object.keys({ ...pkg.dependencies, ...pkg.devDependencies }))
+      if (byName.has(d)) edges.get(pkg.name).add(d);
   const state = new Map();
   const stack = [];
   const visit = (n) => {
@@ -123,6 +133,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const root = join(dirname(fileURLToPath(import.meta.url)), "..");
   const problems = checkLayers(root);
   for (const p of problems) console.error(p);
-  console.log(problems.length ? `${problems.length} layering problems` : "layers: no cycles, no deep imports, floors kept");
+  console.log(
+    problems.length ? `${problems.length} layering problems` : "layers: no cycles, no deep imports, floors kept",
+  );
   process.exit(problems.length ? 1 : 0);
 }

@@ -18,7 +18,11 @@ function workspace(files: Record<string, string | object>): string {
   }
   return root;
 }
-const pkg = (name: string, deps: Record<string, string> = {}) => ({ name, exports: { ".": "./src/index.ts" }, dependencies: deps });
+const pkg = (name: string, deps: Record<string, string> = {}) => ({
+  name,
+  exports: { ".": "./src/index.ts" },
+  dependencies: deps,
+});
 
 describe("package layers", () => {
   it("this repo: no cycles, no deep imports, every import declared, floors kept", () => {

@@ -20,7 +20,13 @@ export function packAll(dest) {
     });
     if (r.status !== 0) throw new Error(`npm pack packages/${p} failed:\n${r.stderr}`);
     const [info] = JSON.parse(r.stdout.slice(r.stdout.indexOf("[")));
-    return { name: info.name, file: join(dest, info.filename), packed: info.size, unpacked: info.unpackedSize, files: info.entryCount };
+    return {
+      name: info.name,
+      file: join(dest, info.filename),
+      packed: info.size,
+      unpacked: info.unpackedSize,
+      files: info.entryCount,
+    };
   });
 }
 
@@ -28,6 +34,8 @@ if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const dest = resolve(process.argv[2] ?? join(root, "dist", "packages"));
   await buildAll();
   for (const t of packAll(dest))
-    console.log(`${t.name.padEnd(16)} ${(t.packed / 1024).toFixed(0).padStart(6)} KiB packed ${(t.unpacked / 1024).toFixed(0).padStart(6)} KiB unpacked  ${t.file}`);
+    console.log(
+      `${t.name.padEnd(16)} ${(t.packed / 1024).toFixed(0).padStart(6)} KiB packed ${(t.unpacked / 1024).toFixed(0).padStart(6)} KiB unpacked  ${t.file}`,
+    );
   console.log(`\ninstall in your project: npm install ${join(dest, "*.tgz")}`);
 }

@@ -44,7 +44,10 @@ function aptInstall(pkgs, why) {
   }
   say(`${why}: installing ${pkgs.join(" ")} (Debian packages)`);
   const env = { ...process.env, DEBIAN_FRONTEND: "noninteractive" };
-  for (const args of [["update", "-qq"], ["install", "-y", "-qq", "--no-install-recommends", ...pkgs]]) {
+  for (const args of [
+    ["update", "-qq"],
+    ["install", "-y", "-qq", "--no-install-recommends", ...pkgs],
+  ]) {
     const r = spawnSync("apt-get", args, { stdio: "inherit", env });
     if (r.status !== 0) {
       console.error(`[setup] \`apt-get ${args.join(" ")}\` failed (exit ${r.status}).`);
@@ -74,7 +77,10 @@ function hasWebGpu() {
 }
 
 function buildPackages() {
-  const r = spawnSync(process.execPath, [join(root, "scripts/build.mjs"), "--if-stale"], { cwd: root, stdio: "inherit" });
+  const r = spawnSync(process.execPath, [join(root, "scripts/build.mjs"), "--if-stale"], {
+    cwd: root,
+    stdio: "inherit",
+  });
   if (r.status !== 0) {
     console.error("[setup] building the packages failed; see the errors above.");
     process.exit(r.status ?? 1);
@@ -91,5 +97,6 @@ if (process.platform === "linux") {
       process.exit(1);
     }
   }
-  if (wantBrowser && !existsSync("/usr/bin/chromium")) aptInstall(["chromium"], "Chromium is needed for the browser tests");
+  if (wantBrowser && !existsSync("/usr/bin/chromium"))
+    aptInstall(["chromium"], "Chromium is needed for the browser tests");
 }

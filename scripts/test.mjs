@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// `npm test`: set-up, typecheck, lint (ESLint), unit/integration tests on Dawn (Vitest), the web app build and the
+// `npm test`: set-up, typecheck, lint (ESLint), format (Prettier --check), unit/integration tests on Dawn (Vitest), the web app build and the
 // browser tests (Playwright in Chromium). Ends with one summary line "N passed, M failed[, K skipped]".
 import { spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, rmSync } from "node:fs";
@@ -8,7 +8,8 @@ import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) => join(root, "node_modules", ".bin", name);
-const run = (cmd, args, env = {}) => spawnSync(cmd, args, { cwd: root, stdio: "inherit", env: { ...process.env, ...env } }).status ?? 1;
+const run = (cmd, args, env = {}) =>
+  spawnSync(cmd, args, { cwd: root, stdio: "inherit", env: { ...process.env, ...env } }).status ?? 1;
 const out = join(root, ".cache", "test");
 rmSync(out, { recursive: true, force: true });
 mkdirSync(out, { recursive: true });
@@ -23,9 +24,21 @@ const step = (name, code) => {
 };
 const typecheck = step("typecheck", run(bin("tsc"), ["-b"]));
 const lint = step("lint", run(bin("eslint"), ["."]));
-const unit = step("vitest", run(bin("vitest"), ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${join(out, "vitest.json")}`]));
+const format = step("format", run(bin("prettier"), ["--check", "--log-level", "warn", "."]));
+const unit = step(
+  "vitest",
+  run(bin("vitest"), ["run", "--reporter=default", "--reporter=json", `--outputFile.json=${join(out, "vitest.json")}`]),
+);
 const build = step("build", run(bin("vite"), ["build"]));
-const e2e = build === 0 ? step("playwright", run(bin("playwright"), ["test", "--reporter=list,json"], { PLAYWRIGHT_JSON_OUTPUT_NAME: join(out, "playwright.json") })) : 1;
+const e2e =
+  build === 0
+    ? step(
+        "playwright",
+        run(bin("playwright"), ["test", "--reporter=list,json"], {
+          PLAYWRIGHT_JSON_OUTPUT_NAME: join(out, "playwright.json"),
+        }),
+      )
+    : 1;
 
 let passed = 0;
 let failed = 0;
@@ -43,7 +56,7 @@ if (existsSync(join(out, "playwright.json"))) {
   skipped += s.skipped ?? 0;
 }
 // A step that failed without reporting a test failure (typecheck, build, a crash) counts as one.
-for (const code of [typecheck, lint, build]) if (code !== 0) failed += 1;
+for (const code of [typecheck, lint, format, build]) if (code !== 0) failed += 1;
 if ((unit !== 0 || e2e !== 0) && failed === 0) failed = 1;
 console.log(`\n${steps.join("; ")} (${((Date.now() - t0) / 60000).toFixed(1)} min)`);
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);

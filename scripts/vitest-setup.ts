@@ -4,5 +4,7 @@ import { execFileSync } from "node:child_process";
 import { fileURLToPath } from "node:url";
 
 export default function setup(): void {
-  execFileSync(process.execPath, [fileURLToPath(new URL("./build.mjs", import.meta.url)), "--if-stale"], { stdio: "inherit" });
+  execFileSync(process.execPath, [fileURLToPath(new URL("./build.mjs", import.meta.url)), "--if-stale"], {
+    stdio: "inherit",
+  });
 }

@@ -2,7 +2,14 @@
 // split-KV and the rows kernel against the tiled kernel in one chunk per sequence; causal prefill forward at T=256 in
 // GFLOP/s for both kernel families (tiled and rows). Outputs are verified first.
 import type { Gpu, Recorder } from "@webart/gpu";
-import { ATTENTION_VARIANTS, attentionDecode, attentionForward, attentionVariant, trainingSlotPos, type AttentionVariant } from "@webart/shaders";
+import {
+  ATTENTION_VARIANTS,
+  attentionDecode,
+  attentionForward,
+  attentionVariant,
+  trainingSlotPos,
+  type AttentionVariant,
+} from "@webart/shaders";
 import { attentionReference } from "@webart/shaders/reference";
 import { Rng } from "@webart/gpu";
 import { assertClose } from "@webart/gpu/check";

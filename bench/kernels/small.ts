@@ -2,7 +2,18 @@
 // start-up tuning chooses from (8, 64, 256), and the LoRA forward and backward in GFLOP/s.
 // Every output is checked against the kernel's CPU reference before it is timed.
 import type { Gpu, Recorder } from "@webart/gpu";
-import { packSampleRows, sample, type SampleRow, logprobsChunk, logprobsFinalize, logprobsStatsBytes, loraBackward, loraForward, ROW_THREADS, rowThreads } from "@webart/shaders";
+import {
+  packSampleRows,
+  sample,
+  type SampleRow,
+  logprobsChunk,
+  logprobsFinalize,
+  logprobsStatsBytes,
+  loraBackward,
+  loraForward,
+  ROW_THREADS,
+  rowThreads,
+} from "@webart/shaders";
 import { sampleReference, logprobsReference, loraReference } from "@webart/shaders/reference";
 import { Rng } from "@webart/gpu";
 import { assertClose } from "@webart/gpu/check";

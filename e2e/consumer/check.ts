@@ -15,12 +15,22 @@ import { rolloutTicTacToe, summarizeTicTacToe } from "webart/envs";
 import { Engine, EMBEDDED_MODEL, planTraining, type MemoryPlan } from "webart/engine";
 
 export async function train(remote: boolean): Promise<TrainResult> {
-  const model = new TrainableModel({ name: "typed", project: "consumer", baseModel: EMBEDDED_MODEL, lora: { rank: 4 } });
+  const model = new TrainableModel({
+    name: "typed",
+    project: "consumer",
+    baseModel: EMBEDDED_MODEL,
+    lora: { rank: 4 },
+  });
   const backend = remote ? new RemoteBackend("http://127.0.0.1:8000") : new LocalBackend({ path: ".art" });
   await model.register(backend);
   const client = model.openaiClient();
   const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
-    [0, 1].map((g) => [0, 1, 2].map(() => async () => new Trajectory(await rolloutTicTacToe(client, { model: model.getInferenceName(), scenario: { seed: g } })))),
+    [0, 1].map((g) =>
+      [0, 1, 2].map(
+        () => async () =>
+          new Trajectory(await rolloutTicTacToe(client, { model: model.getInferenceName(), scenario: { seed: g } })),
+      ),
+    ),
     { maxExceptions: 0.5 },
   );
   const judged = await rulerScoreGroup(groups[0], { client, model: "judge" } satisfies RulerGroupOptions);
@@ -36,7 +46,9 @@ export async function train(remote: boolean): Promise<TrainResult> {
 
 export async function chat(): Promise<string | null> {
   const engine: Engine = await Engine.load(EMBEDDED_MODEL);
-  const reply = await engine.openaiClient().chat.completions.create({ model: "webart-tiny", messages: [{ role: "user", content: "hi" }] });
+  const reply = await engine
+    .openaiClient()
+    .chat.completions.create({ model: "webart-tiny", messages: [{ role: "user", content: "hi" }] });
   // @ts-expect-error an Engine has no such method
   engine.trainOnVibes();
   const plan: MemoryPlan | null = null;

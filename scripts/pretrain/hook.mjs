@@ -9,7 +9,9 @@ function proc(pid) {
   try {
     if (existsSync(`/proc/${pid}/cmdline`)) {
       // npm sets its process title ("npm run train --x"), which replaces argv with one string: split on spaces too.
-      const args = readFileSync(`/proc/${pid}/cmdline`, "utf8").split(/[\0\s]+/).filter(Boolean);
+      const args = readFileSync(`/proc/${pid}/cmdline`, "utf8")
+        .split(/[\0\s]+/)
+        .filter(Boolean);
       const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
       const ppid = Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]);
       return { args, ppid };
@@ -42,4 +44,3 @@ export function runAsHookOf(lifecycleEvent, startPid = process.ppid) {
   }
   return null;
 }
-

@@ -10,7 +10,12 @@ try {
     temperature: 0,
   });
   const choice = completion.choices[0];
-  postMessage({ model: completion.model, content: choice.message.content, finish: choice.finish_reason, tokens: completion.usage?.completion_tokens });
+  postMessage({
+    model: completion.model,
+    content: choice.message.content,
+    finish: choice.finish_reason,
+    tokens: completion.usage?.completion_tokens,
+  });
 } catch (e) {
   postMessage({ error: String(e?.stack ?? e) });
 }

@@ -12,12 +12,26 @@ import { Model } from "./model/model.ts";
 import { ModelRunner } from "./model/runner.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
-import { checkPlan, defaultMemoryBudget, planMemory, planTraining, type LoraTarget, type MemoryPlan, type PlanSetup } from "./plan.ts";
+import {
+  checkPlan,
+  defaultMemoryBudget,
+  planMemory,
+  planTraining,
+  type LoraTarget,
+  type MemoryPlan,
+  type PlanSetup,
+} from "./plan.ts";
 import { tuneKernels } from "@webart/shaders";
 import { isCpuAdapter } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
-import { createJsonConstraintFactory, toolCallConstraint, toolCallSchema, vocabFor, type ToolSpecLike } from "./constrain/index.ts";
+import {
+  createJsonConstraintFactory,
+  toolCallConstraint,
+  toolCallSchema,
+  vocabFor,
+  type ToolSpecLike,
+} from "./constrain/index.ts";
 
 export interface EngineOptions extends OpenModelOptions {
   gpu?: Gpu;
@@ -68,7 +82,6 @@ export function chatTokenizer(
     decode: (ids, o) => tok.decode(ids, o),
   };
 }
-
 
 export class Engine {
   readonly scheduler: Scheduler;
@@ -154,7 +167,12 @@ export class Engine {
     let plan: MemoryPlan;
     if (opts.train) {
       const t = opts.train;
-      plan = planTraining(c, setup, limits, budget, { microBatchTokens: t.microBatchTokens, longest: maxContext, recompute: t.recompute, inUse }).plan;
+      plan = planTraining(c, setup, limits, budget, {
+        microBatchTokens: t.microBatchTokens,
+        longest: maxContext,
+        recompute: t.recompute,
+        inUse,
+      }).plan;
     } else {
       plan = planMemory(c, { ...setup, vocabChunk: Math.min(c.vocabSize, 8192) });
       checkPlan(plan, limits, budget, inUse);
@@ -174,7 +192,18 @@ export class Engine {
     const model = (own.model = new Model(gpu, c, weights));
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
-    return new Engine(gpu, name, base, model, runner, chatTokenizer(base.tokenizer, c, opened.generationConfig), plan, setup, budget, opts);
+    return new Engine(
+      gpu,
+      name,
+      base,
+      model,
+      runner,
+      chatTokenizer(base.tokenizer, c, opened.generationConfig),
+      plan,
+      setup,
+      budget,
+      opts,
+    );
   }
 
   get config(): ModelConfig {

@@ -22,8 +22,15 @@ beforeAll(async () => void (gpu = await getDevice()));
 /** A model folder in memory: a config of the family at small widths, random weights, the embedded tokenizer. */
 function modelFiles(family: "qwen2" | "qwen3"): Map<string, Blob> {
   const json = tinyConfigJson(family, {
-    hidden_size: 64, intermediate_size: 160, num_hidden_layers: 3, num_attention_heads: 4, num_key_value_heads: 2,
-    head_dim: 16, vocab_size: 512, max_position_embeddings: 512, tie_word_embeddings: family === "qwen3",
+    hidden_size: 64,
+    intermediate_size: 160,
+    num_hidden_layers: 3,
+    num_attention_heads: 4,
+    num_key_value_heads: 2,
+    head_dim: 16,
+    vocab_size: 512,
+    max_position_embeddings: 512,
+    tie_word_embeddings: family === "qwen3",
   });
   const files = new Map<string, Blob>();
   files.set("config.json", new Blob([JSON.stringify(json)]));
@@ -46,7 +53,14 @@ describe.each([
     engine = await Engine.load(source(), { gpu, kvSlots, maxContext, prefillChunk, tune: false });
     engine.attachLora({ rank: 4, targets: [...LORA_TARGETS] });
     const c = engine.config;
-    setup = { weightBytes: c.torchDtype === "float32" ? 4 : 2, kvSlots, kvContext: maxContext, prefillChunk, vocabChunk: 256, lora: { rank: 4, targets: LORA_TARGETS } };
+    setup = {
+      weightBytes: c.torchDtype === "float32" ? 4 : 2,
+      kvSlots,
+      kvContext: maxContext,
+      prefillChunk,
+      vocabChunk: 256,
+      lora: { rank: 4, targets: LORA_TARGETS },
+    };
     return () => engine.close();
   });
 
@@ -91,7 +105,13 @@ describe("the budget", () => {
   it("Engine.load refuses a plan over the budget before allocating, naming its parts and what to change", async () => {
     const live = gpu.pool.stats.liveBytes;
     const created = gpu.pool.stats.buffersCreated;
-    const err = await Engine.load(TINY, { gpu, kvSlots: 16, maxContext: 1024, memoryBudget: 8 * 2 ** 20, tune: false }).catch((e: Error) => e);
+    const err = await Engine.load(TINY, {
+      gpu,
+      kvSlots: 16,
+      maxContext: 1024,
+      memoryBudget: 8 * 2 ** 20,
+      tune: false,
+    }).catch((e: Error) => e);
     expect(err).toBeInstanceOf(Error);
     expect((err as Error).name).toBe("PlanError");
     expect((err as Error).message).toMatch(/but the memory budget is 8\.0 MiB/);
@@ -110,30 +130,57 @@ describe("the budget", () => {
     expect(p.lines[5]).toMatch(/recompute off/);
     // Just under keeping the activations of one context-long sequence: the planner turns recompute on.
     const c = roomy.config;
-    const base = { weightBytes: 4 as const, kvSlots: 4, kvContext: 1024, prefillChunk: 256, vocabChunk: 406, lora: train.lora };
+    const base = {
+      weightBytes: 4 as const,
+      kvSlots: 4,
+      kvContext: 1024,
+      prefillChunk: 256,
+      vocabChunk: 406,
+      lora: train.lora,
+    };
     const budget = planMemory(c, { ...base, train: { microBatchTokens: 1024, recompute: false } }).total - 1;
     const tight = await Engine.load(TINY, { ...opts, train, memoryBudget: budget });
     expect(tight.plan.total).toBeLessThanOrEqual(budget);
     expect(tight.plan.lines[5]).toMatch(/recompute on/);
     await tight.close();
-    const err = await Engine.load(TINY, { ...opts, train, memoryBudget: p.weights + p.kvCache + 1024 }).catch((e: Error) => e);
-    expect((err as Error).message).toMatch(/^training does not fit even with 1024 tokens per micro-batch, recompute on/);
+    const err = await Engine.load(TINY, { ...opts, train, memoryBudget: p.weights + p.kvCache + 1024 }).catch(
+      (e: Error) => e,
+    );
+    expect((err as Error).message).toMatch(
+      /^training does not fit even with 1024 tokens per micro-batch, recompute on/,
+    );
     expect((err as Error).message).toMatch(/the longest sequence has 1024 tokens/);
   });
 });
 
 describe("LocalBackend steps", () => {
   it("a trajectory longer than the micro-batch trains: the planner takes a micro-batch of its length; the step reports plan and peak", async () => {
-    const backend = new LocalBackend({ path: mkdtempSync(join(tmpdir(), "webart-mem-")), engine: { gpu, kvSlots: 4, maxContext: 256, tune: false } });
+    const backend = new LocalBackend({
+      path: mkdtempSync(join(tmpdir(), "webart-mem-")),
+      engine: { gpu, kvSlots: 4, maxContext: 256, tune: false },
+    });
     try {
       const model = new TrainableModel({ name: "long", project: "mem", baseModel: TINY });
       await model.register(backend);
       const client = model.openaiClient();
-      const messages = [{ role: "user" as const, content: "x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o" }];
+      const messages = [
+        {
+          role: "user" as const,
+          content: "x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o x o",
+        },
+      ];
       const trajectories: Trajectory[] = [];
       for (let i = 0; i < 2; i++) {
-        const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 4, temperature: 1, seed: i });
-        trajectories.push(new Trajectory({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice], reward: i }));
+        const r = await client.chat.completions.create({
+          model: model.getInferenceName(),
+          messages,
+          max_tokens: 4,
+          temperature: 1,
+          seed: i,
+        });
+        trajectories.push(
+          new Trajectory({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice], reward: i }),
+        );
       }
       const live = gpu.pool.stats.liveBytes;
       const r = await model.train([new TrajectoryGroup(trajectories)], { learningRate: 1e-4, microBatchTokens: 16 });

@@ -19,7 +19,15 @@ export async function measureInference(engine: Engine, prefill: number): Promise
   for (let s = 1; s < slots; s++) slotOf[P + s - 1] = s;
   const rows = [P - 1, ...Array.from({ length: slots - 1 }, (_, s) => P + s)];
   const samples: SampleSpec[] = rows.map((row, i) => ({
-    row, temperature: 1, topK: 0, topP: 1, seed: 1, step: 0, stream: i, mask: null, top: 0,
+    row,
+    temperature: 1,
+    topK: 0,
+    topP: 1,
+    seed: 1,
+    step: 0,
+    stream: i,
+    mask: null,
+    top: 0,
   }));
   await gpu.sync();
   gpu.pool.resetPeak();
@@ -51,8 +59,14 @@ export async function measureGrpoStep(
   let microBatches = 0;
   await engine.scheduler.exclusive(async () => {
     const r = await accumulateGradients(engine.model, seqs, {
-      loss: "ppo", level: "token", epsilon: 0.2, epsilonHigh: 0.2, beta: 0,
-      microBatchTokens: o.microBatchTokens, recompute: o.recompute, vocabChunk: o.vocabChunk,
+      loss: "ppo",
+      level: "token",
+      epsilon: 0.2,
+      epsilonHigh: 0.2,
+      beta: 0,
+      microBatchTokens: o.microBatchTokens,
+      recompute: o.recompute,
+      vocabChunk: o.vocabChunk,
     });
     microBatches = r.microBatches;
     gpu.release(r.totals, r.entropyAll);

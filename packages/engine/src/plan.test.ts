@@ -3,25 +3,50 @@ import { parseConfig, parameterCount } from "./config/index.ts";
 import { checkPlan, LORA_TARGETS, loraParameterCount, planMemory } from "./plan.ts";
 
 const qwen05 = parseConfig({
-  architectures: ["Qwen2ForCausalLM"], model_type: "qwen2", hidden_act: "silu", hidden_size: 896, intermediate_size: 4864,
-  max_position_embeddings: 32768, num_attention_heads: 14, num_hidden_layers: 24, num_key_value_heads: 2,
-  rms_norm_eps: 1e-6, rope_theta: 1e6, tie_word_embeddings: true, torch_dtype: "bfloat16", vocab_size: 151936,
-  use_sliding_window: false, sliding_window: 32768, bos_token_id: 151643, eos_token_id: 151643,
+  architectures: ["Qwen2ForCausalLM"],
+  model_type: "qwen2",
+  hidden_act: "silu",
+  hidden_size: 896,
+  intermediate_size: 4864,
+  max_position_embeddings: 32768,
+  num_attention_heads: 14,
+  num_hidden_layers: 24,
+  num_key_value_heads: 2,
+  rms_norm_eps: 1e-6,
+  rope_theta: 1e6,
+  tie_word_embeddings: true,
+  torch_dtype: "bfloat16",
+  vocab_size: 151936,
+  use_sliding_window: false,
+  sliding_window: 32768,
+  bos_token_id: 151643,
+  eos_token_id: 151643,
 });
 
 it("states weights, LoRA and KV bytes from the config, and refuses what does not fit", () => {
   const setup = {
-    weightBytes: 2 as const, kvSlots: 8, kvContext: 1024, prefillChunk: 256, vocabChunk: 8192,
-    lora: { rank: 8, targets: LORA_TARGETS }, train: { microBatchTokens: 4096, recompute: true },
+    weightBytes: 2 as const,
+    kvSlots: 8,
+    kvContext: 1024,
+    prefillChunk: 256,
+    vocabChunk: 8192,
+    lora: { rank: 8, targets: LORA_TARGETS },
+    train: { microBatchTokens: 4096, recompute: true },
   };
   const p = planMemory(qwen05, setup);
   // Matrices in 16 bits, the few 1-D tensors in f32: within 1% of 2 bytes per parameter.
   expect(Math.abs(p.weights / (2 * parameterCount(qwen05)) - 1)).toBeLessThan(0.01);
-  expect(loraParameterCount(qwen05, 8, LORA_TARGETS)).toBe(24 * 8 * (2 * 896 + 2 * (896 + 128) + 2 * 896 + 3 * (896 + 4864)));
+  expect(loraParameterCount(qwen05, 8, LORA_TARGETS)).toBe(
+    24 * 8 * (2 * 896 + 2 * (896 + 128) + 2 * 896 + 3 * (896 + 4864)),
+  );
   expect(p.kvCache).toBe(2 * 24 * 8 * 1024 * 2 * 64 * 4);
   expect(p.total).toBeLessThan(3e9);
   const noRecompute = planMemory(qwen05, { ...setup, train: { microBatchTokens: 4096, recompute: false } });
   expect(noRecompute.training).toBeGreaterThan(4 * p.training);
-  expect(() => checkPlan(noRecompute, { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 }, 3e9)).toThrow(/budget is 2.79 GiB/);
-  expect(() => checkPlan(p, { maxStorageBufferBindingSize: 64 * 2 ** 20, maxBufferSize: 2 ** 30 })).toThrow(/storage binding/);
+  expect(() => checkPlan(noRecompute, { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 }, 3e9)).toThrow(
+    /budget is 2.79 GiB/,
+  );
+  expect(() => checkPlan(p, { maxStorageBufferBindingSize: 64 * 2 ** 20, maxBufferSize: 2 ** 30 })).toThrow(
+    /storage binding/,
+  );
 });

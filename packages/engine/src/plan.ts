@@ -91,10 +91,15 @@ function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): 
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
   return (
-    f(N * C) + f(N) + // h1, rstd1
-    f(N * H * D) + 2 * f(N * KV * D) + qk + // q, k, v (and their pre-norm forms)
-    f(N * H * D) + f(N * H) + // o, lse
-    2 * f(N * C) + f(N) + // xMid, h2, rstd2
+    f(N * C) +
+    f(N) + // h1, rstd1
+    f(N * H * D) +
+    2 * f(N * KV * D) +
+    qk + // q, k, v (and their pre-norm forms)
+    f(N * H * D) +
+    f(N * H) + // o, lse
+    2 * f(N * C) +
+    f(N) + // xMid, h2, rstd2
     3 * f(N * F) + // g, u, a
     nTargets * f(N * rank) // LoRA intermediates
   );
@@ -123,7 +128,14 @@ function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): numb
 }
 
 /** One training micro-batch of N tokens: the peak of the head phase and of the top layer's backward. */
-function trainingPeak(c: ModelConfig, N: number, vocabChunk: number, rank: number, nTargets: number, recompute: boolean): { peak: number; perLayer: number } {
+function trainingPeak(
+  c: ModelConfig,
+  N: number,
+  vocabChunk: number,
+  rank: number,
+  nTargets: number,
+  recompute: boolean,
+): { peak: number; perLayer: number } {
   const { hiddenSize: C, numLayers: L } = c;
   const Vc = Math.min(vocabChunk, c.vocabSize);
   const inputs = 3 * f(N) + f(2 * N) + f(3 * N); // ids, targets, old logprobs, (slot, pos), GRPO meta
@@ -150,7 +162,8 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
   const lora = s.lora ? exact(loraParams * F32) : 0;
   // Gradients and both AdamW moments, the step's loss totals, entropy rows and the optimizer's partial sums.
-  const optimizer = s.train && s.lora ? 3 * exact(loraParams * F32) + exact(32) + exact(s.train.microBatchTokens * F32) + 2 * 4096 : 0;
+  const optimizer =
+    s.train && s.lora ? 3 * exact(loraParams * F32) + exact(32) + exact(s.train.microBatchTokens * F32) + 2 * 4096 : 0;
   const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
@@ -178,8 +191,18 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     `total       ${mb(total)}`,
   ];
   return {
-    weights, lora, optimizer, kvCache, inference, training, trainingPerLayer, total,
-    peakInference: held + inference, peakTraining: held + training, largestBinding: largest, lines,
+    weights,
+    lora,
+    optimizer,
+    kvCache,
+    inference,
+    training,
+    trainingPerLayer,
+    total,
+    peakInference: held + inference,
+    peakTraining: held + training,
+    largestBinding: largest,
+    lines,
   };
 }
 
@@ -272,7 +295,8 @@ export function planTraining(
   const modes = want.recompute === undefined ? [false, true] : [want.recompute];
   for (const recompute of modes) {
     // Without recompute, micro-batches shrink only while they stay large enough to keep a GPU busy.
-    const ns = recompute || want.recompute === false ? sizes : sizes.filter((n) => n === top || n >= Math.min(1024, top));
+    const ns =
+      recompute || want.recompute === false ? sizes : sizes.filter((n) => n === top || n >= Math.min(1024, top));
     for (const n of ns) for (const vc of chunks) tries.push({ n, recompute, vc });
   }
   let last: { n: number; recompute: boolean; vc: number } | undefined;
@@ -298,7 +322,17 @@ export function planTraining(
 /** Parses "8GB", "6GiB", "512MiB", "4e9" (bytes) into bytes; throws naming the flag for anything else. */
 export function parseBytes(text: string, what = "--memory-budget"): number {
   const m = /^\s*(\d+(?:\.\d+)?(?:e\d+)?)\s*(b|kb|kib|mb|mib|gb|gib|tb|tib)?\s*$/i.exec(text);
-  const unit: Record<string, number> = { b: 1, kb: 1e3, kib: 2 ** 10, mb: 1e6, mib: 2 ** 20, gb: 1e9, gib: 2 ** 30, tb: 1e12, tib: 2 ** 40 };
+  const unit: Record<string, number> = {
+    b: 1,
+    kb: 1e3,
+    kib: 2 ** 10,
+    mb: 1e6,
+    mib: 2 ** 20,
+    gb: 1e9,
+    gib: 2 ** 30,
+    tb: 1e12,
+    tib: 2 ** 40,
+  };
   const v = m ? Number(m[1]) * unit[(m[2] ?? "b").toLowerCase()] : NaN;
   if (!Number.isFinite(v) || v <= 0) {
     throw new PlanError(`${what} "${text}" is not a size: write it like 8GB, 6GiB or 4096MiB`);

@@ -85,7 +85,10 @@ export function summarize2048(trajectories: TrajectoryLike[]): Game2048Evaluatio
     meanMoves: mean(trajectories, (t) => Number(t.metrics.moves)),
     noopRate:
       trajectories.reduce((s, t) => s + Number(t.metrics.noops ?? 0), 0) /
-      Math.max(1, trajectories.reduce((s, t) => s + Number(t.metrics.moves), 0)),
+      Math.max(
+        1,
+        trajectories.reduce((s, t) => s + Number(t.metrics.moves), 0),
+      ),
     meanReward: mean(trajectories, (t) => t.reward),
   };
 }

@@ -1,7 +1,24 @@
 // 2048 rules: merges in every direction, game over, winning, wasted and invalid moves, seeded spawning and the reward.
 import { describe, expect, it } from "vitest";
 import { Rng } from "@webart/gpu";
-import { DIRECTIONS, SIZE, boardSum, legalMoves, maxTile, new2048, parse2048Move, render2048, reward2048, slide, slideLine, spawnTile, step2048, env2048, type Direction, type Game2048 } from "./game2048.ts";
+import {
+  DIRECTIONS,
+  SIZE,
+  boardSum,
+  legalMoves,
+  maxTile,
+  new2048,
+  parse2048Move,
+  render2048,
+  reward2048,
+  slide,
+  slideLine,
+  spawnTile,
+  step2048,
+  env2048,
+  type Direction,
+  type Game2048,
+} from "./game2048.ts";
 
 // Lines as seen from the side the tiles move toward (0 = empty), and the result.
 // prettier-ignore

@@ -2,7 +2,16 @@
 // They answer in the same <move> format as the model, so one evaluation serves all.
 import { Rng } from "@webart/gpu";
 import type { Player } from "./types.ts";
-import { cellName, emptyCells, lineWinner, other, type Cell, type Mark, type Opponent, type TicTacToeGame } from "./tictactoe.ts";
+import {
+  cellName,
+  emptyCells,
+  lineWinner,
+  other,
+  type Cell,
+  type Mark,
+  type Opponent,
+  type TicTacToeGame,
+} from "./tictactoe.ts";
 import { legalMoves, type Game2048 } from "./game2048.ts";
 
 export const moveReply = (move: string): string => `<move>${move}</move>`;

@@ -13,7 +13,10 @@ const lastUser = (messages: Message[]) => String(messages[messages.length - 1].c
 /** Reads the board as a person would from the rendered text and takes the first empty cell. */
 function firstEmptyCell(messages: Message[]): string {
   for (const line of lastUser(messages).split("\n").slice(1)) {
-    const col = line.slice(2).split(" ").findIndex((c) => c !== "x" && c !== "o");
+    const col = line
+      .slice(2)
+      .split(" ")
+      .findIndex((c) => c !== "x" && c !== "o");
     if (col >= 0) return `I'll play here. <move>${line[0]}${col + 1}</move>`;
   }
   throw new Error("no empty cell");

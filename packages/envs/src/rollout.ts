@@ -63,7 +63,11 @@ export function chatPlayer(client: OpenAI, opts: SamplingOptions): Player<unknow
   return async (game, conversation) => (await act(game, conversation)).text;
 }
 
-async function runTicTacToe(scenario: TicTacToeScenario, act: Act<TicTacToeGame>, historyTurns = HISTORY_TURNS_TICTACTOE): Promise<TrajectoryLike> {
+async function runTicTacToe(
+  scenario: TicTacToeScenario,
+  act: Act<TicTacToeGame>,
+  historyTurns = HISTORY_TURNS_TICTACTOE,
+): Promise<TrajectoryLike> {
   const game = newTicTacToe(scenario);
   const turns = await playEpisode(ticTacToeEnv, game, act, historyTurns);
   const opponent = scenario.opponent ? "custom" : "random";

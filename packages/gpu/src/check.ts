@@ -47,7 +47,12 @@ export function compare(actual: ArrayLike<number>, expected: ArrayLike<number>, 
 }
 
 /** Throws a readable error naming the tensor, the worst element and the tolerance. */
-export function assertClose(name: string, actual: ArrayLike<number>, expected: ArrayLike<number>, tol: Tolerance): void {
+export function assertClose(
+  name: string,
+  actual: ArrayLike<number>,
+  expected: ArrayLike<number>,
+  tol: Tolerance,
+): void {
   const m = compare(actual, expected, tol);
   if (!m) return;
   if (m.index < 0) throw new Error(`${name}: length ${m.actual} !== expected ${m.expected}`);

@@ -38,7 +38,10 @@ export class WgslError extends Error {
     super(
       `WGSL compile error in shader "${shader}":\n` +
         messages
-          .map((m) => `  ${shader}.wgsl:${m.line}:${m.column}: ${m.type}: ${m.message}\n    ${lines[m.line - 1]?.trim() ?? ""}`)
+          .map(
+            (m) =>
+              `  ${shader}.wgsl:${m.line}:${m.column}: ${m.type}: ${m.message}\n    ${lines[m.line - 1]?.trim() ?? ""}`,
+          )
           .join("\n"),
     );
     this.name = "WgslError";
@@ -370,7 +373,12 @@ export class Recorder {
   private encoder: GPUCommandEncoder;
   private pass?: GPUComputePassEncoder;
   private chunks: { buf: GPUBuffer; data: Uint8Array<ArrayBuffer>; used: number }[] = [];
-  private reads: { staging: GPUBuffer; size: number; resolve: (b: ArrayBuffer) => void; reject: (e: unknown) => void }[] = [];
+  private reads: {
+    staging: GPUBuffer;
+    size: number;
+    resolve: (b: ArrayBuffer) => void;
+    reject: (e: unknown) => void;
+  }[] = [];
   private stamps: string[] = [];
   private querySet?: GPUQuerySet;
   private submitted = false;
@@ -532,7 +540,9 @@ export class Recorder {
     const verr = (await Promise.all(this.flushScopes)).find((e) => e) ?? (await scope);
     const recorded = gpu.errors.slice(this.errorsAtStart);
     if (verr || recorded.length) {
-      const err = new Error(`GPU validation failed; nothing in this submit ran: ${verr?.message ?? recorded.join("; ")}`);
+      const err = new Error(
+        `GPU validation failed; nothing in this submit ran: ${verr?.message ?? recorded.join("; ")}`,
+      );
       for (const r of this.reads) {
         gpu.pool.release(r.staging);
         r.reject(err);

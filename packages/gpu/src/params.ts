@@ -13,7 +13,8 @@ export class Params {
   }
   i32(...v: number[]): this {
     for (const x of v) {
-      if (!Number.isInteger(x) || x < -0x80000000 || x > 0x7fffffff) throw new RangeError(`Params.i32: ${x} is not an i32`);
+      if (!Number.isInteger(x) || x < -0x80000000 || x > 0x7fffffff)
+        throw new RangeError(`Params.i32: ${x} is not an i32`);
       this.words.push(x);
       this.kinds.push("i");
     }

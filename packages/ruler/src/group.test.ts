@@ -2,7 +2,14 @@
 // explanations logged, failures swallowed to null, and use as gatherTrajectoryGroups' afterEach.
 import { afterEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
-import { clientForHandler, Engine, gatherTrajectoryGroups, Trajectory, TrajectoryGroup, type Message } from "@webart/engine";
+import {
+  clientForHandler,
+  Engine,
+  gatherTrajectoryGroups,
+  Trajectory,
+  TrajectoryGroup,
+  type Message,
+} from "@webart/engine";
 import { rulerScoreGroup, type RulerGroupOptions } from "./group.ts";
 import { RulerError } from "./ruler.ts";
 import { requestedIds, startJudge, type JudgeRequest, type ScriptedJudge, type Step } from "./scripted-judge.ts";
@@ -81,7 +88,10 @@ describe("rulerScoreGroup", () => {
     const unscored = ["A1", "B2"].map((m) => new Trajectory({ messagesAndChoices: game(m, 0).messagesAndChoices }));
     const out = await rulerScoreGroup(new TrajectoryGroup(unscored), opts(judge));
     expect(out!.trajectories.map((t) => t.reward)).toEqual([moveScore.A1, moveScore.B2]);
-    expect(out!.trajectories.map((t) => t.metrics)).toEqual([{ ruler_score: moveScore.A1 }, { ruler_score: moveScore.B2 }]);
+    expect(out!.trajectories.map((t) => t.metrics)).toEqual([
+      { ruler_score: moveScore.A1 },
+      { ruler_score: moveScore.B2 },
+    ]);
   });
 
   it("shows the trajectories' tools to the judge", async () => {
@@ -157,10 +167,22 @@ describe("rulerScoreGroup", () => {
     });
     try {
       const group = new TrajectoryGroup([
-        new Trajectory({ messagesAndChoices: [sys, user("Board: empty. Your move."), say("<move>B2</move>")], reward: 1 }),
-        new Trajectory({ messagesAndChoices: [sys, user("Board: empty. Your move."), say("<move>A9</move>")], reward: -1 }),
+        new Trajectory({
+          messagesAndChoices: [sys, user("Board: empty. Your move."), say("<move>B2</move>")],
+          reward: 1,
+        }),
+        new Trajectory({
+          messagesAndChoices: [sys, user("Board: empty. Your move."), say("<move>A9</move>")],
+          reward: -1,
+        }),
       ]);
-      const scored = await rulerScoreGroup(group, { client, model: "judge", clampScores: true, swallowExceptions: true, requestParams: { temperature: 1, seed: 11 } });
+      const scored = await rulerScoreGroup(group, {
+        client,
+        model: "judge",
+        clampScores: true,
+        swallowExceptions: true,
+        requestParams: { temperature: 1, seed: 11 },
+      });
       // Constrained decoding: even this tiny judge's every reply is JSON of the requested shape, two entries
       // with known ids. (It may name the same id twice, which ruler refuses; a real judge would not.)
       expect(replies.length).toBeGreaterThan(0);

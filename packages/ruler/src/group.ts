@@ -51,7 +51,11 @@ export async function rulerScoreGroup(
       messagesAndChoices: [...t.messagesAndChoices],
       reward: s.score,
       // The rollout's own reward, when it set one.
-      metrics: { ...t.metrics, ...(Number.isFinite(t.reward) ? { independent_reward: t.reward } : {}), ruler_score: s.score },
+      metrics: {
+        ...t.metrics,
+        ...(Number.isFinite(t.reward) ? { independent_reward: t.reward } : {}),
+        ruler_score: s.score,
+      },
       metadata: { ...t.metadata },
       logs: [...t.logs, `RULER score ${s.score}: ${s.explanation}`],
       tools: t.tools,

@@ -1,2 +1,12 @@
 // Engine classes the worker uses, in one place.
-export { LocalBackend, TrainableModel, RunFiles, stepDir, LoraState, validateLoraConfig, type LoraConfig, type ModelSpec, type TrainMetrics } from "webart/engine";
+export {
+  LocalBackend,
+  TrainableModel,
+  RunFiles,
+  stepDir,
+  LoraState,
+  validateLoraConfig,
+  type LoraConfig,
+  type ModelSpec,
+  type TrainMetrics,
+} from "webart/engine";

@@ -2,7 +2,15 @@ import { describe, expect, it } from "vitest";
 import { computeAdvantages } from "./advantages.ts";
 import { gatherTrajectoryGroups, TooManyExceptionsError } from "./gather.ts";
 import { resolveTrainConfig, DEFAULT_TRAIN_CONFIG } from "./train-config.ts";
-import { Trajectory, TrajectoryGroup, checkRewards, isTrainableChoice, sampleHistories, type History, type SampledChoice } from "./trajectories.ts";
+import {
+  Trajectory,
+  TrajectoryGroup,
+  checkRewards,
+  isTrainableChoice,
+  sampleHistories,
+  type History,
+  type SampledChoice,
+} from "./trajectories.ts";
 
 const choice = (content: string, ids?: number[]): SampledChoice => ({
   index: 0,
@@ -39,13 +47,19 @@ describe("TrainConfig", () => {
     expect(() => resolveTrainConfig({ beta: "0" as never })).toThrow(/beta: expected a number/);
     expect(Object.isFrozen(DEFAULT_TRAIN_CONFIG)).toBe(true);
     expect(resolveTrainConfig().maxHistoriesPerTrajectory).toBe(0);
-    expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: 2.5 })).toThrow(/maxHistoriesPerTrajectory: must be a whole number/);
-    expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: -1 })).toThrow(/maxHistoriesPerTrajectory: must be >= 0/);
+    expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: 2.5 })).toThrow(
+      /maxHistoriesPerTrajectory: must be a whole number/,
+    );
+    expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: -1 })).toThrow(
+      /maxHistoriesPerTrajectory: must be >= 0/,
+    );
   });
 });
 
 describe("sampleHistories", () => {
-  const hs: History[] = Array.from({ length: 40 }, (_, i) => ({ messagesAndChoices: [{ role: "user", content: String(i) }] }));
+  const hs: History[] = Array.from({ length: 40 }, (_, i) => ({
+    messagesAndChoices: [{ role: "user", content: String(i) }],
+  }));
   const ids = (x: History[]) => x.map((h) => Number((h.messagesAndChoices[0] as { content: string }).content));
   it("keeps all when the cap is 0 or not reached", () => {
     expect(sampleHistories(hs, 0, 1)).toBe(hs);
@@ -108,14 +122,16 @@ describe("gatherTrajectoryGroups", () => {
   it("bounds concurrency, reports progress and captures exceptions up to maxExceptions", async () => {
     let active = 0;
     let peak = 0;
-    const rollout = (r: number, fail = false) => async () => {
-      active++;
-      peak = Math.max(peak, active);
-      await sleep(5);
-      active--;
-      if (fail) throw new Error(`boom ${r}`);
-      return new Trajectory({ reward: r });
-    };
+    const rollout =
+      (r: number, fail = false) =>
+      async () => {
+        active++;
+        peak = Math.max(peak, active);
+        await sleep(5);
+        active--;
+        if (fail) throw new Error(`boom ${r}`);
+        return new Trajectory({ reward: r });
+      };
     const progress: number[] = [];
     const groups = await gatherTrajectoryGroups(
       [
@@ -129,7 +145,10 @@ describe("gatherTrajectoryGroups", () => {
     expect(groups[1].trajectories).toHaveLength(2);
     expect(groups[1].exceptions[0].message).toBe("boom 0");
     await expect(
-      gatherTrajectoryGroups([[rollout(0, true), rollout(1, true), rollout(1)]], { maxExceptions: 0.5, progressBar: "off" }),
+      gatherTrajectoryGroups([[rollout(0, true), rollout(1, true), rollout(1)]], {
+        maxExceptions: 0.5,
+        progressBar: "off",
+      }),
     ).rejects.toBeInstanceOf(TooManyExceptionsError);
   });
 
@@ -139,9 +158,15 @@ describe("gatherTrajectoryGroups", () => {
       progressBar: "off",
       afterEach: (grp) => {
         if (grp === undefined) return null;
-        return grp.trajectories[0].reward === 1 ? new TrajectoryGroup(grp.trajectories.map((t) => ({ reward: t.reward * 2 }))) : null;
+        return grp.trajectories[0].reward === 1
+          ? new TrajectoryGroup(grp.trajectories.map((t) => ({ reward: t.reward * 2 })))
+          : null;
       },
     });
-    expect(out.map((x) => x.rewards())).toEqual([[2, 0], [2, 0], [2, 0]]);
+    expect(out.map((x) => x.rewards())).toEqual([
+      [2, 0],
+      [2, 0],
+      [2, 0],
+    ]);
   });
 });

@@ -69,7 +69,9 @@ export class RunFiles {
     );
   }
 
-  async readCheckpoint(step: number): Promise<{ adapter: WeightReader; optimizer: WeightReader | null; adapterConfig: Record<string, unknown> }> {
+  async readCheckpoint(
+    step: number,
+  ): Promise<{ adapter: WeightReader; optimizer: WeightReader | null; adapterConfig: Record<string, unknown> }> {
     const d = `checkpoints/${stepDir(step)}`;
     const a = await this.store.read(this.path(`${d}/adapter_model.safetensors`));
     if (!a) throw new Error(`${this.path(d)}: adapter_model.safetensors is missing`);
@@ -116,7 +118,9 @@ export function packOptimizer(m: Float32Array, v: Float32Array, state: Record<st
   );
 }
 
-export async function unpackOptimizer(r: WeightReader): Promise<{ m: Float32Array; v: Float32Array; state: Record<string, unknown> }> {
+export async function unpackOptimizer(
+  r: WeightReader,
+): Promise<{ m: Float32Array; v: Float32Array; state: Record<string, unknown> }> {
   const m = await r.read("adam.m");
   const v = await r.read("adam.v");
   return { m: tensorToF32(m), v: tensorToF32(v), state: r.metadata };

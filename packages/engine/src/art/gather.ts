@@ -5,9 +5,7 @@ import { Trajectory, TrajectoryGroup, type CapturedException, type TrajectoryLik
 
 /** A group to gather: rollout thunks (concurrency-bounded), or a group (promise or thunk). */
 export type GroupInput =
-  | (() => Promise<TrajectoryLike>)[]
-  | Promise<TrajectoryGroup>
-  | (() => Promise<TrajectoryGroup>);
+  (() => Promise<TrajectoryLike>)[] | Promise<TrajectoryGroup> | (() => Promise<TrajectoryGroup>);
 
 export interface GatherProgress {
   done: number;
@@ -25,7 +23,9 @@ export interface GatherOptions {
   /** Exceptions tolerated: a count, or a fraction (0..1) of all rollouts. Default 0: any exception throws. */
   maxExceptions?: number;
   /** Called with each finished group: return it (possibly rescored), null to drop it, or several groups. */
-  afterEach?: (group: TrajectoryGroup) => TrajectoryGroup | null | TrajectoryGroup[] | Promise<TrajectoryGroup | null | TrajectoryGroup[]>;
+  afterEach?: (
+    group: TrajectoryGroup,
+  ) => TrajectoryGroup | null | TrajectoryGroup[] | Promise<TrajectoryGroup | null | TrajectoryGroup[]>;
   onProgress?: (p: GatherProgress) => void;
   /** "auto" draws a progress bar when stderr is a Node TTY. */
   progressBar?: "auto" | "off";

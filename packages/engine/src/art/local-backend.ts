@@ -92,11 +92,21 @@ export class LocalBackend implements Backend {
         );
       }
     } else {
-      await files.writeJson("model.json", { name: spec.name, project: spec.project, base_model: spec.baseModel, lora: spec.lora, seed: spec.seed, trainable: true });
+      await files.writeJson("model.json", {
+        name: spec.name,
+        project: spec.project,
+        base_model: spec.baseModel,
+        lora: spec.lora,
+        seed: spec.seed,
+        trainable: true,
+      });
     }
     // Loading plans training too: a run whose longest possible sequence cannot train is refused up front.
     const lcfg = validateLoraConfig(spec.lora ?? {});
-    const train = { lora: { rank: lcfg.rank, targets: lcfg.targets }, microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens };
+    const train = {
+      lora: { rank: lcfg.rank, targets: lcfg.targets },
+      microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
+    };
     const engine = await Engine.load(spec.baseModel, { train, ...this.engineOpts, name: spec.name });
     try {
       engine.attachLora(spec.lora, spec.seed);
@@ -132,7 +142,10 @@ export class LocalBackend implements Backend {
     lora.ensureOptimizer();
     if (ck.optimizer) {
       const o = await unpackOptimizer(ck.optimizer);
-      if (o.m.length !== lora.size) throw new Error(`${files.path(`checkpoints/${stepDir(step)}`)}: optimizer state has ${o.m.length} values, the adapter ${lora.size}`);
+      if (o.m.length !== lora.size)
+        throw new Error(
+          `${files.path(`checkpoints/${stepDir(step)}`)}: optimizer state has ${o.m.length} values, the adapter ${lora.size}`,
+        );
       engine.gpu.write(lora.m!, o.m);
       engine.gpu.write(lora.v!, o.v);
     }
@@ -192,30 +205,51 @@ export class LocalBackend implements Backend {
         const hs = sampleHistories(t.histories(), cfg.maxHistoriesPerTrajectory, next * 1_000_003 + gi * 1009 + ti);
         for (const tk of hs.flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
           if (tk.ids.length > engine.runner.maxContext) {
-            throw new Error(`train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`);
+            throw new Error(
+              `train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`,
+            );
           }
-          seqs.push({ ids: tk.ids, mask: tk.mask, oldLogprobs: tk.oldLogprobs, advantage: a, coef: 0, n: tk.trainableTokens, from: `trajectory ${ti} of group ${gi}` });
+          seqs.push({
+            ids: tk.ids,
+            mask: tk.mask,
+            oldLogprobs: tk.oldLogprobs,
+            advantage: a,
+            coef: 0,
+            n: tk.trainableTokens,
+            from: `trajectory ${ti} of group ${gi}`,
+          });
         }
       });
     });
     const nSeq = seqs.length;
     const nTok = seqs.reduce((s, q) => s + q.n, 0);
     const maxLen = cfg.drGrpoMaxTokens || Math.max(1, ...seqs.map((s) => s.n));
-    for (const s of seqs) s.coef = cfg.lossType === "token" ? 1 / nTok : cfg.lossType === "dr_grpo" ? 1 / (nSeq * maxLen) : 1 / (nSeq * s.n);
+    for (const s of seqs)
+      s.coef =
+        cfg.lossType === "token" ? 1 / nTok : cfg.lossType === "dr_grpo" ? 1 / (nSeq * maxLen) : 1 / (nSeq * s.n);
     // The planner decides the micro-batch, recompute and vocabulary chunk for this step's longest sequence,
     // before anything is allocated; a step that cannot fit is refused naming that sequence.
-    const longest = seqs.reduce((m, q) => (q.ids.length > (m?.ids.length ?? 0) ? q : m), undefined as (typeof seqs)[number] | undefined);
+    const longest = seqs.reduce(
+      (m, q) => (q.ids.length > (m?.ids.length ?? 0) ? q : m),
+      undefined as (typeof seqs)[number] | undefined,
+    );
     let choice: ReturnType<typeof planTraining> | undefined;
     let planned = 0;
     if (longest) {
       engine.model.lora!.ensureOptimizer();
       try {
-        choice = planTraining(engine.config, engine.planSetup, { maxStorageBufferBindingSize: engine.gpu.maxStorageBinding, maxBufferSize: engine.gpu.maxBufferSize }, engine.memoryBudget, {
-          microBatchTokens: cfg.microBatchTokens,
-          longest: longest.ids.length,
-          recompute: cfg.recompute === "auto" ? undefined : cfg.recompute === "on",
-          held: engine.gpu.pool.stats.liveBytes,
-        });
+        choice = planTraining(
+          engine.config,
+          engine.planSetup,
+          { maxStorageBufferBindingSize: engine.gpu.maxStorageBinding, maxBufferSize: engine.gpu.maxBufferSize },
+          engine.memoryBudget,
+          {
+            microBatchTokens: cfg.microBatchTokens,
+            longest: longest.ids.length,
+            recompute: cfg.recompute === "auto" ? undefined : cfg.recompute === "on",
+            held: engine.gpu.pool.stats.liveBytes,
+          },
+        );
         planned = engine.gpu.pool.stats.liveBytes + choice.plan.training;
       } catch (e) {
         if (!(e instanceof PlanError)) throw e;
@@ -233,7 +267,9 @@ export class LocalBackend implements Backend {
     let moved = false;
     try {
       if (skipped) {
-        console.warn(`train step ${next}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`);
+        console.warn(
+          `train step ${next}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`,
+        );
       } else {
         const scope = engine.gpu.scope();
         try {
@@ -258,7 +294,14 @@ export class LocalBackend implements Backend {
             moved = true;
             opt = await optimizerStep(
               engine.model,
-              { lr: cfg.learningRate, beta1: cfg.adamBeta1, beta2: cfg.adamBeta2, eps: cfg.adamEps, weightDecay: cfg.weightDecay, maxGradNorm: cfg.maxGradNorm },
+              {
+                lr: cfg.learningRate,
+                beta1: cfg.adamBeta1,
+                beta2: cfg.adamBeta2,
+                eps: cfg.adamEps,
+                weightDecay: cfg.weightDecay,
+                maxGradNorm: cfg.maxGradNorm,
+              },
               next,
             );
             t3 = performance.now();
@@ -280,9 +323,14 @@ export class LocalBackend implements Backend {
       await this.checkpoint(run, next);
     } catch (e) {
       if (moved) {
-        await engine.scheduler.exclusive(() => this.restore(run, run.step)).catch((r: Error) => {
-          throw new Error(`${(e as Error).message} (and putting back checkpoint ${run.step} failed: ${r.message}; register the model again)`, { cause: e });
-        });
+        await engine.scheduler
+          .exclusive(() => this.restore(run, run.step))
+          .catch((r: Error) => {
+            throw new Error(
+              `${(e as Error).message} (and putting back checkpoint ${run.step} failed: ${r.message}; register the model again)`,
+              { cause: e },
+            );
+          });
       }
       throw e;
     }
@@ -324,7 +372,12 @@ export class LocalBackend implements Backend {
     return { step: run.step, metrics };
   }
 
-  async log(spec: ModelSpec, groups: TrajectoryGroup[], split: string, metrics: Record<string, number> = {}): Promise<void> {
+  async log(
+    spec: ModelSpec,
+    groups: TrajectoryGroup[],
+    split: string,
+    metrics: Record<string, number> = {},
+  ): Promise<void> {
     const run = this.run(spec);
     checkRewards(groups, "log");
     const adv = computeAdvantages(groups, false);

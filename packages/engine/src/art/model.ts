@@ -21,7 +21,8 @@ export class TrainableModel {
 
   constructor(init: TrainableModelInit) {
     for (const k of Object.keys(init)) {
-      if (!["name", "project", "baseModel", "lora", "seed"].includes(k)) throw new Error(`TrainableModel: unknown option "${k}"`);
+      if (!["name", "project", "baseModel", "lora", "seed"].includes(k))
+        throw new Error(`TrainableModel: unknown option "${k}"`);
     }
     this.spec = {
       name: init.name,

@@ -169,7 +169,8 @@ describe("RemoteBackend against webart serve", () => {
     const backend = new RemoteBackend(s.url, {
       maxRetries: 0,
       fetch: (input, init) => {
-        if (init?.method === "POST" && new URL(String(input)).pathname === "/v1/webart/models") registrations.push(String(init.body));
+        if (init?.method === "POST" && new URL(String(input)).pathname === "/v1/webart/models")
+          registrations.push(String(init.body));
         return fetch(input, init);
       },
     });

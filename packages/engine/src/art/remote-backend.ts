@@ -133,9 +133,15 @@ export class RemoteBackend implements Backend {
     const code = await r
       .clone()
       .json()
-      .then((j: { error?: { code?: unknown } }) => j?.error?.code, () => null);
+      .then(
+        (j: { error?: { code?: unknown } }) => j?.error?.code,
+        () => null,
+      );
     if (code !== "model_not_found") return r;
-    const registered = await this.registerAgain(spec).then(() => true, () => false);
+    const registered = await this.registerAgain(spec).then(
+      () => true,
+      () => false,
+    );
     return registered ? this.fetch(input, init) : r;
   };
 

@@ -79,7 +79,8 @@ export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainCon
     }
     const key = k as keyof TrainConfig;
     const def = DEFAULT_TRAIN_CONFIG[key];
-    if (typeof v !== typeof def) throw new Error(`TrainConfig.${k}: expected a ${typeof def}, got ${JSON.stringify(v)}`);
+    if (typeof v !== typeof def)
+      throw new Error(`TrainConfig.${k}: expected a ${typeof def}, got ${JSON.stringify(v)}`);
     const choices = CHOICES[key];
     if (choices && !choices.includes(v as string)) {
       throw new Error(`TrainConfig.${k}: "${v}" is not one of ${choices.join(", ")}`);
@@ -89,10 +90,20 @@ export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainCon
   }
   if (!explicitHigh) out.epsilonHigh = out.epsilon;
   const positive: (keyof TrainConfig)[] = ["learningRate", "maxGradNorm", "microBatchTokens", "adamEps"];
-  for (const k of positive) if (!((out[k] as number) > 0)) throw new Error(`TrainConfig.${k}: must be > 0, got ${out[k]}`);
+  for (const k of positive)
+    if (!((out[k] as number) > 0)) throw new Error(`TrainConfig.${k}: must be > 0, got ${out[k]}`);
   if (!Number.isInteger(out.maxHistoriesPerTrajectory))
-    throw new Error(`TrainConfig.maxHistoriesPerTrajectory: must be a whole number (0: all), got ${out.maxHistoriesPerTrajectory}`);
-  for (const k of ["beta", "epsilon", "epsilonHigh", "weightDecay", "drGrpoMaxTokens", "maxHistoriesPerTrajectory"] as const)
+    throw new Error(
+      `TrainConfig.maxHistoriesPerTrajectory: must be a whole number (0: all), got ${out.maxHistoriesPerTrajectory}`,
+    );
+  for (const k of [
+    "beta",
+    "epsilon",
+    "epsilonHigh",
+    "weightDecay",
+    "drGrpoMaxTokens",
+    "maxHistoriesPerTrajectory",
+  ] as const)
     if (out[k] < 0) throw new Error(`TrainConfig.${k}: must be >= 0, got ${out[k]}`);
   for (const k of ["adamBeta1", "adamBeta2"] as const)
     if (!(out[k] >= 0 && out[k] < 1)) throw new Error(`TrainConfig.${k}: must be in [0, 1), got ${out[k]}`);

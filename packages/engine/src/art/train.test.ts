@@ -33,7 +33,9 @@ async function toyModel(): Promise<{ dir: string; target: Set<number> }> {
   const rng = new Rng(9);
   const C = cfg.hiddenSize;
   const d = Float32Array.from({ length: C }, () => rng.normal());
-  const proj = Array.from({ length: cfg.vocabSize }, (_, t) => head.subarray(t * C, (t + 1) * C).reduce((s, x, i) => s + x * d[i], 0));
+  const proj = Array.from({ length: cfg.vocabSize }, (_, t) =>
+    head.subarray(t * C, (t + 1) * C).reduce((s, x, i) => s + x * d[i], 0),
+  );
   const thr = [...proj].sort((a, b) => b - a)[Math.floor(cfg.vocabSize / 5)];
   return { dir, target: new Set(proj.flatMap((p, t) => (p > thr ? [t] : []))) };
 }
@@ -43,14 +45,22 @@ const reward = (c: SampledChoice) => (toy.target.has(c.token_ids![0]) ? 1 : 0);
 
 async function rollout(model: TrainableModel, seed: number): Promise<Trajectory> {
   const client = model.openaiClient();
-  const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 1, temperature: 1, seed });
+  const r = await client.chat.completions.create({
+    model: model.getInferenceName(),
+    messages,
+    max_tokens: 1,
+    temperature: 1,
+    seed,
+  });
   const c = r.choices[0] as SampledChoice;
   return new Trajectory({ messagesAndChoices: [...messages, c], reward: reward(c) });
 }
 
 async function step(model: TrainableModel, s: number, groups = 2, size = 8) {
   return gatherTrajectoryGroups(
-    Array.from({ length: groups }, (_, g) => Array.from({ length: size }, (_, i) => () => rollout(model, 1000 * s + 100 * g + i))),
+    Array.from({ length: groups }, (_, g) =>
+      Array.from({ length: size }, (_, i) => () => rollout(model, 1000 * s + 100 * g + i)),
+    ),
     { progressBar: "off" },
   );
 }
@@ -68,7 +78,12 @@ describe("TrainableModel + LocalBackend", () => {
   it("learns a toy task: mean reward from below 0.4 to above 0.8 within 40 steps", async () => {
     const dir = mkdtempSync(join(tmpdir(), "webart-learn-"));
     const backend = new LocalBackend({ path: dir, engine: { kvSlots: 32, maxContext: 64 } });
-    const model = new TrainableModel({ name: "toy", project: "test", baseModel: toy.dir, lora: { rank: 8, alpha: 16 } });
+    const model = new TrainableModel({
+      name: "toy",
+      project: "test",
+      baseModel: toy.dir,
+      lora: { rank: 8, alpha: 16 },
+    });
     await model.register(backend);
     const engine = backend.engine(model.spec);
     const base0 = await (await getDevice()).readF32(engine.model.weights.layers[0].q.buffer);
@@ -87,7 +102,9 @@ describe("TrainableModel + LocalBackend", () => {
     expect(last).toBeGreaterThan(0.8);
     // The adapter moved; the frozen base weights did not.
     const ck0 = readFileSync(join(dir, "test/models/toy/checkpoints/0000/adapter_model.safetensors"));
-    const ckN = readFileSync(join(dir, `test/models/toy/checkpoints/${String(rewards.length).padStart(4, "0")}/adapter_model.safetensors`));
+    const ckN = readFileSync(
+      join(dir, `test/models/toy/checkpoints/${String(rewards.length).padStart(4, "0")}/adapter_model.safetensors`),
+    );
     const a0 = await adapterWeights(ck0);
     const aN = await adapterWeights(ckN);
     expect(a0.some((v, i) => v !== aN[i])).toBe(true);
@@ -97,7 +114,10 @@ describe("TrainableModel + LocalBackend", () => {
     const cfg = JSON.parse(readFileSync(join(dir, "test/models/toy/checkpoints/0001/adapter_config.json"), "utf8"));
     expect(cfg).toMatchObject({ peft_type: "LORA", r: 8, lora_alpha: 16 });
     expect(cfg.target_modules).toEqual(["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]);
-    const hist = readFileSync(join(dir, "test/models/toy/history.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const hist = readFileSync(join(dir, "test/models/toy/history.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(hist.length).toBe(rewards.length);
     expect(hist[0]).toHaveProperty("train/grad_norm");
     expect(existsSync(join(dir, "test/models/toy/trajectories/train/0001.jsonl"))).toBe(true);
@@ -136,7 +156,13 @@ describe("TrainableModel + LocalBackend", () => {
     const many = async (seed: number, reward: number) => {
       const hs = [];
       for (let k = 0; k < 5; k++) {
-        const r = await client.chat.completions.create({ model: model.getInferenceName(), messages, max_tokens: 1, temperature: 1, seed: seed + k });
+        const r = await client.chat.completions.create({
+          model: model.getInferenceName(),
+          messages,
+          max_tokens: 1,
+          temperature: 1,
+          seed: seed + k,
+        });
         hs.push({ messagesAndChoices: [...messages, r.choices[0] as SampledChoice] });
       }
       return new Trajectory({ messagesAndChoices: hs[0].messagesAndChoices, additionalHistories: hs.slice(1), reward });

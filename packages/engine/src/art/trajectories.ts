@@ -216,7 +216,9 @@ export function checkRewards(groups: TrajectoryGroup[], op: "train" | "log"): vo
     g.trajectories.forEach((t, ti) => {
       if (Number.isFinite(t.reward)) return;
       const has = Number.isNaN(t.reward) ? "has no reward" : `has reward ${t.reward}, not a finite number`;
-      throw new Error(`${op}: trajectory ${ti} of group ${gi} ${has}: set trajectory.reward before ${op === "train" ? "training" : "logging"}`);
+      throw new Error(
+        `${op}: trajectory ${ti} of group ${gi} ${has}: set trajectory.reward before ${op === "train" ? "training" : "logging"}`,
+      );
     }),
   );
 }

@@ -4,7 +4,14 @@
 import type { Gpu } from "@webart/gpu";
 import type { ModelConfig } from "../config/index.ts";
 import { Tokenizer } from "../tokenizer/index.ts";
-import { modelFiles, openModel, type LoadProgress, type ModelSource, type OpenModelOptions, type OpenedModel } from "../weights/index.ts";
+import {
+  modelFiles,
+  openModel,
+  type LoadProgress,
+  type ModelSource,
+  type OpenModelOptions,
+  type OpenedModel,
+} from "../weights/index.ts";
 import { freeWeights, uploadWeights, type GpuWeights } from "./weights.ts";
 
 export interface BaseOptions extends OpenModelOptions {

@@ -31,14 +31,21 @@ export interface LoraEntry {
 export function loraDims(c: ModelConfig, t: LoraTarget): { in: number; out: number } {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const d: Record<LoraTarget, [number, number]> = {
-    q: [C, H * D], k: [C, KV * D], v: [C, KV * D], o: [H * D, C], gate: [C, F], up: [C, F], down: [F, C],
+    q: [C, H * D],
+    k: [C, KV * D],
+    v: [C, KV * D],
+    o: [H * D, C],
+    gate: [C, F],
+    up: [C, F],
+    down: [F, C],
   };
   return { in: d[t][0], out: d[t][1] };
 }
 
 export function validateLoraConfig(l: Partial<LoraConfig>): LoraConfig {
   const out = { ...DEFAULT_LORA, ...l };
-  if (!Number.isInteger(out.rank) || out.rank < 1 || out.rank > 256) throw new Error(`lora.rank: ${out.rank} must be an integer in [1, 256]`);
+  if (!Number.isInteger(out.rank) || out.rank < 1 || out.rank > 256)
+    throw new Error(`lora.rank: ${out.rank} must be an integer in [1, 256]`);
   if (!(out.alpha > 0)) throw new Error(`lora.alpha: ${out.alpha} must be > 0`);
   for (const t of out.targets) {
     if (!LORA_TARGETS.includes(t)) throw new Error(`lora.targets: "${t}" is not one of ${LORA_TARGETS.join(", ")}`);
@@ -114,8 +121,18 @@ export class LoraState {
     const w = await this.gpu.readF32(this.params, this.size);
     const R = this.config.rank;
     const tensors = this.entries.flatMap((e) => [
-      { name: LoraState.peftName(e.layer, e.target, "A"), dtype: "F32" as const, shape: [R, e.in], data: w.slice(e.a, e.a + R * e.in) },
-      { name: LoraState.peftName(e.layer, e.target, "B"), dtype: "F32" as const, shape: [e.out, R], data: w.slice(e.b, e.b + R * e.out) },
+      {
+        name: LoraState.peftName(e.layer, e.target, "A"),
+        dtype: "F32" as const,
+        shape: [R, e.in],
+        data: w.slice(e.a, e.a + R * e.in),
+      },
+      {
+        name: LoraState.peftName(e.layer, e.target, "B"),
+        dtype: "F32" as const,
+        shape: [e.out, R],
+        data: w.slice(e.b, e.b + R * e.out),
+      },
     ]);
     return writeSafetensors(tensors, { format: "pt" });
   }
@@ -130,10 +147,16 @@ export class LoraState {
     const w = new Float32Array(this.size);
     const R = this.config.rank;
     for (const e of this.entries) {
-      for (const [ab, off, shape] of [["A", e.a, [R, e.in]], ["B", e.b, [e.out, R]]] as const) {
+      for (const [ab, off, shape] of [
+        ["A", e.a, [R, e.in]],
+        ["B", e.b, [e.out, R]],
+      ] as const) {
         const name = LoraState.peftName(e.layer, e.target, ab);
         const info = reader.tensorsInfo.get(name);
-        if (!info) throw new Error(`${reader.name}: tensor ${name} is missing (rank ${R}, targets ${this.config.targets.join(",")})`);
+        if (!info)
+          throw new Error(
+            `${reader.name}: tensor ${name} is missing (rank ${R}, targets ${this.config.targets.join(",")})`,
+          );
         if (info.shape.join(",") !== shape.join(",")) {
           throw new Error(`${reader.name}: tensor ${name} has shape [${info.shape}], expected [${shape}]`);
         }

@@ -32,13 +32,22 @@ async function load(name: string, g: Gpu = gpu): Promise<Model> {
   const files = await modelFiles(join(FIX, name));
   const config = parseConfig((await readJson(files, "config.json"))!);
   const reader = await WeightReader.open(files);
-  const w = await uploadWeights(g, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }));
+  const w = await uploadWeights(
+    g,
+    config,
+    reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }),
+  );
   await reader.close();
   return new Model(g, config, w);
 }
 
 /** Feeds tokens (slot, pos, id) through the model and returns logits (rows, V) for every fed token. */
-async function run(model: Model, kv: KvCache, toks: { slot: number; pos: number; id: number }[], decode = false): Promise<Float32Array> {
+async function run(
+  model: Model,
+  kv: KvCache,
+  toks: { slot: number; pos: number; id: number }[],
+  decode = false,
+): Promise<Float32Array> {
   const N = toks.length;
   const V = model.config.vocabSize;
   const rec = gpu.recorder();
@@ -64,7 +73,11 @@ describe.each([
 ])("%s against PyTorch", (name, atol) => {
   let model: Model;
   let ref: Map<string, Float32Array>;
-  let json: { prefill: { ids: number[] }; decode: { prompt: number[]; steps: number[] }; batch: { sequences: number[][] } };
+  let json: {
+    prefill: { ids: number[] };
+    decode: { prompt: number[]; steps: number[] };
+    batch: { sequences: number[][] };
+  };
   beforeAll(async () => {
     model = await load(name);
     ref = await refTensors(name);
@@ -74,7 +87,11 @@ describe.each([
   it("prefill logits", async () => {
     const kv = new KvCache(gpu, model.config, 2, 32);
     const ids = json.prefill.ids;
-    const got = await run(model, kv, ids.map((id, pos) => ({ slot: 1, pos, id })));
+    const got = await run(
+      model,
+      kv,
+      ids.map((id, pos) => ({ slot: 1, pos, id })),
+    );
     assertClose(`${name} prefill`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
     kv.dispose();
   });
@@ -84,7 +101,11 @@ describe.each([
     const { prompt, steps } = json.decode;
     const V = model.config.vocabSize;
     const rows: Float32Array[] = [];
-    const first = await run(model, kv, prompt.map((id, pos) => ({ slot: 0, pos, id })));
+    const first = await run(
+      model,
+      kv,
+      prompt.map((id, pos) => ({ slot: 0, pos, id })),
+    );
     rows.push(first.subarray((prompt.length - 1) * V));
     for (let i = 0; i < steps.length; i++) {
       rows.push(await run(model, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
@@ -121,7 +142,11 @@ describe("tensors over the storage-binding limit", () => {
     const saved = gpu;
     gpu = small;
     try {
-      const got = await run(model, kv, (json.prefill.ids as number[]).map((id, pos) => ({ slot: 0, pos, id })));
+      const got = await run(
+        model,
+        kv,
+        (json.prefill.ids as number[]).map((id, pos) => ({ slot: 0, pos, id })),
+      );
       assertClose("split prefill", got, ref.get("prefill.logits")!, { atol: 2e-4, rtol: 1e-4 });
     } finally {
       gpu = saved;

@@ -5,7 +5,26 @@
 // Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
 import type { Gpu, Recorder } from "@webart/gpu";
-import { attentionBackward, attentionDecode, attentionForward, embedding, embeddingBackward, tableViews, kvcacheWrite, loraBackward, loraForward, matmul, matvec, rmsnorm, rmsnormBackward, ropeBackward, ropeForward, ropeInvFreq, swiglu, swigluBackward } from "@webart/shaders";
+import {
+  attentionBackward,
+  attentionDecode,
+  attentionForward,
+  embedding,
+  embeddingBackward,
+  tableViews,
+  kvcacheWrite,
+  loraBackward,
+  loraForward,
+  matmul,
+  matvec,
+  rmsnorm,
+  rmsnormBackward,
+  ropeBackward,
+  ropeForward,
+  ropeInvFreq,
+  swiglu,
+  swigluBackward,
+} from "@webart/shaders";
 import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import type { KvCache } from "./kv.ts";
@@ -85,7 +104,6 @@ export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; 
   return { offsets, size: off };
 }
 
-
 export class Model {
   readonly invFreq: GPUBuffer;
   lora?: LoraState;
@@ -113,7 +131,15 @@ export class Model {
   }
 
   /** y (=|+=) x·Wᵀ (+ bias) for x (M, in): matvec for few rows, else the tiled matmul. */
-  private linear(rec: Recorder, x: GPUBuffer, W: Matrix, y: GPUBuffer, M: number, bias?: GPUBuffer, accumulate = false): void {
+  private linear(
+    rec: Recorder,
+    x: GPUBuffer,
+    W: Matrix,
+    y: GPUBuffer,
+    M: number,
+    bias?: GPUBuffer,
+    accumulate = false,
+  ): void {
     if (!accumulate && M <= 64) {
       matvec(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, wDtype: W.dtype, bias });
     } else {
@@ -127,7 +153,15 @@ export class Model {
   }
 
   /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
-  private loraFwd(rec: Recorder, layer: number, target: LoraTarget, x: GPUBuffer, y: GPUBuffer, N: number, keep: boolean): GPUBuffer | undefined {
+  private loraFwd(
+    rec: Recorder,
+    layer: number,
+    target: LoraTarget,
+    x: GPUBuffer,
+    y: GPUBuffer,
+    N: number,
+    keep: boolean,
+  ): GPUBuffer | undefined {
     if (!this.useLora) return undefined;
     const l = this.lora!;
     const slot = l.slot(layer, target);
@@ -147,7 +181,14 @@ export class Model {
    * With `save`, what backward needs is kept: every layer's activations, or with `recompute` only each
    * layer's input (backward runs the layer's forward again from it).
    */
-  forward(rec: Recorder, ids: GPUBuffer, N: number, attend: Attend, save: boolean, recompute = false): { x: GPUBuffer; acts?: Activations } {
+  forward(
+    rec: Recorder,
+    ids: GPUBuffer,
+    N: number,
+    attend: Attend,
+    save: boolean,
+    recompute = false,
+  ): { x: GPUBuffer; acts?: Activations } {
     const gpu = this.gpu;
     const c = this.config;
     const C = c.hiddenSize;
@@ -181,7 +222,14 @@ export class Model {
    * frees its temporaries; "copy" does the same on a new buffer and leaves x untouched; "save" keeps
    * everything backward needs (and x) and returns it.
    */
-  private layer(rec: Recorder, l: number, x: GPUBuffer, N: number, attend: Attend, mode: "inplace" | "copy" | "save"): { x: GPUBuffer; saved?: Saved } {
+  private layer(
+    rec: Recorder,
+    l: number,
+    x: GPUBuffer,
+    N: number,
+    attend: Attend,
+    mode: "inplace" | "copy" | "save",
+  ): { x: GPUBuffer; saved?: Saved } {
     const gpu = this.gpu;
     const c = this.config;
     const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
@@ -201,7 +249,10 @@ export class Model {
     const tq = this.loraFwd(rec, l, "q", h1, q, N, save);
     const tk = this.loraFwd(rec, l, "k", h1, k, N, save);
     const tv = this.loraFwd(rec, l, "v", h1, v, N, save);
-    let qPre: GPUBuffer | undefined, kPre: GPUBuffer | undefined, rstdQ: GPUBuffer | undefined, rstdK: GPUBuffer | undefined;
+    let qPre: GPUBuffer | undefined,
+      kPre: GPUBuffer | undefined,
+      rstdQ: GPUBuffer | undefined,
+      rstdK: GPUBuffer | undefined;
     if (c.qkNorm) {
       qPre = q;
       kPre = k;
@@ -222,14 +273,24 @@ export class Model {
     const lse = buf(N * H, "lse");
     if (attend.kind === "cache") {
       const kv = attend.kv;
-      kvcacheWrite(gpu, rec, { slotPos: attend.slotPos, k, v, kc: kv.k[l], vc: kv.v[l] }, { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax });
+      kvcacheWrite(
+        gpu,
+        rec,
+        { slotPos: attend.slotPos, k, v, kc: kv.k[l], vc: kv.v[l] },
+        { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax },
+      );
       const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
       const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax };
       if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
       else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
     } else {
       // Training: token i is (i / T, i % T), so k and v already have the cache layout (B, T, KV, D).
-      attentionForward(gpu, rec, { q, slotPos: attend.slotPos, k, v, o, lse }, { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T });
+      attentionForward(
+        gpu,
+        rec,
+        { q, slotPos: attend.slotPos, k, v, o, lse },
+        { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T },
+      );
     }
     // Residual: xMid = x + o·Woᵀ (+ LoRA), in place unless x must be kept.
     let xMid = x;
@@ -263,7 +324,24 @@ export class Model {
       return { x: xOut };
     }
     const saved: Saved = {
-      x, h1, rstd1, qPre, kPre, rstdQ, rstdK, q, k, v, o, lse, xMid, h2, rstd2, g, u, a,
+      x,
+      h1,
+      rstd1,
+      qPre,
+      kPre,
+      rstdQ,
+      rstdK,
+      q,
+      k,
+      v,
+      o,
+      lse,
+      xMid,
+      h2,
+      rstd2,
+      g,
+      u,
+      a,
       t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
     };
     return { x: xOut, saved };
@@ -292,8 +370,27 @@ export class Model {
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
         const offW = (s.offset ?? 0) + (a - r0) * C;
-        if (M <= 64) matvec(this.gpu, rec, h, s.buffer, out, { M, N: b - a, K: C, wDtype: dt, offsetW: offW, ldy: ld, offsetY: a - v0 });
-        else matmul(this.gpu, rec, h, s.buffer, out, { M, N: b - a, K: C, mode: "nt", bDtype: dt, offsetB: offW, ldc: ld, offsetC: a - v0 });
+        if (M <= 64)
+          matvec(this.gpu, rec, h, s.buffer, out, {
+            M,
+            N: b - a,
+            K: C,
+            wDtype: dt,
+            offsetW: offW,
+            ldy: ld,
+            offsetY: a - v0,
+          });
+        else
+          matmul(this.gpu, rec, h, s.buffer, out, {
+            M,
+            N: b - a,
+            K: C,
+            mode: "nt",
+            bDtype: dt,
+            offsetB: offW,
+            ldc: ld,
+            offsetC: a - v0,
+          });
       }
       r0 += s.rows;
     }
@@ -308,8 +405,15 @@ export class Model {
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
         matmul(this.gpu, rec, dlogits, s.buffer, dh, {
-          M, N: C, K: b - a, mode: "nn", bDtype: this.weights.headDtype,
-          lda: v1 - v0, offsetA: a - v0, offsetB: (s.offset ?? 0) + (a - r0) * C, accumulate: true,
+          M,
+          N: C,
+          K: b - a,
+          mode: "nn",
+          bDtype: this.weights.headDtype,
+          lda: v1 - v0,
+          offsetA: a - v0,
+          offsetB: (s.offset ?? 0) + (a - r0) * C,
+          accumulate: true,
         });
       }
       r0 += s.rows;
@@ -321,7 +425,15 @@ export class Model {
     const C = this.config.hiddenSize;
     const name = this.config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
     const off = full.offsets.get(name)! + v0 * C;
-    matmul(this.gpu, rec, dlogits, h, full.buffer, { M: v1 - v0, N: C, K: M, mode: "tn", lda: v1 - v0, offsetC: off, accumulate: true });
+    matmul(this.gpu, rec, dlogits, h, full.buffer, {
+      M: v1 - v0,
+      N: C,
+      K: M,
+      mode: "tn",
+      lda: v1 - v0,
+      offsetC: off,
+      accumulate: true,
+    });
   }
 
   /**
@@ -333,13 +445,24 @@ export class Model {
     const c = this.config;
     const lora = this.lora;
     if (!full && !lora?.grads) throw new Error("backward: nothing to train (no LoRA gradients and no full gradients)");
-    const win = (name: string, n: number) => ({ buffer: full!.buffer, offset: full!.offsets.get(name)! * 4, size: n * 4 });
+    const win = (name: string, n: number) => ({
+      buffer: full!.buffer,
+      offset: full!.offsets.get(name)! * 4,
+      size: n * 4,
+    });
     /** Full fine-tuning: dW += dyᵀ·x for a linear layer of layer l (and db += Σ dy for its bias). */
     const wGrad = (l: number, t: LoraTarget, x: GPUBuffer, dy: GPUBuffer) => {
       if (!full) return;
       const W = w.layers[l][t];
       const name = `model.layers.${l}.${LORA_MODULES[t]}`;
-      matmul(gpu, rec, dy, x, full.buffer, { M: W.rows, N: W.cols, K: N, mode: "tn", offsetC: full.offsets.get(`${name}.weight`)!, accumulate: true });
+      matmul(gpu, rec, dy, x, full.buffer, {
+        M: W.rows,
+        N: W.cols,
+        K: N,
+        mode: "tn",
+        offsetC: full.offsets.get(`${name}.weight`)!,
+        accumulate: true,
+      });
       const bias = full.offsets.get(`${name}.bias`);
       if (bias !== undefined) {
         ones ??= gpu.upload(new Float32Array(N).fill(1), "activations", "ones");
@@ -351,7 +474,14 @@ export class Model {
     const { N } = acts;
     const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
     const w = this.weights;
-    const loraBack = (l: number, t: LoraTarget, x: GPUBuffer, tBuf: GPUBuffer | undefined, dy: GPUBuffer, dx: GPUBuffer) => {
+    const loraBack = (
+      l: number,
+      t: LoraTarget,
+      x: GPUBuffer,
+      tBuf: GPUBuffer | undefined,
+      dy: GPUBuffer,
+      dx: GPUBuffer,
+    ) => {
       wGrad(l, t, x, dy);
       if (!lora?.grads) return;
       const e = lora.byLayer[l].get(t);
@@ -362,7 +492,14 @@ export class Model {
     // dx: gradient of the residual stream, carried down through the layers.
     const dx = buf(N * C, "dx");
     const fdw = (name: string, n: number) => (full ? { dw: win(name, n) } : {});
-    rmsnormBackward(gpu, rec, { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw("model.norm.weight", C) }, N, C, { accumulateDw: true });
+    rmsnormBackward(
+      gpu,
+      rec,
+      { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw("model.norm.weight", C) },
+      N,
+      C,
+      { accumulateDw: true },
+    );
     gpu.release(acts.hN, acts.rstdN, acts.xL);
     for (let l = c.numLayers - 1; l >= 0; l--) {
       const kept = acts.layers[l];
@@ -388,7 +525,14 @@ export class Model {
       loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
       loraBack(l, "up", s.h2, s.t.up, du, dh2);
       const p = `model.layers.${l}.`;
-      rmsnormBackward(gpu, rec, { x: s.xMid, w: L.postNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + "post_attention_layernorm.weight", C) }, N, C, { accumulate: true, accumulateDw: true });
+      rmsnormBackward(
+        gpu,
+        rec,
+        { x: s.xMid, w: L.postNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + "post_attention_layernorm.weight", C) },
+        N,
+        C,
+        { accumulate: true, accumulateDw: true },
+      );
       gpu.release(da, dg, du, dh2);
       // --- attention block: xMid = x + o_proj(o).
       const dO = buf(N * H * D, "do");
@@ -397,7 +541,12 @@ export class Model {
       const dq = buf(N * H * D, "dq");
       const dk = buf(N * KV * D, "dk");
       const dv = buf(N * KV * D, "dv");
-      attentionBackward(gpu, rec, { q: s.q, k: s.k, v: s.v, o: s.o, lse: s.lse, dout: dO, dq, dk, dv }, { b: attend.B, t: attend.T, h: H, kv: KV, d: D });
+      attentionBackward(
+        gpu,
+        rec,
+        { q: s.q, k: s.k, v: s.v, o: s.o, lse: s.lse, dout: dO, dq, dk, dv },
+        { b: attend.B, t: attend.T, h: H, kv: KV, d: D },
+      );
       // RoPE is a rotation: its backward rotates the gradient back (in place).
       const pos = acts.slotPos;
       ropeBackward(gpu, rec, dq, dq, pos, this.invFreq, { n: N, heads: H, d: D });
@@ -407,8 +556,22 @@ export class Model {
       if (c.qkNorm) {
         dqPre = buf(N * H * D, "dqPre");
         dkPre = buf(N * KV * D, "dkPre");
-        rmsnormBackward(gpu, rec, { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(p + "self_attn.q_norm.weight", D) }, N * H, D, { accumulateDw: true });
-        rmsnormBackward(gpu, rec, { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(p + "self_attn.k_norm.weight", D) }, N * KV, D, { accumulateDw: true });
+        rmsnormBackward(
+          gpu,
+          rec,
+          { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(p + "self_attn.q_norm.weight", D) },
+          N * H,
+          D,
+          { accumulateDw: true },
+        );
+        rmsnormBackward(
+          gpu,
+          rec,
+          { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(p + "self_attn.k_norm.weight", D) },
+          N * KV,
+          D,
+          { accumulateDw: true },
+        );
       }
       const dh1 = buf(N * C, "dh1");
       this.linearBack(rec, dqPre, L.q, dh1, N, false);
@@ -417,7 +580,14 @@ export class Model {
       loraBack(l, "q", s.h1, s.t.q, dqPre, dh1);
       loraBack(l, "k", s.h1, s.t.k, dkPre, dh1);
       loraBack(l, "v", s.h1, s.t.v, dv, dh1);
-      rmsnormBackward(gpu, rec, { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx, ...fdw(p + "input_layernorm.weight", C) }, N, C, { accumulate: true, accumulateDw: true });
+      rmsnormBackward(
+        gpu,
+        rec,
+        { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx, ...fdw(p + "input_layernorm.weight", C) },
+        N,
+        C,
+        { accumulate: true, accumulateDw: true },
+      );
       gpu.release(dO, dq, dk, dv, dh1);
       if (dqPre !== dq) gpu.release(dqPre, dkPre);
       freeSaved(gpu, s);
@@ -434,5 +604,25 @@ export class Model {
 
 /** Frees a layer's saved set, its input x included (the previous layer's output, or the embedding). */
 function freeSaved(gpu: Gpu, s: Saved): void {
-  gpu.release(s.x, s.h1, s.rstd1, s.qPre, s.kPre, s.rstdQ, s.rstdK, s.q, s.k, s.v, s.o, s.lse, s.xMid, s.h2, s.rstd2, s.g, s.u, s.a, ...Object.values(s.t));
+  gpu.release(
+    s.x,
+    s.h1,
+    s.rstd1,
+    s.qPre,
+    s.kPre,
+    s.rstdQ,
+    s.rstdK,
+    s.q,
+    s.k,
+    s.v,
+    s.o,
+    s.lse,
+    s.xMid,
+    s.h2,
+    s.rstd2,
+    s.g,
+    s.u,
+    s.a,
+    ...Object.values(s.t),
+  );
 }

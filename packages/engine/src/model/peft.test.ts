@@ -48,7 +48,9 @@ describe("adapter_config.json", () => {
     expect(() => read({ rank_pattern: { "model.layers.0.self_attn.q_proj": 4 } })).toThrow(
       'a/adapter_config.json: rank_pattern {"model.layers.0.self_attn.q_proj":4}: per-module ranks differing from r 16 are not supported',
     );
-    expect(() => read({ alpha_pattern: { v_proj: 8 } })).toThrow(/alpha_pattern .*per-module alphas differing from lora_alpha 32/);
+    expect(() => read({ alpha_pattern: { v_proj: 8 } })).toThrow(
+      /alpha_pattern .*per-module alphas differing from lora_alpha 32/,
+    );
   });
 
   it("refuses, naming the field: DoRA, biases, other PEFT types, regex or unknown modules, extra trained modules", () => {
@@ -57,8 +59,14 @@ describe("adapter_config.json", () => {
       [{ bias: "all" }, /: bias "all" is not supported/],
       [{ peft_type: "IA3" }, /: peft_type "IA3" is not supported: only LORA adapters load/],
       [{ target_modules: ".*proj" }, /: target_modules ".\*proj" is a regular expression; list the module names/],
-      [{ target_modules: ["q_proj", "lm_head"] }, /: target_modules contains "lm_head", which is not supported \(supported: q_proj, k_proj/],
-      [{ modules_to_save: ["lm_head"] }, /: modules_to_save \["lm_head"\]: fully trained extra modules are not supported/],
+      [
+        { target_modules: ["q_proj", "lm_head"] },
+        /: target_modules contains "lm_head", which is not supported \(supported: q_proj, k_proj/,
+      ],
+      [
+        { modules_to_save: ["lm_head"] },
+        /: modules_to_save \["lm_head"\]: fully trained extra modules are not supported/,
+      ],
       [{ layers_to_transform: [0, 1] }, /: layers_to_transform \[0,1\]: LoRA on some layers only is not supported/],
       [{ r: 0 }, /: r 0 must be a positive integer/],
       [{ fan_in_fan_out: true }, /: fan_in_fan_out true is not supported/],
@@ -72,7 +80,13 @@ describe("adapter_config.json", () => {
   it("what webart writes reads back unchanged, with PEFT's fields and module names", () => {
     const lora = { rank: 8, alpha: 16, targets: [...LORA_TARGETS] };
     const written = writeAdapterConfig(lora, "webart-tiny");
-    expect(written).toMatchObject({ peft_type: "LORA", task_type: "CAUSAL_LM", base_model_name_or_path: "webart-tiny", r: 8, lora_alpha: 16 });
+    expect(written).toMatchObject({
+      peft_type: "LORA",
+      task_type: "CAUSAL_LM",
+      base_model_name_or_path: "webart-tiny",
+      r: 8,
+      lora_alpha: 16,
+    });
     expect(written.target_modules).toEqual(LORA_TARGETS.map((t) => PEFT_MODULES[t]));
     expect(readAdapterConfig(JSON.parse(JSON.stringify(written)), "w")).toEqual(lora);
   });

@@ -43,7 +43,8 @@ export function readAdapterConfig(json: unknown, where: string): LoraConfig {
   const c = json;
   if (c.peft_type !== undefined && c.peft_type !== "LORA")
     fail("peft_type", `${show(c.peft_type)} is not supported: only LORA adapters load`);
-  if (c.use_dora === true) fail("use_dora", "true: DoRA adapters are not supported; train or export a plain LoRA adapter");
+  if (c.use_dora === true)
+    fail("use_dora", "true: DoRA adapters are not supported; train or export a plain LoRA adapter");
   if (c.bias !== undefined && c.bias !== "none") fail("bias", `${show(c.bias)} is not supported (supported: "none")`);
   if (c.fan_in_fan_out === true) fail("fan_in_fan_out", "true is not supported (it is for GPT-2-style Conv1D layers)");
   if (Array.isArray(c.modules_to_save) && c.modules_to_save.length)
@@ -51,24 +52,41 @@ export function readAdapterConfig(json: unknown, where: string): LoraConfig {
   if (c.layers_to_transform !== undefined && c.layers_to_transform !== null)
     fail("layers_to_transform", `${show(c.layers_to_transform)}: LoRA on some layers only is not supported`);
   const rank = c.r;
-  if (typeof rank !== "number" || !Number.isInteger(rank) || rank < 1) return fail("r", `${show(rank)} must be a positive integer`);
+  if (typeof rank !== "number" || !Number.isInteger(rank) || rank < 1)
+    return fail("r", `${show(rank)} must be a positive integer`);
   const alpha = c.lora_alpha ?? 8; // PEFT's default
   if (typeof alpha !== "number" || !(alpha > 0)) return fail("lora_alpha", `${show(alpha)} must be a positive number`);
-  for (const [field, same] of [["rank_pattern", rank], ["alpha_pattern", alpha]] as const) {
+  for (const [field, same] of [
+    ["rank_pattern", rank],
+    ["alpha_pattern", alpha],
+  ] as const) {
     const p = c[field];
     if (p === undefined || p === null) continue;
     if (!isObject(p)) fail(field, `${show(p)} must be an object`);
     const other = Object.entries(p as Record<string, unknown>).filter(([, v]) => v !== same);
     if (other.length)
-      fail(field, `${show(Object.fromEntries(other))}: per-module ${field === "rank_pattern" ? "ranks" : "alphas"} differing from ${field === "rank_pattern" ? "r" : "lora_alpha"} ${same} are not supported`);
+      fail(
+        field,
+        `${show(Object.fromEntries(other))}: per-module ${field === "rank_pattern" ? "ranks" : "alphas"} differing from ${field === "rank_pattern" ? "r" : "lora_alpha"} ${same} are not supported`,
+      );
   }
   const mods = c.target_modules;
   if (typeof mods === "string")
-    fail("target_modules", `${show(mods)} is a regular expression; list the module names instead (supported: ${[...TARGET_OF.keys()].join(", ")})`);
-  if (!Array.isArray(mods) || !mods.length) return fail("target_modules", `${show(mods)} must be a non-empty list of module names`);
+    fail(
+      "target_modules",
+      `${show(mods)} is a regular expression; list the module names instead (supported: ${[...TARGET_OF.keys()].join(", ")})`,
+    );
+  if (!Array.isArray(mods) || !mods.length)
+    return fail("target_modules", `${show(mods)} must be a non-empty list of module names`);
   const targets = mods.map((m) => {
     const t = typeof m === "string" ? TARGET_OF.get(m.split(".").at(-1)!) : undefined;
-    return t ?? fail("target_modules", `contains ${show(m)}, which is not supported (supported: ${[...TARGET_OF.keys()].join(", ")})`);
+    return (
+      t ??
+      fail(
+        "target_modules",
+        `contains ${show(m)}, which is not supported (supported: ${[...TARGET_OF.keys()].join(", ")})`,
+      )
+    );
   });
   // rsLoRA scales by alpha / sqrt(r); the engine scales by alpha / r: the same scale needs alpha * sqrt(r).
   const scaleAlpha = c.use_rslora === true ? alpha * Math.sqrt(rank) : alpha;

@@ -54,7 +54,16 @@ export class ModelRunner implements StepModel {
       const logits = gpu.buffer(S * V * 4, "activations", "logits");
       this.model.logits(rec, x, N, rows, S, logits);
       const params = gpu.upload(
-        packSampleRows(samples.map((s) => ({ temperature: s.temperature, topK: s.topK, topP: s.topP, seed: s.seed, step: s.step, stream: s.stream }))),
+        packSampleRows(
+          samples.map((s) => ({
+            temperature: s.temperature,
+            topK: s.topK,
+            topP: s.topP,
+            seed: s.seed,
+            step: s.step,
+            stream: s.stream,
+          })),
+        ),
       );
       let mask: GPUBuffer | undefined;
       if (samples.some((s) => s.mask)) {

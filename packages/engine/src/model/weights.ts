@@ -63,7 +63,11 @@ function pad4(b: Uint8Array): Uint8Array {
 }
 
 export function tableShards(t: EmbeddingTable): WeightShard[] {
-  return t.shards.map((s) => ({ buffer: "buffer" in s.binding ? s.binding.buffer : s.binding, rows: s.r1 - s.r0, offset: s.first }));
+  return t.shards.map((s) => ({
+    buffer: "buffer" in s.binding ? s.binding.buffer : s.binding,
+    rows: s.r1 - s.r0,
+    offset: s.first,
+  }));
 }
 
 /** Streams tensors to the GPU; `toF32` forces f32 matrices (e.g. when training the base weights). */
@@ -115,7 +119,10 @@ async function upload(
     }
     const [rows, cols] = t.shape;
     if (name === "model.embed_tokens.weight" || name === "lm_head.weight") {
-      const words = dtype === "f32" ? new Float32Array(data.buffer, data.byteOffset, data.byteLength / 4) : new Uint32Array(pad4(data).buffer);
+      const words =
+        dtype === "f32"
+          ? new Float32Array(data.buffer, data.byteOffset, data.byteLength / 4)
+          : new Uint32Array(pad4(data).buffer);
       const table = uploadTable(gpu, words, rows, cols, dtype as EmbeddingDtype);
       for (const sh of tableShards(table)) if (!buffers.includes(sh.buffer)) buffers.push(sh.buffer);
       if (name === "lm_head.weight") head = table;

@@ -4,7 +4,17 @@ import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../engine.ts";
 import type { SampledChoice } from "../art/trajectories.ts";
-import { adapterKey, tuneTable, matmulVariant, matvecVariant, rowThreads, attentionVariant, tileProfile, loraLayout, rmsnormVariant } from "@webart/shaders";
+import {
+  adapterKey,
+  tuneTable,
+  matmulVariant,
+  matvecVariant,
+  rowThreads,
+  attentionVariant,
+  tileProfile,
+  loraLayout,
+  rmsnormVariant,
+} from "@webart/shaders";
 
 const MODEL_DIR = join(import.meta.dirname, "../../../../models/webart-tiny");
 let engine: Engine;

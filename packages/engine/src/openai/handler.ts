@@ -59,7 +59,12 @@ export function createHandler(opts: HandlerOptions): Handler {
     try {
       const url = new URL(req.url, "http://localhost");
       const path = url.pathname.replace(/\/+$/, "");
-      const modelObject = (m: ServedModel) => ({ id: m.name, object: "model", created: m.created ?? 0, owned_by: "webart" });
+      const modelObject = (m: ServedModel) => ({
+        id: m.name,
+        object: "model",
+        created: m.created ?? 0,
+        owned_by: "webart",
+      });
       if (path.endsWith("/models") && req.method === "GET") {
         return jsonResponse({ object: "list", data: opts.models().map(modelObject) });
       }
@@ -96,13 +101,22 @@ export function createHandler(opts: HandlerOptions): Handler {
 }
 
 const modelNotFound = (id: string, served: ServedModel[]) =>
-  new ApiError(404, `The model \`${id}\` does not exist (available: ${served.map((m) => m.name).join(", ")})`, "model", "model_not_found");
+  new ApiError(
+    404,
+    `The model \`${id}\` does not exist (available: ${served.map((m) => m.name).join(", ")})`,
+    "model",
+    "model_not_found",
+  );
 
 function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
   const tools = cr.tool_choice === "none" ? undefined : cr.tools.length ? cr.tools : undefined;
   let text: string;
   try {
-    text = model.tokenizer.applyChatTemplate(cr.messages, { tools, addGenerationPrompt: true, ...cr.chat_template_kwargs });
+    text = model.tokenizer.applyChatTemplate(cr.messages, {
+      tools,
+      addGenerationPrompt: true,
+      ...cr.chat_template_kwargs,
+    });
   } catch (e) {
     throw badRequest(`messages: the chat template failed to render: ${(e as Error).message}`, "messages");
   }
@@ -117,17 +131,22 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
   }
   try {
     if (forced) {
-      if (!model.toolConstraint) throw badRequest(`tool_choice: forcing a call is not supported by model ${model.name}`, "tool_choice");
+      if (!model.toolConstraint)
+        throw badRequest(`tool_choice: forcing a call is not supported by model ${model.name}`, "tool_choice");
       return model.toolConstraint(cr.tools, typeof tc === "object" ? tc.function.name : undefined);
     }
     const rf = cr.response_format;
     if (rf.type === "text") return undefined;
-    if (!model.jsonConstraint) throw badRequest(`response_format: ${rf.type} is not supported by model ${model.name}`, "response_format");
+    if (!model.jsonConstraint)
+      throw badRequest(`response_format: ${rf.type} is not supported by model ${model.name}`, "response_format");
     return model.jsonConstraint(rf.type === "json_schema" ? (rf.json_schema.schema ?? {}) : null);
   } catch (e) {
     // Schema errors (an unsupported keyword, a bad $ref) are the client's: a 400 naming the keyword and path.
     if (e instanceof ApiError) throw e;
-    throw badRequest(`${forced ? "tools" : "response_format"}: ${(e as Error).message}`, forced ? "tools" : "response_format");
+    throw badRequest(
+      `${forced ? "tools" : "response_format"}: ${(e as Error).message}`,
+      forced ? "tools" : "response_format",
+    );
   }
 }
 
@@ -143,7 +162,12 @@ interface ChoiceState {
   text: string;
   stops: StopMatcher;
   stream: TextStream;
-  logprobs: { token: string; logprob: number; bytes: number[]; top_logprobs: { token: string; logprob: number; bytes: number[] }[] }[];
+  logprobs: {
+    token: string;
+    logprob: number;
+    bytes: number[];
+    top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+  }[];
   /** Streaming: text already sent, and whether a tool call started (then text is held to the end). */
   sent: number;
   inTool: boolean;
@@ -202,7 +226,12 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
     if (push && piece) {
       if (!st.inTool && cr.tools.length && st.text.includes(TOOL_OPEN)) st.inTool = true;
       if (!st.inTool) {
-        push({ index: e.sample, delta: { content: st.text.slice(st.sent) }, logprobs: cr.logprobs ? { content: st.logprobs.slice(-1) } : null, finish_reason: null });
+        push({
+          index: e.sample,
+          delta: { content: st.text.slice(st.sent) },
+          logprobs: cr.logprobs ? { content: st.logprobs.slice(-1) } : null,
+          finish_reason: null,
+        });
         st.sent = st.text.length;
       }
     }
@@ -232,7 +261,8 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
   const finishChoice = (i: number, finish: string, tokenIds: number[], tokenLogprobs: number[]) => {
     const st = states[i];
     st.text += st.stops.flush();
-    const parsed = cr.tools.length && cr.tool_choice !== "none" ? parseToolCalls(st.text) : { content: st.text, toolCalls: [] };
+    const parsed =
+      cr.tools.length && cr.tool_choice !== "none" ? parseToolCalls(st.text) : { content: st.text, toolCalls: [] };
     const finishReason = parsed.toolCalls.length ? "tool_calls" : st.stops.stopped ? "stop" : finish;
     return { parsed, finishReason, tokenIds, tokenLogprobs };
   };
@@ -275,7 +305,8 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
         send({ id, object: "chat.completion.chunk", created, model: model.name, choices, ...extra });
       push = (c) => chunk([c]);
       try {
-        for (let i = 0; i < cr.n; i++) chunk([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
+        for (let i = 0; i < cr.n; i++)
+          chunk([{ index: i, delta: { role: "assistant", content: "" }, logprobs: null, finish_reason: null }]);
         const result = await run();
         let completion = 0;
         result.samples.forEach((s, i) => {
@@ -286,12 +317,22 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
           if (f.parsed.toolCalls.length) {
             const already = st.text.slice(0, st.sent);
             const content = f.parsed.content ?? "";
-            if (content.length > already.length && content.startsWith(already)) delta.content = content.slice(already.length);
+            if (content.length > already.length && content.startsWith(already))
+              delta.content = content.slice(already.length);
             delta.tool_calls = f.parsed.toolCalls.map((tc, k) => ({ index: k, ...tc }));
           } else if (st.text.length > st.sent) {
             delta.content = st.text.slice(st.sent);
           }
-          chunk([{ index: i, delta, logprobs: null, finish_reason: f.finishReason, token_ids: s.tokenIds, token_logprobs: s.logprobs }]);
+          chunk([
+            {
+              index: i,
+              delta,
+              logprobs: null,
+              finish_reason: f.finishReason,
+              token_ids: s.tokenIds,
+              token_logprobs: s.logprobs,
+            },
+          ]);
         });
         // As OpenAI: with stream_options.include_usage, a last chunk with no choices carries the usage.
         if (cr.include_usage) chunk([], { usage: usage(result, completion) });

@@ -4,11 +4,15 @@ import { parseChatRequest } from "./validate.ts";
 
 describe("tool call parsing", () => {
   it("turns Hermes <tool_call> blocks into OpenAI tool_calls and keeps the rest as content", () => {
-    const r = parseToolCalls('Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>');
+    const r = parseToolCalls(
+      'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
+    );
     expect(r.content).toBe("Let me check.");
     expect(r.toolCalls).toHaveLength(1);
     expect(r.toolCalls[0].function).toEqual({ name: "get_weather", arguments: '{"city":"Paris"}' });
-    const only = parseToolCalls('<tool_call>{"name":"a","arguments":{}}</tool_call><tool_call>{"name":"b","arguments":"{}"}</tool_call>');
+    const only = parseToolCalls(
+      '<tool_call>{"name":"a","arguments":{}}</tool_call><tool_call>{"name":"b","arguments":"{}"}</tool_call>',
+    );
     expect(only.content).toBeNull();
     expect(only.toolCalls.map((t) => t.function.name)).toEqual(["a", "b"]);
     const bad = parseToolCalls("<tool_call>{not json}</tool_call>");

@@ -30,11 +30,36 @@ export interface ChatRequest {
   chat_template_kwargs: Record<string, unknown>;
 }
 
-const IGNORED = new Set(["user", "metadata", "store", "parallel_tool_calls", "service_tier", "stream_options", "extra_body"]);
+const IGNORED = new Set([
+  "user",
+  "metadata",
+  "store",
+  "parallel_tool_calls",
+  "service_tier",
+  "stream_options",
+  "extra_body",
+]);
 const KNOWN = new Set([
-  "model", "messages", "temperature", "top_p", "top_k", "n", "max_tokens", "max_completion_tokens", "stop", "seed",
-  "stream", "logprobs", "top_logprobs", "tools", "tool_choice", "response_format", "presence_penalty",
-  "frequency_penalty", "chat_template_kwargs", ...IGNORED,
+  "model",
+  "messages",
+  "temperature",
+  "top_p",
+  "top_k",
+  "n",
+  "max_tokens",
+  "max_completion_tokens",
+  "stop",
+  "seed",
+  "stream",
+  "logprobs",
+  "top_logprobs",
+  "tools",
+  "tool_choice",
+  "response_format",
+  "presence_penalty",
+  "frequency_penalty",
+  "chat_template_kwargs",
+  ...IGNORED,
 ]);
 const ROLES = new Set(["system", "developer", "user", "assistant", "tool"]);
 
@@ -43,7 +68,8 @@ const isObj = (v: unknown): v is Record<string, unknown> => typeof v === "object
 function num(body: Record<string, unknown>, key: string, def: number, lo: number, hi: number, int = false): number {
   const v = body[key];
   if (v === undefined || v === null) return def;
-  if (typeof v !== "number" || !Number.isFinite(v)) throw badRequest(`${key}: expected a number, got ${JSON.stringify(v)}`, key);
+  if (typeof v !== "number" || !Number.isFinite(v))
+    throw badRequest(`${key}: expected a number, got ${JSON.stringify(v)}`, key);
   if (int && !Number.isInteger(v)) throw badRequest(`${key}: expected an integer, got ${v}`, key);
   if (v < lo || v > hi) throw badRequest(`${key}: ${v} is out of range [${lo}, ${hi}]`, key);
   return v;
@@ -82,12 +108,17 @@ function messages(v: unknown): Message[] {
     }
     const content = contentText(m.content, `${p}.content`);
     const out: Record<string, unknown> = { ...m, content: content ?? (m.role === "assistant" ? null : "") };
-    if (m.role !== "assistant" && content === null) throw badRequest(`${p}.content: required for role ${m.role}`, `${p}.content`);
+    if (m.role !== "assistant" && content === null)
+      throw badRequest(`${p}.content: required for role ${m.role}`, `${p}.content`);
     if (m.tool_calls !== undefined) {
-      if (m.role !== "assistant" || !Array.isArray(m.tool_calls)) throw badRequest(`${p}.tool_calls: only assistant messages have an array of tool_calls`, `${p}.tool_calls`);
+      if (m.role !== "assistant" || !Array.isArray(m.tool_calls))
+        throw badRequest(`${p}.tool_calls: only assistant messages have an array of tool_calls`, `${p}.tool_calls`);
       m.tool_calls.forEach((tc, j) => {
         if (!isObj(tc) || !isObj(tc.function) || typeof tc.function.name !== "string") {
-          throw badRequest(`${p}.tool_calls[${j}]: expected { type: "function", function: { name, arguments } }`, `${p}.tool_calls`);
+          throw badRequest(
+            `${p}.tool_calls[${j}]: expected { type: "function", function: { name, arguments } }`,
+            `${p}.tool_calls`,
+          );
         }
       });
     }
@@ -102,8 +133,17 @@ function tools(v: unknown): Tool[] {
   if (v === undefined || v === null) return [];
   if (!Array.isArray(v)) throw badRequest("tools: expected an array", "tools");
   return v.map((t, i) => {
-    if (!isObj(t) || t.type !== "function" || !isObj(t.function) || typeof t.function.name !== "string" || !t.function.name) {
-      throw badRequest(`tools[${i}]: expected { type: "function", function: { name, description?, parameters? } }`, "tools");
+    if (
+      !isObj(t) ||
+      t.type !== "function" ||
+      !isObj(t.function) ||
+      typeof t.function.name !== "string" ||
+      !t.function.name
+    ) {
+      throw badRequest(
+        `tools[${i}]: expected { type: "function", function: { name, description?, parameters? } }`,
+        "tools",
+      );
     }
     if (t.function.parameters !== undefined && !isObj(t.function.parameters)) {
       throw badRequest(`tools[${i}].function.parameters: expected a JSON schema object`, "tools");
@@ -115,7 +155,7 @@ function tools(v: unknown): Tool[] {
 function toolChoice(v: unknown, toolList: Tool[]): ToolChoice {
   if (v === undefined || v === null) return toolList.length ? "auto" : "none";
   if (v === "none" || v === "auto" || v === "required") {
-    if (v === "required" && !toolList.length) throw badRequest("tool_choice: \"required\" needs tools", "tool_choice");
+    if (v === "required" && !toolList.length) throw badRequest('tool_choice: "required" needs tools', "tool_choice");
     return v;
   }
   if (isObj(v) && v.type === "function" && isObj(v.function) && typeof v.function.name === "string") {
@@ -125,7 +165,10 @@ function toolChoice(v: unknown, toolList: Tool[]): ToolChoice {
     }
     return { type: "function", function: { name } };
   }
-  throw badRequest(`tool_choice: expected "none", "auto", "required" or { type: "function", function: { name } }`, "tool_choice");
+  throw badRequest(
+    `tool_choice: expected "none", "auto", "required" or { type: "function", function: { name } }`,
+    "tool_choice",
+  );
 }
 
 function responseFormat(v: unknown): ResponseFormat {
@@ -134,16 +177,22 @@ function responseFormat(v: unknown): ResponseFormat {
   if (v.type === "text" || v.type === "json_object") return { type: v.type };
   if (v.type === "json_schema") {
     const js = v.json_schema;
-    if (!isObj(js) || typeof js.name !== "string") throw badRequest("response_format.json_schema: expected { name, schema }", "response_format");
-    if (js.schema !== undefined && !isObj(js.schema)) throw badRequest("response_format.json_schema.schema: expected an object", "response_format");
+    if (!isObj(js) || typeof js.name !== "string")
+      throw badRequest("response_format.json_schema: expected { name, schema }", "response_format");
+    if (js.schema !== undefined && !isObj(js.schema))
+      throw badRequest("response_format.json_schema.schema: expected an object", "response_format");
     return { type: "json_schema", json_schema: js as { name: string; schema?: Record<string, unknown> } };
   }
-  throw badRequest(`response_format.type: ${JSON.stringify(v.type)} is not one of text, json_object, json_schema`, "response_format");
+  throw badRequest(
+    `response_format.type: ${JSON.stringify(v.type)} is not one of text, json_object, json_schema`,
+    "response_format",
+  );
 }
 
 export function parseChatRequest(body: unknown): ChatRequest {
   if (!isObj(body)) throw badRequest("the request body must be a JSON object");
-  for (const k of Object.keys(body)) if (!KNOWN.has(k)) throw badRequest(`Unrecognized request argument supplied: ${k}`, k);
+  for (const k of Object.keys(body))
+    if (!KNOWN.has(k)) throw badRequest(`Unrecognized request argument supplied: ${k}`, k);
   if (typeof body.model !== "string" || !body.model) throw badRequest("model: required string", "model");
   for (const k of ["presence_penalty", "frequency_penalty"]) {
     if (body[k] !== undefined && body[k] !== 0 && body[k] !== null) throw badRequest(`${k}: not supported (only 0)`, k);
@@ -154,15 +203,18 @@ export function parseChatRequest(body: unknown): ChatRequest {
   let stop: string[] = [];
   if (typeof body.stop === "string") stop = [body.stop];
   else if (Array.isArray(body.stop)) {
-    if (body.stop.length > 4 || body.stop.some((s) => typeof s !== "string" || !s)) throw badRequest("stop: up to 4 non-empty strings", "stop");
+    if (body.stop.length > 4 || body.stop.some((s) => typeof s !== "string" || !s))
+      throw badRequest("stop: up to 4 non-empty strings", "stop");
     stop = body.stop as string[];
-  } else if (body.stop !== undefined && body.stop !== null) throw badRequest("stop: expected a string or an array of strings", "stop");
+  } else if (body.stop !== undefined && body.stop !== null)
+    throw badRequest("stop: expected a string or an array of strings", "stop");
   const mt = body.max_completion_tokens ?? body.max_tokens;
   const maxKey = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const toolList = tools(body.tools);
   const so = body.stream_options;
   const ctk = body.chat_template_kwargs;
-  if (ctk !== undefined && !isObj(ctk)) throw badRequest("chat_template_kwargs: expected an object", "chat_template_kwargs");
+  if (ctk !== undefined && !isObj(ctk))
+    throw badRequest("chat_template_kwargs: expected an object", "chat_template_kwargs");
   return {
     model: body.model,
     messages: messages(body.messages),

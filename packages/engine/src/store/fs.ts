@@ -24,7 +24,8 @@ export class FsStore implements RunStore {
 
   private abs(p: string): string {
     const a = this.path.resolve(this.root, p);
-    if (a !== this.root && !a.startsWith(this.root + this.path.sep)) throw new Error(`store path "${p}" escapes ${this.root}`);
+    if (a !== this.root && !a.startsWith(this.root + this.path.sep))
+      throw new Error(`store path "${p}" escapes ${this.root}`);
     return a;
   }
 

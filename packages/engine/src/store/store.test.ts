@@ -13,7 +13,10 @@ it.each(["fs", "memory"])("%s store: writes, lists, appends, removes and commits
   await s.append(`${run}/history.jsonl`, "1\n");
   await s.append(`${run}/history.jsonl`, "2\n");
   await s.writeAtomic(
-    { [`${run}/checkpoints/0001/adapter_config.json`]: "{}", [`${run}/checkpoints/0001/adapter_model.safetensors`]: new Uint8Array([1, 2]) },
+    {
+      [`${run}/checkpoints/0001/adapter_config.json`]: "{}",
+      [`${run}/checkpoints/0001/adapter_model.safetensors`]: new Uint8Array([1, 2]),
+    },
     `${run}/latest`,
     "1",
   );

@@ -22,9 +22,14 @@ export const enc = (s: string) => new TextEncoder().encode(s);
 export const dec = (b: Uint8Array) => new TextDecoder().decode(b);
 
 export function runPrefix(project: string, name: string): string {
-  for (const [what, v] of [["project", project], ["model name", name]] as const) {
+  for (const [what, v] of [
+    ["project", project],
+    ["model name", name],
+  ] as const) {
     if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(v)) {
-      throw new Error(`${what} "${v}" is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.' or '-')`);
+      throw new Error(
+        `${what} "${v}" is not allowed: use letters, digits, '.', '_' and '-' (not starting with '.' or '-')`,
+      );
     }
   }
   return `${project}/models/${name}`;
@@ -45,7 +50,9 @@ export class MemoryStore implements RunStore {
     this.files.set(p, enc((old ? dec(old) : "") + t));
   }
   async list(prefix: string) {
-    return [...this.files.keys()].filter((k) => k === prefix || k.startsWith(prefix.endsWith("/") ? prefix : prefix + "/")).sort();
+    return [...this.files.keys()]
+      .filter((k) => k === prefix || k.startsWith(prefix.endsWith("/") ? prefix : prefix + "/"))
+      .sort();
   }
   async remove(prefix: string) {
     for (const k of await this.list(prefix)) this.files.delete(k);

@@ -18,7 +18,15 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
 interface Variant {
-  config: { ratio: "token" | "sequence"; objective: "ppo" | "cispo"; epsilon: number; epsilon_high: number; beta: number; normalization: string; max_length?: number };
+  config: {
+    ratio: "token" | "sequence";
+    objective: "ppo" | "cispo";
+    epsilon: number;
+    epsilon_high: number;
+    beta: number;
+    normalization: string;
+    max_length?: number;
+  };
   loss: number;
   policy_loss: number;
   kl: number;
@@ -43,32 +51,66 @@ async function setup(fixture: string) {
   const files = await modelFiles(join(FIX, inputs.base_model));
   const config = parseConfig((await readJson(files, "config.json"))!);
   const reader = await WeightReader.open(files);
-  const w = await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }));
+  const w = await uploadWeights(
+    gpu,
+    config,
+    reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }),
+  );
   const model = new Model(gpu, config, w);
   const targets = (inputs.lora.target_modules as string[]).map((m) => m.replace("_proj", "") as LoraTarget);
   model.lora = new LoraState(gpu, config, { rank: inputs.lora.r, alpha: inputs.lora.alpha, targets });
-  const adapter = await WeightReader.fromSource(memorySource(new Uint8Array(readFileSync(join(FIX, fixture, "adapter_model.safetensors"))), "adapter_model.safetensors"));
+  const adapter = await WeightReader.fromSource(
+    memorySource(
+      new Uint8Array(readFileSync(join(FIX, fixture, "adapter_model.safetensors"))),
+      "adapter_model.safetensors",
+    ),
+  );
   await model.lora.load(adapter);
   return { inputs, reference, model };
 }
 
 type Traj = { ids: number[]; mask: number[]; old_logprobs: number[]; ref_logprobs: number[] };
 
-function sequences(inputs: { groups: { advantages: number[]; trajectories: Traj[] }[] }, v: Variant, withRef: boolean): TrainSequence[] {
+function sequences(
+  inputs: { groups: { advantages: number[]; trajectories: Traj[] }[] },
+  v: Variant,
+  withRef: boolean,
+): TrainSequence[] {
   const out: TrainSequence[] = [];
-  const trainable = inputs.groups.flatMap((g) => g.trajectories.map((t, i) => ({ t, a: g.advantages[i] }))).filter((x) => x.a !== 0);
+  const trainable = inputs.groups
+    .flatMap((g) => g.trajectories.map((t, i) => ({ t, a: g.advantages[i] })))
+    .filter((x) => x.a !== 0);
   const nSeq = trainable.length;
   const nTok = trainable.reduce((s, x) => s + x.t.mask.reduce((a, b) => a + b, 0), 0);
   for (const { t, a } of trainable) {
     const n = t.mask.reduce((x, y) => x + y, 0);
-    const coef = v.config.normalization === "token" ? 1 / nTok : v.config.normalization === "constant" ? 1 / (nSeq * v.config.max_length!) : 1 / (nSeq * n);
-    out.push({ ids: t.ids, mask: t.mask, oldLogprobs: t.old_logprobs, refLogprobs: withRef ? t.ref_logprobs : undefined, advantage: a, coef });
+    const coef =
+      v.config.normalization === "token"
+        ? 1 / nTok
+        : v.config.normalization === "constant"
+          ? 1 / (nSeq * v.config.max_length!)
+          : 1 / (nSeq * n);
+    out.push({
+      ids: t.ids,
+      mask: t.mask,
+      oldLogprobs: t.old_logprobs,
+      refLogprobs: withRef ? t.ref_logprobs : undefined,
+      advantage: a,
+      coef,
+    });
   }
   return out;
 }
 
 function options(v: Variant, microBatchTokens: number): GrpoOptions {
-  return { loss: v.config.objective, level: v.config.ratio, epsilon: v.config.epsilon, epsilonHigh: v.config.epsilon_high, beta: v.config.beta, microBatchTokens };
+  return {
+    loss: v.config.objective,
+    level: v.config.ratio,
+    epsilon: v.config.epsilon,
+    epsilonHigh: v.config.epsilon_high,
+    beta: v.config.beta,
+    microBatchTokens,
+  };
 }
 
 async function gradsByName(model: Model): Promise<Map<string, Float32Array>> {
@@ -107,7 +149,9 @@ describe.each(["grpo-qwen3", "grpo-llama"])("%s against PyTorch autograd", (fixt
 
   it.each(["art", "token", "dr_grpo", "gspo", "cispo"])("%s: loss, KL and LoRA gradients", async (name) => {
     const v = ctx.reference.variants[name] as Variant;
-    const r = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096), { newLogprobs: name === "art" });
+    const r = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096), {
+      newLogprobs: name === "art",
+    });
     const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-3);
     expect(rel(r.loss, v.loss)).toBeLessThan(1e-3);
     expect(rel(r.policyLoss, v.policy_loss)).toBeLessThan(1e-3);
@@ -137,7 +181,10 @@ describe.each(["grpo-qwen3", "grpo-llama"])("%s against PyTorch autograd", (fixt
     const kept = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));
     const g1 = await gradsByName(ctx.model);
     const live = gpu.pool.stats.liveBytes;
-    const re = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), { ...options(v, 32), recompute: true });
+    const re = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), {
+      ...options(v, 32),
+      recompute: true,
+    });
     expect(re.microBatches).toBeGreaterThan(2);
     const g2 = await gradsByName(ctx.model);
     expect(worstRelErr(g2, g1).err).toBeLessThan(1e-6);
@@ -146,14 +193,17 @@ describe.each(["grpo-qwen3", "grpo-llama"])("%s against PyTorch autograd", (fixt
     expect(gpu.pool.stats.liveBytes - live).toBeLessThanOrEqual(live);
   });
 
-  it.each(["art", "token", "gspo"])("%s: micro-batches of a few sequences give the single-batch gradient", async (name) => {
-    const v = ctx.reference.variants[name] as Variant;
-    const whole = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096));
-    const g1 = await gradsByName(ctx.model);
-    const split = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));
-    expect(split.microBatches).toBeGreaterThan(2);
-    const g2 = await gradsByName(ctx.model);
-    expect(worstRelErr(g2, g1).err).toBeLessThan(1e-4);
-    expect(Math.abs(split.loss - whole.loss)).toBeLessThan(1e-5);
-  });
+  it.each(["art", "token", "gspo"])(
+    "%s: micro-batches of a few sequences give the single-batch gradient",
+    async (name) => {
+      const v = ctx.reference.variants[name] as Variant;
+      const whole = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096));
+      const g1 = await gradsByName(ctx.model);
+      const split = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));
+      expect(split.microBatches).toBeGreaterThan(2);
+      const g2 = await gradsByName(ctx.model);
+      expect(worstRelErr(g2, g1).err).toBeLessThan(1e-4);
+      expect(Math.abs(split.loss - whole.loss)).toBeLessThan(1e-5);
+    },
+  );
 });

@@ -2,7 +2,22 @@
 // token logprobs in vocabulary chunks → GRPO loss and its gradient → backward into LoRA A/B (accumulated)
 // → global grad-norm clip + AdamW. One readback at the end (loss totals, grad norm, entropy).
 import type { Gpu, Recorder } from "@webart/gpu";
-import { adamwPartsBytes, adamwStatsBytes, adamwStep, GRPO_TOTALS, grpoLoss, grpoSeqStatsBytes, grpoTotalsBytes, packGrpoMeta, logprobsBackward, logprobsChunk, logprobsFinalize, logprobsStatsBytes, rmsnorm, trainingSlotPos } from "@webart/shaders";
+import {
+  adamwPartsBytes,
+  adamwStatsBytes,
+  adamwStep,
+  GRPO_TOTALS,
+  grpoLoss,
+  grpoSeqStatsBytes,
+  grpoTotalsBytes,
+  packGrpoMeta,
+  logprobsBackward,
+  logprobsChunk,
+  logprobsFinalize,
+  logprobsStatsBytes,
+  rmsnorm,
+  trainingSlotPos,
+} from "@webart/shaders";
 import type { Model } from "../model/model.ts";
 
 /** A trajectory ready for the GPU: tokens, which positions are trained, and its loss coefficient. */
@@ -69,7 +84,17 @@ export function microBatches(lengths: number[], budget: number): number[][] {
  * Token logprobs of `targets` from final-normed states h (N, C), streaming the LM head over vocabulary
  * chunks; writes lp, entropy and lse (N each).
  */
-export function headLogprobs(model: Model, rec: Recorder, h: GPUBuffer, targets: GPUBuffer, N: number, lp: GPUBuffer, ent: GPUBuffer, lse: GPUBuffer, chunk: number): void {
+export function headLogprobs(
+  model: Model,
+  rec: Recorder,
+  h: GPUBuffer,
+  targets: GPUBuffer,
+  N: number,
+  lp: GPUBuffer,
+  ent: GPUBuffer,
+  lse: GPUBuffer,
+  chunk: number,
+): void {
   const gpu = model.gpu;
   const V = model.config.vocabSize;
   const stats = gpu.buffer(logprobsStatsBytes(N), "activations", "logprob stats");
@@ -87,7 +112,12 @@ export function headLogprobs(model: Model, rec: Recorder, h: GPUBuffer, targets:
  * Accumulates the GRPO gradient of the whole step into lora.grads (zeroed first). Every coefficient is
  * already normalised over the whole step, so micro-batching gives the same gradient as one batch.
  */
-export async function accumulateGradients(model: Model, seqs: TrainSequence[], o: GrpoOptions, want: { newLogprobs?: boolean } = {}): Promise<GradResult & { totals: GPUBuffer; entropyAll: GPUBuffer; maskAll: Float32Array }> {
+export async function accumulateGradients(
+  model: Model,
+  seqs: TrainSequence[],
+  o: GrpoOptions,
+  want: { newLogprobs?: boolean } = {},
+): Promise<GradResult & { totals: GPUBuffer; entropyAll: GPUBuffer; maskAll: Float32Array }> {
   const gpu = model.gpu;
   const lora = model.lora;
   if (!lora) throw new Error("train: no LoRA adapter attached");
@@ -106,7 +136,10 @@ export async function accumulateGradients(model: Model, seqs: TrainSequence[], o
     rec.clear(totals);
     await rec.submit();
   }
-  const batches = microBatches(seqs.map((s) => s.ids.length), o.microBatchTokens);
+  const batches = microBatches(
+    seqs.map((s) => s.ids.length),
+    o.microBatchTokens,
+  );
   let rowBase = 0;
   const rowOf: number[] = [];
   let trained = 0;
@@ -260,7 +293,11 @@ export interface OptimizerConfig {
 }
 
 /** Clips the global grad norm and applies AdamW to the LoRA parameters; returns the grad norm. */
-export async function optimizerStep(model: Model, o: OptimizerConfig, step: number): Promise<{ gradNorm: number; finite: boolean }> {
+export async function optimizerStep(
+  model: Model,
+  o: OptimizerConfig,
+  step: number,
+): Promise<{ gradNorm: number; finite: boolean }> {
   const gpu: Gpu = model.gpu;
   const lora = model.lora!;
   const parts = gpu.buffer(adamwPartsBytes, "optimizer", "adam parts");

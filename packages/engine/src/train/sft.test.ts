@@ -18,7 +18,12 @@ async function load(name: string): Promise<Model> {
   const files = await modelFiles(join(FIX, name));
   const config = parseConfig((await readJson(files, "config.json"))!);
   const reader = await WeightReader.open(files);
-  const w = await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }), { toF32: true });
+  const w = await uploadWeights(
+    gpu,
+    config,
+    reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }),
+    { toF32: true },
+  );
   return new Model(gpu, config, w);
 }
 
@@ -39,7 +44,13 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     const seqs = batch(model.config.vocabSize, 1);
     const base = await tr.step_(seqs, noop);
     const grads = await gpu.readF32(tr.grads.buffer, tr.grads.size);
-    const names = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.1.mlp.down_proj.weight", "model.layers.0.input_layernorm.weight", "model.norm.weight"];
+    const names = [
+      "model.embed_tokens.weight",
+      "model.layers.0.self_attn.q_proj.weight",
+      "model.layers.1.mlp.down_proj.weight",
+      "model.layers.0.input_layernorm.weight",
+      "model.norm.weight",
+    ];
     if (model.config.qkvBias) names.push("model.layers.0.self_attn.v_proj.bias");
     if (model.config.qkNorm) names.push("model.layers.1.self_attn.k_norm.weight");
     if (!model.config.tieWordEmbeddings) names.push("lm_head.weight");
@@ -59,7 +70,9 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
       const fd = ((await lossAt(orig[0] + eps)) - (await lossAt(orig[0] - eps))) / (2 * eps);
       gpu.write(buf, orig, at);
       const g = grads[t.offset + best];
-      expect(Math.abs(fd - g), `${n}[${best}]: finite difference ${fd} vs gradient ${g}`).toBeLessThan(0.03 * Math.abs(g) + 2e-4);
+      expect(Math.abs(fd - g), `${n}[${best}]: finite difference ${fd} vs gradient ${g}`).toBeLessThan(
+        0.03 * Math.abs(g) + 2e-4,
+      );
     }
     expect(base.loss).toBeGreaterThan(0);
   });
@@ -82,7 +95,9 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
       const before = await tr.readWeights();
       await tr.step_(batch(model.config.vocabSize, 20), { ...noop, lr });
       const after = await tr.readWeights();
-      const d = after.flatMap((w, i) => Array.from(w, (x, j) => Math.abs(x - before[i][j]))).filter((x) => x > lr * 1e-3);
+      const d = after
+        .flatMap((w, i) => Array.from(w, (x, j) => Math.abs(x - before[i][j])))
+        .filter((x) => x > lr * 1e-3);
       return { n: d.length, nearLr: d.filter((x) => Math.abs(x - lr) < lr * 0.02).length };
     };
     const carried = await moved(); // m and v carry three steps of other batches: updates are not all lr
@@ -118,11 +133,22 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
     const model = await load(name);
     const tr = new FullTrainer(model);
     const before = await tr.readWeights();
-    const o = { lr: fx.hp.lr, beta1: fx.hp.beta1, beta2: fx.hp.beta2, eps: fx.hp.eps, weightDecay: fx.hp.weight_decay, maxGradNorm: fx.hp.max_norm, microBatchTokens: 24 };
+    const o = {
+      lr: fx.hp.lr,
+      beta1: fx.hp.beta1,
+      beta2: fx.hp.beta2,
+      eps: fx.hp.eps,
+      weightDecay: fx.hp.weight_decay,
+      maxGradNorm: fx.hp.max_norm,
+      microBatchTokens: 24,
+    };
     for (let i = 0; i < fx.hp.steps; i++) {
       const r = await tr.step_(fx.sequences, o);
       expect(r.loss, `step ${i + 1} loss`).toBeCloseTo(fx.losses[i], 4);
-      expect(Math.abs(r.gradNorm - fx.grad_norms[i]), `step ${i + 1} grad norm ${r.gradNorm} vs ${fx.grad_norms[i]}`).toBeLessThan(1e-3 * fx.grad_norms[i]);
+      expect(
+        Math.abs(r.gradNorm - fx.grad_norms[i]),
+        `step ${i + 1} grad norm ${r.gradNorm} vs ${fx.grad_norms[i]}`,
+      ).toBeLessThan(1e-3 * fx.grad_norms[i]);
     }
     const lrZero = await tr.step_(fx.sequences, { ...o, lr: 0, weightDecay: 0 });
     expect(lrZero.loss, "loss after the last step").toBeCloseTo(fx.final_loss, 4);
@@ -131,7 +157,9 @@ describe.each(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])("%s full fine-tuning",
       let d = 0;
       for (let i = 0; i < t.n; i++) d += (after[k][i] - before[k][i]) ** 2;
       const want = fx.update_norms[t.name];
-      expect(Math.abs(Math.sqrt(d) - want), `${t.name}: update norm ${Math.sqrt(d)} vs PyTorch ${want}`).toBeLessThan(0.01 * want + 1e-6);
+      expect(Math.abs(Math.sqrt(d) - want), `${t.name}: update norm ${Math.sqrt(d)} vs PyTorch ${want}`).toBeLessThan(
+        0.01 * want + 1e-6,
+      );
     });
   });
 });

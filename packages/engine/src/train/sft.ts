@@ -1,7 +1,14 @@
 // Full-parameter supervised fine-tuning (the embedded model's pretraining): next-token cross-entropy on
 // the masked (assistant) tokens, backward into every base weight (f32), global grad-norm clip + AdamW.
 import type { Gpu } from "@webart/gpu";
-import { adamwPartsBytes, adamwStatsBytes, adamwUpdate, gradNorm, logprobsBackward, trainingSlotPos } from "@webart/shaders";
+import {
+  adamwPartsBytes,
+  adamwStatsBytes,
+  adamwUpdate,
+  gradNorm,
+  logprobsBackward,
+  trainingSlotPos,
+} from "@webart/shaders";
 import { tensorShapes } from "../config/index.ts";
 import { fullGradLayout, type FullGrads, type Model } from "../model/model.ts";
 import { headLogprobs, microBatches, type OptimizerConfig } from "./grpo.ts";
@@ -34,13 +41,23 @@ export class FullTrainer {
     this.m = gpu.upload(z, "optimizer", "full adam m");
     this.v = gpu.upload(z, "optimizer", "full adam v");
     const byName = new Map<string, GPUBuffer | Win>();
-    if (w.embed.dtype !== "f32" || w.embed.shards.length !== 1) throw new Error("full fine-tuning needs f32 weights (load with weightsF32) and a single embedding shard");
+    if (w.embed.dtype !== "f32" || w.embed.shards.length !== 1)
+      throw new Error("full fine-tuning needs f32 weights (load with weightsF32) and a single embedding shard");
     const e = w.embed.shards[0].binding;
     byName.set("model.embed_tokens.weight", "buffer" in e ? (e as Win) : e);
     w.layers.forEach((L, i) => {
       const p = `model.layers.${i}.`;
-      for (const [k, t] of [["q", "self_attn.q_proj"], ["k", "self_attn.k_proj"], ["v", "self_attn.v_proj"], ["o", "self_attn.o_proj"], ["gate", "mlp.gate_proj"], ["up", "mlp.up_proj"], ["down", "mlp.down_proj"]] as const) {
-        if (L[k].dtype !== "f32") throw new Error(`full fine-tuning needs f32 weights; ${p}${t}.weight is ${L[k].dtype}`);
+      for (const [k, t] of [
+        ["q", "self_attn.q_proj"],
+        ["k", "self_attn.k_proj"],
+        ["v", "self_attn.v_proj"],
+        ["o", "self_attn.o_proj"],
+        ["gate", "mlp.gate_proj"],
+        ["up", "mlp.up_proj"],
+        ["down", "mlp.down_proj"],
+      ] as const) {
+        if (L[k].dtype !== "f32")
+          throw new Error(`full fine-tuning needs f32 weights; ${p}${t}.weight is ${L[k].dtype}`);
         byName.set(`${p}${t}.weight`, L[k].buffer);
       }
       byName.set(p + "input_layernorm.weight", L.inNorm);
@@ -82,13 +99,23 @@ export class FullTrainer {
 
   /** One optimizer step on sequences; returns the loss (mean over tokens, weighted by the masks), the sum of
    * the weights (`tokens`) and the grad norm. */
-  async step_(seqs: SftSequence[], o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number; recompute?: boolean }): Promise<{ loss: number; tokens: number; gradNorm: number }> {
+  async step_(
+    seqs: SftSequence[],
+    o: OptimizerConfig & { microBatchTokens: number; vocabChunk?: number; recompute?: boolean },
+  ): Promise<{ loss: number; tokens: number; gradNorm: number }> {
     const model = this.model;
     const gpu: Gpu = model.gpu;
     const C = model.config.hiddenSize;
     const V = model.config.vocabSize;
     const chunk = Math.min(o.vocabChunk ?? 8192, V);
-    const total = seqs.reduce((s, q) => s + Array.from(q.mask).slice(1).reduce((a, b) => a + b, 0), 0);
+    const total = seqs.reduce(
+      (s, q) =>
+        s +
+        Array.from(q.mask)
+          .slice(1)
+          .reduce((a, b) => a + b, 0),
+      0,
+    );
     if (!total) throw new Error("sft: no masked tokens to learn");
     const lossBuf = gpu.buffer(seqs.reduce((s, q) => s + q.ids.length, 0) * 4, "optimizer", "sft lp");
     const weights: number[] = [];
@@ -98,7 +125,10 @@ export class FullTrainer {
       await rec.submit();
     }
     let row = 0;
-    for (const idx of microBatches(seqs.map((s) => s.ids.length), o.microBatchTokens)) {
+    for (const idx of microBatches(
+      seqs.map((s) => s.ids.length),
+      o.microBatchTokens,
+    )) {
       const B = idx.length;
       const T = Math.max(...idx.map((i) => seqs[i].ids.length));
       const N = B * T;
@@ -152,12 +182,30 @@ export class FullTrainer {
     const stats = gpu.buffer(adamwStatsBytes, "optimizer");
     const rec = gpu.recorder();
     gradNorm(gpu, rec, this.grads.buffer, parts, stats, this.grads.size, o.maxGradNorm);
-    const cfg = { lr: o.lr, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weightDecay: o.weightDecay, maxNorm: o.maxGradNorm };
+    const cfg = {
+      lr: o.lr,
+      beta1: o.beta1,
+      beta2: o.beta2,
+      eps: o.eps,
+      weightDecay: o.weightDecay,
+      maxNorm: o.maxGradNorm,
+    };
     for (const t of this.tensors) {
       const w = (b: GPUBuffer): Win => ({ buffer: b, offset: t.offset * 4, size: t.n * 4 });
       // Norm weights and biases are not decayed (as is usual).
       const decay = t.name.endsWith("norm.weight") || t.name.endsWith(".bias") ? 0 : cfg.weightDecay;
-      adamwUpdate(gpu, rec, t.weight, w(this.grads.buffer), w(this.m), w(this.v), stats, t.n, { ...cfg, weightDecay: decay }, this.step);
+      adamwUpdate(
+        gpu,
+        rec,
+        t.weight,
+        w(this.grads.buffer),
+        w(this.m),
+        w(this.v),
+        stats,
+        t.n,
+        { ...cfg, weightDecay: decay },
+        this.step,
+      );
     }
     const sRead = rec.read(stats, adamwStatsBytes);
     const lRead = rec.read(lossBuf, row * 4);

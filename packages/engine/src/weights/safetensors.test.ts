@@ -4,7 +4,15 @@ import { writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Rng, roundHalf, toBf16, toF16 } from "@webart/gpu";
-import { fileSource, memorySource, readSafetensorsHeader, tensorToF32, WeightReader, WeightsError, writeSafetensors } from "./index.ts";
+import {
+  fileSource,
+  memorySource,
+  readSafetensorsHeader,
+  tensorToF32,
+  WeightReader,
+  WeightsError,
+  writeSafetensors,
+} from "./index.ts";
 import { removeDir, tempDir } from "./testing.ts";
 
 let dir: string;

@@ -38,7 +38,11 @@ export async function generateTranscripts(opts: TranscriptOptions): Promise<Mess
     const seed = rng.nextU32();
     const t =
       opts.game === "tictactoe"
-        ? await playTicTacToe(unskilledTicTacToe(rng, skill, opts.ordered ?? 0, opts.block ?? 0), { seed }, opts.historyTurns)
+        ? await playTicTacToe(
+            unskilledTicTacToe(rng, skill, opts.ordered ?? 0, opts.block ?? 0),
+            { seed },
+            opts.historyTurns,
+          )
         : await play2048(unskilled2048(rng, skill), { seed, winningValue: opts.winningValue }, opts.historyTurns);
     out.push(...conversations(t));
   }

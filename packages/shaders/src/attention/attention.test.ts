@@ -3,7 +3,15 @@ import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose } from "@webart/gpu/check";
 import { kvcacheWrite } from "../kvcache/index.ts";
 import { kvcacheWriteReference } from "../kvcache/reference.ts";
-import { attentionDecode, attentionForward, chooseTiles, decodeSplit, tileBytes, type ForwardOptions, type Tiles } from "./index.ts";
+import {
+  attentionDecode,
+  attentionForward,
+  chooseTiles,
+  decodeSplit,
+  tileBytes,
+  type ForwardOptions,
+  type Tiles,
+} from "./index.ts";
 import { attentionReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -110,9 +118,9 @@ describe("attention_forward (prefill over a KV cache) vs CPU reference", () => {
     const rec = gpu.recorder();
     const x = gpu.buffer(4096);
     const bufs = { q: x, slotPos: x, k: x, v: x, o: x, lse: x };
-    expect(() => attentionForward(gpu, rec, bufs, { n: 2, h: 2, kv: 1, d: 6, slots: 1, tmax: 4 }, { variant: "rows" })).toThrow(
-      /"rows" variant needs D % 4 == 0; got D=6/,
-    );
+    expect(() =>
+      attentionForward(gpu, rec, bufs, { n: 2, h: 2, kv: 1, d: 6, slots: 1, tmax: 4 }, { variant: "rows" }),
+    ).toThrow(/"rows" variant needs D % 4 == 0; got D=6/);
     gpu.release(x);
   });
 

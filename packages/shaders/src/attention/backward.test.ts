@@ -77,7 +77,13 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
       tiles === "small" ? x : tiles === "gpu" ? chooseTiles(gpu, kind, d, h / kv, {}, "gpu") : {};
     const variant = tiles === "default" ? undefined : tiles === "rows" ? "rows" : "tiled";
     const rec = gpu.recorder();
-    attentionForward(gpu, rec, buf, { n: b * t, h, kv, d, slots: b, tmax: t }, { tiles: pick("forward", small.fwd), variant });
+    attentionForward(
+      gpu,
+      rec,
+      buf,
+      { n: b * t, h, kv, d, slots: b, tmax: t },
+      { tiles: pick("forward", small.fwd), variant },
+    );
     attentionBackward(
       gpu,
       rec,

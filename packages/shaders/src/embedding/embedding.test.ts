@@ -1,7 +1,18 @@
 import { beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { allocTable, embedding, embeddingBackward, embeddingShard, releaseTable, splitRows, tableViews, uploadTable, type EmbeddingDtype, type EmbeddingTable } from "./index.ts";
+import {
+  allocTable,
+  embedding,
+  embeddingBackward,
+  embeddingShard,
+  releaseTable,
+  splitRows,
+  tableViews,
+  uploadTable,
+  type EmbeddingDtype,
+  type EmbeddingTable,
+} from "./index.ts";
 import { embeddingBackwardReference, embeddingReference } from "./reference.ts";
 
 let gpu: Gpu;

@@ -57,7 +57,12 @@ export function logprobsChunk(
   need(logits, ((N - 1) * (chunk.ld ?? chunk.cols) + chunk.cols) * 4, "logprobsChunk logits");
   need(targets, N * 4, "logprobsChunk targets");
   need(stats, logprobsStatsBytes(N), "logprobsChunk stats");
-  rec.dispatch(logprobsForwardSpec(opts.wg ?? rowThreads(gpu, "logprobs")), [logits, targets, stats], gpu.grid(N), params);
+  rec.dispatch(
+    logprobsForwardSpec(opts.wg ?? rowThreads(gpu, "logprobs")),
+    [logits, targets, stats],
+    gpu.grid(N),
+    params,
+  );
 }
 
 /** Turns the stats after the last chunk into logprob, entropy and lse (each (N,) f32). */

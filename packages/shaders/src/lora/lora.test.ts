@@ -1,7 +1,15 @@
 import { beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { LORA_TILING_CPU, LORA_TILING_GPU, loraBackward, loraForward, type LoraDims, type LoraProduct, type LoraTiling } from "./index.ts";
+import {
+  LORA_TILING_CPU,
+  LORA_TILING_GPU,
+  loraBackward,
+  loraForward,
+  type LoraDims,
+  type LoraProduct,
+  type LoraTiling,
+} from "./index.ts";
 import { loraBackwardReference, loraReference } from "./reference.ts";
 
 let gpu: Gpu;

@@ -3,7 +3,14 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, f64, finiteDiff, type Tolerance } from "@webart/gpu/check";
-import { MATMUL_VARIANTS, matmul, matmulShards, matmulVariant, type MatmulOptions, type MatmulVariant } from "./index.ts";
+import {
+  MATMUL_VARIANTS,
+  matmul,
+  matmulShards,
+  matmulVariant,
+  type MatmulOptions,
+  type MatmulVariant,
+} from "./index.ts";
 import { matmulReference } from "./reference.ts";
 
 // f32 accumulation in a different order (and possibly fused) than the reference: K ≤ 257 terms

@@ -8,7 +8,13 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
 // Llama 3.2's published rope_scaling, as the engine's config reader (config/config.ts) gives it.
-const llama32: RopeScaling = { type: "llama3", factor: 32, highFreqFactor: 4, lowFreqFactor: 1, originalMaxPositionEmbeddings: 8192 };
+const llama32: RopeScaling = {
+  type: "llama3",
+  factor: 32,
+  highFreqFactor: 4,
+  lowFreqFactor: 1,
+  originalMaxPositionEmbeddings: 8192,
+};
 
 /** (slot, pos) pairs, or plain positions when stride is 1. */
 function positions(rng: Rng, n: number, maxPos: number, stride: 1 | 2): Uint32Array {

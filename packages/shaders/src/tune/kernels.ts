@@ -7,7 +7,13 @@ import { defaultMatmulVariant, matmul, tuneMatmul, type WeightDtype } from "../m
 import { tuneMatvec } from "../matvec/index.ts";
 import { packSampleRows, sample } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
-import { attentionBackward, attentionDecode, attentionForward, trainingSlotPos, type AttentionTuneCandidate } from "../attention/index.ts";
+import {
+  attentionBackward,
+  attentionDecode,
+  attentionForward,
+  trainingSlotPos,
+  type AttentionTuneCandidate,
+} from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnorm, rmsnormBackward } from "../rmsnorm/index.ts";
 import { ROW_THREADS } from "../util/adapter.ts";

@@ -24,7 +24,11 @@ export interface CommandSpec<S extends Spec = Spec> {
 
 /** Parsed options: flags are booleans, options with a default strings, the rest string | undefined. */
 export type Values<S extends Spec> = {
-  [K in keyof S]: S[K] extends { flag: true } ? boolean : S[K] extends { default: string } ? string : string | undefined;
+  [K in keyof S]: S[K] extends { flag: true }
+    ? boolean
+    : S[K] extends { default: string }
+      ? string
+      : string | undefined;
 };
 
 /** A command line the command cannot run (code 2: message and usage on stderr), or --help (code 0). */
@@ -44,7 +48,10 @@ export function usage(cmd: CommandSpec): string {
   const row = (left: string, help: string) =>
     `  ${left}`.padEnd(COLUMN) + help.split("\n").join("\n" + " ".repeat(COLUMN));
   const rows = Object.entries(cmd.options).map(([k, o]) =>
-    row(`--${k}${o.flag ? "" : ` ${o.arg ?? "X"}`}`, o.help + (o.default !== undefined ? ` (default ${o.default})` : "")),
+    row(
+      `--${k}${o.flag ? "" : ` ${o.arg ?? "X"}`}`,
+      o.help + (o.default !== undefined ? ` (default ${o.default})` : ""),
+    ),
   );
   rows.push(row("-h, --help", "print this help"));
   return `usage: webart ${cmd.name} [options]\n\n${cmd.about}\n\noptions:\n${rows.join("\n")}\n`;
@@ -54,7 +61,11 @@ export function usage(cmd: CommandSpec): string {
 export function parseOptions<S extends Spec>(cmd: CommandSpec<S>, argv: string[]): Values<S> {
   const options: NonNullable<ParseArgsConfig["options"]> = { help: { type: "boolean", short: "h" } };
   for (const [k, o] of Object.entries(cmd.options)) {
-    options[k] = o.flag ? { type: "boolean", default: false } : o.default !== undefined ? { type: "string", default: o.default } : { type: "string" };
+    options[k] = o.flag
+      ? { type: "boolean", default: false }
+      : o.default !== undefined
+        ? { type: "string", default: o.default }
+        : { type: "string" };
   }
   // --help wins over anything else on the line, as in most commands.
   if (argv.includes("--help") || argv.includes("-h")) throw new UsageError("--help", 0);
@@ -76,7 +87,8 @@ function explain(argv: string[], options: NonNullable<ParseArgsConfig["options"]
     if (t.kind !== "option") continue;
     const o = options[t.name];
     if (!o) return `unknown option ${JSON.stringify(t.rawName)}`;
-    if (o.type === "boolean" && t.value !== undefined) return `${t.rawName} takes no value (got ${JSON.stringify(t.value)})`;
+    if (o.type === "boolean" && t.value !== undefined)
+      return `${t.rawName} takes no value (got ${JSON.stringify(t.value)})`;
     if (o.type === "string" && t.value === undefined) return `${t.rawName} needs a value`;
     if (o.type === "string" && !t.inlineValue && t.value!.startsWith("-")) {
       // parseArgs takes no value that starts with "-" after a space: a negative number or a forgotten value.
@@ -92,9 +104,20 @@ function explain(argv: string[], options: NonNullable<ParseArgsConfig["options"]
 export function num(name: string, v: string, opts: { int?: boolean; min?: number; max?: number } = {}): number {
   const n = v.trim() === "" ? NaN : Number(v);
   const { int, min, max } = opts;
-  if (!Number.isFinite(n) || (int && !Number.isInteger(n)) || (min !== undefined && n < min) || (max !== undefined && n > max)) {
+  if (
+    !Number.isFinite(n) ||
+    (int && !Number.isInteger(n)) ||
+    (min !== undefined && n < min) ||
+    (max !== undefined && n > max)
+  ) {
     const range =
-      min !== undefined && max !== undefined ? ` in [${min}, ${max}]` : min !== undefined ? ` >= ${min}` : max !== undefined ? ` <= ${max}` : "";
+      min !== undefined && max !== undefined
+        ? ` in [${min}, ${max}]`
+        : min !== undefined
+          ? ` >= ${min}`
+          : max !== undefined
+            ? ` <= ${max}`
+            : "";
     throw new UsageError(`--${name} ${JSON.stringify(v)}: expected ${int ? "an integer" : "a number"}${range}`);
   }
   return n;
@@ -103,7 +126,9 @@ export function num(name: string, v: string, opts: { int?: boolean; min?: number
 /** Option `name`'s text when it is one of `choices`. */
 export function oneOf<T extends string>(name: string, v: string, choices: readonly T[]): T {
   if (!(choices as readonly string[]).includes(v))
-    throw new UsageError(`--${name} ${JSON.stringify(v)}: expected ${choices.slice(0, -1).join(", ")} or ${choices[choices.length - 1]}`);
+    throw new UsageError(
+      `--${name} ${JSON.stringify(v)}: expected ${choices.slice(0, -1).join(", ")} or ${choices[choices.length - 1]}`,
+    );
   return v as T;
 }
 

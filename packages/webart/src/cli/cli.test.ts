@@ -18,8 +18,11 @@ const SPECS: CommandSpec[] = [TRAIN, EVAL, SERVE, INFO, PRETRAIN];
 /** Runs the built bin; resolves with its exit code and output (never rejects). */
 function webart(args: string[]): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
-    execFile(process.execPath, ["packages/webart/bin/webart.js", ...args], { cwd: ROOT, timeout: 60_000 }, (e, out, err) =>
-      resolve({ code: e ? Number(e.code ?? 1) : 0, out, err }),
+    execFile(
+      process.execPath,
+      ["packages/webart/bin/webart.js", ...args],
+      { cwd: ROOT, timeout: 60_000 },
+      (e, out, err) => resolve({ code: e ? Number(e.code ?? 1) : 0, out, err }),
     );
   });
 }
@@ -28,28 +31,35 @@ describe("webart", () => {
   it("--help lists the five commands; --version prints the package's version; an unknown command exits 2", async () => {
     const [help, version, bad] = await Promise.all([webart(["--help"]), webart(["--version"]), webart(["tain"])]);
     expect(help.code).toBe(0);
-    for (const c of ["train", "eval", "serve", "info", "pretrain"]) expect(help.out).toMatch(new RegExp(`^  ${c} `, "m"));
+    for (const c of ["train", "eval", "serve", "info", "pretrain"])
+      expect(help.out).toMatch(new RegExp(`^  ${c} `, "m"));
     const pkg = JSON.parse(readFileSync(join(ROOT, "packages/webart/package.json"), "utf8")) as { version: string };
     expect([version.code, version.out.trim()]).toEqual([0, pkg.version]);
     expect(bad.code).toBe(2);
     expect(bad.err).toContain('unknown command "tain"');
   });
 
-  it.each(SPECS.map((s) => [s.name, s] as const))("%s --help: exit 0, usage on stdout naming every option", async (name, spec) => {
-    const r = await webart([name, "--help"]);
-    expect(r.code).toBe(0);
-    expect(r.out).toContain(`usage: webart ${name} [options]`);
-    for (const k of Object.keys(spec.options)) expect(r.out).toMatch(new RegExp(`^  --${k}\\b`, "m"));
-    expect(r.err).not.toContain("usage:");
-  });
+  it.each(SPECS.map((s) => [s.name, s] as const))(
+    "%s --help: exit 0, usage on stdout naming every option",
+    async (name, spec) => {
+      const r = await webart([name, "--help"]);
+      expect(r.code).toBe(0);
+      expect(r.out).toContain(`usage: webart ${name} [options]`);
+      for (const k of Object.keys(spec.options)) expect(r.out).toMatch(new RegExp(`^  --${k}\\b`, "m"));
+      expect(r.err).not.toContain("usage:");
+    },
+  );
 
-  it.each(SPECS.map((s) => [s.name] as const))("%s: an unknown option exits 2 naming it, usage on stderr", async (name) => {
-    const r = await webart([name, "--no-such-option", "1"]);
-    expect(r.code).toBe(2);
-    expect(r.err).toContain(`webart ${name}: unknown option "--no-such-option"`);
-    expect(r.err).toContain(`usage: webart ${name} [options]`);
-    expect(r.out).toBe("");
-  });
+  it.each(SPECS.map((s) => [s.name] as const))(
+    "%s: an unknown option exits 2 naming it, usage on stderr",
+    async (name) => {
+      const r = await webart([name, "--no-such-option", "1"]);
+      expect(r.code).toBe(2);
+      expect(r.err).toContain(`webart ${name}: unknown option "--no-such-option"`);
+      expect(r.err).toContain(`usage: webart ${name} [options]`);
+      expect(r.out).toBe("");
+    },
+  );
 
   it.each([
     ["train", ["--steps", "ten"], '--steps "ten": expected an integer >= 1'],
@@ -93,8 +103,12 @@ describe("parseOptions", () => {
   });
 
   it("--help (or -h) anywhere is a UsageError with code 0; errors have code 2", () => {
-    expect(() => parseOptions(spec, ["--n", "4", "-h"])).toThrow(expect.objectContaining({ name: "UsageError", code: 0 }));
-    expect(() => parseOptions(spec, ["--f=1"])).toThrow(expect.objectContaining({ code: 2, message: '--f takes no value (got "1")' }));
+    expect(() => parseOptions(spec, ["--n", "4", "-h"])).toThrow(
+      expect.objectContaining({ name: "UsageError", code: 0 }),
+    );
+    expect(() => parseOptions(spec, ["--f=1"])).toThrow(
+      expect.objectContaining({ code: 2, message: '--f takes no value (got "1")' }),
+    );
     expect(() => parseOptions(spec, ["x"])).toThrow(/unexpected argument "x"/);
   });
 });

@@ -5,7 +5,8 @@ import { parseOptions, type CommandSpec } from "./args.ts";
 
 export const INFO = {
   name: "info",
-  about: "Prints the WebGPU adapter the engine gets in Node (Dawn), its limits and features, and the engine's default\nmemory budget on it (train and serve take --memory-budget to change it).",
+  about:
+    "Prints the WebGPU adapter the engine gets in Node (Dawn), its limits and features, and the engine's default\nmemory budget on it (train and serve take --memory-budget to change it).",
   options: {},
 } satisfies CommandSpec;
 
@@ -19,6 +20,8 @@ export async function infoCommand(argv: string[]): Promise<number> {
   console.log(`features:  ${[...gpu.features].sort().join(", ")}`);
   console.log(`max storage binding: ${gpu.limits.maxStorageBufferBindingSize / 2 ** 20} MiB`);
   console.log(`robustness: ${robustness ? "on" : "off (Node default, faster)"}`);
-  console.log(`memory budget: ${budget / 2 ** 30} GiB (the default on ${cpu ? "a CPU adapter" : "a GPU"}; --memory-budget changes it)`);
+  console.log(
+    `memory budget: ${budget / 2 ** 30} GiB (the default on ${cpu ? "a CPU adapter" : "a GPU"}; --memory-budget changes it)`,
+  );
   return 0;
 }

@@ -276,11 +276,10 @@ describe("security", () => {
     await expect(startServer({ model: BASE, host: "0.0.0.0", port: 0 })).rejects.toBeInstanceOf(ServeConfigError);
     const cli = (args: string[]) =>
       new Promise<{ code: number | null; err: string }>((resolve) => {
-        const p = spawn(
-          process.execPath,
-          ["packages/webart/bin/webart.js", "serve", ...args],
-          { cwd: ROOT, env: { ...process.env, WEBART_UNSET_KEY: "" } },
-        );
+        const p = spawn(process.execPath, ["packages/webart/bin/webart.js", "serve", ...args], {
+          cwd: ROOT,
+          env: { ...process.env, WEBART_UNSET_KEY: "" },
+        });
         let err = "";
         p.stderr.on("data", (c) => (err += c));
         p.on("exit", (code) => resolve({ code, err }));
@@ -459,7 +458,9 @@ describe("inference while a step trains, and --adapter", () => {
         Math.max(...a.token_logprobs!.map((x, i) => Math.abs(x - b.token_logprobs![i])));
       expect(diff(withAdapter, trained)).toBeLessThan(1e-4);
       // The step did change the adapter (LoRA B starts at zero), so --adapter serves trained weights.
-      const ad = await WeightReader.fromSource(memorySource(new Uint8Array(readFileSync(join(adapter, "adapter_model.safetensors"))), "adapter"));
+      const ad = await WeightReader.fromSource(
+        memorySource(new Uint8Array(readFileSync(join(adapter, "adapter_model.safetensors"))), "adapter"),
+      );
       const bNames = [...ad.tensorsInfo.keys()].filter((n) => n.includes("lora_B"));
       let moved = 0;
       for (const n of bNames) moved = Math.max(moved, ...tensorToF32(await ad.read(n)).map(Math.abs));
@@ -467,11 +468,24 @@ describe("inference while a step trains, and --adapter", () => {
       void base;
 
       // The same adapter written as rsLoRA (PEFT scales by alpha / sqrt(r)) serves the same; DoRA is refused.
-      const cfg = JSON.parse(readFileSync(join(adapter, "adapter_config.json"), "utf8")) as { r: number; lora_alpha: number };
+      const cfg = JSON.parse(readFileSync(join(adapter, "adapter_config.json"), "utf8")) as {
+        r: number;
+        lora_alpha: number;
+      };
       const rs = tmp("rslora");
       cpSync(adapter, rs, { recursive: true });
-      writeFileSync(join(rs, "adapter_config.json"), JSON.stringify({ ...cfg, use_rslora: true, lora_alpha: cfg.lora_alpha / Math.sqrt(cfg.r) }));
-      const sr = await startServer({ model: BASE, adapter: rs, port: 0, runs: tmp("runs-rslora"), kvSlots: 2, maxContext: 256 });
+      writeFileSync(
+        join(rs, "adapter_config.json"),
+        JSON.stringify({ ...cfg, use_rslora: true, lora_alpha: cfg.lora_alpha / Math.sqrt(cfg.r) }),
+      );
+      const sr = await startServer({
+        model: BASE,
+        adapter: rs,
+        port: 0,
+        runs: tmp("runs-rslora"),
+        kvSlots: 2,
+        maxContext: 256,
+      });
       try {
         const viaRs = await greedy(sr.url, "webart-tiny");
         expect(viaRs.token_ids).toEqual(withAdapter.token_ids);
@@ -480,9 +494,9 @@ describe("inference while a step trains, and --adapter", () => {
         await sr.close();
       }
       writeFileSync(join(rs, "adapter_config.json"), JSON.stringify({ ...cfg, use_dora: true }));
-      await expect(startServer({ model: BASE, adapter: rs, port: 0, runs: tmp("runs-dora"), kvSlots: 2, maxContext: 256 })).rejects.toThrow(
-        /adapter_config\.json: use_dora true: DoRA adapters are not supported/,
-      );
+      await expect(
+        startServer({ model: BASE, adapter: rs, port: 0, runs: tmp("runs-dora"), kvSlots: 2, maxContext: 256 }),
+      ).rejects.toThrow(/adapter_config\.json: use_dora true: DoRA adapters are not supported/);
 
       const m2 = new TrainableModel({ name: "busy", project: "serve-test", baseModel: "webart-tiny" });
       await m2.register(new RemoteBackend(s.url, { maxRetries: 0 }));
@@ -506,7 +520,9 @@ describe("one copy of the base model", () => {
     const weights0 = stats.byTag.weights;
     const base = srv.engine.model.weights;
     const baseBytes = base.buffers.reduce((s, b) => s + b.size, 0);
-    const models = ["share-1", "share-2"].map((name) => new TrainableModel({ name, project: "serve-test", baseModel: "webart-tiny" }));
+    const models = ["share-1", "share-2"].map(
+      (name) => new TrainableModel({ name, project: "serve-test", baseModel: "webart-tiny" }),
+    );
     for (const m of models) await m.register(new RemoteBackend(srv.url));
     // The server's own engine for each run (the spec as the server registered it: same project and name).
     for (const m of models) expect(srv.backend.engine({ ...m.spec, baseModel: BASE }).model.weights).toBe(base);

@@ -77,7 +77,9 @@ async function loadAdapter(engine: Engine, dir: string): Promise<void> {
   try {
     config = readAdapterConfig(JSON.parse(await readFile(cfgPath, "utf8")), cfgPath);
   } catch (e) {
-    throw new ServeConfigError(e instanceof SyntaxError ? `${cfgPath}: not valid JSON (${e.message})` : (e as Error).message);
+    throw new ServeConfigError(
+      e instanceof SyntaxError ? `${cfgPath}: not valid JSON (${e.message})` : (e as Error).message,
+    );
   }
   const lora = engine.attachLora(config);
   const file = join(dir, "adapter_model.safetensors");
@@ -119,7 +121,12 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
   const limits = { chat: 4 * MiB, train: 32 * MiB, other: 1 * MiB, ...o.limits };
   const maxWaitMs = o.maxWaitMs ?? 300_000;
   // One registry for the served engine and the runs' engines: runs of the served base model share its weights.
-  const engineOpts: EngineOptions = { kvSlots: o.kvSlots, maxContext: o.maxContext, memoryBudget: o.memoryBudget, bases: new BaseModels() };
+  const engineOpts: EngineOptions = {
+    kvSlots: o.kvSlots,
+    maxContext: o.maxContext,
+    memoryBudget: o.memoryBudget,
+    bases: new BaseModels(),
+  };
   const engine = await Engine.load(o.model, engineOpts);
   if (o.adapter) await loadAdapter(engine, o.adapter).catch((e) => engine.close().then(() => Promise.reject(e)));
   const backend = new LocalBackend({ path: o.runs ?? ".art", engine: engineOpts });

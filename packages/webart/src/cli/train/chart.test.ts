@@ -4,8 +4,34 @@ import { rollingMean, trainingChart } from "./chart.ts";
 
 describe("chart", () => {
   it("rollingMean averages each point with the k - 1 before it", () => {
-    expect(rollingMean([[1, 2], [2, 4], [3, 0], [4, 8]], 2)).toEqual([[1, 2], [2, 3], [3, 2], [4, 4]]);
-    expect(rollingMean([[1, 1], [2, 3]], 10)).toEqual([[1, 1], [2, 2]]);
+    expect(
+      rollingMean(
+        [
+          [1, 2],
+          [2, 4],
+          [3, 0],
+          [4, 8],
+        ],
+        2,
+      ),
+    ).toEqual([
+      [1, 2],
+      [2, 3],
+      [3, 2],
+      [4, 4],
+    ]);
+    expect(
+      rollingMean(
+        [
+          [1, 1],
+          [2, 3],
+        ],
+        10,
+      ),
+    ).toEqual([
+      [1, 1],
+      [2, 2],
+    ]);
   });
 
   it("trainingChart draws faint raw lines and labelled smoothed lines", () => {

@@ -15,7 +15,11 @@ export function rollingMean(points: [number, number][], k: number): [number, num
   });
 }
 
-export function lineChart(title: string, series: Series[], opts: { width?: number; height?: number; yMin?: number; yMax?: number } = {}): string {
+export function lineChart(
+  title: string,
+  series: Series[],
+  opts: { width?: number; height?: number; yMin?: number; yMax?: number } = {},
+): string {
   const W = opts.width ?? 640;
   const H = opts.height ?? 320;
   const m = { l: 48, r: 16, t: 48, b: 40 };
@@ -41,7 +45,12 @@ export function lineChart(title: string, series: Series[], opts: { width?: numbe
     .map((s) => {
       const d = s.points.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join(" ");
       if (s.faint) return `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="1" stroke-opacity="0.35"/>`;
-      const dots = s.points.length > 60 ? "" : s.points.map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${s.color}"/>`).join("");
+      const dots =
+        s.points.length > 60
+          ? ""
+          : s.points
+              .map((p) => `<circle cx="${sx(p[0]).toFixed(1)}" cy="${sy(p[1]).toFixed(1)}" r="2.5" fill="${s.color}"/>`)
+              .join("");
       return `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"/>${dots}`;
     })
     .join("");
@@ -58,14 +67,22 @@ export function lineChart(title: string, series: Series[], opts: { width?: numbe
 }
 
 /** A run's chart: mean reward and the game's score (win + draw rate, or max tile / 64) per step, raw and over 10 steps. */
-export function trainingChart(title: string, env: "tictactoe" | "2048", history: { step: number; reward: number; score: number }[]): string {
+export function trainingChart(
+  title: string,
+  env: "tictactoe" | "2048",
+  history: { step: number; reward: number; score: number }[],
+): string {
   const rewards = history.map((h): [number, number] => [h.step, h.reward]);
   const scores = history.map((h): [number, number] => [h.step, env === "tictactoe" ? h.score : h.score / 64]);
   const score = env === "tictactoe" ? "win + draw rate" : "max tile / 64";
-  return lineChart(`${title}: each step's rollouts (faint), and their mean over 10 steps`, [
-    { name: "mean reward", color: "#1f6feb", points: rewards, faint: true },
-    { name: score, color: "#d9480f", points: scores, faint: true },
-    { name: "mean reward (10 steps)", color: "#1f6feb", points: rollingMean(rewards, 10) },
-    { name: `${score} (10 steps)`, color: "#d9480f", points: rollingMean(scores, 10) },
-  ], { yMin: -1, yMax: env === "tictactoe" ? 1 : 2 });
+  return lineChart(
+    `${title}: each step's rollouts (faint), and their mean over 10 steps`,
+    [
+      { name: "mean reward", color: "#1f6feb", points: rewards, faint: true },
+      { name: score, color: "#d9480f", points: scores, faint: true },
+      { name: "mean reward (10 steps)", color: "#1f6feb", points: rollingMean(rewards, 10) },
+      { name: `${score} (10 steps)`, color: "#d9480f", points: rollingMean(scores, 10) },
+    ],
+    { yMin: -1, yMax: env === "tictactoe" ? 1 : 2 },
+  );
 }

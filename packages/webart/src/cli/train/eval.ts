@@ -2,8 +2,15 @@
 // player; perfect minimax for tic-tac-toe), as one table.
 import { Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import {
-  evaluate2048, evaluateTicTacToe, minimaxTicTacToePlayer, random2048Player, randomTicTacToePlayer, rollout2048, rolloutTicTacToe,
-  summarize2048, summarizeTicTacToe,
+  evaluate2048,
+  evaluateTicTacToe,
+  minimaxTicTacToePlayer,
+  random2048Player,
+  randomTicTacToePlayer,
+  rollout2048,
+  rolloutTicTacToe,
+  summarize2048,
+  summarizeTicTacToe,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 import { EMBEDDED, ENVS } from "./train.ts";
@@ -69,7 +76,10 @@ export async function evalCommand(argv: string[]): Promise<number> {
       console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);
     } else {
       const ck = await files.readCheckpoint(step);
-      const lora = readAdapterConfig(ck.adapterConfig, `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`);
+      const lora = readAdapterConfig(
+        ck.adapterConfig,
+        `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`,
+      );
       const state = new LoraState(engine.gpu, engine.config, lora);
       await state.load(ck.adapter);
       engine.model.lora = state;
@@ -80,13 +90,22 @@ export async function evalCommand(argv: string[]): Promise<number> {
   }
   const baselineSeed = { games, seed };
   if (env === "tictactoe") {
-    rows.push({ player: "random legal", ...(await evaluateTicTacToe(randomTicTacToePlayer(seed), baselineSeed)) } as Row);
-    rows.push({ player: "minimax (perfect)", ...(await evaluateTicTacToe(minimaxTicTacToePlayer(), baselineSeed)) } as Row);
+    rows.push({
+      player: "random legal",
+      ...(await evaluateTicTacToe(randomTicTacToePlayer(seed), baselineSeed)),
+    } as Row);
+    rows.push({
+      player: "minimax (perfect)",
+      ...(await evaluateTicTacToe(minimaxTicTacToePlayer(), baselineSeed)),
+    } as Row);
   } else {
     rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
   }
   await engine.close();
-  const cols = env === "tictactoe" ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"] : ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"];
+  const cols =
+    env === "tictactoe"
+      ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"]
+      : ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"];
   const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
   console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));

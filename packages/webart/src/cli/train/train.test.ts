@@ -18,7 +18,8 @@ describe("webart train / eval", () => {
   it("trains 2 steps with a checkpoint, history line and chart each step, then resumes", async () => {
     expect(await trainCommand(["--steps", "2", "--name", "a", ...tiny])).toBe(0);
     const dir = join(runs, "tictactoe/models/a");
-    for (const s of ["0001", "0002"]) expect(existsSync(join(dir, "checkpoints", s, "adapter_model.safetensors"))).toBe(true);
+    for (const s of ["0001", "0002"])
+      expect(existsSync(join(dir, "checkpoints", s, "adapter_model.safetensors"))).toBe(true);
     expect(readFileSync(join(dir, "history.jsonl"), "utf8").trim().split("\n")).toHaveLength(2);
     expect(readFileSync(join(dir, "chart.svg"), "utf8")).toContain("<svg");
     await expect(trainCommand(["--steps", "3", "--name", "a", ...tiny])).rejects.toThrow(/pass --resume/);
@@ -28,31 +29,56 @@ describe("webart train / eval", () => {
   });
 
   it("--memory-budget: a run that cannot fit is refused before loading, naming the plan's parts; a bad size is a usage error", async () => {
-    const err = await trainCommand(["--steps", "1", "--name", "small", "--memory-budget", "4MiB", ...tiny]).catch((e: Error) => e);
+    const err = await trainCommand(["--steps", "1", "--name", "small", "--memory-budget", "4MiB", ...tiny]).catch(
+      (e: Error) => e,
+    );
     expect((err as Error).name).toBe("PlanError");
     expect((err as Error).message).toMatch(/memory budget is 4\.0 MiB\. Largest parts: /);
     expect((err as Error).message).toMatch(/To fit: fewer tokens per micro-batch/);
     expect(existsSync(join(runs, "tictactoe/models/small/checkpoints"))).toBe(false);
-    await expect(trainCommand(["--memory-budget", "lots", ...tiny])).rejects.toThrow(/--memory-budget "lots" is not a size/);
+    await expect(trainCommand(["--memory-budget", "lots", ...tiny])).rejects.toThrow(
+      /--memory-budget "lots" is not a size/,
+    );
   });
 
   it("--reward ruler: a judge on 127.0.0.1 scores every group and training completes 2 steps", async () => {
     // The judge scores trajectory "1" high and the rest low, so every group has variance to learn from.
     judge = await startJudge((req) => ({
-      content: JSON.stringify({ scores: requestedIds(req).map((id) => ({ trajectory_id: id, explanation: `judged ${id}`, score: id === "1" ? 0.9 : 0.2 })) }),
+      content: JSON.stringify({
+        scores: requestedIds(req).map((id) => ({
+          trajectory_id: id,
+          explanation: `judged ${id}`,
+          score: id === "1" ? 0.9 : 0.2,
+        })),
+      }),
     }));
     process.env.WEBART_TEST_JUDGE_KEY = "test-key-123456";
     const code = await trainCommand([
-      "--steps", "2", "--name", "r", "--reward", "ruler", "--judge-base-url", judge.baseURL, "--judge-model", "judge",
-      "--judge-api-key-env", "WEBART_TEST_JUDGE_KEY", ...tiny,
+      "--steps",
+      "2",
+      "--name",
+      "r",
+      "--reward",
+      "ruler",
+      "--judge-base-url",
+      judge.baseURL,
+      "--judge-model",
+      "judge",
+      "--judge-api-key-env",
+      "WEBART_TEST_JUDGE_KEY",
+      ...tiny,
       // The embedded model plays almost deterministically at temperature 1; at 2 a group's two games differ,
       // so the judge sees both (identical trajectories are judged once).
-      "--temperature", "2",
+      "--temperature",
+      "2",
     ]);
     expect(code).toBe(0);
     expect(judge.requests.length).toBeGreaterThanOrEqual(4);
     expect(judge.requests[0].headers.authorization).toBe("Bearer test-key-123456");
-    const hist = readFileSync(join(runs, "tictactoe/models/r/history.jsonl"), "utf8").trim().split("\n").map((l) => JSON.parse(l));
+    const hist = readFileSync(join(runs, "tictactoe/models/r/history.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l));
     expect(hist).toHaveLength(2);
     expect(hist[0]["train/num_groups_trainable"]).toBe(2);
     // The key never reaches the run's files.
@@ -63,18 +89,44 @@ describe("webart train / eval", () => {
 
   it("--env 2048 --max-histories 1: a step trains on the move that ended each game; a bad value is refused", async () => {
     type Choice = { logprobs: { content: unknown[] } };
-    type Game = { reward: number; messages_and_choices: Choice[]; additional_histories: { messages_and_choices: Choice[] }[] };
+    type Game = {
+      reward: number;
+      messages_and_choices: Choice[];
+      additional_histories: { messages_and_choices: Choice[] }[];
+    };
     // Every move is trained by default (as ART does); one move a game keeps this test short on a CPU.
-    const args = ["--env", "2048", "--steps", "1", "--name", "g", "--group-size", "4", "--groups-per-step", "1", "--runs", runs, "--max-histories", "1"];
+    const args = [
+      "--env",
+      "2048",
+      "--steps",
+      "1",
+      "--name",
+      "g",
+      "--group-size",
+      "4",
+      "--groups-per-step",
+      "1",
+      "--runs",
+      runs,
+      "--max-histories",
+      "1",
+    ];
     expect(await trainCommand(args)).toBe(0);
     const dir = join(runs, "2048/models/g");
     const row = JSON.parse(readFileSync(join(dir, "history.jsonl"), "utf8").trim());
-    const games: Game[] = readFileSync(join(dir, "trajectories/train/0001.jsonl"), "utf8").trim().split("\n").flatMap((l) => JSON.parse(l).trajectories);
+    const games: Game[] = readFileSync(join(dir, "trajectories/train/0001.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .flatMap((l) => JSON.parse(l).trajectories);
     expect(games).toHaveLength(4);
-    const histories = games.map((g) => [g.messages_and_choices, ...g.additional_histories.map((h) => h.messages_and_choices)]);
+    const histories = games.map((g) => [
+      g.messages_and_choices,
+      ...g.additional_histories.map((h) => h.messages_and_choices),
+    ]);
     expect(Math.max(...histories.map((h) => h.length))).toBeGreaterThan(1);
     const replyTokens = (h: Choice[]) => h[h.length - 1].logprobs.content.length;
-    if (new Set(games.map((g) => g.reward)).size === 1) expect(row["train/skipped"]).toBeTruthy(); // nothing to learn from
+    if (new Set(games.map((g) => g.reward)).size === 1)
+      expect(row["train/skipped"]).toBeTruthy(); // nothing to learn from
     else expect(row["train/num_tokens_trained"]).toBe(histories.reduce((s, h) => s + replyTokens(h[h.length - 1]), 0));
     await expect(trainCommand([...args, "--max-histories", "-1"])).rejects.toBeInstanceOf(UsageError);
   }, 600_000);
@@ -98,7 +150,20 @@ describe("webart train / eval", () => {
       const log = console.log;
       console.log = (s: string) => lines.push(String(s));
       try {
-        expect(await evalCommand(["--games", "8", "--checkpoint", "none", "--seed", seed, "--temperature", "2", "--runs", runs])).toBe(0);
+        expect(
+          await evalCommand([
+            "--games",
+            "8",
+            "--checkpoint",
+            "none",
+            "--seed",
+            seed,
+            "--temperature",
+            "2",
+            "--runs",
+            runs,
+          ]),
+        ).toBe(0);
       } finally {
         console.log = log;
       }

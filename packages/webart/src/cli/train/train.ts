@@ -4,7 +4,14 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { EMBEDDED_MODEL, gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory, TrajectoryGroup } from "@webart/engine";
+import {
+  EMBEDDED_MODEL,
+  gatherTrajectoryGroups,
+  LocalBackend,
+  TrainableModel,
+  Trajectory,
+  TrajectoryGroup,
+} from "@webart/engine";
 import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
@@ -21,7 +28,11 @@ export const TRAIN = {
     "run folder (RUNS/PROJECT/models/NAME). Ctrl-C stops after the current step; --resume continues a run.",
   options: {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
-    steps: { arg: "N", default: "250", help: "train until this step (250 tic-tac-toe steps: ~28 min on 2 CPU cores, models/README.md)" },
+    steps: {
+      arg: "N",
+      default: "250",
+      help: "train until this step (250 tic-tac-toe steps: ~28 min on 2 CPU cores, models/README.md)",
+    },
     "group-size": { arg: "N", default: "8", help: "rollouts per group (same scenario)" },
     "groups-per-step": { arg: "N", default: "4", help: "groups per step" },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
@@ -29,7 +40,11 @@ export const TRAIN = {
     reward: { arg: "env|ruler", default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
     "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
     "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
-    "judge-api-key-env": { arg: "VAR", default: "OPENAI_API_KEY", help: "RULER: environment variable holding the judge's API key" },
+    "judge-api-key-env": {
+      arg: "VAR",
+      default: "OPENAI_API_KEY",
+      help: "RULER: environment variable holding the judge's API key",
+    },
     resume: { flag: true, help: "continue the run from its latest checkpoint" },
     seed: { arg: "N", default: "1", help: "seed for scenarios and the adapter's initialisation" },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
@@ -38,7 +53,11 @@ export const TRAIN = {
     "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
     temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
     "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
-    "max-histories": { arg: "N", default: "0", help: "train on at most this many moves per game, the last always kept\n(0: all, as ART does)" },
+    "max-histories": {
+      arg: "N",
+      default: "0",
+      help: "train on at most this many moves per game, the last always kept\n(0: all, as ART does)",
+    },
     "memory-budget": {
       arg: "SIZE",
       help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU adapter: webart info)",
@@ -62,17 +81,26 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
-    if (!a["judge-base-url"] || !a["judge-model"]) throw new UsageError("--reward ruler needs --judge-base-url and --judge-model");
+    if (!a["judge-base-url"] || !a["judge-model"])
+      throw new UsageError("--reward ruler needs --judge-base-url and --judge-model");
     const key = process.env[a["judge-api-key-env"]] ?? "none";
-    judge = { client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }), model: a["judge-model"] };
+    judge = {
+      client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }),
+      model: a["judge-model"],
+    };
   }
   const project = a.project || env;
-  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: Math.min(64, G * K), maxContext: 512, memoryBudget } });
+  const backend = new LocalBackend({
+    path: a.runs,
+    engine: { kvSlots: Math.min(64, G * K), maxContext: 512, memoryBudget },
+  });
   const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank } });
   await model.register(backend);
   let step = await model.getStep();
   if (step > 0 && !a.resume) {
-    throw new UsageError(`run ${project}/${a.name} already has ${step} steps in ${a.runs}: pass --resume to continue it, or --name for a new run`);
+    throw new UsageError(
+      `run ${project}/${a.name} already has ${step} steps in ${a.runs}: pass --resume to continue it, or --name for a new run`,
+    );
   }
   const runDir = join(a.runs, project, "models", a.name);
   const client = model.openaiClient();
@@ -88,20 +116,29 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const scoreFile = join(runDir, "scores.jsonl");
   type Point = { step: number; reward: number; score: number };
   const history: Point[] = existsSync(scoreFile)
-    ? readFileSync(scoreFile, "utf8").split("\n").filter(Boolean).map((l) => JSON.parse(l) as Point).filter((h) => h.step <= step)
+    ? readFileSync(scoreFile, "utf8")
+        .split("\n")
+        .filter(Boolean)
+        .map((l) => JSON.parse(l) as Point)
+        .filter((h) => h.step <= step)
     : [];
-  console.log(`training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`);
+  console.log(
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`,
+  );
   try {
     while (step < steps && !stopping) {
       const rollout = async (scenarioSeed: number) => {
         const opts = { model: model.getInferenceName(), temperature, maxTokens };
-        const t = env === "tictactoe"
-          ? await rolloutTicTacToe(client, { ...opts, scenario: { seed: scenarioSeed } })
-          : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
+        const t =
+          env === "tictactoe"
+            ? await rolloutTicTacToe(client, { ...opts, scenario: { seed: scenarioSeed } })
+            : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
         return new Trajectory(t);
       };
       const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
-        Array.from({ length: K }, (_, g) => Array.from({ length: G }, () => () => rollout(seed * 1_000_003 + step * 1000 + g))),
+        Array.from({ length: K }, (_, g) =>
+          Array.from({ length: G }, () => () => rollout(seed * 1_000_003 + step * 1000 + g)),
+        ),
         {
           maxExceptions: 0.2,
           description: `step ${step + 1}/${steps}`,
@@ -110,7 +147,10 @@ export async function trainCommand(argv: string[]): Promise<number> {
       );
       const all = groups.flatMap((g) => g.trajectories);
       const summary = env === "tictactoe" ? summarizeTicTacToe(all) : summarize2048(all);
-      const score = "win" in summary && env === "tictactoe" ? (summary as { win: number; draw: number }).win + (summary as { draw: number }).draw : (summary as { meanMaxTile: number }).meanMaxTile;
+      const score =
+        "win" in summary && env === "tictactoe"
+          ? (summary as { win: number; draw: number }).win + (summary as { draw: number }).draw
+          : (summary as { meanMaxTile: number }).meanMaxTile;
       const r = await model.train(groups, { learningRate: lr, maxHistoriesPerTrajectory: maxHistories });
       step = r.step;
       const m = r.metrics;
