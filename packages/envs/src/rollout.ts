@@ -25,6 +25,14 @@ export const HISTORY_TURNS_2048 = 0;
 export const HISTORY_TURNS_TICTACTOE = Infinity;
 
 /** One game of tic-tac-toe; every agent turn is a chat completion, kept as its `Choice`. */
+/**
+ * The scenario seed of group `group` at training step `step` of a run seeded `seed`: `webart train`, the web app and
+ * any loop built on these rollouts draw the same games from the same seed.
+ */
+export function trainingScenarioSeed(seed: number, step: number, group: number): number {
+  return seed * 1_000_003 + step * 1000 + group;
+}
+
 export async function rolloutTicTacToe(
   client: OpenAI,
   opts: SamplingOptions & { scenario: TicTacToeScenario; historyTurns?: number },

@@ -10,7 +10,7 @@ import {
   type DeviceLostError,
   type TrajectoryGroup,
 } from "webart/engine";
-import { rollout2048, rolloutTicTacToe } from "webart/envs";
+import { rollout2048, rolloutTicTacToe, trainingScenarioSeed } from "webart/envs";
 import { rulerScoreGroup } from "webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
@@ -102,8 +102,6 @@ export async function extendIfDone(name: string): Promise<void> {
   if (step >= meta.target) await writeMeta(name, { ...meta, target: step + meta.settings.steps });
 }
 
-const scenarioSeed = (seed: number, step: number, group: number) => (seed * 100_003 + step * 1_009 + group) >>> 0;
-
 async function rollouts(s: Session, step: number, apiKey: string | undefined): Promise<TrajectoryGroup[]> {
   const st = s.meta.settings;
   const client = s.model.openaiClient();
@@ -130,7 +128,7 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
   emit({ type: "phase", run: s.name, phase: "rollouts", step, done: 0, total });
   return gatherTrajectoryGroups(
     Array.from({ length: st.groupsPerStep }, (_, g) =>
-      Array.from({ length: st.groupSize }, () => one(scenarioSeed(st.seed, step, g))),
+      Array.from({ length: st.groupSize }, () => one(trainingScenarioSeed(st.seed, step, g))),
     ),
     {
       concurrency: kvSlotsFor(st),

@@ -12,7 +12,7 @@ import {
   Trajectory,
   TrajectoryGroup,
 } from "@webart/engine";
-import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe } from "@webart/envs";
+import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe, trainingScenarioSeed } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
@@ -137,7 +137,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
       };
       const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
         Array.from({ length: K }, (_, g) =>
-          Array.from({ length: G }, () => () => rollout(seed * 1_000_003 + step * 1000 + g)),
+          Array.from({ length: G }, () => () => rollout(trainingScenarioSeed(seed, step, g))),
         ),
         {
           maxExceptions: 0.2,
