@@ -1,6 +1,6 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
 // player; perfect minimax for tic-tac-toe), as one table.
-import { Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
+import { EMBEDDED_MODEL, Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import {
   evaluate2048,
   evaluateTicTacToe,
@@ -13,7 +13,7 @@ import {
   summarizeTicTacToe,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
-import { EMBEDDED, ENVS } from "./train.ts";
+import { ENVS } from "./train.ts";
 
 export const EVAL = {
   name: "eval",
@@ -24,7 +24,7 @@ export const EVAL = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
     games: { arg: "N", default: "100", help: "games per player" },
     checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
-    model: { arg: "DIR|URL|ID", default: EMBEDDED, help: "base model" },
+    model: { arg: "DIR|URL|ID", default: EMBEDDED_MODEL, help: "base model" },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
     project: { arg: "NAME", help: "project (default: the env)" },
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },

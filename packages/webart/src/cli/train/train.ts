@@ -17,7 +17,6 @@ import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 
-export const EMBEDDED = EMBEDDED_MODEL;
 export const ENVS = ["tictactoe", "2048"] as const;
 
 export const TRAIN = {
@@ -36,7 +35,7 @@ export const TRAIN = {
     "group-size": { arg: "N", default: "8", help: "rollouts per group (same scenario)" },
     "groups-per-step": { arg: "N", default: "4", help: "groups per step" },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
-    model: { arg: "DIR|URL|ID", default: EMBEDDED, help: "base model: folder, URL or Hugging Face id" },
+    model: { arg: "DIR|URL|ID", default: EMBEDDED_MODEL, help: "base model: folder, URL or Hugging Face id" },
     reward: { arg: "env|ruler", default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
     "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
     "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
