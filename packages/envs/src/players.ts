@@ -3,6 +3,7 @@
 import { Rng } from "@webart/gpu";
 import type { Player } from "./types.ts";
 import {
+  blockingOpponent,
   cellName,
   emptyCells,
   lineWinner,
@@ -10,7 +11,9 @@ import {
   type Cell,
   type Mark,
   type Opponent,
+  randomOpponent,
   type TicTacToeGame,
+  winningOpponent,
 } from "./tictactoe.ts";
 import { legalMoves, type Game2048 } from "./game2048.ts";
 
@@ -47,6 +50,21 @@ export function minimaxMove(board: readonly Cell[], mark: Mark): number {
 }
 
 export const minimaxOpponent: Opponent = (board, mark) => minimaxMove(board, mark);
+
+/** The tic-tac-toe opponents by name, weakest first (evaluation is always against `random`). */
+export const TICTACTOE_OPPONENTS = {
+  random: randomOpponent,
+  winning: winningOpponent,
+  blocking: blockingOpponent,
+  minimax: minimaxOpponent,
+} as const satisfies Record<string, Opponent>;
+export type TicTacToeOpponentName = keyof typeof TICTACTOE_OPPONENTS;
+
+/** The registry name of an opponent, or "custom". */
+export function opponentName(opponent: Opponent | undefined): string {
+  if (opponent === undefined) return "random";
+  return Object.entries(TICTACTOE_OPPONENTS).find(([, o]) => o === opponent)?.[0] ?? "custom";
+}
 
 export function minimaxTicTacToePlayer(): Player<TicTacToeGame> {
   return async (game) => moveReply(cellName(minimaxMove(game.board, game.agent)));

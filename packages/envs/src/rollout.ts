@@ -4,6 +4,7 @@ import type OpenAI from "openai";
 import { playEpisode, toTrajectory, type Act } from "./episode.ts";
 import { newTicTacToe, ticTacToeEnv, type TicTacToeGame, type TicTacToeOptions } from "./tictactoe.ts";
 import { env2048, new2048, type Game2048, type Game2048Options } from "./game2048.ts";
+import { opponentName } from "./players.ts";
 import type { Player, SamplingOptions, TrajectoryLike } from "./types.ts";
 
 export type TicTacToeScenario = TicTacToeOptions;
@@ -78,7 +79,7 @@ async function runTicTacToe(
 ): Promise<TrajectoryLike> {
   const game = newTicTacToe(scenario);
   const turns = await playEpisode(ticTacToeEnv, game, act, historyTurns);
-  const opponent = scenario.opponent ? "custom" : "random";
+  const opponent = opponentName(scenario.opponent);
   return toTrajectory(ticTacToeEnv, game, turns, {
     seed: scenario.seed,
     agent: game.agent,

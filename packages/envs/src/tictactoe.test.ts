@@ -1,7 +1,9 @@
 // Tic-tac-toe rules: every end state, reply parsing, invalid moves, the random opponent and the first move.
 import { describe, expect, it } from "vitest";
 import {
+  blockingOpponent,
   cellName,
+  completingCell,
   lineWinner,
   newTicTacToe,
   other,
@@ -13,7 +15,9 @@ import {
   type Mark,
   type Opponent,
   type TicTacToeGame,
+  winningOpponent,
 } from "./tictactoe.ts";
+import { Rng } from "@webart/gpu";
 
 const LINES = [
   ...[0, 1, 2].map((r) => [3 * r, 3 * r + 1, 3 * r + 2]),
@@ -205,5 +209,34 @@ describe("tic-tac-toe setup", () => {
     expect(lines.slice(1).map((l) => l[0])).toEqual(["A", "B", "C"]);
     const cells = lines.slice(1).flatMap((l) => l.slice(2).split(" "));
     expect(cells).toEqual(board.map((c) => c ?? "."));
+  });
+});
+
+describe("tic-tac-toe opponents for training", () => {
+  const b = (s: string): Cell[] => [...s].map((c) => (c === "." ? null : (c as Mark)));
+  it("completingCell finds the open cell of a two-in-a-line, or -1", () => {
+    expect(completingCell(b("xx......."), "x")).toBe(2);
+    expect(completingCell(b("x...x...."), "x")).toBe(8);
+    expect(completingCell(b("..o.o...."), "o")).toBe(6);
+    expect(completingCell(b("xxo......"), "x")).toBe(-1);
+    expect(completingCell(b("xx......."), "o")).toBe(-1);
+  });
+
+  it("the winning opponent takes its win (never a block), else a random empty cell", () => {
+    const rng = new Rng(3);
+    // o to move: o can win at C3 (diagonal); x threatens A3.
+    expect(winningOpponent(b("xxo.o...."), "o", rng)).toBe(6);
+    const seen = new Set<number>();
+    for (let i = 0; i < 200; i++) seen.add(winningOpponent(b("xx..o...."), "o", rng));
+    expect([...seen].sort()).toEqual([2, 3, 5, 6, 7, 8]); // the block at A3 is only one of the random choices
+  });
+
+  it("the blocking opponent wins first, blocks second, else plays randomly", () => {
+    const rng = new Rng(4);
+    expect(blockingOpponent(b("xxo.o...."), "o", rng)).toBe(6);
+    expect(blockingOpponent(b("xx..o...."), "o", rng)).toBe(2);
+    const seen = new Set<number>();
+    for (let i = 0; i < 200; i++) seen.add(blockingOpponent(b("x...o...."), "o", rng));
+    expect(seen.size).toBe(7);
   });
 });

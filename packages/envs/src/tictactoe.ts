@@ -47,6 +47,29 @@ export const randomOpponent: Opponent = (board, _mark, rng) => {
   return empty[rng.int(empty.length)];
 };
 
+/** The empty cell that would complete a line of `mark`'s (the first in A1..C3 order), or -1. */
+export function completingCell(board: readonly Cell[], mark: Mark): number {
+  for (const [a, b, c] of LINES) {
+    const cells = [board[a], board[b], board[c]];
+    if (cells.filter((x) => x === mark).length === 2 && cells.includes(null)) return [a, b, c][cells.indexOf(null)];
+  }
+  return -1;
+}
+
+/** Takes an immediate win when it has one, otherwise a random empty cell: leaving a threat open loses. */
+export const winningOpponent: Opponent = (board, mark, rng) => {
+  const win = completingCell(board, mark);
+  return win >= 0 ? win : randomOpponent(board, mark, rng);
+};
+
+/** Takes an immediate win, else blocks the other side's, else a random empty cell. */
+export const blockingOpponent: Opponent = (board, mark, rng) => {
+  const win = completingCell(board, mark);
+  if (win >= 0) return win;
+  const block = completingCell(board, other(mark));
+  return block >= 0 ? block : randomOpponent(board, mark, rng);
+};
+
 /** A new game; when the agent is o the opponent (x) has already made its first move. */
 export function newTicTacToe(opts: TicTacToeOptions): TicTacToeGame {
   const rng = new Rng(opts.seed);

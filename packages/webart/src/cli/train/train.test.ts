@@ -28,6 +28,21 @@ describe("webart train / eval", () => {
     await expect(trainCommand(["--env", "chess", ...tiny])).rejects.toBeInstanceOf(UsageError);
   });
 
+  it("--opponent: groups take the listed opponents in turn; an unknown one is a usage error", async () => {
+    expect(await trainCommand(["--steps", "1", "--name", "opp", "--opponent", "random,winning", ...tiny])).toBe(0);
+    const lines = readFileSync(join(runs, "tictactoe/models/opp/trajectories/train/0001.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => JSON.parse(l) as { trajectories: { metadata: { opponent: string } }[] });
+    expect(lines.map((g) => g.trajectories.map((t) => t.metadata.opponent))).toEqual([
+      ["random", "random"],
+      ["winning", "winning"],
+    ]);
+    await expect(trainCommand(["--opponent", "random,chess", ...tiny])).rejects.toThrow(
+      /--opponent "chess": expected random, winning, blocking or minimax/,
+    );
+  });
+
   it("--memory-budget: a run that cannot fit is refused before loading, naming the plan's parts; a bad size is a usage error", async () => {
     const err = await trainCommand(["--steps", "1", "--name", "small", "--memory-budget", "4MiB", ...tiny]).catch(
       (e: Error) => e,

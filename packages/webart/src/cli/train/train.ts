@@ -12,12 +12,21 @@ import {
   Trajectory,
   TrajectoryGroup,
 } from "@webart/engine";
-import { rollout2048, rolloutTicTacToe, summarize2048, summarizeTicTacToe, trainingScenarioSeed } from "@webart/envs";
+import {
+  rollout2048,
+  rolloutTicTacToe,
+  summarize2048,
+  summarizeTicTacToe,
+  TICTACTOE_OPPONENTS,
+  trainingScenarioSeed,
+  type TicTacToeOpponentName,
+} from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 
 export const ENVS = ["tictactoe", "2048"] as const;
+const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
 
 export const TRAIN = {
   name: "train",
@@ -51,6 +60,11 @@ export const TRAIN = {
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
     "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
     temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
+    opponent: {
+      arg: "LIST",
+      default: "random",
+      help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(e.g. random,winning; eval always plays random)`,
+    },
     "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
     "max-histories": {
       arg: "N",
@@ -78,6 +92,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
+  const opponents = a.opponent.split(",").map((o) => TICTACTOE_OPPONENTS[oneOf("opponent", o.trim(), OPPONENT_NAMES)]);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -122,21 +137,24 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${env === "tictactoe" ? `, opponents ${a.opponent}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
-      const rollout = async (scenarioSeed: number) => {
+      const rollout = async (scenarioSeed: number, group: number) => {
         const opts = { model: model.getInferenceName(), temperature, maxTokens };
         const t =
           env === "tictactoe"
-            ? await rolloutTicTacToe(client, { ...opts, scenario: { seed: scenarioSeed } })
+            ? await rolloutTicTacToe(client, {
+                ...opts,
+                scenario: { seed: scenarioSeed, opponent: opponents[group % opponents.length] },
+              })
             : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
         return new Trajectory(t);
       };
       const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
         Array.from({ length: K }, (_, g) =>
-          Array.from({ length: G }, () => () => rollout(trainingScenarioSeed(seed, step, g))),
+          Array.from({ length: G }, () => () => rollout(trainingScenarioSeed(seed, step, g), g)),
         ),
         {
           maxExceptions: 0.2,
