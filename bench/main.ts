@@ -1,5 +1,5 @@
 // `npm run bench -- <suite> [--quick]`: runs the probe, then the suite, prints a table and writes
-// bench/results/<suite>.json. Suites register themselves in SUITES.
+// bench/results/<suite>.json. Suites register themselves in SUITES; `learning` (bench/learning.ts) runs the CLI.
 import { mkdirSync, writeFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -79,7 +79,14 @@ async function main() {
   const args = process.argv.slice(2);
   const quick = args.includes("--quick");
   const name = args.find((a) => !a.startsWith("--")) ?? "probe";
-  const report = await runBench(name, quick);
+  // The learning suite trains and evaluates through the CLI in child processes: no probe, no device here.
+  const report =
+    name === "learning"
+      ? await (async () => {
+          const { learningBench, learningOptions } = await import("./learning.ts");
+          return learningBench(learningOptions(args.slice(args.indexOf(name) + 1)));
+        })()
+      : await runBench(name, quick);
   const dir = join(dirname(fileURLToPath(import.meta.url)), "results");
   mkdirSync(dir, { recursive: true });
   const file = join(dir, `${name}.json`);

@@ -5,6 +5,7 @@ import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { expect, test, type Browser, type Page } from "@playwright/test";
 import { unzipSync } from "fflate";
+import { newTicTacToe, renderTicTacToe, stepScenarios, ticTacToeSystemPrompt } from "webart/envs";
 import { startJudge, type Judge } from "./judge.ts";
 import { serveModel } from "./model-server.ts";
 
@@ -159,6 +160,37 @@ test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward 
   const keys = Object.keys(savedTuning?.table ?? {}).map((k) => k.split("|").pop());
   expect(keys).toEqual(expect.arrayContaining(["matmul.nt.f32", "sample.threads", "attention.train", "lora.layout"]));
   expect(problems).toEqual([]);
+});
+
+test("the tab played the scenarios Node draws from the same seed (one scenario formula for both)", async () => {
+  type Saved = { trajectories: { metadata: { seed: number }; messages_and_choices: { content?: string }[] }[] };
+  const groups = await page.evaluate(
+    (key) =>
+      new Promise<string>((resolve, reject) => {
+        const open = indexedDB.open("webart");
+        open.onerror = () => reject(open.error);
+        open.onsuccess = () => {
+          const get = open.result.transaction("runs").objectStore("runs").get(key);
+          get.onsuccess = () => resolve(new TextDecoder().decode(get.result as Uint8Array));
+          get.onerror = () => reject(get.error);
+        };
+      }),
+    `web/models/${firstRun}/trajectories/train/0001.jsonl`,
+  );
+  const saved = groups
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Saved);
+  // The form's defaults (seed 1) with tiny()'s 1 group of 2: step 0's scenarios, as webart train would draw them.
+  const expected = stepScenarios(0, { seed: 1, groupsPerStep: 1, groupSize: 2 });
+  expect(saved.map((g) => g.trajectories.map((t) => t.metadata.seed))).toEqual(
+    expected.map((g) => g.map((s) => s.seed)),
+  );
+  for (const t of saved.flatMap((g) => g.trajectories)) {
+    const game = newTicTacToe({ seed: t.metadata.seed });
+    expect(t.messages_and_choices[0].content).toBe(ticTacToeSystemPrompt(game.agent));
+    expect(t.messages_and_choices[1].content).toBe(renderTicTacToe(game.board));
+  }
 });
 
 test("after a reload the run is listed with its charts; Resume continues from step 2", async () => {

@@ -28,6 +28,8 @@ export interface TrainSettings {
   /** Tokens the model may write per move. */
   maxTokens: number;
   temperature: number;
+  /** Tic-tac-toe opponents, one per group in turn ("random,winning"); runs saved before this setting play random. */
+  opponents?: string;
   /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
    *  before this setting lack it and get the engine's browser default. */
   memoryBudgetGiB?: number;

@@ -11,3 +11,4 @@ export * from "./evaluate.ts";
 export * from "./pretrain/transcripts.ts";
 export * from "./pretrain/bpe.ts";
 export * from "./pretrain/tokenizer-files.ts";
+export * from "./registry.ts";

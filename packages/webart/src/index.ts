@@ -40,3 +40,4 @@ export {
   parseBytes,
   PlanError,
 } from "@webart/engine";
+export { gameStepGroups, type GameStepOptions } from "./games.ts";

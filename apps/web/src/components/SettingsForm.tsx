@@ -40,6 +40,7 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ["seed", "Seed"],
   ["maxTokens", "Max tokens per move"],
   ["temperature", "Temperature"],
+  ["opponents", "Opponents (tic-tac-toe)", "one per group in turn: random, winning, blocking, minimax"],
   ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
 
@@ -137,7 +138,7 @@ export function SettingsForm(props: {
               {(a) => (
                 <input
                   id={a.id}
-                  inputMode="decimal"
+                  inputMode={k === "opponents" ? "text" : "decimal"}
                   aria-invalid={a.invalid}
                   aria-describedby={a.describedBy}
                   value={d[k] as string}

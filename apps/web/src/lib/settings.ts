@@ -1,5 +1,6 @@
 // The training form's fields as typed text, their defaults, and validation into TrainSettings with one
 // message per field (shown next to it).
+import { parseOpponents, TICTACTOE_OPPONENTS } from "webart/envs";
 import type { EnvName, TrainSettings } from "../api.ts";
 
 export interface SettingsDraft {
@@ -18,6 +19,8 @@ export interface SettingsDraft {
   seed: string;
   maxTokens: string;
   temperature: string;
+  /** Tic-tac-toe opponents, one per group in turn, comma-separated (e.g. "random,winning"). */
+  opponents: string;
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
 }
@@ -55,6 +58,7 @@ export function defaultDraft(): SettingsDraft {
     seed: "1",
     maxTokens: "12",
     temperature: "1",
+    opponents: "random",
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
 }
@@ -94,6 +98,12 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const seed = int(d.seed, "Seed", 0, 2 ** 31 - 1, errors, "seed");
   const maxTokens = int(d.maxTokens, "Max tokens per move", 1, 512, errors, "maxTokens");
   const temperature = real(d.temperature, "Temperature", 0, 2, errors, "temperature");
+  let opponents = "random";
+  try {
+    opponents = parseOpponents(d.opponents).join(",");
+  } catch {
+    errors.opponents = `A comma-separated list of ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}`;
+  }
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   if (d.reward === "ruler") {
     try {
@@ -119,6 +129,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       seed,
       maxTokens,
       temperature,
+      opponents,
       memoryBudgetGiB,
       reward:
         d.reward === "env"
@@ -146,6 +157,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     seed: String(s.seed),
     maxTokens: String(s.maxTokens),
     temperature: String(s.temperature),
+    opponents: s.opponents ?? "random",
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };
 }

@@ -3,15 +3,9 @@
 // step, and the step's files in IndexedDB before the next begins. Pause, stop, device loss and a full disk
 // all leave the run at its last complete checkpoint, resumable.
 import OpenAI from "openai";
-import {
-  gatherTrajectoryGroups,
-  getDevice,
-  Trajectory,
-  type DeviceLostError,
-  type TrajectoryGroup,
-} from "webart/engine";
-import { rollout2048, rolloutTicTacToe, trainingScenarioSeed } from "webart/envs";
-import { rulerScoreGroup } from "webart/ruler";
+import { gameStepGroups } from "webart";
+import { getDevice, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
+import { parseOpponents } from "webart/envs";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
 import { LocalBackend, TrainableModel } from "./internals.ts";
@@ -104,39 +98,40 @@ export async function extendIfDone(name: string): Promise<void> {
 
 async function rollouts(s: Session, step: number, apiKey: string | undefined): Promise<TrajectoryGroup[]> {
   const st = s.meta.settings;
-  const client = s.model.openaiClient();
-  const sampling = { model: s.name, maxTokens: st.maxTokens, temperature: st.temperature };
-  const one = (seed: number) => async () => {
-    if (control.stop) throw new StopSignal();
-    const t =
-      st.env === "tictactoe"
-        ? await rolloutTicTacToe(client, { ...sampling, scenario: { seed } })
-        : await rollout2048(client, { ...sampling, scenario: { seed } });
-    return new Trajectory(t as ConstructorParameters<typeof Trajectory>[0]);
-  };
   const r = st.reward;
   const judge =
     r.kind === "ruler"
-      ? new OpenAI({
-          baseURL: r.baseURL,
-          apiKey: apiKey || r.apiKey || "none",
-          dangerouslyAllowBrowser: true,
-          maxRetries: 0,
-        })
+      ? {
+          client: new OpenAI({
+            baseURL: r.baseURL,
+            apiKey: apiKey || r.apiKey || "none",
+            dangerouslyAllowBrowser: true,
+            maxRetries: 0,
+          }),
+          model: r.model,
+        }
       : undefined;
   const total = st.groupSize * st.groupsPerStep;
   emit({ type: "phase", run: s.name, phase: "rollouts", step, done: 0, total });
-  return gatherTrajectoryGroups(
-    Array.from({ length: st.groupsPerStep }, (_, g) =>
-      Array.from({ length: st.groupSize }, () => one(trainingScenarioSeed(st.seed, step, g))),
-    ),
-    {
+  return gameStepGroups(s.model.openaiClient(), step, {
+    game: st.env,
+    seed: st.seed,
+    groupsPerStep: st.groupsPerStep,
+    groupSize: st.groupSize,
+    opponents: parseOpponents(st.opponents ?? "random"),
+    model: s.name,
+    temperature: st.temperature,
+    maxTokens: st.maxTokens,
+    judge,
+    beforeRollout: () => {
+      if (control.stop) throw new StopSignal();
+    },
+    gather: {
       concurrency: kvSlotsFor(st),
       progressBar: "off",
       onProgress: (p) => emit({ type: "phase", run: s.name, phase: "rollouts", step, done: p.done, total: p.total }),
-      afterEach: judge && r.kind === "ruler" ? (g) => rulerScoreGroup(g, { client: judge, model: r.model }) : undefined,
     },
-  );
+  });
 }
 
 async function classify(e: unknown, s: Session | null): Promise<FailureKind> {

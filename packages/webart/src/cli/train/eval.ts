@@ -7,10 +7,7 @@ import {
   minimaxTicTacToePlayer,
   random2048Player,
   randomTicTacToePlayer,
-  rollout2048,
-  rolloutTicTacToe,
-  summarize2048,
-  summarizeTicTacToe,
+  GAMES,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 import { ENVS } from "./train.ts";
@@ -31,6 +28,9 @@ export const EVAL = {
     seed: { arg: "N", default: "12345", help: "seed of the evaluation games (different from training's)" },
     temperature: { arg: "X", default: "1", help: "sampling temperature" },
     "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+    "no-base": { flag: true, help: "leave out the base model's row" },
+    "no-baselines": { flag: true, help: "leave out the random and minimax rows" },
+    json: { flag: true, help: "print the rows as one JSON array instead of a table" },
   },
 } satisfies CommandSpec;
 
@@ -60,14 +60,14 @@ export async function evalCommand(argv: string[]): Promise<number> {
           Array.from({ length: n }, (_, k) => {
             // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
             const game = { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } };
-            return env === "tictactoe" ? rolloutTicTacToe(client, game) : rollout2048(client, game);
+            return GAMES[env].rollout(client, game);
           }),
         )),
       );
     }
-    rows.push({ player: label, ...(env === "tictactoe" ? summarizeTicTacToe(trajs) : summarize2048(trajs)) } as Row);
+    rows.push({ player: label, ...GAMES[env].summarize(trajs) });
   };
-  await play(`base model (${a.model.split("/").pop()})`);
+  if (!a["no-base"]) await play(`base model (${a.model.split("/").pop()})`);
   if (checkpoint !== "none") {
     const files = new RunFiles(await FsStore.open(a.runs), project, a.name);
     const latest = await files.latestStep();
@@ -89,7 +89,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
     }
   }
   const baselineSeed = { games, seed };
-  if (env === "tictactoe") {
+  if (!a["no-baselines"] && env === "tictactoe") {
     rows.push({
       player: "random legal",
       ...(await evaluateTicTacToe(randomTicTacToePlayer(seed), baselineSeed)),
@@ -98,10 +98,14 @@ export async function evalCommand(argv: string[]): Promise<number> {
       player: "minimax (perfect)",
       ...(await evaluateTicTacToe(minimaxTicTacToePlayer(), baselineSeed)),
     } as Row);
-  } else {
+  } else if (!a["no-baselines"]) {
     rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
   }
   await engine.close();
+  if (a.json) {
+    console.log(JSON.stringify(rows));
+    return 0;
+  }
   const cols =
     env === "tictactoe"
       ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"]

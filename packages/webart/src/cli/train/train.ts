@@ -4,28 +4,13 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import {
-  EMBEDDED_MODEL,
-  gatherTrajectoryGroups,
-  LocalBackend,
-  TrainableModel,
-  Trajectory,
-  TrajectoryGroup,
-} from "@webart/engine";
-import {
-  rollout2048,
-  rolloutTicTacToe,
-  summarize2048,
-  summarizeTicTacToe,
-  TICTACTOE_OPPONENTS,
-  trainingScenarioSeed,
-  type TicTacToeOpponentName,
-} from "@webart/envs";
-import { rulerScoreGroup } from "@webart/ruler";
+import { EMBEDDED_MODEL, LocalBackend, TrainableModel } from "@webart/engine";
+import { GAME_NAMES, GAMES, TICTACTOE_OPPONENTS, type TicTacToeOpponentName } from "@webart/envs";
+import { gameStepGroups } from "../../games.ts";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 
-export const ENVS = ["tictactoe", "2048"] as const;
+export const ENVS = GAME_NAMES;
 const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
 
 export const TRAIN = {
@@ -92,7 +77,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
-  const opponents = a.opponent.split(",").map((o) => TICTACTOE_OPPONENTS[oneOf("opponent", o.trim(), OPPONENT_NAMES)]);
+  const opponents = a.opponent.split(",").map((o) => oneOf("opponent", o.trim(), OPPONENT_NAMES));
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -141,33 +126,22 @@ export async function trainCommand(argv: string[]): Promise<number> {
   );
   try {
     while (step < steps && !stopping) {
-      const rollout = async (scenarioSeed: number, group: number) => {
-        const opts = { model: model.getInferenceName(), temperature, maxTokens };
-        const t =
-          env === "tictactoe"
-            ? await rolloutTicTacToe(client, {
-                ...opts,
-                scenario: { seed: scenarioSeed, opponent: opponents[group % opponents.length] },
-              })
-            : await rollout2048(client, { ...opts, scenario: { seed: scenarioSeed } });
-        return new Trajectory(t);
-      };
-      const groups: TrajectoryGroup[] = await gatherTrajectoryGroups(
-        Array.from({ length: K }, (_, g) =>
-          Array.from({ length: G }, () => () => rollout(trainingScenarioSeed(seed, step, g), g)),
-        ),
-        {
-          maxExceptions: 0.2,
-          description: `step ${step + 1}/${steps}`,
-          afterEach: judge ? (grp) => rulerScoreGroup(grp, { ...judge!, swallowExceptions: true }) : undefined,
-        },
-      );
+      const groups = await gameStepGroups(client, step, {
+        game: env,
+        seed,
+        groupsPerStep: K,
+        groupSize: G,
+        opponents,
+        model: model.getInferenceName(),
+        temperature,
+        maxTokens,
+        judge: judge && { ...judge, swallowExceptions: true },
+        gather: { maxExceptions: 0.2, description: `step ${step + 1}/${steps}` },
+      });
       const all = groups.flatMap((g) => g.trajectories);
-      const summary = env === "tictactoe" ? summarizeTicTacToe(all) : summarize2048(all);
-      const score =
-        "win" in summary && env === "tictactoe"
-          ? (summary as { win: number; draw: number }).win + (summary as { draw: number }).draw
-          : (summary as { meanMaxTile: number }).meanMaxTile;
+      const game = GAMES[env];
+      const summary = game.summarize(all);
+      const score = game.score(all);
       const r = await model.train(groups, { learningRate: lr, maxHistoriesPerTrajectory: maxHistories });
       step = r.step;
       const m = r.metrics;
@@ -175,7 +149,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
       history.push(point);
       appendFileSync(scoreFile, JSON.stringify(point) + "\n");
       console.log(
-        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${(summary as { legalMoves: number }).legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)} win ${(summary as { win: number }).win.toFixed(2)} invalid ${(summary as { invalid: number }).invalid.toFixed(2)}`} ` +
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${summary.legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)} win ${summary.win.toFixed(2)} invalid ${summary.invalid.toFixed(2)}`} ` +
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
           `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
       );

@@ -1,0 +1,53 @@
+// The game registry: a step's scenarios (seed formula, groups sharing a scenario, opponents in turn), names
+// checked with messages that list the choices, and each game's rollout and summary through a scripted client.
+import { describe, expect, it } from "vitest";
+import { GAMES, gameByName, parseOpponents, stepScenarios } from "./registry.ts";
+import { trainingScenarioSeed } from "./rollout.ts";
+import { scriptedOpenAI } from "./scripted.ts";
+
+describe("game registry", () => {
+  it("a step's groups each share one scenario, seeded by trainingScenarioSeed, opponents taken in turn", () => {
+    const s = stepScenarios(7, { seed: 3, groupsPerStep: 3, groupSize: 2, opponents: ["random", "winning"] });
+    expect(s).toEqual(
+      [0, 1, 2].map((g) =>
+        Array(2).fill({ seed: trainingScenarioSeed(3, 7, g), opponent: ["random", "winning", "random"][g] }),
+      ),
+    );
+    expect(
+      stepScenarios(0, { seed: 1, groupsPerStep: 2, groupSize: 1 })
+        .flat()
+        .map((x) => x.opponent),
+    ).toEqual(["random", "random"]);
+  });
+
+  it("unknown games and opponents are refused with the choices", () => {
+    expect(gameByName("2048").name).toBe("2048");
+    expect(() => gameByName("chess")).toThrow('unknown environment "chess" (available: tictactoe, 2048)');
+    expect(parseOpponents(" random,blocking ")).toEqual(["random", "blocking"]);
+    expect(() => parseOpponents("random,grandmaster")).toThrow(
+      'opponent "grandmaster" is not known (available: random, winning, blocking, minimax)',
+    );
+  });
+
+  it("a tic-tac-toe rollout plays the scenario's opponent; the summary and score come from the trajectories", async () => {
+    // Always the first empty cell: against the winning opponent the game ends when it completes a line.
+    const { client } = scriptedOpenAI((messages) => {
+      const board = String(messages[messages.length - 1].content)
+        .split("\n")
+        .slice(1);
+      const cells = board.flatMap((row) => row.slice(2).split(" "));
+      const i = cells.indexOf(".");
+      return `<move>${"ABC"[Math.floor(i / 3)]}${(i % 3) + 1}</move>`;
+    });
+    const sampling = { model: "m", temperature: 1, maxTokens: 8 };
+    const games = await Promise.all(
+      [1, 2, 3, 4].map((seed) =>
+        GAMES.tictactoe.rollout(client, { ...sampling, scenario: { seed, opponent: "winning" } }),
+      ),
+    );
+    expect(games.map((g) => g.metadata.opponent)).toEqual(Array(4).fill("winning"));
+    const summary = GAMES.tictactoe.summarize(games);
+    expect(summary.games).toBe(4);
+    expect(GAMES.tictactoe.score(games)).toBeCloseTo(summary.win + summary.draw, 12);
+  });
+});

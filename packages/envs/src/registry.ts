@@ -1,0 +1,97 @@
+// The games by name: how a rollout is played through an openai client, how its trajectories are summarized, and
+// which scenarios a training step plays. The CLI, the web worker and the eval command all go through here, so a
+// seed gives the same games in Node and in the tab.
+import type OpenAI from "openai";
+import { summarize2048, summarizeTicTacToe } from "./evaluate.ts";
+import { TICTACTOE_OPPONENTS, type TicTacToeOpponentName } from "./players.ts";
+import { rollout2048, rolloutTicTacToe, trainingScenarioSeed } from "./rollout.ts";
+import type { SamplingOptions, TrajectoryLike } from "./types.ts";
+
+export const GAME_NAMES = ["tictactoe", "2048"] as const;
+export type GameName = (typeof GAME_NAMES)[number];
+
+export interface GameScenario {
+  seed: number;
+  /** Tic-tac-toe's opponent (default random); 2048 has none. */
+  opponent?: TicTacToeOpponentName;
+}
+
+export interface Game {
+  name: GameName;
+  rollout(client: OpenAI, opts: SamplingOptions & { scenario: GameScenario }): Promise<TrajectoryLike>;
+  /** Rates and means over games (win, invalid, ...), as `webart eval` prints them. */
+  summarize(trajectories: TrajectoryLike[]): Record<string, number>;
+  /** The headline number and its name: win+draw for tic-tac-toe, the mean largest tile for 2048. */
+  score(trajectories: TrajectoryLike[]): number;
+  scoreName: string;
+}
+
+const numbers = (o: object): Record<string, number> =>
+  Object.fromEntries(Object.entries(o).filter(([, v]) => typeof v === "number")) as Record<string, number>;
+
+export const GAMES: Record<GameName, Game> = {
+  tictactoe: {
+    name: "tictactoe",
+    rollout: (client, { scenario, ...opts }) =>
+      rolloutTicTacToe(client, {
+        ...opts,
+        scenario: { seed: scenario.seed, opponent: TICTACTOE_OPPONENTS[scenario.opponent ?? "random"] },
+      }),
+    summarize: (t) => numbers(summarizeTicTacToe(t)),
+    score: (t) => {
+      const s = summarizeTicTacToe(t);
+      return s.win + s.draw;
+    },
+    scoreName: "win+draw",
+  },
+  "2048": {
+    name: "2048",
+    rollout: (client, { scenario, ...opts }) => rollout2048(client, { ...opts, scenario: { seed: scenario.seed } }),
+    summarize: (t) => numbers(summarize2048(t)),
+    score: (t) => summarize2048(t).meanMaxTile,
+    scoreName: "max tile",
+  },
+};
+
+/** The game by name, or an error listing the names. */
+export function gameByName(name: string): Game {
+  if (!(GAME_NAMES as readonly string[]).includes(name))
+    throw new Error(`unknown environment "${name}" (available: ${GAME_NAMES.join(", ")})`);
+  return GAMES[name as GameName];
+}
+
+/** Opponents from a comma-separated list ("random,winning"), or an error naming the bad one and the choices. */
+export function parseOpponents(list: string): TicTacToeOpponentName[] {
+  return list.split(",").map((o) => {
+    const name = o.trim();
+    if (!(name in TICTACTOE_OPPONENTS))
+      throw new Error(
+        `opponent ${JSON.stringify(name)} is not known (available: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")})`,
+      );
+    return name as TicTacToeOpponentName;
+  });
+}
+
+export interface StepScenarios {
+  /** The run's seed. */
+  seed: number;
+  groupsPerStep: number;
+  groupSize: number;
+  /** Tic-tac-toe opponents, one per group in turn (default: random). */
+  opponents?: readonly TicTacToeOpponentName[];
+}
+
+/**
+ * The scenarios of training step `step` (0-based): `groupsPerStep` groups of `groupSize` rollouts of one scenario
+ * each, with the opponents taken in turn by group.
+ */
+export function stepScenarios(step: number, s: StepScenarios): GameScenario[][] {
+  const opponents = s.opponents?.length ? s.opponents : (["random"] as const);
+  return Array.from({ length: s.groupsPerStep }, (_, g) => {
+    const scenario: GameScenario = {
+      seed: trainingScenarioSeed(s.seed, step, g),
+      opponent: opponents[g % opponents.length],
+    };
+    return Array.from({ length: s.groupSize }, () => scenario);
+  });
+}
