@@ -86,9 +86,7 @@ export async function learningBench(opts: LearningOptions): Promise<Record<strin
     runs.push({ trainSeed: s, minutes, evals });
     console.log(
       `train seed ${s}: ${minutes.toFixed(1)} min; ` +
-        evals
-          .map((v) => `eval ${v.evalSeed}: ${pts(v.base)} -> ${pts(v.after)} (${signed(v.gain)})`)
-          .join("; "),
+        evals.map((v) => `eval ${v.evalSeed}: ${pts(v.base)} -> ${pts(v.after)} (${signed(v.gain)})`).join("; "),
     );
   }
   const gains = runs.flatMap((r) => r.evals.map((v) => v.gain));
