@@ -20,6 +20,21 @@ describe("game registry", () => {
     ).toEqual(["random", "random"]);
   });
 
+  it("independent scenarios: every rollout of a step plays its own seed, still opponents by group", () => {
+    const s = stepScenarios(2, {
+      seed: 5,
+      groupsPerStep: 2,
+      groupSize: 3,
+      opponents: ["random", "winning"],
+      scenarios: "independent",
+    });
+    expect(s.flat().map((x) => x.seed)).toEqual([0, 1, 2, 3, 4, 5].map((i) => trainingScenarioSeed(5, 2, i)));
+    expect(s.map((g) => g.map((x) => x.opponent))).toEqual([Array(3).fill("random"), Array(3).fill("winning")]);
+    expect(() => stepScenarios(0, { seed: 1, groupsPerStep: 40, groupSize: 32, scenarios: "independent" })).toThrow(
+      /over 1000 games a step/,
+    );
+  });
+
   it("unknown games and opponents are refused with the choices", () => {
     expect(gameByName("2048").name).toBe("2048");
     expect(() => gameByName("chess")).toThrow('unknown environment "chess" (available: tictactoe, 2048)');

@@ -79,6 +79,12 @@ export interface StepScenarios {
   groupSize: number;
   /** Tic-tac-toe opponents, one per group in turn (default: random). */
   opponents?: readonly TicTacToeOpponentName[];
+  /**
+   * "shared" (default): a group's rollouts all play one scenario, so they differ only where the model's samples do.
+   * "independent": every rollout plays its own scenario, as ART's tic-tac-toe example gathers its games; the group
+   * is then a batch of games whose mean is the baseline.
+   */
+  scenarios?: "shared" | "independent";
 }
 
 /**
@@ -87,11 +93,15 @@ export interface StepScenarios {
  */
 export function stepScenarios(step: number, s: StepScenarios): GameScenario[][] {
   const opponents = s.opponents?.length ? s.opponents : (["random"] as const);
-  return Array.from({ length: s.groupsPerStep }, (_, g) => {
-    const scenario: GameScenario = {
-      seed: trainingScenarioSeed(s.seed, step, g),
+  const independent = s.scenarios === "independent";
+  if (independent && s.groupsPerStep * s.groupSize > 1000)
+    throw new Error(
+      `independent scenarios: ${s.groupsPerStep} groups x ${s.groupSize} rollouts is over 1000 games a step (the scenario seed's room)`,
+    );
+  return Array.from({ length: s.groupsPerStep }, (_, g) =>
+    Array.from({ length: s.groupSize }, (_, i) => ({
+      seed: trainingScenarioSeed(s.seed, step, independent ? g * s.groupSize + i : g),
       opponent: opponents[g % opponents.length],
-    };
-    return Array.from({ length: s.groupSize }, () => scenario);
-  });
+    })),
+  );
 }

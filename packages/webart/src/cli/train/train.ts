@@ -50,6 +50,11 @@ export const TRAIN = {
       default: "random",
       help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(e.g. random,winning; eval always plays random)`,
     },
+    scenarios: {
+      arg: "shared|independent",
+      default: "shared",
+      help: "shared: a group's rollouts play one scenario; independent: each its own (as ART's tic-tac-toe)",
+    },
     "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
     "max-histories": {
       arg: "N",
@@ -132,6 +137,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         groupsPerStep: K,
         groupSize: G,
         opponents,
+        scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
         model: model.getInferenceName(),
         temperature,
         maxTokens,
