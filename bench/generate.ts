@@ -165,7 +165,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     gpu.release(
       ...w.layers.flatMap((L) => [
         L.inNorm,
-        L.postNorm,
+        L.mlpNorm,
         L.q.buffer,
         L.k.buffer,
         L.v.buffer,
@@ -175,8 +175,8 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         L.down.buffer,
       ]),
       w.finalNorm,
-      model.invFreq,
     );
+    model.releaseTables();
     for (const s of w.embed.shards) gpu.release("buffer" in s.binding ? s.binding.buffer : s.binding);
     gpu.pool.trim();
   }

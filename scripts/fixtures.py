@@ -15,6 +15,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from fixtures import adamw, grpo, sft, st  # noqa: E402
+from fixtures.dump import dump_json  # noqa: E402
 from fixtures.model import Model, adapter_config, init_lora, init_weights  # noqa: E402
 from fixtures.model import LORA_TARGETS, llama_config, qwen2_config, qwen3_config  # noqa: E402
 
@@ -33,19 +34,6 @@ written: list[str] = []
 
 def path(*parts: str) -> str:
     return os.path.join(OUT, *parts)
-
-
-def dump_json(obj, indent: int = 0) -> str:
-    """Pretty JSON with lists of scalars kept on one line (floats as Python's shortest exact repr)."""
-    pad, inner = " " * indent, " " * (indent + 2)
-    if isinstance(obj, dict):
-        if not obj:
-            return "{}"
-        items = [f"{inner}{json.dumps(k)}: {dump_json(v, indent + 2)}" for k, v in obj.items()]
-        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
-    if isinstance(obj, list) and any(isinstance(x, (dict, list)) for x in obj):
-        return "[\n" + ",\n".join(inner + dump_json(x, indent + 2) for x in obj) + "\n" + pad + "]"
-    return json.dumps(obj, allow_nan=False)
 
 
 def write_json(p: str, obj, hf_style: bool = False) -> None:

@@ -134,7 +134,7 @@ export class Engine {
     } catch (e) {
       // A refused or failed load keeps nothing: this engine's buffers, and the base model unless others use it.
       own.runner?.kv.dispose();
-      if (own.model) gpu.release(own.model.invFreq);
+      own.model?.releaseTables();
       await base.release();
       throw e;
     }
@@ -241,7 +241,7 @@ export class Engine {
       // This engine's part of the Model (adapter, RoPE table); the base weights go with their last engine.
       this.model.lora?.dispose();
       this.model.lora = undefined;
-      this.gpu.release(this.model.invFreq);
+      this.model.releaseTables();
       await this.base.release();
       this.gpu.pool.trim(); // the pool's free buffers, these among them, go back to the device
     })());

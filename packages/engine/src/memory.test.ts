@@ -20,7 +20,11 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
 /** A model folder in memory: a config of the family at small widths, random weights, the embedded tokenizer. */
-function modelFiles(family: "qwen2" | "qwen3"): Map<string, Blob> {
+function modelFiles(family: "qwen2" | "qwen3" | "gemma3"): Map<string, Blob> {
+  const gemma =
+    family === "gemma3"
+      ? { sliding_window: 8, layer_types: ["sliding_attention", "full_attention", "sliding_attention"] }
+      : {};
   const json = tinyConfigJson(family, {
     hidden_size: 64,
     intermediate_size: 160,
@@ -30,7 +34,8 @@ function modelFiles(family: "qwen2" | "qwen3"): Map<string, Blob> {
     head_dim: 16,
     vocab_size: 512,
     max_position_embeddings: 512,
-    tie_word_embeddings: family === "qwen3",
+    tie_word_embeddings: family !== "qwen2",
+    ...gemma,
   });
   const files = new Map<string, Blob>();
   files.set("config.json", new Blob([JSON.stringify(json)]));
@@ -43,6 +48,7 @@ describe.each([
   ["webart-tiny (Llama, f32)", () => TINY],
   ["Qwen2 (q/k/v bias, bf16)", () => modelFiles("qwen2")],
   ["Qwen3 (q/k norm, bf16)", () => modelFiles("qwen3")],
+  ["Gemma 3 (four norms a layer, sliding window, bf16)", () => modelFiles("gemma3")],
 ] as const)("%s: measured peak = planned peak", (_, source) => {
   const kvSlots = 4;
   const maxContext = 128;

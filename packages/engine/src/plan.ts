@@ -74,7 +74,7 @@ export function loraParameterCount(c: ModelConfig, rank: number, targets: readon
 
 /** Bytes of the frozen weights as uploaded: 16-bit or f32 matrices, f32 norms and biases, RoPE frequencies. */
 function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
-  let bytes = exact((c.headDim / 2) * F32);
+  let bytes = (c.localRope ? 2 : 1) * exact((c.headDim / 2) * F32); // RoPE tables
   let largest = 0;
   for (const [name, shape] of tensorShapes(c)) {
     const n = shape.reduce((a, b) => a * b, 1);
@@ -90,7 +90,9 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
 function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
+  const sandwich = c.sandwichNorms ? 2 * f(N * C) + 2 * f(N) : 0; // ao, rstdA, mo, rstdM (Gemma)
   return (
+    sandwich +
     f(N * C) +
     f(N) + // h1, rstd1
     f(N * H * D) +
@@ -108,9 +110,10 @@ function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): 
 /** The largest set of gradients in flight inside one layer's backward (MLP part, then attention part). */
 function layerGrads(c: ModelConfig, N: number, rank: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
-  const mlp = 3 * f(N * F) + f(N * C) + (rank ? f(N * rank) : 0); // da, dg, du, dh2, LoRA dt
+  const branch = c.sandwichNorms ? f(N * C) + f(256 * C) : 0; // Gemma: the branch norm's input gradient, its dw partials
+  const mlp = 3 * f(N * F) + f(N * C) + (rank ? f(N * rank) : 0) + branch; // da, dg, du, dh2, LoRA dt
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
-  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + (rank ? f(N * rank) : 0); // do, dq, dk, dv, delta, dh1
+  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + (rank ? f(N * rank) : 0) + branch; // do, dq, dk, dv, delta, dh1
   return Math.max(mlp, attn);
 }
 
@@ -121,7 +124,9 @@ function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): numb
   // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
   const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
-  const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + (rank ? f(N * rank) : 0); // o, lse, h2, rstd2, g, u, a, LoRA t
+  // Gemma: the o_proj / down_proj output, its normed form and rstd, and the new residual beside the old one.
+  const sandwich = c.sandwichNorms ? 3 * f(N * C) + f(N) : 0;
+  const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + (rank ? f(N * rank) : 0) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
   const layer = qkv + Math.max(qk, rest);
   const head = f(S) + f(S * V) + 2 * f(S * C) + f(S) + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
   return inputs + Math.max(layer, head) + UNIFORMS;

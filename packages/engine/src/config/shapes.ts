@@ -26,6 +26,10 @@ export function tensorShapes(c: ModelConfig): Map<string, number[]> {
     m.set(p + "self_attn.o_proj.weight", [C, H * D]);
     if (c.oBias) m.set(p + "self_attn.o_proj.bias", [C]);
     m.set(p + "post_attention_layernorm.weight", [C]);
+    if (c.sandwichNorms) {
+      m.set(p + "pre_feedforward_layernorm.weight", [C]);
+      m.set(p + "post_feedforward_layernorm.weight", [C]);
+    }
     m.set(p + "mlp.gate_proj.weight", [F, C]);
     m.set(p + "mlp.up_proj.weight", [F, C]);
     m.set(p + "mlp.down_proj.weight", [C, F]);
@@ -57,11 +61,16 @@ export function describeConfig(c: ModelConfig): string {
   const count = n >= 1e9 ? `${(n / 1e9).toFixed(2)}B` : n >= 1e6 ? `${(n / 1e6).toFixed(1)}M` : `${n}`;
   const dtype = c.torchDtype ?? "float32";
   const gb = (n * BYTES_PER[dtype]) / 1e9;
-  const rope = c.ropeScaling.type === "llama3" ? `, llama3 rope scaling x${c.ropeScaling.factor}` : "";
+  const rope = c.ropeScaling.type !== "none" ? `, ${c.ropeScaling.type} rope scaling x${c.ropeScaling.factor}` : "";
+  const local = c.localRope ? `, local rope theta ${c.localRope.theta}` : "";
+  const sliding = c.layerTypes.filter((t) => t === "sliding").length;
   const extras = [
     c.qkvBias && "qkv bias",
     c.oBias && "o bias",
     c.qkNorm && "q/k norm",
+    c.hiddenAct === "gelu_tanh" && "GeGLU",
+    c.sandwichNorms && "sandwich norms",
+    sliding && `sliding window ${c.slidingWindow} on ${sliding} of ${c.numLayers} layers`,
     c.tieWordEmbeddings && "tied embeddings",
   ]
     .filter(Boolean)
@@ -69,6 +78,6 @@ export function describeConfig(c: ModelConfig): string {
   return (
     `${c.family} (${c.architecture}): ${c.numLayers} layers, C=${c.hiddenSize}, F=${c.intermediateSize}, ` +
     `H=${c.numHeads}, KV=${c.numKvHeads}, D=${c.headDim}, V=${c.vocabSize}${extras ? ", " + extras : ""}, ` +
-    `rope theta ${c.ropeTheta}${rope}; ${count} parameters (${gb.toFixed(2)} GB in ${dtype})`
+    `rope theta ${c.ropeTheta}${rope}${local}; ${count} parameters (${gb.toFixed(2)} GB in ${dtype})`
   );
 }

@@ -122,4 +122,21 @@ describe("json constraint on a small BPE", () => {
     expect(m.length).toBe(Math.ceil(V / 32));
     for (let id = tok.vocabSize; id < m.length * 32; id++) expect(isAllowed(m, id)).toBe(false);
   });
+
+  it("a model vocabulary smaller than the tokenizer's (Gemma 3 text models) leaves the extra ids out", () => {
+    // The tokenizer's last added tokens (after the end-of-sequence ids) have no embedding row, as Gemma 3's image token.
+    const small = Math.max(...eosIds) + 1;
+    expect(small).toBeLessThan(tok.vocabSize);
+    const f = createJsonConstraintFactory(tok, { eosIds, vocabSize: small, ...limits });
+    const m = f(null)().allowed()!;
+    expect(m.length).toBe(Math.ceil(small / 32));
+    for (let id = small; id < m.length * 32; id++) expect(isAllowed(m, id)).toBe(false);
+    const r = new Rng(3);
+    for (let run = 0; run < 20; run++) {
+      const d = drive(f(SCHEMAS.person)() as JsonConstraint, r, { eosIds, maxSteps: maxBytes(1) + 1, vocab: small });
+      expect(["eos", "done"]).toContain(d.end);
+      expect(d.ids.every((id) => id < small)).toBe(true);
+      expect(validate(JSON.parse(tok.decode(d.ids)), SCHEMAS.person)).toBe(null);
+    }
+  });
 });

@@ -157,8 +157,9 @@ const cache = new WeakMap<object, Map<string, Vocab>>();
 
 /**
  * The token tables for a tokenizer (cached per tokenizer, model vocabulary size and excluded ids).
- * vocabSize: the model's V (masks have ceil(V/32) words), at least the tokenizer's. exclude: ids that never
- * appear inside the JSON text (the end-of-sequence ids).
+ * vocabSize: the model's V (masks have ceil(V/32) words), usually at least the tokenizer's; tokenizer ids at or past
+ * V (Gemma 3's image token, which the text-only models have no embedding row for) can never be sampled and are left
+ * out. exclude: ids that never appear inside the JSON text (the end-of-sequence ids).
  */
 export function vocabFor(tok: VocabTokenizer, vocabSize: number, exclude: readonly number[]): Vocab {
   const key = `${vocabSize}:${[...exclude].sort((a, b) => a - b).join(",")}`;
@@ -166,8 +167,6 @@ export function vocabFor(tok: VocabTokenizer, vocabSize: number, exclude: readon
   if (!perTok) cache.set(tok, (perTok = new Map()));
   const hit = perTok.get(key);
   if (hit) return hit;
-  if (vocabSize < tok.vocabSize)
-    throw new Error(`vocabSize ${vocabSize} is smaller than the tokenizer's ${tok.vocabSize} tokens`);
   const excluded = new Set(exclude);
   // One flat buffer (token id's bytes at [start[id], start[id + 1])) rather than 151k small arrays: fewer
   // heap objects for the garbage collector to trace.

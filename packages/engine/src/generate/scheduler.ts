@@ -122,6 +122,15 @@ export class Scheduler implements Generator {
   generate(req: GenerateRequest, onToken?: (e: TokenEvent) => boolean | void): Promise<GenerateResult> {
     if (this.closed) return Promise.reject(new Error("generate: the engine was closed"));
     if (req.promptIds.length === 0) return Promise.reject(new Error("generate: empty prompt"));
+    // A tokenizer may know ids the model has no embedding row for (Gemma 3's image token in the text-only models).
+    const V = this.vocabSize;
+    const outside = req.promptIds.find((id) => !(Number.isInteger(id) && id >= 0 && id < V));
+    if (outside !== undefined)
+      return Promise.reject(
+        new Error(
+          `generate: prompt token id ${outside} is outside the model's vocabulary [0, ${V}); remove that token`,
+        ),
+      );
     // More samples than KV slots: queue them in parts of at most `slots`, each admitted when its slots are free
     // (later parts find the prompt's KV in the cache). Sample k draws on stream k whichever part it is in.
     const S = this.model.slots;

@@ -1,5 +1,7 @@
-// The whole model against the independent PyTorch reference (scripts/fixtures.py): prefill logits,
-// token-by-token decode through the KV cache, and two sequences batched in one step.
+// The whole model against independent PyTorch references: a plain-torch float64 implementation (scripts/fixtures.py:
+// llama, qwen2, qwen3) and transformers' own classes (scripts/fixtures_hf.py: Mistral with and without a sliding
+// window, Gemma 3, SmolLM2, Llama-3.2): prefill logits, token-by-token decode through the KV cache, and two
+// sequences batched in one step.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -70,6 +72,12 @@ describe.each([
   ["qwen2-tiny", 2e-4],
   ["qwen3-tiny", 2e-4],
   ["qwen3-tiny-bf16", 2e-4],
+  // Against transformers' own classes (scripts/fixtures_hf.py).
+  ["mistral-tiny", 2e-4],
+  ["mistral-tiny-window", 2e-4],
+  ["gemma3-tiny", 2e-4],
+  ["smollm2-tiny", 2e-4],
+  ["llama32-tiny", 2e-4],
 ])("%s against PyTorch", (name, atol) => {
   let model: Model;
   let ref: Map<string, Float32Array>;

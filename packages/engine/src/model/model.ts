@@ -1,11 +1,14 @@
 // The transformer, top to bottom: config → forward (prefill/decode against the KV cache, or a training
 // micro-batch that keeps what backward needs) → backward mirroring forward in reverse, into LoRA A/B.
-// Llama, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm). No autograd: each op has its backward.
+// Llama and Mistral, Qwen2 (q/k/v bias), Qwen3 (per-head q/k RMSNorm) and Gemma 3 (q/k RMSNorm, scaled
+// embedding, GeGLU, the attention and MLP outputs normed before their residual adds, sliding-window layers with
+// their own RoPE). No autograd: each op has its backward.
 //
 // Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
 import type { Gpu, Recorder } from "@webart/gpu";
 import {
+  add,
   attentionBackward,
   attentionDecode,
   attentionForward,
@@ -50,12 +53,16 @@ interface Saved {
   v: GPUBuffer; // (B, T, KV, D)
   o: GPUBuffer; // (N, H*D) attention output
   lse: GPUBuffer; // (N, H)
+  ao?: GPUBuffer; // (N, C) o_proj output before its norm (Gemma)
+  rstdA?: GPUBuffer; // (N)
   xMid: GPUBuffer; // (N, C) residual after attention
   h2: GPUBuffer; // (N, C)
   rstd2: GPUBuffer; // (N)
   g: GPUBuffer; // (N, F)
   u: GPUBuffer; // (N, F)
-  a: GPUBuffer; // (N, F) silu(g) * u
+  a: GPUBuffer; // (N, F) act(g) * u
+  mo?: GPUBuffer; // (N, C) down_proj output before its norm (Gemma)
+  rstdM?: GPUBuffer; // (N)
   t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates
 }
 
@@ -105,7 +112,9 @@ export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; 
 }
 
 export class Model {
+  /** RoPE inverse frequencies of the full-attention layers, and of the sliding layers where they differ. */
   readonly invFreq: GPUBuffer;
+  readonly invFreqLocal?: GPUBuffer;
   lora?: LoraState;
 
   constructor(
@@ -114,8 +123,10 @@ export class Model {
     readonly weights: GpuWeights,
   ) {
     const c = config;
-    const scaling = c.ropeScaling.type === "llama3" ? c.ropeScaling : undefined;
-    this.invFreq = gpu.upload(ropeInvFreq(c.headDim, c.ropeTheta, scaling), "weights", "rope inv_freq");
+    const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
+      gpu.upload(ropeInvFreq(c.headDim, theta, s.type === "none" ? undefined : s), "weights", label);
+    this.invFreq = table(c.ropeTheta, c.ropeScaling, "rope inv_freq");
+    if (c.localRope) this.invFreqLocal = table(c.localRope.theta, c.localRope.scaling, "rope inv_freq (local)");
   }
 
   /** Returns the weights and the adapter's buffers to the pool; the model is unusable afterwards. */
@@ -123,7 +134,19 @@ export class Model {
     this.lora?.dispose();
     this.lora = undefined;
     freeWeights(this.gpu, this.weights);
-    this.gpu.release(this.invFreq);
+    this.releaseTables();
+  }
+
+  /** Frees what the model made for itself (the RoPE tables), not the weights it was given. */
+  releaseTables(): void {
+    this.gpu.release(this.invFreq, this.invFreqLocal);
+  }
+
+  /** Layer l's attention: its RoPE table and sliding window (undefined: full causal). */
+  private attention(l: number): { invFreq: GPUBuffer; window?: number } {
+    const c = this.config;
+    if (c.layerTypes[l] !== "sliding") return { invFreq: this.invFreq };
+    return { invFreq: this.invFreqLocal ?? this.invFreq, window: c.slidingWindow ?? undefined };
   }
 
   private get useLora(): boolean {
@@ -193,7 +216,7 @@ export class Model {
     const c = this.config;
     const C = c.hiddenSize;
     let x = gpu.buffer(N * C * 4, "activations", "x"); // (N, C)
-    embedding(gpu, rec, this.weights.embed, ids, x, N);
+    embedding(gpu, rec, this.weights.embed, ids, x, N, c.embedScale);
     const layers: (Saved | LayerInput)[] = [];
     for (let l = 0; l < c.numLayers; l++) {
       if (save && !recompute) {
@@ -267,10 +290,12 @@ export class Model {
         qPre = kPre = rstdQ = rstdK = undefined;
       }
     }
-    ropeForward(gpu, rec, q, q, attend.slotPos, this.invFreq, { n: N, heads: H, d: D });
-    ropeForward(gpu, rec, k, k, attend.slotPos, this.invFreq, { n: N, heads: KV, d: D });
+    const { invFreq, window } = this.attention(l);
+    ropeForward(gpu, rec, q, q, attend.slotPos, invFreq, { n: N, heads: H, d: D });
+    ropeForward(gpu, rec, k, k, attend.slotPos, invFreq, { n: N, heads: KV, d: D });
     const o = buf(N * H * D, "o");
     const lse = buf(N * H, "lse");
+    const scale = c.attnScale;
     if (attend.kind === "cache") {
       const kv = attend.kv;
       kvcacheWrite(
@@ -280,7 +305,7 @@ export class Model {
         { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax },
       );
       const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
-      const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax };
+      const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale, window };
       if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
       else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
     } else {
@@ -289,21 +314,41 @@ export class Model {
         gpu,
         rec,
         { q, slotPos: attend.slotPos, k, v, o, lse },
-        { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T },
+        { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T, scale, window },
       );
     }
-    // Residual: xMid = x + o·Woᵀ (+ LoRA), in place unless x must be kept.
+    // Residual: xMid = x + o·Woᵀ (+ LoRA), in place unless x must be kept. Gemma norms the branch first:
+    // xMid = x + norm(o·Woᵀ), on a new buffer (the add reads x).
     let xMid = x;
-    if (mode !== "inplace") {
+    let ao: GPUBuffer | undefined, rstdA: GPUBuffer | undefined;
+    let to: GPUBuffer | undefined;
+    if (c.sandwichNorms) {
+      ao = buf(N * C, "ao");
+      this.linear(rec, o, L.o, ao, N, L.oBias);
+      to = this.loraFwd(rec, l, "o", o, ao, N, save);
+      const hA = buf(N * C, "hA");
+      rstdA = buf(N, "rstdA");
+      rmsnorm(gpu, rec, ao, L.attnOutNorm!, hA, rstdA, N, C, c.rmsNormEps);
       xMid = buf(N * C, "xMid");
-      rec.copy(x, 0, xMid, 0, N * C * 4);
+      add(gpu, rec, x, hA, xMid, N * C);
+      gpu.release(hA);
+      if (mode === "inplace") gpu.release(x);
+      if (!save) {
+        gpu.release(ao, rstdA);
+        ao = rstdA = undefined;
+      }
+    } else {
+      if (mode !== "inplace") {
+        xMid = buf(N * C, "xMid");
+        rec.copy(x, 0, xMid, 0, N * C * 4);
+      }
+      this.linear(rec, o, L.o, xMid, N, L.oBias, true);
+      to = this.loraFwd(rec, l, "o", o, xMid, N, save);
     }
-    this.linear(rec, o, L.o, xMid, N, L.oBias, true);
-    const to = this.loraFwd(rec, l, "o", o, xMid, N, save);
     // --- MLP block
     const h2 = buf(N * C, "h2");
     const rstd2 = buf(N, "rstd2");
-    rmsnorm(gpu, rec, xMid, L.postNorm, h2, rstd2, N, C, c.rmsNormEps);
+    rmsnorm(gpu, rec, xMid, L.mlpNorm, h2, rstd2, N, C, c.rmsNormEps);
     const g = buf(N * F, "g");
     const u = buf(N * F, "u");
     this.linear(rec, h2, L.gate, g, N);
@@ -311,14 +356,32 @@ export class Model {
     const tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
     const tu = this.loraFwd(rec, l, "up", h2, u, N, save);
     const a = buf(N * F, "a");
-    swiglu(gpu, rec, g, u, a, N * F);
+    swiglu(gpu, rec, g, u, a, N * F, c.hiddenAct);
     let xOut = xMid;
-    if (save) {
+    let mo: GPUBuffer | undefined, rstdM: GPUBuffer | undefined;
+    let td: GPUBuffer | undefined;
+    if (c.sandwichNorms) {
+      mo = buf(N * C, "mo");
+      this.linear(rec, a, L.down, mo, N);
+      td = this.loraFwd(rec, l, "down", a, mo, N, save);
+      const hM = buf(N * C, "hM");
+      rstdM = buf(N, "rstdM");
+      rmsnorm(gpu, rec, mo, L.mlpOutNorm!, hM, rstdM, N, C, c.rmsNormEps);
       xOut = buf(N * C, "xOut");
-      rec.copy(xMid, 0, xOut, 0, N * C * 4);
+      add(gpu, rec, xMid, hM, xOut, N * C);
+      gpu.release(hM);
+      if (!save) {
+        gpu.release(xMid, mo, rstdM);
+        mo = rstdM = undefined;
+      }
+    } else {
+      if (save) {
+        xOut = buf(N * C, "xOut");
+        rec.copy(xMid, 0, xOut, 0, N * C * 4);
+      }
+      this.linear(rec, a, L.down, xOut, N, undefined, true);
+      td = this.loraFwd(rec, l, "down", a, xOut, N, save);
     }
-    this.linear(rec, a, L.down, xOut, N, undefined, true);
-    const td = this.loraFwd(rec, l, "down", a, xOut, N, save);
     if (!save) {
       gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, g, u, a);
       return { x: xOut };
@@ -336,12 +399,16 @@ export class Model {
       v,
       o,
       lse,
+      ao,
+      rstdA,
       xMid,
       h2,
       rstd2,
       g,
       u,
       a,
+      mo,
+      rstdM,
       t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
     };
     return { x: xOut, saved };
@@ -512,45 +579,57 @@ export class Model {
         s = r.saved!;
       }
       const L = w.layers[l];
-      // --- MLP block: xOut = xMid + down(a) ; dx flows to xMid unchanged, plus the branch.
+      const p = `model.layers.${l}.`;
+      // Gemma: a branch output y = norm(b) reaches the residual through its norm; db = norm's backward of dx.
+      const branchGrad = (b: GPUBuffer, wn: GPUBuffer, rstd: GPUBuffer, name: string) => {
+        const db = buf(N * C, "dbranch");
+        rmsnormBackward(gpu, rec, { x: b, w: wn, rstd, dy: dx, dx: db, ...fdw(p + name, C) }, N, C, {
+          accumulateDw: true,
+        });
+        return db;
+      };
+      // --- MLP block: xOut = xMid + down(a) (Gemma: + norm(down(a))); dx flows to xMid unchanged, plus the branch.
+      const dmo = c.sandwichNorms
+        ? branchGrad(s.mo!, L.mlpOutNorm!, s.rstdM!, "post_feedforward_layernorm.weight")
+        : dx;
       const da = buf(N * F, "da");
-      this.linearBack(rec, dx, L.down, da, N, false);
-      loraBack(l, "down", s.a, s.t.down, dx, da);
+      this.linearBack(rec, dmo, L.down, da, N, false);
+      loraBack(l, "down", s.a, s.t.down, dmo, da);
       const dg = buf(N * F, "dg");
       const du = buf(N * F, "du");
-      swigluBackward(gpu, rec, s.g, s.u, da, dg, du, N * F);
+      swigluBackward(gpu, rec, s.g, s.u, da, dg, du, N * F, c.hiddenAct);
       const dh2 = buf(N * C, "dh2");
       this.linearBack(rec, dg, L.gate, dh2, N, false);
       this.linearBack(rec, du, L.up, dh2, N, true);
       loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
       loraBack(l, "up", s.h2, s.t.up, du, dh2);
-      const p = `model.layers.${l}.`;
-      rmsnormBackward(
-        gpu,
-        rec,
-        { x: s.xMid, w: L.postNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + "post_attention_layernorm.weight", C) },
-        N,
-        C,
-        { accumulate: true, accumulateDw: true },
-      );
+      const mlpNorm = c.sandwichNorms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+      rmsnormBackward(gpu, rec, { x: s.xMid, w: L.mlpNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + mlpNorm, C) }, N, C, {
+        accumulate: true,
+        accumulateDw: true,
+      });
       gpu.release(da, dg, du, dh2);
-      // --- attention block: xMid = x + o_proj(o).
+      if (dmo !== dx) gpu.release(dmo);
+      // --- attention block: xMid = x + o_proj(o) (Gemma: + norm(o_proj(o))).
+      const dao = c.sandwichNorms ? branchGrad(s.ao!, L.attnOutNorm!, s.rstdA!, "post_attention_layernorm.weight") : dx;
       const dO = buf(N * H * D, "do");
-      this.linearBack(rec, dx, L.o, dO, N, false);
-      loraBack(l, "o", s.o, s.t.o, dx, dO);
+      this.linearBack(rec, dao, L.o, dO, N, false);
+      loraBack(l, "o", s.o, s.t.o, dao, dO);
+      if (dao !== dx) gpu.release(dao);
       const dq = buf(N * H * D, "dq");
       const dk = buf(N * KV * D, "dk");
       const dv = buf(N * KV * D, "dv");
+      const { invFreq, window } = this.attention(l);
       attentionBackward(
         gpu,
         rec,
         { q: s.q, k: s.k, v: s.v, o: s.o, lse: s.lse, dout: dO, dq, dk, dv },
-        { b: attend.B, t: attend.T, h: H, kv: KV, d: D },
+        { b: attend.B, t: attend.T, h: H, kv: KV, d: D, scale: c.attnScale, window },
       );
       // RoPE is a rotation: its backward rotates the gradient back (in place).
       const pos = acts.slotPos;
-      ropeBackward(gpu, rec, dq, dq, pos, this.invFreq, { n: N, heads: H, d: D });
-      ropeBackward(gpu, rec, dk, dk, pos, this.invFreq, { n: N, heads: KV, d: D });
+      ropeBackward(gpu, rec, dq, dq, pos, invFreq, { n: N, heads: H, d: D });
+      ropeBackward(gpu, rec, dk, dk, pos, invFreq, { n: N, heads: KV, d: D });
       let dqPre = dq;
       let dkPre = dk;
       if (c.qkNorm) {
@@ -617,12 +696,16 @@ function freeSaved(gpu: Gpu, s: Saved): void {
     s.v,
     s.o,
     s.lse,
+    s.ao,
+    s.rstdA,
     s.xMid,
     s.h2,
     s.rstd2,
     s.g,
     s.u,
     s.a,
+    s.mo,
+    s.rstdM,
     ...Object.values(s.t),
   );
 }

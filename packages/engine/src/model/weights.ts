@@ -1,6 +1,7 @@
 // Frozen base weights on the GPU: matrices keep their file's 16-bit form (bf16/f16 packed two per u32) or
-// f32; norm weights and biases become f32. The embedding (and an untied LM head) are split in row shards
-// when they exceed one storage binding. Tensors are streamed one at a time from the reader.
+// f32; norm weights and biases become f32 (Gemma's norm weights stored as w - 1 become 1 + w, so every norm is
+// x·rstd·w on the GPU). The embedding (and an untied LM head) are split in row shards when they exceed one storage
+// binding. Tensors are streamed one at a time from the reader.
 import type { Gpu } from "@webart/gpu";
 import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
@@ -30,7 +31,12 @@ export interface LayerWeights {
   oBias?: GPUBuffer;
   qNorm?: GPUBuffer; // (D)
   kNorm?: GPUBuffer; // (D)
-  postNorm: GPUBuffer; // (C)
+  /** Gemma: the norm of the attention output before its residual add (its post_attention_layernorm). */
+  attnOutNorm?: GPUBuffer; // (C)
+  /** The norm before the MLP: post_attention_layernorm (Llama, Qwen, Mistral), pre_feedforward_layernorm (Gemma). */
+  mlpNorm: GPUBuffer; // (C)
+  /** Gemma: the norm of the MLP output before its residual add (post_feedforward_layernorm). */
+  mlpOutNorm?: GPUBuffer; // (C)
   gate: Matrix; // (F, C)
   up: Matrix; // (F, C)
   down: Matrix; // (C, F)
@@ -107,6 +113,7 @@ async function upload(
     const name = t.name;
     if (t.shape.length === 1) {
       const f = tensorToF32({ dtype: t.dtype, bytes: t.bytes });
+      if (config.normUnitOffset && name.endsWith("norm.weight")) for (let i = 0; i < f.length; i++) f[i] += 1;
       vecs.set(name, up(f, name));
       bytes += f.byteLength;
       continue;
@@ -153,7 +160,13 @@ async function upload(
       oBias: vecs.get(p + "self_attn.o_proj.bias"),
       qNorm: vecs.get(p + "self_attn.q_norm.weight"),
       kNorm: vecs.get(p + "self_attn.k_norm.weight"),
-      postNorm: need(vecs, p + "post_attention_layernorm.weight"),
+      ...(config.sandwichNorms
+        ? {
+            attnOutNorm: need(vecs, p + "post_attention_layernorm.weight"),
+            mlpNorm: need(vecs, p + "pre_feedforward_layernorm.weight"),
+            mlpOutNorm: need(vecs, p + "post_feedforward_layernorm.weight"),
+          }
+        : { mlpNorm: need(vecs, p + "post_attention_layernorm.weight") }),
       gate: need(mats, p + "mlp.gate_proj.weight"),
       up: need(mats, p + "mlp.up_proj.weight"),
       down: need(mats, p + "mlp.down_proj.weight"),

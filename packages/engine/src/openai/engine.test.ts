@@ -338,6 +338,22 @@ describe("chat.completions through the openai SDK", () => {
   });
 });
 
+it("the generator refuses prompt ids the model has no embedding row for, naming the id and the vocabulary", async () => {
+  const V = engine.config.vocabSize;
+  const req = {
+    n: 1,
+    maxTokens: 2,
+    sampling: { temperature: 0, topP: 1, topK: 0, seed: 0 },
+    stopTokenIds: [],
+    topLogprobs: 0,
+  };
+  await expect(engine.generator.generate({ ...req, promptIds: [1, V] })).rejects.toThrow(
+    `generate: prompt token id ${V} is outside the model's vocabulary [0, ${V}); remove that token`,
+  );
+  const ok = await engine.generator.generate({ ...req, promptIds: [1, V - 1] });
+  expect(ok.samples[0].tokenIds.length).toBeGreaterThan(0);
+});
+
 describe("Engine.close", () => {
   it("fails queued requests, frees the weights, KV cache and adapter on the GPU, and refuses new ones", async () => {
     const held = () => {

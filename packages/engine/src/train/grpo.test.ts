@@ -1,5 +1,7 @@
-// LoRA GRPO against the independent PyTorch autograd reference (scripts/fixtures.py): loss, KL, policy
-// logprobs and every LoRA gradient for five loss variants, on Qwen3 and Llama tiny models; and
+// LoRA GRPO against independent PyTorch autograd references: loss, KL, policy logprobs and every LoRA gradient for
+// five loss variants, on Qwen3 and Llama tiny models (plain torch, scripts/fixtures.py) and a Gemma 3 tiny model
+// (transformers' Gemma3ForCausalLM with a PEFT LoRA, scripts/fixtures_hf.py: sliding-window and global layers,
+// GeGLU, four norms a layer); and
 // micro-batched gradients equal to the single-batch gradient.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -143,7 +145,7 @@ function worstRelErr(got: Map<string, Float32Array>, want: Map<string, Float32Ar
   return worst;
 }
 
-describe.each(["grpo-qwen3", "grpo-llama"])("%s against PyTorch autograd", (fixture) => {
+describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch autograd", (fixture) => {
   let ctx: Awaited<ReturnType<typeof setup>>;
   beforeAll(async () => void (ctx = await setup(fixture)));
 

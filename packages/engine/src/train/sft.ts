@@ -40,6 +40,12 @@ export class FullTrainer {
     this.grads = { buffer: gpu.upload(z, "optimizer", "full grads"), offsets, size };
     this.m = gpu.upload(z, "optimizer", "full adam m");
     this.v = gpu.upload(z, "optimizer", "full adam v");
+    // Gemma's norm weights live on the GPU as 1 + w and its embedding is scaled: full fine-tuning would have to
+    // undo both in the gradients and in what it saves, and nothing trains Gemma that way here (LoRA does).
+    if (c.normUnitOffset || c.embedScale !== 1)
+      throw new Error(
+        `full fine-tuning supports llama, mistral, qwen2 and qwen3 models, not ${c.family}; train ${c.family} with LoRA`,
+      );
     const byName = new Map<string, GPUBuffer | Win>();
     if (w.embed.dtype !== "f32" || w.embed.shards.length !== 1)
       throw new Error("full fine-tuning needs f32 weights (load with weightsF32) and a single embedding shard");
@@ -61,7 +67,7 @@ export class FullTrainer {
         byName.set(`${p}${t}.weight`, L[k].buffer);
       }
       byName.set(p + "input_layernorm.weight", L.inNorm);
-      byName.set(p + "post_attention_layernorm.weight", L.postNorm);
+      byName.set(p + "post_attention_layernorm.weight", L.mlpNorm);
       if (L.qBias) byName.set(p + "self_attn.q_proj.bias", L.qBias);
       if (L.kBias) byName.set(p + "self_attn.k_proj.bias", L.kBias);
       if (L.vBias) byName.set(p + "self_attn.v_proj.bias", L.vBias);

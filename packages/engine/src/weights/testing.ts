@@ -13,18 +13,26 @@ import { writeSafetensors, type Dtype, type TensorData } from "./safetensors.ts"
 export const tempDir = (prefix = "webart-weights-") => mkdtemp(join(tmpdir(), prefix));
 export const removeDir = (dir: string) => rm(dir, { recursive: true, force: true });
 
-/** config.json of a tiny model of a family: C=8, F=12, H=2, KV=1, D=4 (6 for Qwen3, so H*D != C), L=2, V=16. */
+/** config.json of a tiny model of a family: C=8, F=12, H=2, KV=1, D=4 (6 for Qwen3 and Gemma 3, so H*D != C),
+ * L=2, V=16. */
 export function tinyConfigJson(family: Family, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  const arch = { llama: "LlamaForCausalLM", qwen2: "Qwen2ForCausalLM", qwen3: "Qwen3ForCausalLM" }[family];
+  const arch = {
+    llama: "LlamaForCausalLM",
+    mistral: "MistralForCausalLM",
+    qwen2: "Qwen2ForCausalLM",
+    qwen3: "Qwen3ForCausalLM",
+    gemma3: "Gemma3ForCausalLM",
+  }[family];
   return {
     architectures: [arch],
-    model_type: family,
+    model_type: family === "gemma3" ? "gemma3_text" : family,
     hidden_size: 8,
     intermediate_size: 12,
     num_hidden_layers: 2,
     num_attention_heads: 2,
     num_key_value_heads: 1,
-    ...(family === "qwen3" ? { head_dim: 6 } : {}),
+    ...(family === "qwen3" || family === "gemma3" ? { head_dim: 6 } : {}),
+    ...(family === "gemma3" ? { sliding_window: 4, layer_types: ["sliding_attention", "full_attention"] } : {}),
     vocab_size: 16,
     max_position_embeddings: 64,
     rms_norm_eps: 1e-6,

@@ -28,6 +28,8 @@ interface Case {
   tmax: number;
   /** Per sequence: [slot, cached tokens, new tokens]; new tokens are laid out one sequence after another. */
   seqs: [number, number, number][];
+  /** Sliding window (keys pos - window + 1..pos). */
+  window?: number;
 }
 
 /** Runs kv write + attention on the GPU and the same on the CPU; the whole cache is random, so rows a token
@@ -53,7 +55,7 @@ async function check(c: Case, opts: ForwardOptions & { decode?: boolean }, seed:
     o: gpu.buffer(n * h * d * 4),
     lse: gpu.buffer(n * h * 4),
   };
-  const dims = { n, h, kv, d, slots, tmax };
+  const dims = { n, h, kv, d, slots, tmax, window: c.window };
   const rec = gpu.recorder();
   kvcacheWrite(gpu, rec, { slotPos: b.slotPos, k: b.nk, v: b.nv, kc: b.k, vc: b.v }, dims);
   const maxLen = Math.max(...c.seqs.map(([, cached, fresh]) => cached + fresh));
@@ -143,6 +145,44 @@ const decode = (h: number, kv: number, d: number): Case => ({
     [1, 39, 1],
     [3, 15, 1],
   ],
+});
+
+// Sliding window of 4 keys (Gemma 3's local layers, Mistral): cached keys before the window would show up as errors.
+describe("attention_forward with a sliding window vs CPU reference", () => {
+  it.each([
+    [4, 2, 8, 4, "default"],
+    [4, 2, 8, 4, "rows"],
+    [4, 2, 8, 4, "tiled"],
+    [4, 2, 8, 4, "small"],
+    [8, 2, 8, 5, "gpu"],
+    [4, 2, 64, 1, "rows"],
+    [4, 2, 64, 1, "small"],
+    [4, 2, 6, 3, "small"],
+    [4, 4, 8, 100, "small"], // wider than every sequence: plain causal attention
+  ] as const)("H=%i KV=%i D=%i window=%i tiles=%s", async (h, kv, d, window, tiles) => {
+    const variant = tiles === "default" ? undefined : tiles === "rows" ? "rows" : "tiled";
+    const c = { ...prefill(h, kv, d), window };
+    await check(c, { tiles: tilesFor("forward", tiles, d, h / kv), variant }, h * 100 + d + window);
+  });
+
+  it("split-KV with a window: chunks wholly before every token's window stay empty", async () => {
+    await check({ ...prefill(8, 2, 8), window: 3 }, { tiles: { bq: 5, gh: 4, bk: 4, wg: 64 }, split: 4, chunk: 4 }, 8);
+  });
+
+  it("decode with a window, rows and tiled with split", async () => {
+    const c = { ...decode(4, 2, 8), window: 6 };
+    await check(c, { decode: true, variant: "rows" }, 31);
+    await check(c, { decode: true, variant: "tiled", split: 3, chunk: 8, tiles: { bk: 4 } }, 32);
+  });
+
+  it("refuses a window that is not a positive integer", () => {
+    const rec = gpu.recorder();
+    const x = gpu.buffer(4096);
+    const bufs = { q: x, slotPos: x, k: x, v: x, o: x, lse: x };
+    const dims = { n: 2, h: 2, kv: 1, d: 8, slots: 1, tmax: 4, window: 0 };
+    expect(() => attentionForward(gpu, rec, bufs, dims)).toThrow(/window 0 must be a positive integer/);
+    gpu.release(x);
+  });
 });
 
 describe("attention decode (split-KV) vs CPU reference", () => {

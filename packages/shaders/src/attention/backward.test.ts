@@ -26,6 +26,25 @@ describe("attention backward CPU reference", () => {
     assertClose("dk", ref.dk, num[1], t);
     assertClose("dv", ref.dv, num[2], t);
   });
+
+  it("with a sliding window matches central finite differences of the windowed forward (f64)", () => {
+    const dims: TrainDims = { b: 2, t: 5, h: 2, kv: 1, d: 4, scale: 0.7, window: 2 };
+    const rng = new Rng(2);
+    const nq = dims.b * dims.t * dims.h * dims.d;
+    const nk = dims.b * dims.t * dims.kv * dims.d;
+    const [q, k, v] = [f64(rng.f32(nq)), f64(rng.f32(nk)), f64(rng.f32(nk))];
+    const w = f64(rng.f32(nq));
+    const num = finiteDiff(([qq, kk, vv]) => dot(attentionTrainReference(qq, kk, vv, dims).o, w), [q, k, v]);
+    const ref = attentionBackwardReference(q, k, v, w, dims);
+    const t = { atol: 1e-8, rtol: 1e-6 };
+    assertClose("dq", ref.dq, num[0], t);
+    assertClose("dk", ref.dk, num[1], t);
+    assertClose("dv", ref.dv, num[2], t);
+    // The window changes the result: without it the forward differs.
+    const full = attentionTrainReference(q, k, v, { ...dims, window: undefined }).o;
+    const win = attentionTrainReference(q, k, v, dims).o;
+    expect(Math.max(...full.map((x, i) => Math.abs(x - win[i])))).toBeGreaterThan(1e-3);
+  });
 });
 
 // Training layout: T = 13 is not a multiple of any tile; sequences are causal each on its own.
@@ -52,9 +71,25 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     [4, 2, 64, "rows"],
     [4, 1, 8, "rows"],
     [6, 2, 12, "rows"],
-  ] as const)("H=%i KV=%i D=%i tiles=%s", async (h, kv, d, tiles) => {
+  ] as const)("H=%i KV=%i D=%i tiles=%s", (h, kv, d, tiles) => run(h, kv, d, tiles));
+
+  // Sliding windows: narrower than a tile, wider than one, a single key, and one wider than the sequence.
+  it.each([
+    [2, 2, 8, "default", 4],
+    [4, 2, 8, "rows", 4],
+    [4, 2, 8, "tiled", 4],
+    [4, 2, 8, "small", 4],
+    [4, 2, 8, "small", 7],
+    [4, 1, 8, "gpu", 5],
+    [4, 2, 64, "rows", 1],
+    [4, 2, 64, "small", 1],
+    [2, 1, 6, "small", 3],
+    [2, 2, 8, "small", 50],
+  ] as const)("H=%i KV=%i D=%i tiles=%s window=%i", (h, kv, d, tiles, window) => run(h, kv, d, tiles, window));
+
+  async function run(h: number, kv: number, d: number, tiles: string, window?: number) {
     const [b, t] = [2, 13];
-    const dims: TrainDims = { b, t, h, kv, d, scale: 1 / Math.sqrt(d) };
+    const dims: TrainDims = { b, t, h, kv, d, scale: 1 / Math.sqrt(d), window };
     const rng = new Rng(h * 100 + kv * 10 + d);
     const nq = b * t * h * d;
     const nk = b * t * kv * d;
@@ -81,14 +116,14 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
       gpu,
       rec,
       buf,
-      { n: b * t, h, kv, d, slots: b, tmax: t },
+      { n: b * t, h, kv, d, slots: b, tmax: t, window },
       { tiles: pick("forward", small.fwd), variant },
     );
     attentionBackward(
       gpu,
       rec,
       buf,
-      { b, t, h, kv, d },
+      { b, t, h, kv, d, window },
       { dqTiles: pick("dq", small.dq), dkvTiles: pick("dkv", small.dkv), variant },
     );
     const out = [buf.o, buf.lse, buf.dq, buf.dk, buf.dv].map((x, i) => rec.read(x, [nq, b * t * h, nq, nk, nk][i] * 4));
@@ -103,5 +138,5 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     assertClose("dv", dv, ref.dv, bwdTol);
     gpu.release(...Object.values(buf));
     expect(gpu.errors).toEqual([]);
-  });
+  }
 });

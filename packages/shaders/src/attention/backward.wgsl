@@ -1,8 +1,9 @@
 // Attention backward, query side (FlashAttention-2): a workgroup takes BQ query tokens x GH heads of one sequence
 // (R = BQ * GH rows), recomputes P = exp(scale q.k - lse) tile by tile and accumulates
 // dq = scale sum_j P_j (do.v_j - Di) k_j. It also writes Di = rowsum(do * o) for attention_backward_dkv.
-// Training layout: B sequences of T tokens; q, o, do (B*T, H, D); k, v (B, T, KV, D); causal within a sequence.
-struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32 }
+// Training layout: B sequences of T tokens; q, o, do (B*T, H, D); k, v (B, T, KV, D); causal within a sequence,
+// and within `window` keys of the query under a sliding window.
+struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec2f>; // (B*T, H, D)
 @group(0) @binding(2) var<storage, read> k: array<vec2f>; // (B, T, KV, D)
@@ -87,7 +88,8 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
     rowLse[r] = l;
   }
   var acc: array<vec4f, ACC>;
-  for (var k0 = 0u; k0 < min(t0 + BQ, p.t); k0 += BK) {
+  let kStart = select(0u, t0 + 1u - p.window, t0 + 1u > p.window); // the first query's window starts lowest
+  for (var k0 = kStart; k0 < min(t0 + BQ, p.t); k0 += BK) {
     workgroupBarrier(); // the previous tile is consumed (and rowLse/rowDelta written)
     for (var e = tid; e < BK * D4; e += WG) {
       let key = k0 + e / D4;
@@ -106,7 +108,8 @@ fn attention_backward_dq(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
       let r = e / BK;
       let j = e % BK;
       var g = 0.0;
-      if (t0 + r / GH < p.t && k0 + j <= t0 + r / GH) {
+      let tq = t0 + r / GH;
+      if (tq < p.t && k0 + j <= tq && tq - (k0 + j) < p.window) {
         var s = 0.0;
         var dp = 0.0;
         for (var d = 0u; d < D4; d++) {

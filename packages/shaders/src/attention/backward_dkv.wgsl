@@ -2,7 +2,8 @@
 // the query tiles at or after them over all H / KV heads of the group (so the GQA sum needs no atomics) and
 // accumulates dv = sum_i P_i do_i and dk = scale sum_i P_i (do_i.v - Di) q_i, with P = exp(scale q.k - lse).
 // Training layout: B sequences of T tokens; q, do (B*T, H, D); k, v, dk, dv (B, T, KV, D); lse, Di (B*T, H).
-struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32 }
+// Under a sliding window only queries t < j + window see key j.
+struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec2f>; // (B*T, H, D)
 @group(0) @binding(2) var<storage, read> k: array<vec2f>; // (B, T, KV, D)
@@ -73,7 +74,9 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invo
   }
   var accK: array<vec4f, ACC>;
   var accV: array<vec4f, ACC>;
-  for (var t0 = j0 / BQ * BQ; t0 < p.t; t0 += BQ) { // query tiles that can see key j0 or later
+  // The query tiles that can see one of keys j0..j0 + BK - 1: from the key on, up to the last key's window.
+  let tEnd = select(p.t, min(p.t, j0 + BK - 1u + p.window), p.window < p.t);
+  for (var t0 = j0 / BQ * BQ; t0 < tEnd; t0 += BQ) {
     for (var hs = 0u; hs < g; hs += GH) {
       let h0 = kvh * g + hs;
       workgroupBarrier(); // the previous tile is consumed
@@ -107,7 +110,7 @@ fn attention_backward_dkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invo
         let t = t0 + r / GH;
         var pr = 0.0;
         var dsv = 0.0;
-        if (t < p.t && j0 + j <= t) {
+        if (t < p.t && j0 + j <= t && t - (j0 + j) < p.window) {
           var s = 0.0;
           var dp = 0.0;
           for (var d = 0u; d < D4; d++) {

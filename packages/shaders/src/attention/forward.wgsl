@@ -3,8 +3,9 @@
 // workgroup memory (as vec4, rows zero-padded to D4 * 4) and keeps an online softmax, so no T x T scores exist.
 // Tokens of one block that belong to different slots are handled in one pass per slot. SPLIT (split-KV):
 // workgroup z covers one key chunk and writes its unnormalised accumulator, running max and sum (attention_reduce).
+// A sliding window (window < 2^32 - 1) limits token pos to keys pos - window + 1..pos.
 // N tokens, H heads, KV kv-heads, D head dim (even), S slots, Tmax cache rows per slot.
-struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chunk: u32, scale: f32 }
+struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chunk: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec2f>; // (N, H, D)
 @group(0) @binding(2) var<storage, read> slotPos: array<u32>; // (N, 2)
@@ -36,7 +37,8 @@ var<workgroup> rowA: array<f32, R>; // rescale of the accumulator for this tile
 var<workgroup> tokSlot: array<u32, BQ>; // NONE for tokens without keys (bad slot or pos)
 var<workgroup> tokPos: array<u32, BQ>;
 var<workgroup> passMask: u32; // tokens handled in this pass
-var<workgroup> passEnd: u32; // their keys are [0, passEnd)
+var<workgroup> passEnd: u32; // their keys are [passStart, passEnd)
+var<workgroup> passStart: u32;
 
 // Elements 4 * d4 .. 4 * d4 + 3 of the row starting at vec2 index `at` of q (0), K (1) or V (2); 0 past D.
 fn load4(src: u32, at: u32, d4: u32) -> vec4f {
@@ -90,24 +92,31 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
     if (tid == 0u) {
       var mask = 0u;
       var end = 0u;
+      var start = NONE;
       var slot = NONE;
       for (var i = 0u; i < BQ; i++) {
         if ((done & (1u << i)) != 0u) { continue; }
         if (mask == 0u) { slot = tokSlot[i]; }
         if (tokSlot[i] == slot) {
           mask |= 1u << i;
-          if (slot != NONE) { end = max(end, tokPos[i] + 1u); }
+          if (slot != NONE) {
+            end = max(end, tokPos[i] + 1u);
+            start = min(start, select(0u, tokPos[i] + 1u - p.window, tokPos[i] + 1u > p.window));
+          }
         }
       }
       passMask = mask;
       passEnd = end;
+      passStart = select(start, 0u, start == NONE);
     }
     let mask = workgroupUniformLoad(&passMask);
     if (mask == 0u) { break; }
     let end = workgroupUniformLoad(&passEnd);
+    let start = workgroupUniformLoad(&passStart);
     let slot = tokSlot[firstTrailingBit(mask)];
-    let kb = min(c * p.chunk, end);
-    let ke = select(min(kb + p.chunk, end), end, c + 1u == p.nsplit); // the last chunk runs to the end
+    let cb = min(c * p.chunk, end);
+    let ke = select(min(cb + p.chunk, end), end, c + 1u == p.nsplit); // the last chunk runs to the end
+    let kb = max(cb, start); // keys below every token's window are skipped
     for (var r = tid; r < R; r += WG) {
       rowM[r] = NEG;
       rowL[r] = 0.0;
@@ -122,7 +131,7 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
         let key = k0 + e % BK;
         let i = r / GH;
         var sc = NEG;
-        if ((mask & (1u << i)) != 0u && key < ke && key <= tokPos[i]) {
+        if ((mask & (1u << i)) != 0u && key < ke && key <= tokPos[i] && tokPos[i] - key < p.window) {
           sc = 0.0;
           for (var d = 0u; d < D4; d++) { sc += dot(qs[r * D4 + d], kvs[e % BK * KS + d]); }
         }

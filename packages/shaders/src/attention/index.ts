@@ -177,6 +177,16 @@ export interface AttentionDims {
   tmax: number;
   /** Softmax scale; default 1/sqrt(D). */
   scale?: number;
+  /** Sliding window: token pos sees keys pos - window + 1..pos only (Gemma 3's local layers, Mistral); default none. */
+  window?: number;
+}
+
+/** The window as the kernels take it: a u32, 2^32 - 1 for none. */
+function windowParam(window: number | undefined): number {
+  if (window === undefined) return 0xffffffff;
+  if (!Number.isInteger(window) || window < 1 || window > 0xffffffff)
+    throw new Error(`attention: window ${window} must be a positive integer`);
+  return window;
 }
 
 export interface AttentionBuffers {
@@ -225,6 +235,7 @@ export function attentionForward(
 ): { tiles: Tiles; split: number } {
   const { n, h, kv, d, slots, tmax, scale = 1 / Math.sqrt(d) } = dims;
   dimsCheck(h, kv, d);
+  const window = windowParam(dims.window);
   const kind = opts.kind ?? "forward";
   const tiles = chooseTiles(
     gpu,
@@ -237,7 +248,7 @@ export function attentionForward(
   const split = Math.max(1, Math.floor(opts.split ?? 1));
   const maxLen = Math.min(opts.maxLen ?? tmax, tmax);
   const chunk = opts.chunk ?? Math.ceil(Math.ceil(maxLen / split) / tiles.bk) * tiles.bk;
-  const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale);
+  const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale).u32(window);
   const { q, slotPos, k, v, o, lse } = bufs;
   if (split === 1 && (opts.variant ?? (opts.kind === "decode" ? "tiled" : attentionVariant(gpu, d))) === "rows") {
     rowsCheck(d);
@@ -330,6 +341,8 @@ export interface BackwardDims {
   kv: number;
   d: number;
   scale?: number;
+  /** Sliding window, as in AttentionDims. */
+  window?: number;
 }
 
 export interface BackwardBuffers {
@@ -358,7 +371,7 @@ export function attentionBackward(
   const profile = opts.profile ?? tileProfile(gpu, "train");
   const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles, profile);
   const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles, profile);
-  const params = new Params().u32(b, t, h, kv).f32(scale);
+  const params = new Params().u32(b, t, h, kv).f32(scale).u32(windowParam(dims.window));
   const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
   const rows = (opts.variant ?? attentionVariant(gpu, d)) === "rows";
   if (rows) rowsCheck(d);

@@ -10,9 +10,15 @@ export interface CacheDims {
   slots: number;
   tmax: number;
   scale: number;
+  /** Sliding window: token pos sees keys pos - window + 1..pos only; default none. */
+  window?: number;
 }
 
-/** o (N, H, D) and lse (N, H): token (slot s, pos p) attends to cache rows 0..p of slot s; bad slots/pos give 0. */
+/** The first key a query at `pos` sees. */
+const firstKey = (pos: number, window = Infinity): number => Math.max(0, pos - window + 1);
+
+/** o (N, H, D) and lse (N, H): token (slot s, pos p) attends to cache rows 0..p of slot s (the last `window` of them
+ * under a sliding window); bad slots/pos give 0. */
 export function attentionReference(
   q: ArrayLike<number>,
   slotPos: ArrayLike<number>,
@@ -31,16 +37,17 @@ export function attentionReference(
       const row = (t * H + h) * D;
       const key = (j: number) => ((s * tmax + j) * KV + kvh) * D;
       const sc = new Float64Array(pos + 1);
+      const j0 = firstKey(pos, dims.window);
       let mx = -Infinity;
-      for (let j = 0; j <= pos; j++) {
+      for (let j = j0; j <= pos; j++) {
         let x = 0;
         for (let d = 0; d < D; d++) x += q[row + d] * kc[key(j) + d];
         sc[j] = x * scale;
         mx = Math.max(mx, sc[j]);
       }
       let sum = 0;
-      for (let j = 0; j <= pos; j++) sum += sc[j] = Math.exp(sc[j] - mx);
-      for (let j = 0; j <= pos; j++) for (let d = 0; d < D; d++) o[row + d] += (sc[j] / sum) * vc[key(j) + d];
+      for (let j = j0; j <= pos; j++) sum += sc[j] = Math.exp(sc[j] - mx);
+      for (let j = j0; j <= pos; j++) for (let d = 0; d < D; d++) o[row + d] += (sc[j] / sum) * vc[key(j) + d];
       lse[t * H + h] = mx + Math.log(sum);
     }
   }
@@ -54,6 +61,7 @@ export interface TrainDims {
   kv: number;
   d: number;
   scale: number;
+  window?: number;
 }
 
 /** Forward in the training layout: q (B*T, H, D), k, v (B, T, KV, D), causal within each sequence. */
@@ -63,10 +71,10 @@ export function attentionTrainReference(
   v: ArrayLike<number>,
   dims: TrainDims,
 ) {
-  const { b, t, h, kv, d, scale } = dims;
+  const { b, t, h, kv, d, scale, window } = dims;
   const slotPos = new Uint32Array(2 * b * t);
   for (let i = 0; i < b * t; i++) slotPos.set([Math.floor(i / t), i % t], 2 * i);
-  return attentionReference(q, slotPos, k, v, { n: b * t, h, kv, d, slots: b, tmax: t, scale });
+  return attentionReference(q, slotPos, k, v, { n: b * t, h, kv, d, slots: b, tmax: t, scale, window });
 }
 
 /** dq (B*T, H, D), dk and dv (B, T, KV, D) given the upstream gradient dout (B*T, H, D). */
@@ -89,8 +97,9 @@ export function attentionBackwardReference(
         const key = (j: number) => ((b * T + j) * KV + kvh) * D;
         const p = new Float64Array(t + 1);
         const dp = new Float64Array(t + 1);
+        const j0 = firstKey(t, dims.window);
         let mx = -Infinity;
-        for (let j = 0; j <= t; j++) {
+        for (let j = j0; j <= t; j++) {
           for (let d = 0; d < D; d++) {
             p[j] += q[row + d] * k[key(j) + d];
             dp[j] += dout[row + d] * v[key(j) + d];
@@ -99,10 +108,10 @@ export function attentionBackwardReference(
           mx = Math.max(mx, p[j]);
         }
         let sum = 0;
-        for (let j = 0; j <= t; j++) sum += p[j] = Math.exp(p[j] - mx);
+        for (let j = j0; j <= t; j++) sum += p[j] = Math.exp(p[j] - mx);
         let di = 0; // sum_j P_j dP_j = rowsum(do * o)
-        for (let j = 0; j <= t; j++) di += (p[j] /= sum) * dp[j];
-        for (let j = 0; j <= t; j++) {
+        for (let j = j0; j <= t; j++) di += (p[j] /= sum) * dp[j];
+        for (let j = j0; j <= t; j++) {
           const ds = p[j] * (dp[j] - di);
           for (let d = 0; d < D; d++) {
             dq[row + d] += scale * ds * k[key(j) + d];

@@ -1,8 +1,8 @@
 // Attention backward, "rows" variant (see rows_forward.wgsl): no workgroup memory, no barriers.
 // One thread per (token, head) writes Di = rowsum(do * o) and
-//   dq = scale sum_j P_j (do.v_j - Di) k_j over keys j <= t, with P_j = exp(scale q.k_j - lse).
+//   dq = scale sum_j P_j (do.v_j - Di) k_j over keys t - window < j <= t, with P_j = exp(scale q.k_j - lse).
 // Training layout: B sequences of T tokens; q, o, do (B*T, H, D); k, v (B, T, KV, D); causal within a sequence.
-struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32 }
+struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4f>; // (B*T, H, D)
 @group(0) @binding(2) var<storage, read> k: array<vec4f>; // (B, T, KV, D)
@@ -45,7 +45,7 @@ fn attention_backward_dq_rows(@builtin(global_invocation_id) gid: vec3u, @builti
     accA[d] = vec4f();
   }
   let l = lse[r];
-  for (var j = 0u; j <= t; j++) {
+  for (var j = select(0u, t + 1u - p.window, t + 1u > p.window); j <= t; j++) {
     let kb = ((seq * p.t + j) * p.kv + kvh) * D4;
     let s =
       qk(0u, kb) + qk(1u, kb) + qk(2u, kb) + qk(3u, kb) + qk(4u, kb) + qk(5u, kb) + qk(6u, kb) + qk(7u, kb) +

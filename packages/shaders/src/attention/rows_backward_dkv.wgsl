@@ -1,8 +1,8 @@
 // Attention backward, key side, "rows" variant (see rows_forward.wgsl): one thread per (key, kv-head) sums over
-// queries i >= j of its sequence and the group's heads: dv_j = sum P do_i, dk_j = scale sum P (do_i.v_j - Di) q_i,
+// queries j <= i < j + window of its sequence and the group's heads: dv_j = sum P do_i, dk_j = scale sum P (do_i.v_j - Di) q_i,
 // with P = exp(scale q_i.k_j - lse_i) and Di from attention_backward_dq_rows. No workgroup memory, no barriers.
 // Training layout: B sequences of T tokens; q, do (B*T, H, D); k, v (B, T, KV, D).
-struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32 }
+struct Params { b: u32, t: u32, h: u32, kv: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4f>; // (B*T, H, D)
 @group(0) @binding(2) var<storage, read> k: array<vec4f>; // (B, T, KV, D)
@@ -35,7 +35,8 @@ fn attention_backward_dkv_rows(@builtin(global_invocation_id) gid: vec3u, @built
   if (r >= p.b * p.t * p.kv) { return; }
   let j = r / p.kv;
   let kvh = r % p.kv;
-  let end = (j / p.t + 1u) * p.t; // the sequence's last token + 1
+  let seqEnd = (j / p.t + 1u) * p.t; // the sequence's last token + 1
+  let end = select(seqEnd, j + p.window, p.window < seqEnd - j); // queries that see key j
   let g = p.h / p.kv;
   let kb = r * D4;
   for (var d = 0u; d < D4; d++) { kr[d] = k[kb + d] * p.scale; vr[d] = v[kb + d]; dkAcc[d] = vec4f(); dvAcc[d] = vec4f(); }

@@ -1,8 +1,9 @@
 // Causal grouped-query attention, "rows" variant: one thread per (token, head) walks keys 0..pos of its slot
+// (pos - window + 1..pos under a sliding window)
 // with an online softmax kept in registers. No workgroup memory and no barriers, which is what a CPU adapter
 // (SwiftShader) runs fastest; the tiled kernel (forward.wgsl) is for GPUs. Same contract as attention_forward
 // without split: tokens with a slot or pos out of range get o = 0, lse = 0.
-struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chunk: u32, scale: f32 }
+struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chunk: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4f>; // (N, H, D)
 @group(0) @binding(2) var<storage, read> slotPos: array<u32>; // (N, 2)
@@ -41,7 +42,8 @@ fn attention_forward_rows(@builtin(global_invocation_id) gid: vec3u, @builtin(nu
   for (var d = 0u; d < D4; d++) { qr[d] = q[ob + d] * p.scale; acc[d] = vec4f(); }
   var m = -3.0e38;
   var l = 0.0;
-  for (var j = 0u; j <= pos; j++) {
+  let j0 = select(0u, pos + 1u - p.window, pos + 1u > p.window); // sliding window: the last `window` keys
+  for (var j = j0; j <= pos; j++) {
     let kb = ((slot * p.tmax + j) * p.kv + kvh) * D4;
     let s =
       qk(0u, kb) + qk(1u, kb) + qk(2u, kb) + qk(3u, kb) + qk(4u, kb) + qk(5u, kb) + qk(6u, kb) + qk(7u, kb) +

@@ -104,6 +104,28 @@ it("an embedding shard writes only the tokens whose id falls in its rows", async
   expect(gpu.errors).toEqual([]);
 });
 
+it.each(["f32", "bf16"] as const)("a scaled %s lookup (Gemma's sqrt(hidden_size)) over shards", async (dtype) => {
+  const [V, C, N] = [37, 13, 19];
+  const scale = Math.sqrt(1152);
+  const rng = new Rng(5);
+  const W = rng.f32(V * C, -3, 3);
+  const ids = randomIds(rng, N, V);
+  const { table, own } = makeTable(W, V, C, dtype, "shards", 20 * C * (dtype === "f32" ? 4 : 2));
+  expect(table.shards.length).toBe(2);
+  const [bids, bout] = [gpu.upload(ids), gpu.buffer(N * C * 4)];
+  const rec = gpu.recorder();
+  embedding(gpu, rec, table, bids, bout, N, scale);
+  const out = rec.read(bout, N * C * 4);
+  await rec.submit();
+  // One f32 multiply by the f32 scale: the f64 product of two f32 values rounded once is the same number.
+  const Wq = dtype === "f32" ? W : roundHalf(W, dtype);
+  const ref = embeddingReference(Wq, ids, C, Float32Array, Math.fround(scale));
+  assertClose("scaled embedding", new Float32Array(await out), ref, EXACT);
+  release(table, own);
+  gpu.release(bids, bout);
+  expect(gpu.errors).toEqual([]);
+});
+
 it("splitRows tiles the table with aligned windows no larger than maxBytes", () => {
   const rng = new Rng(9);
   for (let t = 0; t < 200; t++) {

@@ -1,6 +1,7 @@
-// Embedding lookup out[n, :] = W[ids[n], :] for the tokens whose id falls in this shard's rows [r0, r1).
-// W is f32 or 16-bit (bf16 / f16, two per u32); a big vocabulary is split into shards so each binding fits.
-struct Params { N: u32, C: u32, r0: u32, r1: u32, first: u32, colGroups: u32 }
+// Embedding lookup out[n, :] = W[ids[n], :] * scale for the tokens whose id falls in this shard's rows [r0, r1)
+// (scale 1, or Gemma's sqrt(hidden_size)). W is f32 or 16-bit (bf16 / f16, two per u32); a big vocabulary is
+// split into shards so each binding fits.
+struct Params { N: u32, C: u32, r0: u32, r1: u32, first: u32, colGroups: u32, scale: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> ids: array<u32>; // (N)
 @group(0) @binding(2) var<storage, read> table: array<u32>; // rows [r0, r1) of (V, C), row r0 at element `first`
@@ -37,6 +38,6 @@ fn embedding_forward(
   let g = tile % p.colGroups;
   let end = min((g + 1u) * WG * 4u, p.C);
   for (var c = g * WG * 4u + l; c < end; c += WG) {
-    out[n * p.C + c] = element(src + c);
+    out[n * p.C + c] = element(src + c) * p.scale;
   }
 }

@@ -153,13 +153,21 @@ function checkShards(t: EmbeddingTable): void {
   if (next !== t.V) throw new Error(`embedding: shards cover rows [0, ${next}) of V = ${t.V}`);
 }
 
-/** out (N, C) = W[ids]: one dispatch per shard. ids (N) u32 on the GPU; ids >= V leave their row unwritten. */
-export function embedding(gpu: Gpu, rec: Recorder, W: EmbeddingTable, ids: Binding, out: Binding, N: number): void {
+/** out (N, C) = W[ids] * scale: one dispatch per shard. ids (N) u32 on the GPU; ids >= V leave their row unwritten. */
+export function embedding(
+  gpu: Gpu,
+  rec: Recorder,
+  W: EmbeddingTable,
+  ids: Binding,
+  out: Binding,
+  N: number,
+  scale = 1,
+): void {
   checkShards(W);
-  for (const s of W.shards) embeddingShard(gpu, rec, s, W.dtype, W.C, ids, out, N);
+  for (const s of W.shards) embeddingShard(gpu, rec, s, W.dtype, W.C, ids, out, N, scale);
 }
 
-/** out[n, :] = W[ids[n], :] for the tokens whose id is in the shard's rows [r0, r1); other rows untouched. */
+/** out[n, :] = W[ids[n], :] * scale for the tokens whose id is in the shard's rows [r0, r1); other rows untouched. */
 export function embeddingShard(
   gpu: Gpu,
   rec: Recorder,
@@ -169,6 +177,7 @@ export function embeddingShard(
   ids: Binding,
   out: Binding,
   N: number,
+  scale = 1,
 ): void {
   if (N === 0) return;
   if (N * C > 0xffffffff) throw new Error(`embedding: N * C = ${N * C} exceeds the u32 index range`);
@@ -179,7 +188,7 @@ export function embeddingShard(
     throw new Error(`embedding: binding of shard rows [${shard.r0}, ${shard.r1}) is too small`);
   }
   const colGroups = Math.ceil(C / (WG * 4));
-  const params = new Params().u32(N, C, shard.r0, shard.r1, shard.first, colGroups);
+  const params = new Params().u32(N, C, shard.r0, shard.r1, shard.first, colGroups).f32(scale);
   rec.dispatch(embeddingForwardSpec(dtype), [ids, shard.binding, out], gpu.grid(N * colGroups), params);
 }
 

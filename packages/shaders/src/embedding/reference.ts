@@ -2,15 +2,16 @@
 
 type Floats = Float32Array | Float64Array;
 
-/** out[n, :] = W[ids[n], :] for W (V, C) given as the f32 values it holds (16-bit tables: after rounding). */
+/** out[n, :] = W[ids[n], :] * scale for W (V, C) given as the f32 values it holds (16-bit tables: after rounding). */
 export function embeddingReference(
   W: ArrayLike<number>, // (V, C)
   ids: ArrayLike<number>, // (N)
   C: number,
   Out: new (n: number) => Floats = Float32Array,
+  scale = 1,
 ): Floats {
   const out = new Out(ids.length * C); // (N, C)
-  for (let n = 0; n < ids.length; n++) for (let c = 0; c < C; c++) out[n * C + c] = W[ids[n] * C + c];
+  for (let n = 0; n < ids.length; n++) for (let c = 0; c < C; c++) out[n * C + c] = W[ids[n] * C + c] * scale;
   return out;
 }
 

@@ -1,4 +1,4 @@
-// RoPE: inverse frequencies on the CPU (HF default and Llama-3 scaling, so the scaling logic stays in TS) and the
+// RoPE: inverse frequencies on the CPU (HF default, linear and Llama-3 scaling, so the scaling logic stays in TS) and the
 // dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not.
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./rotate.wgsl";
@@ -18,10 +18,16 @@ export interface Llama3RopeScaling {
   highFreqFactor: number;
   originalMaxPositionEmbeddings: number;
 }
-export type RopeScaling = Llama3RopeScaling;
+/** Linear (position interpolation) scaling, HF `rope_type: "linear"` (Gemma 3's global layers): every frequency / factor. */
+export interface LinearRopeScaling {
+  type: "linear";
+  factor: number;
+}
+export type RopeScaling = Llama3RopeScaling | LinearRopeScaling;
 
 /**
- * Inverse frequencies (D/2) = theta^(-2i/D), with Llama-3 scaling as HF `_compute_llama3_parameters`: wavelengths
+ * Inverse frequencies (D/2) = theta^(-2i/D), with linear scaling (all divided by `factor`, HF
+ * `_compute_linear_scaling_rope_parameters`) or Llama-3 scaling as HF `_compute_llama3_parameters`: wavelengths
  * longer than original_max / low_freq_factor are slowed by `factor`, shorter than original_max / high_freq_factor
  * kept, and the band between interpolated smoothly.
  */
@@ -30,7 +36,7 @@ export function ropeInvFreq(d: number, theta: number, scaling?: RopeScaling): Fl
   const out = new Float32Array(d / 2);
   for (let i = 0; i < d / 2; i++) {
     const f = 1 / theta ** ((2 * i) / d);
-    out[i] = scaling ? llama3(f, scaling) : f;
+    out[i] = !scaling ? f : scaling.type === "linear" ? f / scaling.factor : llama3(f, scaling);
   }
   return out;
 }

@@ -147,4 +147,10 @@ describe("rope inverse frequencies", () => {
     }
     expect([...kinds].sort()).toEqual(["high", "low", "mid"]);
   });
+
+  it("linear: every frequency divided by factor (Gemma 3's global layers)", () => {
+    const base = ropeInvFreq(16, 1_000_000);
+    const scaled = ropeInvFreq(16, 1_000_000, { type: "linear", factor: 8 });
+    for (let i = 0; i < 8; i++) expect(scaled[i]).toBe(Math.fround(base[i] / 8));
+  });
 });

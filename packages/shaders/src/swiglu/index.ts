@@ -1,18 +1,33 @@
-// SwiGLU for the gated MLP: h = silu(g) * u over (N, F) with g and u in separate buffers, and its backward.
+// The gated MLP's activation: h = act(g) * u over (N, F) with g and u in separate buffers, and its backward.
+// act is silu (SwiGLU: Llama, Qwen, Mistral) or GELU's tanh approximation (GeGLU: Gemma's gelu_pytorch_tanh).
 import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 
 const WG = 256;
-export const swigluForwardSpec: KernelSpec = { name: "swiglu_forward", code: forward, overrides: { WG } };
-export const swigluBackwardSpec: KernelSpec = { name: "swiglu_backward", code: backward, overrides: { WG } };
+export type GatedActivation = "silu" | "gelu_tanh";
+const ACT: Record<GatedActivation, number> = { silu: 0, gelu_tanh: 1 };
+const specs = (name: string, code: string) =>
+  Object.fromEntries(
+    Object.entries(ACT).map(([act, id]) => [act, { name, code, overrides: { WG, ACT: id } } as KernelSpec]),
+  ) as Record<GatedActivation, KernelSpec>;
+export const swigluForwardSpecs = specs("swiglu_forward", forward);
+export const swigluBackwardSpecs = specs("swiglu_backward", backward);
 
-/** h = silu(g) * u for n = N * F elements. */
-export function swiglu(gpu: Gpu, rec: Recorder, g: Binding, u: Binding, h: Binding, n: number): void {
-  rec.dispatch(swigluForwardSpec, [g, u, h], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
+/** h = act(g) * u for n = N * F elements (act: silu by default). */
+export function swiglu(
+  gpu: Gpu,
+  rec: Recorder,
+  g: Binding,
+  u: Binding,
+  h: Binding,
+  n: number,
+  act: GatedActivation = "silu",
+): void {
+  rec.dispatch(swigluForwardSpecs[act], [g, u, h], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
 }
 
-/** dg = dh * d(silu(g) * u)/dg and du = dh * silu(g) for n elements (both written, not accumulated). */
+/** dg = dh * d(act(g) * u)/dg and du = dh * act(g) for n elements (both written, not accumulated). */
 export function swigluBackward(
   gpu: Gpu,
   rec: Recorder,
@@ -22,6 +37,7 @@ export function swigluBackward(
   dg: Binding,
   du: Binding,
   n: number,
+  act: GatedActivation = "silu",
 ): void {
-  rec.dispatch(swigluBackwardSpec, [g, u, dh, dg, du], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
+  rec.dispatch(swigluBackwardSpecs[act], [g, u, dh, dg, du], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
 }
