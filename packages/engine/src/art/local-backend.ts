@@ -21,7 +21,7 @@ import {
 import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
 import { tokenizeHistory } from "./tokenize.ts";
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
-import { validateLoraConfig } from "../model/lora.ts";
+import { maxLoraRank, validateLoraConfig } from "../model/lora.ts";
 import { readAdapterConfig } from "../model/peft.ts";
 import { planTraining, PlanError } from "../plan.ts";
 import { checkRewards, sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
@@ -113,7 +113,7 @@ export class LocalBackend implements Backend {
     // Loading plans training too: a run whose longest possible sequence cannot train is refused up front.
     const lcfg = validateLoraConfig(spec.lora ?? {});
     const train = {
-      lora: { rank: lcfg.rank, targets: lcfg.targets },
+      lora: { rank: maxLoraRank(lcfg), targets: lcfg.targets },
       microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
     };
     const engine = await Engine.load(spec.baseModel, { train, ...this.engineOpts, name: spec.name });
@@ -141,10 +141,10 @@ export class LocalBackend implements Backend {
       const where = `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`;
       const saved = readAdapterConfig(ck.adapterConfig, where);
       const want = lora.config;
-      if (saved.rank !== want.rank || saved.alpha !== want.alpha || saved.targets.join() !== want.targets.join())
+      if (JSON.stringify(saved) !== JSON.stringify(want))
         throw new Error(
-          `${where}: LoRA rank ${saved.rank}, alpha ${saved.alpha}, targets ${saved.targets.join(",")} differ from the run's ` +
-            `rank ${want.rank}, alpha ${want.alpha}, targets ${want.targets.join(",")}; register the model with the checkpoint's LoRA settings`,
+          `${where}: LoRA ${JSON.stringify(saved)} differs from the run's ${JSON.stringify(want)}; ` +
+            `register the model with the checkpoint's LoRA settings`,
         );
     }
     await lora.load(ck.adapter);
