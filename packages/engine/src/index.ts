@@ -25,6 +25,7 @@ export {
   type LogOptions,
 } from "./art/model.ts";
 export * from "./art/utils.ts";
+export * from "./art/export.ts";
 export * from "./art/local-backend.ts";
 export * from "./art/checkpoints.ts";
 export * from "./model/model.ts";
