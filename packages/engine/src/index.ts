@@ -16,7 +16,16 @@ export * from "./art/advantages.ts";
 export * from "./art/tokenize.ts";
 export * from "./engine.ts";
 export * from "./art/backend.ts";
-export * from "./art/model.ts";
+// ART's art.Model is ArtModel here (Model is the transformer); the webart package exports it as Model.
+export {
+  Model as ArtModel,
+  TrainableModel,
+  type ModelInit,
+  type TrainableModelInit,
+  type LogOptions,
+} from "./art/model.ts";
+export * from "./art/utils.ts";
+export * from "./art/export.ts";
 export * from "./art/local-backend.ts";
 export * from "./art/checkpoints.ts";
 export * from "./model/model.ts";

@@ -2,7 +2,7 @@
 // errors after maxRetries, id matching with shuffled replies, timeouts, Retry-After, key redaction.
 import { afterEach, describe, expect, it } from "vitest";
 import OpenAI from "openai";
-import { clientForHandler, type Message, type SampledChoice } from "@webart/engine";
+import { ArtModel, clientForHandler, type Message, type SampledChoice } from "@webart/engine";
 import { ruler, RulerError, type RulerOptions } from "./ruler.ts";
 import { DEFAULT_RUBRIC, buildJudgePrompt } from "./prompt.ts";
 import {
@@ -287,6 +287,23 @@ describe("ruler requests and answers", () => {
 });
 
 describe("ruler clients", () => {
+  it("takes a Model as the judge: its endpoint, key and inference name; not beside another endpoint", async () => {
+    const j = await withScript([valid]);
+    const judgeModel = new ArtModel({
+      name: "judge",
+      baseURL: j.baseURL,
+      apiKey: "sk-model-key-0123",
+      inferenceName: "served-judge",
+    });
+    expectIntended(await ruler(lists, { model: judgeModel, backoffMs: 1 }));
+    expect(j.requests).toHaveLength(1);
+    expect(j.requests[0].body.model).toBe("served-judge");
+    expect(j.requests[0].headers.authorization).toBe("Bearer sk-model-key-0123");
+    await expect(ruler(lists, { model: judgeModel, baseURL: j.baseURL })).rejects.toThrow(
+      "ruler: model is a Model with its own endpoint; pass no client, baseURL or apiKey beside it",
+    );
+  });
+
   it("counts its own retries even when the given client has retries of its own", async () => {
     const j = await withScript([{ status: 500 }, { status: 500 }, { status: 500 }, { status: 500 }, valid]);
     const client = new OpenAI({ baseURL: j.baseURL, apiKey: "x", maxRetries: 5 });

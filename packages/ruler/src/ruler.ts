@@ -13,8 +13,9 @@ export interface RulerOptions {
   baseURL?: string;
   /** Key for baseURL (default: OPENAI_API_KEY; servers that need none accept any string). Never logged. */
   apiKey?: string;
-  /** The judge model's name at that endpoint. */
-  model: string;
+  /** The judge: its name at the endpoint of `client` / `baseURL`, or a Model (ART's art.Model: a prompted model at
+   *  any OpenAI-compatible endpoint, or a TrainableModel), whose own client and inference name are used. */
+  model: string | JudgeModel;
   /** What a good trajectory is; replaces DEFAULT_RUBRIC. */
   rubric?: string;
   /** Tools the agent could call, shown to the judge. */
@@ -33,6 +34,12 @@ export interface RulerOptions {
   requestParams?: Record<string, unknown>;
   /** Log requests, replies and retries (true: console.error; or a function taking each line). Keys are redacted. */
   debug?: boolean | ((line: string) => void);
+}
+
+/** What RULER needs of a judge Model: ArtModel ("webart"'s Model) and TrainableModel have both. */
+export interface JudgeModel {
+  openaiClient(): OpenAI;
+  getInferenceName(): string;
 }
 
 /** One failed attempt: why it was refused and what the judge sent (redacted, untruncated). */
@@ -86,6 +93,11 @@ function checkCount(name: string, v: number | undefined, def: number, integer: b
 }
 
 function makeClient(opts: RulerOptions, timeoutMs: number): OpenAI {
+  if (typeof opts.model === "object") {
+    if (opts.client || opts.baseURL !== undefined || opts.apiKey !== undefined)
+      throw new Error("ruler: model is a Model with its own endpoint; pass no client, baseURL or apiKey beside it");
+    return opts.model.openaiClient();
+  }
   if (opts.client && (opts.baseURL !== undefined || opts.apiKey !== undefined)) {
     throw new Error("ruler: pass either client, or baseURL and apiKey, not both");
   }
@@ -287,7 +299,13 @@ export function warner(debug: RulerOptions["debug"]): (line: string) => void {
  * is judged and its score copied. Throws RulerError when the judge gives no usable answer.
  */
 export async function ruler(messageLists: MessageOrChoice[][], opts: RulerOptions): Promise<TrajectoryScore[]> {
-  if (typeof opts?.model !== "string" || !opts.model) throw new Error("ruler: model: expected the judge model's name");
+  const judge = opts?.model;
+  const modelName =
+    typeof judge === "object" && judge !== null && typeof judge.getInferenceName === "function"
+      ? judge.getInferenceName()
+      : judge;
+  if (typeof modelName !== "string" || !modelName)
+    throw new Error("ruler: model: expected the judge model's name, or a Model");
   const maxRetries = checkCount("maxRetries", opts.maxRetries, 2, true);
   const timeoutMs = checkCount("timeoutMs", opts.timeoutMs, 300_000, false);
   if (timeoutMs === 0) throw new Error("ruler: timeoutMs: 0 is not a time limit (expected ms > 0)");
@@ -309,7 +327,7 @@ export async function ruler(messageLists: MessageOrChoice[][], opts: RulerOption
   const prompt = buildJudgePrompt(identical ? [lists[0]] : lists, opts.rubric ?? DEFAULT_RUBRIC, opts.tools);
   const scores = await askJudge(prompt, {
     client,
-    model: opts.model,
+    model: modelName,
     maxRetries,
     timeoutMs,
     backoffMs,

@@ -1,8 +1,11 @@
 // webart: train LLM agents with reinforcement learning on WebGPU. The names ART's users know, in TypeScript:
-// a TrainableModel registered with a backend, rollouts through its `openai` client recorded as Trajectories,
+// a Model for any OpenAI-compatible endpoint (prompted baselines, judges), a TrainableModel registered with a backend, rollouts through its `openai` client recorded as Trajectories,
 // TrajectoryGroups gathered concurrently and trained on with GRPO. RULER is in "webart/ruler", environments
 // in "webart/envs", and the engine with its lower layers in "webart/engine".
 export {
+  ArtModel as Model,
+  type ModelInit,
+  type LogOptions,
   TrainableModel,
   type TrainableModelInit,
   LocalBackend,
@@ -12,6 +15,8 @@ export {
   RemoteError,
   type Backend,
   type ModelSpec,
+  type ModelRef,
+  type LogTarget,
   type TrainResult,
   type TrainMetrics,
   Trajectory,
@@ -36,6 +41,12 @@ export {
   DEFAULT_TRAIN_CONFIG,
   type LoraConfig,
   type LoraTarget,
+  iterateDataset,
+  type DatasetBatch,
+  type IterateDatasetOptions,
+  limitConcurrency,
+  retry,
+  type RetryOptions,
   EMBEDDED_MODEL,
   parseBytes,
   PlanError,

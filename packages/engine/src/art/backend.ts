@@ -48,9 +48,27 @@ export interface TrainMetrics {
   [k: string]: number | boolean;
 }
 
+/** What a training step returns (ART's TrainResult): the new step, its metrics and where its checkpoint is. */
 export interface TrainResult {
   step: number;
   metrics: TrainMetrics;
+  /** The checkpoint folder of `step` (PEFT adapter + optimizer): a path on the machine that trained, or the
+   *  store key in a browser. */
+  checkpointPath: string;
+}
+
+/** A model as backend methods take it: a TrainableModel (or anything carrying its spec), or the spec itself. */
+export type ModelRef = ModelSpec | { readonly spec: ModelSpec };
+
+/** Who `log` records for: a trainable model, or any named model (a prompted baseline, ART's art.Model). */
+export type LogTarget = ModelRef | { readonly name: string; readonly project: string };
+
+export const specOf = (m: ModelRef): ModelSpec => ("spec" in m ? m.spec : m);
+
+/** A log target's name and project, and its spec when it is a trainable model. */
+export function logTargetOf(m: LogTarget): { name: string; project: string; spec?: ModelSpec } {
+  const who = "spec" in m ? m.spec : m;
+  return { name: who.name, project: who.project, spec: "baseModel" in who ? (who as ModelSpec) : undefined };
 }
 
 export interface Backend {
@@ -58,8 +76,14 @@ export interface Backend {
   /** An openai client serving the model's current adapter under its name. */
   openaiClient(model: ModelSpec): OpenAI;
   getStep(model: ModelSpec): Promise<number>;
-  train(model: ModelSpec, groups: TrajectoryGroup[], config?: Partial<TrainConfig>): Promise<TrainResult>;
-  log(model: ModelSpec, groups: TrajectoryGroup[], split: string, metrics?: Record<string, number>): Promise<void>;
+  /** One GRPO step on the groups (ART's backend.train); writes the step's trajectories, history row and checkpoint. */
+  train(model: ModelRef, groups: TrajectoryGroup[], config?: Partial<TrainConfig>): Promise<TrainResult>;
+  /** Records groups and metrics under a split at a step (default: the model's current step, 0 if it does not train). */
+  log(
+    model: LogTarget,
+    groups: TrajectoryGroup[],
+    opts?: { split?: string; metrics?: Record<string, number>; step?: number },
+  ): Promise<void>;
   listCheckpoints(model: ModelSpec): Promise<number[]>;
   deleteCheckpoints(model: ModelSpec, steps: number[]): Promise<void>;
   history(model: ModelSpec): Promise<Record<string, unknown>[]>;

@@ -8,11 +8,20 @@ import { FsStore } from "../store/fs.ts";
 import type { RunStore } from "../store/store.ts";
 import { accumulateGradients, optimizerStep, type TrainSequence } from "../train/grpo.ts";
 import { computeAdvantages } from "./advantages.ts";
-import type { Backend, ModelSpec, TrainMetrics, TrainResult } from "./backend.ts";
+import {
+  specOf,
+  logTargetOf,
+  type Backend,
+  type LogTarget,
+  type ModelRef,
+  type ModelSpec,
+  type TrainMetrics,
+  type TrainResult,
+} from "./backend.ts";
 import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
 import { tokenizeHistory } from "./tokenize.ts";
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
-import { validateLoraConfig } from "../model/lora.ts";
+import { maxLoraRank, validateLoraConfig } from "../model/lora.ts";
 import { readAdapterConfig } from "../model/peft.ts";
 import { planTraining, PlanError } from "../plan.ts";
 import { checkRewards, sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
@@ -104,7 +113,7 @@ export class LocalBackend implements Backend {
     // Loading plans training too: a run whose longest possible sequence cannot train is refused up front.
     const lcfg = validateLoraConfig(spec.lora ?? {});
     const train = {
-      lora: { rank: lcfg.rank, targets: lcfg.targets },
+      lora: { rank: maxLoraRank(lcfg), targets: lcfg.targets },
       microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
     };
     const engine = await Engine.load(spec.baseModel, { train, ...this.engineOpts, name: spec.name });
@@ -132,10 +141,10 @@ export class LocalBackend implements Backend {
       const where = `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`;
       const saved = readAdapterConfig(ck.adapterConfig, where);
       const want = lora.config;
-      if (saved.rank !== want.rank || saved.alpha !== want.alpha || saved.targets.join() !== want.targets.join())
+      if (JSON.stringify(saved) !== JSON.stringify(want))
         throw new Error(
-          `${where}: LoRA rank ${saved.rank}, alpha ${saved.alpha}, targets ${saved.targets.join(",")} differ from the run's ` +
-            `rank ${want.rank}, alpha ${want.alpha}, targets ${want.targets.join(",")}; register the model with the checkpoint's LoRA settings`,
+          `${where}: LoRA ${JSON.stringify(saved)} differs from the run's ${JSON.stringify(want)}; ` +
+            `register the model with the checkpoint's LoRA settings`,
         );
     }
     await lora.load(ck.adapter);
@@ -172,10 +181,11 @@ export class LocalBackend implements Backend {
     });
   }
 
-  async train(spec: ModelSpec, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
+  async train(model: ModelRef, groups: TrajectoryGroup[], partial: Partial<TrainConfig> = {}): Promise<TrainResult> {
     const cfg = resolveTrainConfig(partial);
     checkRewards(groups, "train");
-    return this.serial(() => this.trainNow(this.run(spec), groups, cfg));
+    const run = this.run(specOf(model));
+    return this.serial(() => this.trainNow(run, groups, cfg));
   }
 
   /**
@@ -369,45 +379,42 @@ export class LocalBackend implements Backend {
     const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
     for (const [k, v] of Object.entries(metrics)) if (k !== "step") row[`train/${k}`] = v;
     await run.files.appendHistory(row);
-    return { step: run.step, metrics };
+    const ck = run.files.path(`checkpoints/${stepDir(run.step)}`);
+    return { step: run.step, metrics, checkpointPath: run.files.store.location?.(ck) ?? ck };
   }
 
   async log(
-    spec: ModelSpec,
+    model: LogTarget,
     groups: TrajectoryGroup[],
-    split: string,
-    metrics: Record<string, number> = {},
+    opts: { split?: string; metrics?: Record<string, number>; step?: number } = {},
   ): Promise<void> {
-    const run = this.run(spec);
+    const split = opts.split ?? "val";
+    if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/.test(split))
+      throw new Error(`log: split ${JSON.stringify(split)} must be letters, digits, '.', '_', '-' (a folder name)`);
+    if (opts.step !== undefined && !(Number.isInteger(opts.step) && opts.step >= 0))
+      throw new Error(`log: step ${String(opts.step)} must be an integer >= 0`);
+    for (const [k, v] of Object.entries(opts.metrics ?? {}))
+      if (typeof v !== "number" || !Number.isFinite(v))
+        throw new Error(`log: metrics.${k} ${String(v)} is not a finite number`);
     checkRewards(groups, "log");
-    const adv = computeAdvantages(groups, false);
-    const row: Record<string, unknown> = {
-      step: run.step,
-      recorded_at: new Date().toISOString(),
-      [`${split}/reward`]: adv.rewardMean,
-      [`${split}/reward_std_dev`]: adv.meanGroupStd,
-      [`${split}/num_trajectories`]: groups.reduce((s, g) => s + g.trajectories.length, 0),
-      [`${split}/exception_rate`]: (() => {
-        const e = groups.reduce((s, g) => s + g.exceptions.length, 0);
-        const n = groups.reduce((s, g) => s + g.trajectories.length, 0) + e;
-        return n ? e / n : 0;
-      })(),
-    };
-    // Mean of every numeric trajectory metric (e.g. win) across the split.
-    const sums = new Map<string, { s: number; n: number }>();
-    for (const g of groups)
-      for (const t of g.trajectories)
-        for (const [k, v] of Object.entries(t.metrics)) {
-          const x = typeof v === "boolean" ? Number(v) : v;
-          const e = sums.get(k) ?? { s: 0, n: 0 };
-          e.s += x;
-          e.n++;
-          sums.set(k, e);
-        }
-    for (const [k, { s, n }] of sums) row[`${split}/${k}`] = s / n;
-    for (const [k, v] of Object.entries(metrics)) row[`${split}/${k}`] = v;
-    await run.files.writeTrajectories(split, run.step, groups);
-    await run.files.appendHistory(row);
+    const { spec, name, project } = logTargetOf(model);
+    let files: RunFiles;
+    let step: number;
+    if (spec) {
+      const run = this.run(spec);
+      files = run.files;
+      step = opts.step ?? run.step;
+    } else {
+      // A model that does not train here (a prompted baseline): its own run folder, step 0 unless given.
+      files = new RunFiles(await this.getStore(), project, name);
+      if (!(await files.readJson("model.json")))
+        await files.writeJson("model.json", { name, project, trainable: false });
+      step = opts.step ?? 0;
+    }
+    const row: Record<string, unknown> = { step, recorded_at: new Date().toISOString(), ...logMetrics(groups, split) };
+    for (const [k, v] of Object.entries(opts.metrics ?? {})) row[`${split}/${k}`] = v;
+    if (groups.length) await files.writeTrajectories(split, step, groups);
+    await files.appendHistory(row);
   }
 
   async listCheckpoints(spec: ModelSpec): Promise<number[]> {
@@ -446,4 +453,31 @@ export class LocalBackend implements Backend {
       this.runs.clear();
     });
   }
+}
+
+/** The history metrics of logged groups (none for no groups): reward, its mean within-group std, counts, the
+ *  exception rate and the mean of every numeric trajectory metric (e.g. win), each as `{split}/{name}`. */
+function logMetrics(groups: TrajectoryGroup[], split: string): Record<string, number> {
+  if (!groups.length) return {};
+  const adv = computeAdvantages(groups, false);
+  const n = groups.reduce((s, g) => s + g.trajectories.length, 0);
+  const e = groups.reduce((s, g) => s + g.exceptions.length, 0);
+  const out: Record<string, number> = {
+    [`${split}/reward`]: adv.rewardMean,
+    [`${split}/reward_std_dev`]: adv.meanGroupStd,
+    [`${split}/num_trajectories`]: n,
+    [`${split}/exception_rate`]: n + e ? e / (n + e) : 0,
+  };
+  const sums = new Map<string, { s: number; n: number }>();
+  for (const g of groups)
+    for (const t of g.trajectories)
+      for (const [k, v] of Object.entries(t.metrics)) {
+        const x = typeof v === "boolean" ? Number(v) : v;
+        const m = sums.get(k) ?? { s: 0, n: 0 };
+        m.s += x;
+        m.n++;
+        sums.set(k, m);
+      }
+  for (const [k, { s, n: c }] of sums) out[`${split}/${k}`] = s / c;
+  return out;
 }

@@ -103,8 +103,14 @@ describe("RemoteBackend against webart serve", () => {
       await model.register(backend);
       expect(await model.getStep()).toBe(0);
       for (let k = 1; k <= 2; k++) {
-        const r = await model.train(await groups(model, 10 * k), { learningRate: 1e-2 });
+        // model.train, then ART's backend.train(model, ...): the same step, with the checkpoint's path on the server.
+        const g = await groups(model, 10 * k);
+        const r =
+          k === 1
+            ? await model.train(g, { learningRate: 1e-2 })
+            : await backend.train(model, g, { learningRate: 1e-2 });
         expect(r.step).toBe(k);
+        expect(r.checkpointPath).toBe(join(runs, `rb/models/remote/checkpoints/000${k}`));
         expect(r.metrics.num_trajectories).toBe(4);
         expect(r.metrics.num_groups_trainable).toBe(2);
         expect(Number.isFinite(r.metrics.loss)).toBe(true);
@@ -137,7 +143,9 @@ describe("RemoteBackend against webart serve", () => {
       expect(first.files["adapter_model.safetensors"]).not.toEqual(latest.files["adapter_model.safetensors"]);
       // An evaluation logged at step 2; history has both train rows and it; pruning keeps the latest (= best).
       await model.log(await groups(model, 99), { split: "val", metrics: { extra: 0.5 } });
+      await model.log(null, { split: "test", metrics: { accuracy: 0.25 }, step: 1 });
       const hist = await backend.history(model.spec);
+      expect(hist.find((h) => "test/accuracy" in h)).toMatchObject({ step: 1, "test/accuracy": 0.25 });
       expect(hist.filter((h) => "train/loss" in h).map((h) => h.step)).toEqual([1, 2]);
       expect(hist.find((h) => "val/reward" in h)).toMatchObject({
         step: 2,

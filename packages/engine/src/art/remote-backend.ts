@@ -2,7 +2,15 @@
 // is used, so it runs in Node and in browsers; swapping it for LocalBackend is the one-line change.
 // Routes and their JSON are documented in packages/webart/src/cli/serve/routes.ts.
 import OpenAI from "openai";
-import type { Backend, ModelSpec, TrainResult } from "./backend.ts";
+import {
+  specOf,
+  logTargetOf,
+  type Backend,
+  type LogTarget,
+  type ModelRef,
+  type ModelSpec,
+  type TrainResult,
+} from "./backend.ts";
 import type { TrainConfig } from "./train-config.ts";
 import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
 
@@ -177,19 +185,29 @@ export class RemoteBackend implements Backend {
     return (await this.call<{ step: number }>(spec, "GET", "step")).step;
   }
 
-  async train(spec: ModelSpec, groups: TrajectoryGroup[], config: Partial<TrainConfig> = {}): Promise<TrainResult> {
+  async train(model: ModelRef, groups: TrajectoryGroup[], config: Partial<TrainConfig> = {}): Promise<TrainResult> {
     checkRewards(groups, "train");
-    return this.call<TrainResult>(spec, "POST", "train", { groups, config });
+    return this.call<TrainResult>(specOf(model), "POST", "train", { groups, config });
   }
 
   async log(
-    spec: ModelSpec,
+    model: LogTarget,
     groups: TrajectoryGroup[],
-    split: string,
-    metrics: Record<string, number> = {},
+    opts: { split?: string; metrics?: Record<string, number>; step?: number } = {},
   ): Promise<void> {
+    const { spec, name, project } = logTargetOf(model);
+    if (!spec)
+      throw new Error(
+        `log: "${name}" (project "${project}") is not a TrainableModel; the server keeps runs of the models it trains only ` +
+          `(log a prompted model's trajectories with a LocalBackend)`,
+      );
     checkRewards(groups, "log");
-    await this.call(spec, "POST", "log", { groups, split, metrics });
+    await this.call(spec, "POST", "log", {
+      groups,
+      split: opts.split ?? "val",
+      metrics: opts.metrics ?? {},
+      ...(opts.step !== undefined ? { step: opts.step } : {}),
+    });
   }
 
   async listCheckpoints(spec: ModelSpec): Promise<number[]> {

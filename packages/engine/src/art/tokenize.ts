@@ -37,6 +37,13 @@ function finish(b: Building): TokenizedHistory {
   };
 }
 
+/** The prompt the engine saw for turn i of a history: the chat template up to it with the generation prompt. */
+export function promptIds(tok: ChatTokenizer, messages: Message[], i: number, tools: Tool[] | undefined): number[] {
+  return tok.encode(tok.applyChatTemplate(messages.slice(0, i), { tools, addGenerationPrompt: true }), {
+    addSpecialTokens: false,
+  });
+}
+
 /** The training sequences of one history (usually one; empty when nothing in it was sampled here). */
 export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistory[] {
   const out: TokenizedHistory[] = [];
@@ -44,9 +51,7 @@ export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistor
   let cur: Building | null = null;
   h.messagesAndChoices.forEach((m, i) => {
     if (!isTrainableChoice(m) || !isChoice(m)) return;
-    const ctx = tok.encode(tok.applyChatTemplate(messages.slice(0, i), { tools: h.tools, addGenerationPrompt: true }), {
-      addSpecialTokens: false,
-    });
+    const ctx = promptIds(tok, messages, i, h.tools);
     const extends_ = cur !== null && ctx.length >= cur.ids.length && cur.ids.every((id, k) => ctx[k] === id);
     if (!extends_) {
       if (cur) out.push(finish(cur));

@@ -175,6 +175,56 @@ describe("TrainableModel + LocalBackend", () => {
     await backend.close();
   });
 
+  it("backend.train(model, groups) is ART's: { step, metrics, checkpointPath }; model.log records at a step", async () => {
+    const dir = mkdtempSync(join(tmpdir(), "webart-bt-"));
+    const backend = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });
+    // Per-module ranks and alphas train too (PEFT's rank_pattern / alpha_pattern in the checkpoint).
+    const lora = { rank: 2, alpha: 4, rankPattern: { down_proj: 3 }, alphaPattern: { "layers.0.self_attn.q_proj": 1 } };
+    const model = new TrainableModel({ name: "bt", project: "p", baseModel: toy.dir, lora });
+    await model.register(backend);
+    const groups = await step(model, 0, 1, 4);
+    for (const [i, t] of groups[0].trajectories.entries()) t.reward = i % 2;
+    const r = await backend.train(model, groups, { learningRate: 1e-3 });
+    expect(r.step).toBe(1);
+    expect(r.metrics.num_trajectories).toBe(4);
+    expect(r.checkpointPath).toBe(join(dir, "p/models/bt/checkpoints/0001"));
+    expect(existsSync(join(r.checkpointPath, "adapter_model.safetensors"))).toBe(true);
+    expect(JSON.parse(readFileSync(join(r.checkpointPath, "adapter_config.json"), "utf8"))).toMatchObject({
+      r: 2,
+      rank_pattern: { down_proj: 3 },
+      alpha_pattern: { "layers.0.self_attn.q_proj": 1 },
+    });
+    const ad = await WeightReader.fromSource(
+      memorySource(new Uint8Array(readFileSync(join(r.checkpointPath, "adapter_model.safetensors"))), "a"),
+    );
+    expect(ad.tensorsInfo.get("base_model.model.model.layers.1.mlp.down_proj.lora_A.weight")!.shape[0]).toBe(3);
+    expect(ad.tensorsInfo.get("base_model.model.model.layers.1.mlp.up_proj.lora_A.weight")!.shape[0]).toBe(2);
+    const moved = await adapterWeights(readFileSync(join(r.checkpointPath, "adapter_model.safetensors")));
+    const start = await adapterWeights(
+      readFileSync(join(dir, "p/models/bt/checkpoints/0000/adapter_model.safetensors")),
+    );
+    expect(moved.some((v, i) => v !== start[i])).toBe(true);
+    // model.train still works and is the same call.
+    expect((await model.train(groups, { learningRate: 1e-3 })).checkpointPath).toBe(
+      join(dir, "p/models/bt/checkpoints/0002"),
+    );
+    // ART's flow: log the step's groups and metrics under a split at a step; or metrics alone.
+    await model.log(groups, { split: "val", metrics: { judged: 1 }, step: 1 });
+    await model.log(null, { split: "test", metrics: { accuracy: 0.25 } });
+    expect(existsSync(join(dir, "p/models/bt/trajectories/val/0001.jsonl"))).toBe(true);
+    const hist = await backend.history(model.spec);
+    expect(hist.find((h) => "val/reward" in h)).toMatchObject({ step: 1, "val/reward": 0.5, "val/judged": 1 });
+    expect(hist.at(-1)).toMatchObject({ step: 2, "test/accuracy": 0.25 });
+    expect(existsSync(join(dir, "p/models/bt/trajectories/test"))).toBe(false);
+    await backend.close();
+    // Registered again (a restart), the run resumes from the patterned checkpoint it wrote.
+    const again = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });
+    const resumed = new TrainableModel({ name: "bt", project: "p", baseModel: toy.dir, lora });
+    await resumed.register(again);
+    expect(await resumed.getStep()).toBe(2);
+    await again.close();
+  });
+
   it("refuses trajectories with nothing trainable or no reward, and advances when no group has variance", async () => {
     const dir = mkdtempSync(join(tmpdir(), "webart-c-"));
     const backend = new LocalBackend({ path: dir, engine: { kvSlots: 8, maxContext: 64 } });

@@ -190,8 +190,8 @@ export class Model {
     const slot = l.slot(layer, target);
     if (!slot) return undefined;
     const e = l.byLayer[layer].get(target)!;
-    const t = this.gpu.buffer(N * l.config.rank * 4, "activations", `lora t ${target}`);
-    loraForward(this.gpu, rec, { N, in: e.in, out: e.out, R: l.config.rank, scale: l.scale }, slot, x, t, y);
+    const t = this.gpu.buffer(N * e.rank * 4, "activations", `lora t ${target}`);
+    loraForward(this.gpu, rec, { N, in: e.in, out: e.out, R: e.rank, scale: e.scale }, slot, x, t, y);
     if (!keep) {
       this.gpu.release(t);
       return undefined;
@@ -553,7 +553,7 @@ export class Model {
       if (!lora?.grads) return;
       const e = lora.byLayer[l].get(t);
       if (!e || !tBuf) return;
-      const dims = { N, in: e.in, out: e.out, R: lora.config.rank, scale: lora.scale };
+      const dims = { N, in: e.in, out: e.out, R: e.rank, scale: e.scale };
       loraBackward(gpu, rec, dims, lora.slot(l, t)!, lora.slot(l, t, lora.grads)!, { x, t: tBuf, dy, dx });
     };
     // dx: gradient of the residual stream, carried down through the layers.

@@ -29,11 +29,52 @@ export class AdapterConfigError extends Error {
 const show = (v: unknown) => JSON.stringify(v) ?? String(v);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
+/** The name PEFT matches rank_pattern / alpha_pattern against for a target in a layer. */
+export const peftModuleName = (layer: number, t: LoraTarget): string => `model.layers.${layer}.${LORA_MODULES[t]}`;
+
+/** PEFT's pattern lookup: the value of the first key (a regular expression) that matches the end of `module` after a
+ *  dot or at its start (PEFT's get_pattern_key), or undefined. */
+export function patternValue(pattern: Record<string, number> | undefined, module: string): number | undefined {
+  for (const [key, v] of Object.entries(pattern ?? {})) if (new RegExp(`^(?:.*\\.)?(?:${key})$`).test(module)) return v;
+  return undefined;
+}
+
+/** The rank, alpha and scale PEFT gives one module of an adapter: rank_pattern / alpha_pattern over r / lora_alpha,
+ *  scale alpha / r, or alpha / sqrt(r) with rsLoRA. */
+export function moduleLora(
+  c: LoraConfig,
+  layer: number,
+  t: LoraTarget,
+): { rank: number; alpha: number; scale: number } {
+  const name = peftModuleName(layer, t);
+  const rank = patternValue(c.rankPattern, name) ?? c.rank;
+  const alpha = patternValue(c.alphaPattern, name) ?? c.alpha;
+  return { rank, alpha, scale: c.useRslora ? alpha / Math.sqrt(rank) : alpha / rank };
+}
+
+/** Fields of newer PEFT versions that change what an adapter computes, refused when set. */
+const UNSUPPORTED: [string, string][] = [
+  ["exclude_modules", "LoRA on all but some modules is not supported; list target_modules instead"],
+  ["lora_bias", "LoRA with a bias on B is not supported"],
+  ["target_parameters", "LoRA on parameters (MoE experts) is not supported"],
+  ["trainable_token_indices", "trained token embeddings are not supported"],
+  ["layer_replication", "replicated layers are not supported"],
+  ["use_qalora", "QA-LoRA is not supported"],
+  ["alora_invocation_tokens", "activated LoRA is not supported"],
+  ["arrow_config", "Arrow routing is not supported"],
+];
+const isSet = (v: unknown) =>
+  v !== undefined &&
+  v !== null &&
+  v !== false &&
+  !(Array.isArray(v) && !v.length) &&
+  !(isObject(v) && !Object.keys(v).length);
+
 /**
- * The LoRA configuration of a PEFT adapter_config.json (`where` names the file in messages). rsLoRA
- * (`use_rslora`, scale alpha / sqrt(r)) becomes the alpha that gives the same scale under alpha / r;
- * `rank_pattern` / `alpha_pattern` are taken when they repeat `r` / `lora_alpha`, and refused otherwise, as are DoRA,
- * biases, `fan_in_fan_out`, `modules_to_save`, `layers_to_transform` and a regex `target_modules`.
+ * The LoRA configuration of a PEFT adapter_config.json (`where` names the file in messages): r, lora_alpha,
+ * target_modules, use_rslora and per-module rank_pattern / alpha_pattern, as PEFT applies them. Refused: DoRA,
+ * biases, `fan_in_fan_out`, `modules_to_save`, `layers_to_transform`, a regex `target_modules` and the fields in
+ * UNSUPPORTED, since webart would compute something else than PEFT.
  */
 export function readAdapterConfig(json: unknown, where: string): LoraConfig {
   const fail = (field: string, msg: string): never => {
@@ -51,24 +92,28 @@ export function readAdapterConfig(json: unknown, where: string): LoraConfig {
     fail("modules_to_save", `${show(c.modules_to_save)}: fully trained extra modules are not supported`);
   if (c.layers_to_transform !== undefined && c.layers_to_transform !== null)
     fail("layers_to_transform", `${show(c.layers_to_transform)}: LoRA on some layers only is not supported`);
+  for (const [field, why] of UNSUPPORTED) if (isSet(c[field])) fail(field, `${show(c[field])}: ${why}`);
   const rank = c.r;
   if (typeof rank !== "number" || !Number.isInteger(rank) || rank < 1)
     return fail("r", `${show(rank)} must be a positive integer`);
   const alpha = c.lora_alpha ?? 8; // PEFT's default
   if (typeof alpha !== "number" || !(alpha > 0)) return fail("lora_alpha", `${show(alpha)} must be a positive number`);
-  for (const [field, same] of [
-    ["rank_pattern", rank],
-    ["alpha_pattern", alpha],
-  ] as const) {
+  if (c.use_rslora !== undefined && typeof c.use_rslora !== "boolean")
+    fail("use_rslora", `${show(c.use_rslora)} must be true or false`);
+  const patterns: Record<"rank_pattern" | "alpha_pattern", Record<string, number> | undefined> = {
+    rank_pattern: undefined,
+    alpha_pattern: undefined,
+  };
+  for (const field of ["rank_pattern", "alpha_pattern"] as const) {
     const p = c[field];
     if (p === undefined || p === null) continue;
-    if (!isObject(p)) fail(field, `${show(p)} must be an object`);
-    const other = Object.entries(p as Record<string, unknown>).filter(([, v]) => v !== same);
-    if (other.length)
-      fail(
-        field,
-        `${show(Object.fromEntries(other))}: per-module ${field === "rank_pattern" ? "ranks" : "alphas"} differing from ${field === "rank_pattern" ? "r" : "lora_alpha"} ${same} are not supported`,
-      );
+    if (!isObject(p)) return fail(field, `${show(p)} must be an object of module pattern to value`);
+    for (const [k, v] of Object.entries(p)) {
+      const ok = field === "rank_pattern" ? Number.isInteger(v) && (v as number) >= 1 : typeof v === "number" && v > 0;
+      if (!ok)
+        fail(field, `${show(k)}: ${show(v)} must be a positive ${field === "rank_pattern" ? "integer" : "number"}`);
+    }
+    patterns[field] = p as Record<string, number>;
   }
   const mods = c.target_modules;
   if (typeof mods === "string")
@@ -88,16 +133,22 @@ export function readAdapterConfig(json: unknown, where: string): LoraConfig {
       )
     );
   });
-  // rsLoRA scales by alpha / sqrt(r); the engine scales by alpha / r: the same scale needs alpha * sqrt(r).
-  const scaleAlpha = c.use_rslora === true ? alpha * Math.sqrt(rank) : alpha;
   try {
-    return validateLoraConfig({ rank, alpha: scaleAlpha, targets });
+    return validateLoraConfig({
+      rank,
+      alpha,
+      targets,
+      useRslora: c.use_rslora === true,
+      rankPattern: patterns.rank_pattern,
+      alphaPattern: patterns.alpha_pattern,
+    });
   } catch (e) {
     return fail("", (e as Error).message);
   }
 }
 
-/** The adapter_config.json webart writes beside adapter_model.safetensors: what PEFT reads to load it. */
+/** The adapter_config.json webart writes beside adapter_model.safetensors: the fields PEFT writes, so PEFT loads it
+ *  as one of its own. */
 export function writeAdapterConfig(lora: LoraConfig, baseModel: string): Record<string, unknown> {
   return {
     peft_type: "LORA",
@@ -110,7 +161,13 @@ export function writeAdapterConfig(lora: LoraConfig, baseModel: string): Record<
     fan_in_fan_out: false,
     inference_mode: true,
     init_lora_weights: true,
-    use_rslora: false,
+    use_rslora: lora.useRslora ?? false,
+    use_dora: false,
+    rank_pattern: { ...lora.rankPattern },
+    alpha_pattern: { ...lora.alphaPattern },
+    layers_to_transform: null,
+    layers_pattern: null,
+    modules_to_save: null,
     target_modules: lora.targets.map((t) => PEFT_MODULES[t]),
   };
 }

@@ -29,6 +29,10 @@ export class FsStore implements RunStore {
     return a;
   }
 
+  location(p: string): string {
+    return this.abs(p);
+  }
+
   async read(p: string): Promise<Uint8Array | null> {
     try {
       return new Uint8Array(await this.fs.readFile(this.abs(p)));

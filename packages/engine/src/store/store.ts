@@ -16,6 +16,8 @@ export interface RunStore {
    * `commitKey`'s value is written last, once everything else is durable.
    */
   writeAtomic(files: Record<string, Uint8Array | string>, commitKey: string, commitValue: string): Promise<void>;
+  /** Where a path is for people and other programs: a file system path, or the key where there is none. */
+  location?(path: string): string;
 }
 
 export const enc = (s: string) => new TextEncoder().encode(s);

@@ -151,3 +151,17 @@ describe("safetensors header errors", () => {
     ).toMatch(/malformed data_offsets \[4,0\]/);
   });
 });
+
+describe("Node Buffers", () => {
+  it("read through memorySource and tensorToF32 as their bytes, not as the Buffer's whole backing store", async () => {
+    const data = Float32Array.of(1.5, -2, 3.25, 0.125);
+    const file = writeSafetensors([{ name: "t", dtype: "F32", shape: [4], data }]);
+    // A Buffer inside a larger ArrayBuffer (as pooled Buffers and file reads can be), whose slice() is a view.
+    const big = Buffer.alloc(file.byteLength + 24);
+    big.set(file, 24);
+    const buf = big.subarray(24);
+    const r = await WeightReader.fromSource(memorySource(buf, "buffer"));
+    expect([...tensorToF32(await r.read("t"))]).toEqual([...data]);
+    expect([...tensorToF32({ dtype: "F32", bytes: Buffer.from(new Uint8Array(data.buffer)) })]).toEqual([...data]);
+  });
+});

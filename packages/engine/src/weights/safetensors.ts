@@ -204,10 +204,11 @@ export function writeSafetensors(tensors: TensorData[], metadata?: Record<string
 
 /** A tensor's values as f32 (bf16/f16 widened exactly), for CPU references and tests. */
 export function tensorToF32(t: { dtype: Dtype; bytes: Uint8Array }): Float32Array {
-  const { bytes } = t;
-  const n = bytes.byteLength / DTYPE_BYTES[t.dtype];
-  if (t.dtype === "F32") return new Float32Array(bytes.slice().buffer, 0, n);
-  const h = new Uint16Array(bytes.slice().buffer, 0, n);
+  // Uint8Array's slice copies (a Node Buffer's own slice() would be a view into a larger buffer).
+  const own = Uint8Array.prototype.slice.call(t.bytes);
+  const n = own.byteLength / DTYPE_BYTES[t.dtype];
+  if (t.dtype === "F32") return new Float32Array(own.buffer, 0, n);
+  const h = new Uint16Array(own.buffer, 0, n);
   const out = new Float32Array(n);
   const conv = t.dtype === "BF16" ? fromBf16 : fromF16;
   for (let i = 0; i < n; i++) out[i] = conv(h[i]);

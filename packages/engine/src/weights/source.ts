@@ -50,7 +50,8 @@ export function memorySource(bytes: Uint8Array, name = "memory"): ByteSource {
     size: bytes.byteLength,
     async read(offset, length) {
       checkRange(src, offset, length);
-      return bytes.slice(offset, offset + length);
+      // A copy even from a Node Buffer, whose slice() is a view into the whole file (callers use .buffer).
+      return Uint8Array.prototype.slice.call(bytes, offset, offset + length);
     },
   };
   return src;

@@ -127,7 +127,7 @@ export function num(name: string, v: string, opts: { int?: boolean; min?: number
 export function oneOf<T extends string>(name: string, v: string, choices: readonly T[]): T {
   if (!(choices as readonly string[]).includes(v))
     throw new UsageError(
-      `--${name} ${JSON.stringify(v)}: expected ${choices.slice(0, -1).join(", ")} or ${choices[choices.length - 1]}`,
+      `--${name} ${JSON.stringify(v)}: expected ${choices.length > 1 ? `${choices.slice(0, -1).join(", ")} or ` : ""}${choices[choices.length - 1]}`,
     );
   return v as T;
 }

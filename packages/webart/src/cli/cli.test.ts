@@ -6,6 +6,7 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseOptions, type CommandSpec } from "./args.ts";
+import { EXPORT } from "./export.ts";
 import { INFO } from "./info.ts";
 import { PRETRAIN } from "./pretrain/pretrain.ts";
 import { SERVE } from "./serve/cli.ts";
@@ -13,7 +14,7 @@ import { EVAL } from "./train/eval.ts";
 import { TRAIN } from "./train/train.ts";
 
 const ROOT = join(import.meta.dirname, "../../../..");
-const SPECS: CommandSpec[] = [TRAIN, EVAL, SERVE, INFO, PRETRAIN];
+const SPECS: CommandSpec[] = [TRAIN, EVAL, SERVE, EXPORT, INFO, PRETRAIN];
 
 /** Runs the built bin; resolves with its exit code and output (never rejects). */
 function webart(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -28,10 +29,10 @@ function webart(args: string[]): Promise<{ code: number; out: string; err: strin
 }
 
 describe("webart", () => {
-  it("--help lists the five commands; --version prints the package's version; an unknown command exits 2", async () => {
+  it("--help lists the six commands; --version prints the package's version; an unknown command exits 2", async () => {
     const [help, version, bad] = await Promise.all([webart(["--help"]), webart(["--version"]), webart(["tain"])]);
     expect(help.code).toBe(0);
-    for (const c of ["train", "eval", "serve", "info", "pretrain"])
+    for (const c of ["train", "eval", "serve", "export", "info", "pretrain"])
       expect(help.out).toMatch(new RegExp(`^  ${c} `, "m"));
     const pkg = JSON.parse(readFileSync(join(ROOT, "packages/webart/package.json"), "utf8")) as { version: string };
     expect([version.code, version.out.trim()]).toEqual([0, pkg.version]);
@@ -72,6 +73,8 @@ describe("webart", () => {
     ["serve", ["--port", "70000"], '--port "70000": expected an integer in [0, 65535]'],
     ["serve", ["--kv-slots=0"], '--kv-slots "0": expected an integer in [1, 4096]'],
     ["serve", ["--max-wait", "-5"], '--max-wait -5: write --max-wait=-5 for a value that starts with "-"'],
+    ["export", ["--format", "parquet"], '--format "parquet": expected art'],
+    ["export", ["--checkpoints", "best"], '--checkpoints "best": expected latest or all'],
     ["pretrain", ["--minutes", "soon"], '--minutes "soon": expected a number >= 0'],
     ["pretrain", ["--skill", "2"], '--skill "2": expected a number in [0, 1]'],
   ])("%s %j: exit 2 naming the flag and value", async (name, args, message) => {

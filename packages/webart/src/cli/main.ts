@@ -23,6 +23,10 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
     summary: "an OpenAI-compatible HTTP server with training routes",
     load: async () => import("./serve/cli.ts").then((m) => ({ spec: m.SERVE, run: m.serveCommand })),
   },
+  export: {
+    summary: "a run in OpenPipe ART's layout and JSON, to continue it with ART",
+    load: async () => import("./export.ts").then((m) => ({ spec: m.EXPORT, run: m.exportCommand })),
+  },
   info: {
     summary: "the WebGPU adapter the engine gets in Node and the default memory budget",
     load: async () => import("./info.ts").then((m) => ({ spec: m.INFO, run: m.infoCommand })),

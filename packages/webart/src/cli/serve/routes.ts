@@ -4,8 +4,8 @@
 //   GET    /v1/webart/status                               { model, training: [names], models: [{ project, name, step }] }
 //   POST   /v1/webart/models                               { name, project, baseModel, lora?, seed? } -> { step }
 //   GET    /v1/webart/models/{project}/{name}/step         -> { step }
-//   POST   /v1/webart/models/{project}/{name}/train        { groups: [TrajectoryGroup JSON], config? } -> { step, metrics }
-//   POST   /v1/webart/models/{project}/{name}/log          { groups, split?, metrics? } -> { step }
+//   POST   /v1/webart/models/{project}/{name}/train        { groups: [TrajectoryGroup JSON], config? } -> { step, metrics, checkpointPath }
+//   POST   /v1/webart/models/{project}/{name}/log          { groups, split?, metrics?, step? } -> { step }
 //   GET    /v1/webart/models/{project}/{name}/history      -> { data: [rows] }
 //   GET    /v1/webart/models/{project}/{name}/checkpoints  -> { steps }
 //   DELETE /v1/webart/models/{project}/{name}/checkpoints  { steps } -> { deleted }
@@ -177,8 +177,17 @@ export class TrainingRoutes {
         return this.train(res, spec, await this.json(req, ctx.limits.train), headers);
       case "log POST": {
         const body = await this.json(req, ctx.limits.train);
+        for (const k of Object.keys(body))
+          if (!["groups", "split", "metrics", "step"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
         const split = body.split === undefined ? "val" : checkName(body.split, "split");
-        await ctx.backend.log(spec, parseGroups(body.groups), split, parseMetrics(body.metrics));
+        const step = body.step;
+        if (step !== undefined && !(Number.isInteger(step) && (step as number) >= 0))
+          throw badRequest(`step: expected an integer >= 0, got ${JSON.stringify(step)}`, "step");
+        await ctx.backend.log(spec, parseGroups(body.groups), {
+          split,
+          metrics: parseMetrics(body.metrics),
+          step: step as number | undefined,
+        });
         return send({ step: await ctx.backend.getStep(spec) });
       }
       case "history GET":
