@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseToolCalls, StopMatcher } from "./tools.ts";
+import { StopMatcher } from "./stops.ts";
+import { parseToolCalls } from "./tools.ts";
 import { parseChatRequest } from "./validate.ts";
 
 describe("tool call parsing", () => {

@@ -25,20 +25,14 @@ export interface ChatRequest {
   top_logprobs: number;
   tools: Tool[];
   tool_choice: ToolChoice;
+  /** false: at most one tool call in the reply. */
+  parallel_tool_calls: boolean;
   response_format: ResponseFormat;
   /** Extra chat-template variables (e.g. enable_thinking), as vLLM's chat_template_kwargs. */
   chat_template_kwargs: Record<string, unknown>;
 }
 
-const IGNORED = new Set([
-  "user",
-  "metadata",
-  "store",
-  "parallel_tool_calls",
-  "service_tier",
-  "stream_options",
-  "extra_body",
-]);
+const IGNORED = new Set(["user", "metadata", "store", "service_tier", "stream_options", "extra_body"]);
 const KNOWN = new Set([
   "model",
   "messages",
@@ -59,6 +53,7 @@ const KNOWN = new Set([
   "presence_penalty",
   "frequency_penalty",
   "chat_template_kwargs",
+  "parallel_tool_calls",
   ...IGNORED,
 ]);
 const ROLES = new Set(["system", "developer", "user", "assistant", "tool"]);
@@ -231,6 +226,8 @@ export function parseChatRequest(body: unknown): ChatRequest {
     top_logprobs,
     tools: toolList,
     tool_choice: toolChoice(body.tool_choice, toolList),
+    parallel_tool_calls:
+      body.parallel_tool_calls === undefined || body.parallel_tool_calls === null || bool(body, "parallel_tool_calls"),
     response_format: responseFormat(body.response_format),
     chat_template_kwargs: (ctk as Record<string, unknown>) ?? {},
   };
