@@ -32,7 +32,33 @@ export interface ChatRequest {
   chat_template_kwargs: Record<string, unknown>;
 }
 
-const IGNORED = new Set(["user", "metadata", "store", "service_tier", "stream_options", "extra_body"]);
+/** Accepted and ignored: they name or route a request but do not change its answer. */
+const IGNORED = new Set([
+  "user",
+  "metadata",
+  "store",
+  "service_tier",
+  "stream_options",
+  "extra_body",
+  "safety_identifier",
+  "prompt_cache_key",
+  "prompt_cache_retention",
+  "prompt_cache_options",
+]);
+
+/** OpenAI parameters that would change the answer in ways this server cannot: refused, with what to do. */
+const REFUSED: Record<string, string> = {
+  logit_bias: "the sampler takes no per-token bias; use response_format or tools to constrain the output",
+  functions: "the legacy functions API is not supported; use tools",
+  function_call: "the legacy functions API is not supported; use tool_choice",
+  audio: "only text output is supported",
+  prediction: "predicted outputs are not supported",
+  reasoning_effort:
+    "not supported; for a model with a thinking switch use chat_template_kwargs (e.g. { enable_thinking: false })",
+  verbosity: "not supported",
+  web_search_options: "web search is not supported",
+  moderation: "moderation is not supported",
+};
 const KNOWN = new Set([
   "model",
   "messages",
@@ -186,8 +212,13 @@ function responseFormat(v: unknown): ResponseFormat {
 
 export function parseChatRequest(body: unknown): ChatRequest {
   if (!isObj(body)) throw badRequest("the request body must be a JSON object");
-  for (const k of Object.keys(body))
-    if (!KNOWN.has(k)) throw badRequest(`Unrecognized request argument supplied: ${k}`, k);
+  for (const k of Object.keys(body)) {
+    if (k === "modalities" && JSON.stringify(body[k]) === '["text"]') continue;
+    if (k === "modalities") throw badRequest(`modalities: only ["text"] is supported`, k);
+    if (Object.hasOwn(REFUSED, k) && body[k] !== null) throw badRequest(`${k}: ${REFUSED[k]}`, k);
+    if (!KNOWN.has(k) && !Object.hasOwn(REFUSED, k))
+      throw badRequest(`Unrecognized request argument supplied: ${k}`, k);
+  }
   if (typeof body.model !== "string" || !body.model) throw badRequest("model: required string", "model");
   for (const k of ["presence_penalty", "frequency_penalty"]) {
     if (body[k] !== undefined && body[k] !== 0 && body[k] !== null) throw badRequest(`${k}: not supported (only 0)`, k);
