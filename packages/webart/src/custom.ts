@@ -15,7 +15,7 @@ import {
 import { DEFAULT_RUBRIC, ruler, rulerScoreGroup, RulerError, type RulerOptions } from "@webart/ruler";
 
 /** The judge: a client and model name at an OpenAI-compatible endpoint, or a Model (e.g. the loaded model). */
-export type CustomJudge = Pick<RulerOptions, "client" | "model">;
+export type CustomJudge = Pick<RulerOptions, "client" | "model" | "requestParams">;
 
 export interface CustomStepOptions {
   task: CustomTask;

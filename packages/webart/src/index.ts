@@ -62,3 +62,4 @@ export {
   type CustomStepOptions,
   type CustomValidation,
 } from "./custom.ts";
+export { lineChart, rollingMean, type Series as ChartSeries } from "./cli/train/chart.ts";
