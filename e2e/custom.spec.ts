@@ -110,6 +110,9 @@ test("a custom task with 6 prompts trains 2 steps with the local judge and shows
   await page.getByLabel("Judge model").fill("judge-1");
   await expect(page.getByTestId("error-judge")).toHaveCount(0);
   await shot("custom-form");
+  await page
+    .locator("section[aria-labelledby=settings-h]")
+    .screenshot({ path: "test-results/screens/custom-form-panel.png" });
   const before = judge.requests.length;
   await start().click();
   await expect(state()).toHaveText("finished", { timeout: 170_000 });
@@ -121,6 +124,7 @@ test("a custom task with 6 prompts trains 2 steps with the local judge and shows
   await expect(val).toHaveAttribute("data-points", "1");
   await expect(val.locator("g.series circle")).toHaveCount(2); // base model and checkpoint at step 2
   await shot("custom-charts");
+  await page.getByLabel("Training charts").screenshot({ path: "test-results/screens/custom-charts-panel.png" });
   await page.getByRole("tab", { name: "Rollouts" }).click();
   await expect(page.locator(".ruler-note")).toContainText("RULER score");
   await expect(page.getByRole("list", { name: "Conversation" })).toContainText("one short sentence");

@@ -34,7 +34,7 @@ export function Play2048(props: { run: string | null; maxTokens: number }) {
         );
         const dir = parse2048Move(text);
         step2048(game, text);
-        const line = `${game.moves}. ${dir ?? "no move"} ← ${JSON.stringify(text)}`;
+        const line = `${dir ?? "no move"} ← ${JSON.stringify(text)}`;
         setLog((l) => [...l.slice(-49), line]);
         setGame({ ...game, board: [...game.board] });
       }
