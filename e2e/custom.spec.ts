@@ -1,6 +1,8 @@
 // A task of your own in the tab, end to end in Chromium (WebGPU on SwiftShader) with the local judge server: bad
 // input refused in the form, a custom task trained with its validation point, chat beside the base model, the
-// downloads, 2048's play board, and two runs on one chart. One page of its own across these serial tests.
+// downloads, 2048's play board, two runs on one chart, the loaded model refused as its own judge (RULER's prompt
+// does not fit webart-tiny's context) and a multi-turn task with its simulated user. One page of its own across
+// these serial tests.
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { expect, test, type Page } from "@playwright/test";
@@ -13,6 +15,8 @@ let judge: Judge;
 let problems: string[] = [];
 const CUSTOM_RUN = `custom-e2e-${Date.now().toString(36)}`;
 const GAME_RUN = `g2048-play-${Date.now().toString(36)}`;
+const SELF_RUN = `custom-self-${Date.now().toString(36)}`;
+const TURNS_RUN = `custom-turns-${Date.now().toString(36)}`;
 
 const shot = (name: string) => page.screenshot({ path: `test-results/screens/${name}.png`, fullPage: true });
 const start = () => page.getByRole("button", { name: "Start" });
@@ -194,5 +198,60 @@ test("two runs compared on one chart", async () => {
   await expect(chart.locator(".legend")).toContainText(CUSTOM_RUN);
   await expect(chart.locator(".legend")).toContainText(GAME_RUN);
   await shot("compare");
+  expect(problems).toEqual([]);
+});
+
+/** A custom task of two prompts (one trains, one validates) on a fresh form. */
+async function customTask(name: string) {
+  await page.getByRole("tab", { name: "Charts" }).click();
+  await page.getByLabel("Environment").selectOption("custom");
+  await tiny(name, 1);
+  await page.getByLabel("System prompt").fill("Answer briefly.");
+  await upload("two.txt", "Say hi\nName a colour\n");
+  await page.getByLabel("Validate every (steps)").fill("1");
+}
+
+test("the loaded model as its own judge: the form says it cannot hold RULER's prompt, and nothing starts", async () => {
+  await customTask(SELF_RUN);
+  await page.getByLabel("Reward", { exact: true }).selectOption("self");
+  await expect(page.getByLabel("Judge base URL")).toHaveCount(0);
+  await page.getByLabel("Turns").fill("1");
+  await expect(start()).toBeEnabled({ timeout: 60_000 });
+  await start().click();
+  // webart-tiny's tokenizer is byte-level: RULER's instructions and rubric alone are about 1000 of its tokens, and
+  // the engine gives it a 1024-token context, so the check refuses before a run exists.
+  const err = page.getByTestId("error-judge");
+  await expect(err).toContainText("The loaded model cannot be its own judge for this task");
+  await expect(err).toContainText(/RULER's prompt for a group of 2 conversations takes \d+ tokens of webart-tiny/);
+  await expect(err).toContainText("beyond the 1024-token context");
+  await expect(err).toContainText("RULER (LLM judge)");
+  await expect(page.getByTestId(`run-${SELF_RUN}`)).toHaveCount(0);
+  await expect(page.getByTestId("status")).not.toContainText(SELF_RUN);
+  await shot("custom-self-judge");
+  // Changing what the prompt holds clears the message until Start asks again.
+  await page.getByLabel("Rubric").fill("Short answers win.");
+  await expect(err).toHaveCount(0);
+  expect(problems).toEqual([]);
+});
+
+test("a multi-turn custom task: the simulated user's turn sits between the assistant's replies", async () => {
+  await customTask(TURNS_RUN);
+  await page.getByLabel("Reward", { exact: true }).selectOption("ruler");
+  await page.getByLabel("Judge base URL").fill(judge.baseURL);
+  await page.getByLabel("Judge model").fill("judge-1");
+  await page.getByLabel("Turns").fill("2");
+  await page.getByLabel("User simulator prompt").fill("You are a curious user: ask one short follow-up question.");
+  await expect(start()).toBeEnabled({ timeout: 60_000 });
+  await start().click();
+  await expect(state()).toHaveText("finished", { timeout: 170_000 });
+  await expect(page.getByTestId("step")).toHaveText("1");
+  await page.getByRole("tab", { name: "Rollouts" }).click();
+  const convo = page.getByRole("list", { name: "Conversation" });
+  await expect(convo.locator("li .role")).toHaveText(["system", "user", "assistant", "user (simulated)", "assistant"]);
+  await expect(convo.locator("li.msg.user").first()).toContainText(/^user(Say hi|Name a colour)$/);
+  await expect(page.getByTestId("traj-meta")).toContainText("turns 2");
+  await expect(page.locator(".ruler-note")).toContainText(/RULER score .*: judged \d of 2/);
+  await shot("custom-multiturn");
+  await page.getByLabel("Rollout viewer").screenshot({ path: "test-results/screens/custom-multiturn-viewer.png" });
   expect(problems).toEqual([]);
 });

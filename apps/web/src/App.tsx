@@ -172,10 +172,22 @@ export function App() {
     // planKey stands for the settings the plan depends on, so typing in other fields does not re-plan.
   }, [api, adapter, model, planKey]);
 
-  // A judge refused at Start is asked again once its settings change.
+  // A judge refused at Start is asked again once its settings change (for the loaded model as the judge: the
+  // model, and what RULER's prompt holds).
   useEffect(
     () => setJudgeError(null),
-    [draft.rulerBaseURL, draft.rulerModel, draft.rulerApiKey, draft.reward, draft.env],
+    [
+      draft.rulerBaseURL,
+      draft.rulerModel,
+      draft.rulerApiKey,
+      draft.reward,
+      draft.env,
+      model,
+      draft.systemPrompt,
+      draft.scenarioText,
+      draft.rubric,
+      draft.groupSize,
+    ],
   );
 
   // The runs picked for comparison, reloaded as steps arrive.
@@ -218,10 +230,11 @@ export function App() {
 
   const start = async () => {
     if (!settings) return;
-    if (settings.env === "custom" && settings.reward.kind === "ruler") {
-      // The judge is asked once, as a step will ask it, before anything is created.
+    if (settings.env === "custom" && settings.reward.kind !== "env") {
+      // The judge is asked once, as a step will ask it (the loaded model: checked to hold RULER's prompt), before
+      // anything is created.
       setJudgeChecking(true);
-      const problem = await api.checkJudge(settings).finally(() => setJudgeChecking(false));
+      const problem = await api.checkJudge(settings, model).finally(() => setJudgeChecking(false));
       setJudgeError(problem);
       if (problem) return;
     }

@@ -206,8 +206,9 @@ export interface EngineApi {
     maxTokens: number,
     opts?: { base?: boolean },
   ): Promise<string>;
-  /** Asks the settings' RULER judge once, as a step will; resolves with why it cannot be used, or null. */
-  checkJudge(settings: TrainSettings): Promise<string | null>;
+  /** Asks the settings' RULER judge once, as a step will (or, for the loaded model as its own judge, checks that
+   *  RULER's prompt fits its context); resolves with why it cannot be used, or null. */
+  checkJudge(settings: TrainSettings, model: ModelChoice): Promise<string | null>;
   /** Every saved group of a run, one JSON line each with its split and step (ART's trajectory shape). */
   exportTrajectories(run: string): Promise<{ fileName: string; text: string }>;
   storage(): Promise<StorageInfo>;

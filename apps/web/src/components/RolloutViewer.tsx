@@ -193,13 +193,15 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
                 h.map((m, i) => {
                   if (hi > 0 && m.role === "system") return null; // 2048 repeats it in every move's history
                   const current = f && f.history === hi && (i === f.user || i === f.reply);
+                  // A custom task's user turns after an assistant reply are the simulated user's.
+                  const simulated = props.env === "custom" && m.role === "user" && h[i - 1]?.role === "assistant";
                   return (
                     <li
                       key={`${hi}-${i}`}
-                      className={`msg ${m.role}${current ? " current" : ""}`}
+                      className={`msg ${m.role}${simulated ? " simulated" : ""}${current ? " current" : ""}`}
                       aria-current={current ? "step" : undefined}
                     >
-                      <span className="role">{m.role}</span>
+                      <span className="role">{simulated ? "user (simulated)" : m.role}</span>
                       <pre>{m.content}</pre>
                     </li>
                   );

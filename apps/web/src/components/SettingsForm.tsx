@@ -56,6 +56,12 @@ export function SettingsForm(props: {
 }) {
   const { draft: d, errors: e } = props;
   const set = <K extends keyof SettingsDraft>(k: K, v: SettingsDraft[K]) => props.onChange({ ...d, [k]: v });
+  // Under the judge's fields, or under Reward when the loaded model is the judge.
+  const judgeError = props.judgeError && (
+    <p className="field-error" role="alert" data-testid="error-judge">
+      {props.judgeError}
+    </p>
+  );
   return (
     <section className="panel" aria-labelledby="settings-h">
       <h2 id="settings-h">Training</h2>
@@ -111,6 +117,7 @@ export function SettingsForm(props: {
             </select>
           )}
         </Field>
+        {d.reward === "self" && judgeError}
         {d.env === "custom" && (
           <CustomTaskFields draft={d} errors={e} set={set} patch={(p) => props.onChange({ ...d, ...p })} />
         )}
@@ -151,11 +158,7 @@ export function SettingsForm(props: {
                 />
               )}
             </Field>
-            {props.judgeError && (
-              <p className="field-error" role="alert" data-testid="error-judge">
-                {props.judgeError}
-              </p>
-            )}
+            {judgeError}
             <label className="check">
               <input type="checkbox" checked={d.rememberKey} onChange={(x) => set("rememberKey", x.target.checked)} />
               Remember the key on this device (browser storage)

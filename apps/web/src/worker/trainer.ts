@@ -3,13 +3,22 @@
 // step, and the step's files in IndexedDB before the next begins. Pause, stop, device loss and a full disk
 // all leave the run at its last complete checkpoint, resumable.
 import OpenAI from "openai";
-import { checkJudge, customStepGroups, gameStepGroups, validateCustomTask, type CustomJudge } from "webart";
-import { getDevice, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
-import { parseOpponents, splitScenarios } from "webart/envs";
+import { checkJudge, customStepGroups, gameStepGroups, rubricFor, validateCustomTask, type CustomJudge } from "webart";
+import { getDevice, type ChatMessage, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
+import { parseOpponents, scenarioNotes, splitScenarios } from "webart/envs";
+import { buildJudgePrompt, type JudgeAttempt } from "webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
 import { LocalBackend, TrainableModel } from "./internals.ts";
-import { baseModelOf, engineOptions, kvSlotsFor, loraFor, readModelConfig } from "./models.ts";
+import {
+  baseModelOf,
+  engineOptions,
+  kvSlotsFor,
+  loraFor,
+  maxContextFor,
+  readModelConfig,
+  readTokenizer,
+} from "./models.ts";
 import { appendEnvRow, envRow, stepRow, PROJECT, readMeta, runFiles, writeMeta, type RunMeta } from "./runs.ts";
 import { checkRoom, store } from "./store.ts";
 import { restoreTuning, saveTuning } from "./tuning.ts";
@@ -109,12 +118,65 @@ function judgeOf(r: TrainSettings["reward"], apiKey: string | undefined, s?: Ses
       model: r.model,
     };
   // The loaded model answers in the schema through constrained decoding; a bound keeps explanations short.
-  if (r.kind === "self" && s) return { model: s.model, requestParams: { max_completion_tokens: 400, temperature: 0 } };
+  if (r.kind === "self" && s)
+    return { model: s.model, requestParams: { max_completion_tokens: SELF_JUDGE_TOKENS, temperature: 0 } };
   return undefined;
 }
 
-/** Asks a custom task's judge endpoint once before a run starts: why it cannot be used, or null. */
-export async function checkRunJudge(settings: TrainSettings): Promise<string | null> {
+/** The loaded model's limit on its answer as the judge. */
+const SELF_JUDGE_TOKENS = 400;
+const SELF_JUDGE_ADVICE =
+  "Pick “RULER (LLM judge)” with an OpenAI-compatible endpoint, or a base model whose tokenizer packs text into " +
+  "fewer tokens.";
+
+/**
+ * Whether the loaded model can judge this task at all, from its tokenizer alone (nothing is loaded on the GPU):
+ * RULER's prompt for the smallest group a step will send (the first scenario, `groupSize` one-token replies, the
+ * rubric and the scenario's notes) and the answer's budget must fit the context the engine gives the model here.
+ */
+async function selfJudgeProblem(model: ModelChoice, st: TrainSettings): Promise<string | null> {
+  const c = st.custom;
+  if (!c?.scenarios.length) return null;
+  const baseModel = baseModelOf(model);
+  const [config, tok] = await Promise.all([readModelConfig(baseModel), readTokenizer(baseModel)]);
+  if (!tok.hasChatTemplate) return `${baseModel} has no chat template, so it cannot be prompted as a judge.`;
+  const ctx = maxContextFor(config);
+  const first = c.scenarios[0];
+  const shared: OpenAI.Chat.ChatCompletionMessageParam[] = [
+    { role: "system", content: c.systemPrompt },
+    { role: "user", content: first.prompt },
+  ];
+  const lists = Array.from({ length: Math.max(2, st.groupSize) }, (_, i) => [
+    ...shared,
+    { role: "assistant" as const, content: String(i + 1) },
+  ]);
+  const prompt = buildJudgePrompt(lists, rubricFor(c.rubric, scenarioNotes(first)));
+  const tokens = tok.encodeChat(prompt.messages as ChatMessage[], { addGenerationPrompt: true }).length;
+  if (tokens + SELF_JUDGE_TOKENS <= ctx) return null;
+  return (
+    `The loaded model cannot be its own judge for this task: RULER's prompt for a group of ${lists.length} ` +
+    `conversations takes ${tokens} tokens of ${baseModel} before the replies are in it, and its answer up to ` +
+    `${SELF_JUDGE_TOKENS} more, beyond the ${ctx}-token context the model has here. ${SELF_JUDGE_ADVICE}`
+  );
+}
+
+/** A RULER failure of the loaded model as its own judge, said as such (other errors are returned as they are). */
+function explainSelfJudge(e: unknown, st: TrainSettings | undefined): unknown {
+  const attempts = (e as { attempts?: JudgeAttempt[] })?.attempts;
+  if (st?.reward.kind !== "self" || (e as Error)?.name !== "RulerError" || !attempts?.length) return e;
+  const last = attempts[attempts.length - 1];
+  const why = /context_length_exceeded|maximum context length/.test(`${last.reason} ${last.reply ?? ""}`)
+    ? `RULER's prompt for a group is longer than the model's context (${last.reason})`
+    : `it gave no answer in RULER's JSON schema (${last.reason})`;
+  return new Error(`The loaded model could not judge as RULER: ${why}. ${SELF_JUDGE_ADVICE}`, { cause: e });
+}
+
+/**
+ * Before a custom task's run starts: asks its judge endpoint once, or checks that the loaded model can hold
+ * RULER's prompt; resolves with why the judge cannot be used, or null.
+ */
+export async function checkRunJudge(settings: TrainSettings, model: ModelChoice): Promise<string | null> {
+  if (settings.reward.kind === "self") return selfJudgeProblem(model, settings).catch((e) => (e as Error).message);
   const judge = judgeOf(settings.reward, undefined);
   if (!judge) return null;
   try {
@@ -284,8 +346,9 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       }
     }
     return end("done");
-  } catch (e) {
-    if (e instanceof StopSignal || control.stop) return end("stopped");
+  } catch (caught) {
+    if (caught instanceof StopSignal || control.stop) return end("stopped");
+    const e = explainSelfJudge(caught, s?.meta.settings);
     const failure = await classify(e, s);
     // The engine's in-memory step may be ahead of what was saved; reload from the files next time.
     await unload();
