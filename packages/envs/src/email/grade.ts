@@ -55,6 +55,8 @@ export interface EmailEvaluation {
   rightMessage: number;
   answered: number;
   malformed: number;
+  /** Episodes that ended because the conversation outgrew the model's context. */
+  contextFull: number;
   meanTurns: number;
   meanReward: number;
 }
@@ -68,6 +70,7 @@ export function summarizeEmail(trajectories: TrajectoryLike[]): EmailEvaluation 
     rightMessage: mean((t) => Number(t.metrics.rightMessage)),
     answered: mean((t) => Number(t.metrics.answered)),
     malformed: mean((t) => Number(t.metrics.malformed)),
+    contextFull: mean((t) => Number(t.metrics.contextFull ?? 0)),
     meanTurns: mean((t) => Number(t.metrics.turns)),
     meanReward: mean((t) => t.reward),
   };

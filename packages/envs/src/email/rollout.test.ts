@@ -89,6 +89,7 @@ describe("rolloutEmail", () => {
       rightMessage: 1,
       answered: 1,
       malformed: 0,
+      contextFull: 0,
       meanTurns: 3,
       meanReward: 1,
     });
@@ -181,6 +182,7 @@ describe("rolloutEmail", () => {
     const cut = await rolloutEmail(full, { ...sampling, scenario: s });
     expect(cut.metrics).toMatchObject({ turns: 2, contextFull: true, answered: false });
     expect(cut.logs.at(-1)).toBe("no answer after 2 turns (context full)");
+    expect(summarizeEmail([cut, t])).toMatchObject({ contextFull: 0.5, answered: 0, meanTurns: 5 });
     // Other errors are the caller's.
     await expect(play(() => Promise.reject(new Error("down")), s)).rejects.toThrow(/down/);
   });
