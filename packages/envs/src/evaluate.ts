@@ -23,6 +23,12 @@ export interface TicTacToeEvaluation {
   /** Fraction of the agent's replies that were legal moves (an illegal or unparseable reply ends its game). */
   legalMoves: number;
   meanReward: number;
+  /** Of the agent's chances to complete a line, the share it took (NaN: none met). */
+  winTaken: number;
+  /** Of the threats it faced (with no win of its own), the share it blocked. */
+  blocked: number;
+  /** The same, counting only threats whose blocking cell is not the first empty cell in reading order. */
+  blockedOffFirst: number;
 }
 
 export interface Game2048Evaluation {
@@ -58,6 +64,8 @@ export function summarizeTicTacToe(trajectories: TrajectoryLike[]): TicTacToeEva
   const n = trajectories.length;
   const legal = trajectories.reduce((s, t) => s + Number(t.metrics.moves), 0);
   const illegal = trajectories.reduce((s, t) => s + Number(t.metrics.invalid), 0);
+  const total = (k: string) => trajectories.reduce((s, t) => s + Number(t.metrics[k] ?? 0), 0);
+  const share = (part: string, of: string) => total(part) / total(of);
   return {
     games: n,
     win: mean(trajectories, (t) => Number(t.metrics.win)),
@@ -66,6 +74,9 @@ export function summarizeTicTacToe(trajectories: TrajectoryLike[]): TicTacToeEva
     invalid: mean(trajectories, (t) => Number(t.metrics.invalid)),
     legalMoves: legal / Math.max(1, legal + illegal),
     meanReward: mean(trajectories, (t) => t.reward),
+    winTaken: share("winsTaken", "chances"),
+    blocked: share("blocks", "threats"),
+    blockedOffFirst: share("blocksOffFirst", "threatsOffFirst"),
   };
 }
 

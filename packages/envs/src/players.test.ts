@@ -20,6 +20,10 @@ describe("tic-tac-toe baselines", () => {
     expect(r.invalid).toBe(0);
     expect(r.win).toBeGreaterThan(0.8);
     expect(r.win + r.draw).toBeCloseTo(1, 12);
+    // It blocks every threat it can (a double threat counts as one missed) and takes its wins.
+    expect(r.blocked).toBeGreaterThan(0.9);
+    expect(r.blockedOffFirst).toBeGreaterThan(0.9);
+    expect(r.winTaken).toBeGreaterThan(0.9);
   });
 
   it("minimax against itself always draws, for both symbols", async () => {
@@ -59,6 +63,11 @@ describe("tic-tac-toe baselines", () => {
     expect(r.loss).toBeGreaterThan(0.1);
     expect(r.win).toBeGreaterThan(0.3);
     expect(r.meanReward).toBeCloseTo(r.win + 0.5 * r.draw, 12);
+    // A random empty cell: wins and blocks at about one chance in the 2-6 empty cells.
+    for (const rate of [r.winTaken, r.blocked, r.blockedOffFirst]) {
+      expect(rate).toBeGreaterThan(0.1);
+      expect(rate).toBeLessThan(0.6);
+    }
   });
 
   it("the legal-move rate counts every legal reply and the one illegal reply that ends a game", async () => {

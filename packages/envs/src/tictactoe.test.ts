@@ -10,6 +10,7 @@ import {
   parseTicTacToeMove,
   renderTicTacToe,
   ticTacToeReward,
+  ticTacToeEnv,
   ticTacToeStep,
   type Cell,
   type Mark,
@@ -238,5 +239,49 @@ describe("tic-tac-toe opponents for training", () => {
     const seen = new Set<number>();
     for (let i = 0; i < 200; i++) seen.add(blockingOpponent(b("x...o...."), "o", rng));
     expect(seen.size).toBe(7);
+  });
+});
+
+describe("decisions", () => {
+  // The opponent plays a fixed list of cells, so each position below is known.
+  const scripted =
+    (cells: number[]): Opponent =>
+    () =>
+      cells.shift()!;
+
+  it("counts chances taken, threats blocked, and threats whose block is not the first empty cell", () => {
+    // x A1, o B2; x C3, o A3: o threatens C1 (A3-B2-C1), and the first empty cell is A2.
+    const g = newTicTacToe({
+      seed: 1,
+      agent: "x",
+      opponent: scripted([idx("B", 2), idx("A", 3), idx("B", 1), idx("B", 3)]),
+    });
+    ticTacToeStep(g, reply(idx("A", 1))); // nothing at stake
+    ticTacToeStep(g, reply(idx("C", 3))); // nothing at stake
+    expect(g.decisions).toEqual({
+      chances: 0,
+      winsTaken: 0,
+      threats: 0,
+      blocks: 0,
+      threatsOffFirst: 0,
+      blocksOffFirst: 0,
+    });
+    ticTacToeStep(g, reply(idx("C", 1))); // blocks A3-B2-C1; o then plays B1
+    expect(g.decisions).toMatchObject({ threats: 1, blocks: 1, threatsOffFirst: 1, blocksOffFirst: 1 });
+    // x has C1 and C3 (C2 completes row C): a chance, which the agent misses (A2); o wins on B3.
+    ticTacToeStep(g, reply(idx("A", 2)));
+    expect(g.decisions).toMatchObject({ chances: 1, winsTaken: 0 });
+    expect(g.outcome).toBe("loss");
+  });
+
+  it("counts an illegal reply at a chance as not taken, and the metrics carry every count", () => {
+    const g = newTicTacToe({ seed: 1, agent: "x", opponent: scripted([idx("B", 1), idx("B", 2)]) });
+    ticTacToeStep(g, reply(idx("A", 1)));
+    ticTacToeStep(g, reply(idx("A", 2))); // x threatens A3; o's B1, B2 threaten B3
+    expect(completingCell(g.board, "x")).toBe(idx("A", 3));
+    ticTacToeStep(g, "<move>A1</move>"); // taken: invalid
+    expect(g.outcome).toBe("invalid");
+    expect(g.decisions).toMatchObject({ chances: 1, winsTaken: 0, threats: 0 });
+    expect(ticTacToeEnv.metrics(g)).toMatchObject({ invalid: 1, chances: 1, winsTaken: 0, threats: 0, blocks: 0 });
   });
 });

@@ -20,6 +20,22 @@ export interface TicTacToeGame {
   outcome: TicTacToeOutcome | null;
   /** Why the game ended as invalid, for the logs. */
   error: string | null;
+  /** What the agent did where a move mattered (ticTacToeStep counts them; the game's metrics carry them). */
+  decisions: TicTacToeDecisions;
+}
+
+/**
+ * Counts of the agent's decisions in one game. A chance: the agent could complete a line. A threat (no chance): the
+ * opponent could, and only one cell stops it. "Off first": that cell is not the first empty cell in reading order,
+ * which the pretraining transcripts' player otherwise plays, so taking it is the skill and not the habit.
+ */
+export interface TicTacToeDecisions {
+  chances: number;
+  winsTaken: number;
+  threats: number;
+  blocks: number;
+  threatsOffFirst: number;
+  blocksOffFirst: number;
 }
 
 export interface TicTacToeOptions {
@@ -80,6 +96,7 @@ export function newTicTacToe(opts: TicTacToeOptions): TicTacToeGame {
     opponent: opts.opponent ?? randomOpponent,
     rng,
     agentMoves: 0,
+    decisions: { chances: 0, winsTaken: 0, threats: 0, blocks: 0, threatsOffFirst: 0, blocksOffFirst: 0 },
     outcome: null,
     error: null,
   };
@@ -125,6 +142,7 @@ export function ticTacToeSystemPrompt(agent: Mark): string {
 export function ticTacToeStep(game: TicTacToeGame, reply: string): void {
   if (game.outcome !== null) throw new Error(`tic-tac-toe: the game is over (${game.outcome}); start a new one`);
   const cell = parseTicTacToeMove(reply);
+  countDecision(game, cell);
   if (cell === null || game.board[cell] !== null) {
     game.outcome = "invalid";
     game.error = cell === null ? `no move in reply ${JSON.stringify(reply)}` : `cell ${cellName(cell)} is taken`;
@@ -135,6 +153,25 @@ export function ticTacToeStep(game: TicTacToeGame, reply: string): void {
   if (settle(game)) return;
   opponentMove(game);
   settle(game);
+}
+
+/** Counts the decision the agent faced before its move `cell` (null: no move; an illegal move counts as not taken). */
+function countDecision(game: TicTacToeGame, cell: number | null): void {
+  const d = game.decisions;
+  const win = completingCell(game.board, game.agent);
+  if (win >= 0) {
+    d.chances++;
+    d.winsTaken += Number(cell === win);
+    return;
+  }
+  const block = completingCell(game.board, other(game.agent));
+  if (block < 0) return;
+  d.threats++;
+  d.blocks += Number(cell === block);
+  if (block !== emptyCells(game.board)[0]) {
+    d.threatsOffFirst++;
+    d.blocksOffFirst += Number(cell === block);
+  }
 }
 
 export function ticTacToeReward(game: TicTacToeGame): number {
@@ -170,6 +207,7 @@ export const ticTacToeEnv: Env<TicTacToeGame> = {
     loss: Number(g.outcome === "loss"),
     invalid: Number(g.outcome === "invalid"),
     moves: g.agentMoves,
+    ...g.decisions,
   }),
   describe: (g) => `${renderTicTacToe(g.board)}\noutcome: ${g.outcome}${g.error ? ` (${g.error})` : ""}`,
 };

@@ -172,7 +172,11 @@ export async function trainCommand(argv: string[]): Promise<number> {
 
 /** The game's numbers in a step's line. */
 function stepScore(env: GameName, score: number, s: Record<string, number>): string {
-  if (env === "tictactoe") return `win+draw ${score.toFixed(2)} legal ${s.legalMoves.toFixed(2)}`;
+  if (env === "tictactoe")
+    return (
+      `win+draw ${score.toFixed(2)} legal ${s.legalMoves.toFixed(2)} ` +
+      `wins taken ${s.winTaken.toFixed(2)} blocks ${s.blocked.toFixed(2)} (off first ${s.blockedOffFirst.toFixed(2)})`
+    );
   if (env === "email")
     return `accuracy ${score.toFixed(2)} right email ${s.rightMessage.toFixed(2)} malformed ${s.malformed.toFixed(2)} turns ${s.meanTurns.toFixed(1)}`;
   return `max tile ${score.toFixed(1)} win ${s.win.toFixed(2)} invalid ${s.invalid.toFixed(2)}`;
