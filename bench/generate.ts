@@ -1,17 +1,25 @@
 // `npm run bench -- generate`: prefill and decode tokens/s at batch 1, 8 and 32 for generated models of
 // ~1M and ~20M parameters, and a Qwen2.5-0.5B-shaped model with random bf16 weights (load, a few decode
-// steps at batch 1 and 8, the engine's memory accounting against weights + KV cache).
+// steps at batch 1 and 8, the engine's memory accounting against weights + KV cache). Also the compute
+// dispatches of a decode step (batch 1 and 8, with and without a LoRA adapter) and of a GRPO step per trained
+// token, for the embedded model's shape and the Qwen2.5-0.5B one: counts, which do not depend on load.
+import { readFileSync } from "node:fs";
 import type { Gpu } from "@webart/gpu";
 import {
+  accumulateGradients,
+  DEFAULT_LORA,
   KvCache,
+  LoraState,
   Model,
   ModelRunner,
+  optimizerStep,
   parseConfig,
   planMemory,
   tensorShapes,
   uploadWeights,
   type ModelConfig,
   type Tensor,
+  type TrainSequence,
 } from "@webart/engine";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
@@ -80,6 +88,102 @@ async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGen
   }
 }
 
+/** The embedded model's config (models/webart-tiny): its shape, with random weights. */
+const TINY = parseConfig(readFileSync(new URL("../models/webart-tiny/config.json", import.meta.url), "utf8"));
+
+/**
+ * Compute dispatches of one decode step (after a prefill of 8 tokens a sequence) at batch 1 and 8, without and
+ * with a LoRA adapter on every target (rank 8), and of one GRPO step (gradient and optimizer) on 2 sequences of
+ * 16 tokens with 8 trained each, per trained token. The model's adapter is removed again at the end.
+ */
+async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<BenchResult[]> {
+  const out: BenchResult[] = [];
+  const V = model.config.vocabSize;
+  const P = 8;
+  const sample = (row: number, b: number) => ({
+    row,
+    temperature: 1,
+    topK: 0,
+    topP: 1,
+    seed: b,
+    step: 0,
+    stream: b,
+    mask: null,
+    top: 0,
+  });
+  const decodeStep = async (B: number) => {
+    const runner = new ModelRunner(model, B, P + 2);
+    const n = B * P;
+    await runner.step(
+      {
+        ids: new Uint32Array(n).map((_, i) => (7 * i) % V),
+        slots: new Uint32Array(n).map((_, i) => Math.floor(i / P)),
+        pos: new Uint32Array(n).map((_, i) => i % P),
+      },
+      Array.from({ length: B }, (_, b) => sample(b * P + P - 1, b)),
+    );
+    await runner.step(
+      {
+        ids: new Uint32Array(B).map((_, b) => b % V),
+        slots: Uint32Array.from({ length: B }, (_, b) => b),
+        pos: new Uint32Array(B).fill(P),
+      },
+      Array.from({ length: B }, (_, b) => sample(b, b)),
+    );
+    runner.kv.dispose();
+    return runner.lastDispatches;
+  };
+  const lora = new LoraState(gpu, model.config, DEFAULT_LORA);
+  lora.initialize(1);
+  try {
+    for (const withLora of [false, true]) {
+      model.lora = withLora ? lora : undefined;
+      for (const B of [1, 8]) {
+        out.push({
+          id: `dispatches.${id}.decode.b${B}${withLora ? ".lora" : ""}`,
+          value: await decodeStep(B),
+          unit: "dispatches",
+          note: `one decode step${withLora ? ", LoRA rank 8 on q,k,v,o,gate,up,down" : ""}`,
+        });
+      }
+    }
+    model.lora = lora;
+    const T = 16;
+    const seqs: TrainSequence[] = [0, 1].map((s) => ({
+      ids: Array.from({ length: T }, (_, t) => (13 * t + s) % V),
+      mask: Array.from({ length: T }, (_, t) => (t >= T / 2 ? 1 : 0)),
+      oldLogprobs: new Array<number>(T).fill(NaN),
+      advantage: s ? 1 : -1,
+      coef: 1 / T,
+    }));
+    const g = await accumulateGradients(model, seqs, {
+      loss: "ppo",
+      level: "token",
+      epsilon: 0.2,
+      epsilonHigh: 0.2,
+      beta: 0,
+      microBatchTokens: 4096,
+    });
+    gpu.release(g.totals, g.entropyAll);
+    const opt = await optimizerStep(
+      model,
+      { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 },
+      1,
+    );
+    out.push({
+      id: `dispatches.${id}.grpo.per_trained_token`,
+      value: (g.dispatches + opt.dispatches) / g.trainedTokens,
+      unit: "dispatches",
+      note: `${g.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens: 2 sequences x ${T}, one micro-batch`,
+    });
+  } finally {
+    model.lora = undefined;
+    lora.dispose();
+    gpu.pool.trim();
+  }
+  return out;
+}
+
 async function timed(f: () => Promise<void>): Promise<number> {
   const t0 = performance.now();
   await f();
@@ -139,6 +243,14 @@ async function run(
 export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const gpu = ctx.gpu;
   const out: BenchResult[] = [];
+  {
+    // The embedded model's shape: dispatch counts.
+    const w = await uploadWeights(gpu, TINY, randomTensors(TINY, false));
+    const model = new Model(gpu, TINY, w);
+    out.push(...(await dispatchCounts(gpu, model, "tiny")));
+    model.dispose();
+    gpu.pool.trim();
+  }
   const models: [string, ModelConfig][] = [
     ["1m", llama(128, 4, 4, 2, 384, 512)],
     ["20m", llama(512, 6, 8, 4, 1408, 2048)],
@@ -218,6 +330,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
       const r = await run(gpu, model, B, 8, 3);
       out.push({ id: `generate.qwen05b.decode.b${B}`, value: r.decode, unit: "tok/s" });
     }
+    out.push(...(await dispatchCounts(gpu, model, "qwen05b")));
   }
   return out;
 };

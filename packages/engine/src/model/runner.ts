@@ -9,6 +9,8 @@ import type { Model } from "./model.ts";
 export class ModelRunner implements StepModel {
   readonly kv: KvCache;
   readonly vocabSize: number;
+  /** Compute dispatches the last step() recorded (its forward, logits and sampling: one Recorder). */
+  lastDispatches = 0;
 
   constructor(
     readonly model: Model,
@@ -81,6 +83,7 @@ export class ModelRunner implements StepModel {
       temp.push(rows, logits, params, outIds, outLp);
     }
     gpu.release(...temp);
+    this.lastDispatches = rec.dispatches;
     await rec.submit();
     if (!S) return { ids: new Uint32Array(0), logprobs: new Float32Array(0) };
     const [idsBuf, lpBuf] = await Promise.all(out);
