@@ -274,22 +274,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         ...(B > 1 ? { vs: { id: `generate.${id}.decode.b1`, ratio: r.decode / base } } : {}),
       });
     }
-    gpu.release(
-      ...w.layers.flatMap((L) => [
-        L.inNorm,
-        L.mlpNorm,
-        L.q.buffer,
-        L.k.buffer,
-        L.v.buffer,
-        L.o.buffer,
-        L.gate.buffer,
-        L.up.buffer,
-        L.down.buffer,
-      ]),
-      w.finalNorm,
-    );
-    model.releaseTables();
-    for (const s of w.embed.shards) gpu.release("buffer" in s.binding ? s.binding.buffer : s.binding);
+    model.dispose();
     gpu.pool.trim();
   }
   if (!ctx.quick) {

@@ -102,15 +102,12 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
       // Consecutive threads take consecutive k: contiguous loads of W and x.
       for (var k = tid; k < p.K; k += WG) {
         var wv = bitcast<vec4f>(vec4u(w[r.x + k], w[r.y + k], w[r.z + k], w[r.w + k]));
-        var a = vec4f(x[xr.x + k], 0.0, 0.0, 0.0);
-        if (MT > 1u) { a.y = x[xr.y + k]; }
-        if (MT > 2u) { a.z = x[xr.z + k]; }
-        if (MT > 3u) { a.w = x[xr.w + k]; }
-        if (NORM) { wv *= nw[k]; sq += a * a; }
-        s0 += a.x * wv;
-        if (MT > 1u) { s1 += a.y * wv; }
-        if (MT > 2u) { s2 += a.z * wv; }
-        if (MT > 3u) { s3 += a.w * wv; }
+        if (NORM) { wv *= nw[k]; }
+        var a = x[xr.x + k]; s0 += a * wv;
+        if (NORM) { sq.x += a * a; }
+        if (MT > 1u) { a = x[xr.y + k]; s1 += a * wv; if (NORM) { sq.y += a * a; } }
+        if (MT > 2u) { a = x[xr.z + k]; s2 += a * wv; if (NORM) { sq.z += a * a; } }
+        if (MT > 3u) { a = x[xr.w + k]; s3 += a * wv; if (NORM) { sq.w += a * a; } }
       }
     } else {
       // Each thread takes pairs of k, one packed word per column when the row starts on a word.
@@ -118,16 +115,21 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
         let c0 = pair(r.x + k); let c1 = pair(r.y + k); let c2 = pair(r.z + k); let c3 = pair(r.w + k);
         var we = vec4f(c0.x, c1.x, c2.x, c3.x);
         var wo = vec4f(c0.y, c1.y, c2.y, c3.y);
-        var ae = vec4f(x[xr.x + k], 0.0, 0.0, 0.0);
-        var ao = vec4f(x[xr.x + k + 1u], 0.0, 0.0, 0.0);
-        if (MT > 1u) { ae.y = x[xr.y + k]; ao.y = x[xr.y + k + 1u]; }
-        if (MT > 2u) { ae.z = x[xr.z + k]; ao.z = x[xr.z + k + 1u]; }
-        if (MT > 3u) { ae.w = x[xr.w + k]; ao.w = x[xr.w + k + 1u]; }
-        if (NORM) { we *= nw[k]; wo *= nw[k + 1u]; sq += ae * ae + ao * ao; }
-        s0 += ae.x * we + ao.x * wo;
-        if (MT > 1u) { s1 += ae.y * we + ao.y * wo; }
-        if (MT > 2u) { s2 += ae.z * we + ao.z * wo; }
-        if (MT > 3u) { s3 += ae.w * we + ao.w * wo; }
+        if (NORM) { we *= nw[k]; wo *= nw[k + 1u]; }
+        var a = x[xr.x + k]; var b = x[xr.x + k + 1u]; s0 += a * we + b * wo;
+        if (NORM) { sq.x += a * a + b * b; }
+        if (MT > 1u) {
+          a = x[xr.y + k]; b = x[xr.y + k + 1u]; s1 += a * we + b * wo;
+          if (NORM) { sq.y += a * a + b * b; }
+        }
+        if (MT > 2u) {
+          a = x[xr.z + k]; b = x[xr.z + k + 1u]; s2 += a * we + b * wo;
+          if (NORM) { sq.z += a * a + b * b; }
+        }
+        if (MT > 3u) {
+          a = x[xr.w + k]; b = x[xr.w + k + 1u]; s3 += a * we + b * wo;
+          if (NORM) { sq.w += a * a + b * b; }
+        }
       }
       if ((p.K & 1u) == 1u && tid == 0u) { // odd K: the last element, unpaired
         let k = p.K - 1u;

@@ -47,32 +47,38 @@ var<private> sq0: vec4f; // NORM: Σ x² of rows m0..m0+3
 var<private> sq1: vec4f; // and m0+4..m0+7
 
 // Adds x[m0 + i, k] · W[16 rows, k] (as w0..w3, scaled by the norm weight under NORM) for rows i < MT; xr0/xr1 are
-// the rows' x offsets.
+// the rows' x offsets. Under NORM the rows' Σ x² too.
 fn rows(k: u32, w0: vec4f, w1: vec4f, w2: vec4f, w3: vec4f, xr0: vec4u, xr1: vec4u) {
-  var a = vec4f(x[xr0.x + k], 0.0, 0.0, 0.0);
-  var b = vec4f();
-  if (MT > 1u) { a.y = x[xr0.y + k]; }
-  if (MT > 2u) { a.z = x[xr0.z + k]; }
-  if (MT > 3u) { a.w = x[xr0.w + k]; }
-  if (MT > 4u) { b.x = x[xr1.x + k]; }
-  if (MT > 5u) { b.y = x[xr1.y + k]; }
-  if (MT > 6u) { b.z = x[xr1.z + k]; }
-  if (MT > 7u) { b.w = x[xr1.w + k]; }
-  if (NORM) { sq0 += a * a; sq1 += b * b; }
-  var v = a.x; acc[0] += v * w0; acc[1] += v * w1; acc[2] += v * w2; acc[3] += v * w3;
-  if (MT > 1u) { v = a.y; acc[4] += v * w0; acc[5] += v * w1; acc[6] += v * w2; acc[7] += v * w3; }
-  if (MT > 2u) { v = a.z; acc[8] += v * w0; acc[9] += v * w1; acc[10] += v * w2; acc[11] += v * w3; }
-  if (MT > 3u) { v = a.w; acc[12] += v * w0; acc[13] += v * w1; acc[14] += v * w2; acc[15] += v * w3; }
-  if (MT > 4u) { v = b.x; acc[16] += v * w0; acc[17] += v * w1; acc[18] += v * w2; acc[19] += v * w3; }
-  if (MT > 5u) { v = b.y; acc[20] += v * w0; acc[21] += v * w1; acc[22] += v * w2; acc[23] += v * w3; }
-  if (MT > 6u) { v = b.z; acc[24] += v * w0; acc[25] += v * w1; acc[26] += v * w2; acc[27] += v * w3; }
-  if (MT > 7u) { v = b.w; acc[28] += v * w0; acc[29] += v * w1; acc[30] += v * w2; acc[31] += v * w3; }
-}
-
-// The norm weight at k (1 without NORM).
-fn g(k: u32) -> f32 {
-  if (NORM) { return nw[k]; }
-  return 1.0;
+  var v = x[xr0.x + k]; acc[0] += v * w0; acc[1] += v * w1; acc[2] += v * w2; acc[3] += v * w3;
+  if (NORM) { sq0.x += v * v; }
+  if (MT > 1u) {
+    v = x[xr0.y + k]; acc[4] += v * w0; acc[5] += v * w1; acc[6] += v * w2; acc[7] += v * w3;
+    if (NORM) { sq0.y += v * v; }
+  }
+  if (MT > 2u) {
+    v = x[xr0.z + k]; acc[8] += v * w0; acc[9] += v * w1; acc[10] += v * w2; acc[11] += v * w3;
+    if (NORM) { sq0.z += v * v; }
+  }
+  if (MT > 3u) {
+    v = x[xr0.w + k]; acc[12] += v * w0; acc[13] += v * w1; acc[14] += v * w2; acc[15] += v * w3;
+    if (NORM) { sq0.w += v * v; }
+  }
+  if (MT > 4u) {
+    v = x[xr1.x + k]; acc[16] += v * w0; acc[17] += v * w1; acc[18] += v * w2; acc[19] += v * w3;
+    if (NORM) { sq1.x += v * v; }
+  }
+  if (MT > 5u) {
+    v = x[xr1.y + k]; acc[20] += v * w0; acc[21] += v * w1; acc[22] += v * w2; acc[23] += v * w3;
+    if (NORM) { sq1.y += v * v; }
+  }
+  if (MT > 6u) {
+    v = x[xr1.z + k]; acc[24] += v * w0; acc[25] += v * w1; acc[26] += v * w2; acc[27] += v * w3;
+    if (NORM) { sq1.z += v * v; }
+  }
+  if (MT > 7u) {
+    v = x[xr1.w + k]; acc[28] += v * w0; acc[29] += v * w1; acc[30] += v * w2; acc[31] += v * w3;
+    if (NORM) { sq1.w += v * v; }
+  }
 }
 
 // Element offset in W of output column n's row (GATE: of its gate row, or with up = true its up row).
@@ -168,19 +174,28 @@ fn matvec_forward_subgroup(
         let b = vec4u(w[u1.x + q], w[u1.y + q], w[u1.z + q], w[u1.w + q]);
         let d = vec4u(w[u2.x + q], w[u2.y + q], w[u2.z + q], w[u2.w + q]);
         let e = vec4u(w[u3.x + q], w[u3.y + q], w[u3.z + q], w[u3.w + q]);
-        let ge = g(q + q);
-        let go = g(q + q + 1u);
-        rows(q + q, ge * lo4(a), ge * lo4(b), ge * lo4(d), ge * lo4(e), xr0, xr1);
-        rows(q + q + 1u, go * hi4(a), go * hi4(b), go * hi4(d), go * hi4(e), xr0, xr1);
+        if (NORM) {
+          let ge = nw[q + q];
+          let go = nw[q + q + 1u];
+          rows(q + q, ge * lo4(a), ge * lo4(b), ge * lo4(d), ge * lo4(e), xr0, xr1);
+          rows(q + q + 1u, go * hi4(a), go * hi4(b), go * hi4(d), go * hi4(e), xr0, xr1);
+        } else {
+          rows(q + q, lo4(a), lo4(b), lo4(d), lo4(e), xr0, xr1);
+          rows(q + q + 1u, hi4(a), hi4(b), hi4(d), hi4(e), xr0, xr1);
+        }
       }
       // f32, or 16-bit rows that start mid-word: lanes take consecutive single k.
       for (var k = kPairs + lane; k < p.K; k += S) {
-        let gk = g(k);
         let w0 = vec4f(one(r0.x + k), one(r0.y + k), one(r0.z + k), one(r0.w + k));
         let w1 = vec4f(one(r1.x + k), one(r1.y + k), one(r1.z + k), one(r1.w + k));
         let w2 = vec4f(one(r2.x + k), one(r2.y + k), one(r2.z + k), one(r2.w + k));
         let w3 = vec4f(one(r3.x + k), one(r3.y + k), one(r3.z + k), one(r3.w + k));
-        rows(k, gk * w0, gk * w1, gk * w2, gk * w3, xr0, xr1);
+        if (NORM) {
+          let gk = nw[k];
+          rows(k, gk * w0, gk * w1, gk * w2, gk * w3, xr0, xr1);
+        } else {
+          rows(k, w0, w1, w2, w3, xr0, xr1);
+        }
       }
       var tot: array<vec4f, 32>;
       tot[0] = subgroupAdd(acc[0]); tot[1] = subgroupAdd(acc[1]);
