@@ -190,15 +190,20 @@ async function timed(f: () => Promise<void>): Promise<number> {
   return (performance.now() - t0) / 1000;
 }
 
-/** Prefill B prompts of P tokens (one step), then D decode steps for all B sequences. */
+/**
+ * Prefill B prompts of P tokens (one step), then D decode steps for all B sequences; then (abD > 0) abD more of the
+ * model's decode steps alternating with abD of one dispatch per op (Model.fuseDecode off), each timed alone, so the two
+ * compare under the same load.
+ */
 async function run(
   gpu: Gpu,
   model: Model,
   B: number,
   P: number,
   D: number,
-): Promise<{ prefill: number; decode: number }> {
-  const runner = new ModelRunner(model, B, P + D + 1);
+  abD = 0,
+): Promise<{ prefill: number; decode: number; ab?: { fused: number; perOp: number } }> {
+  const runner = new ModelRunner(model, B, P + D + 2 * abD + 2);
   const rng = new Rng(B);
   const V = model.config.vocabSize;
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
@@ -226,18 +231,33 @@ async function run(
     );
   });
   let last: Uint32Array = new Uint32Array(B).map(() => rng.int(V));
+  let at = P;
+  const step = async () => {
+    const r = await runner.step(
+      { ids: last, slots: Uint32Array.from({ length: B }, (_, b) => b), pos: new Uint32Array(B).fill(at) },
+      Array.from({ length: B }, (_, b) => sample(b, b, at - P + 1)),
+    );
+    last = r.ids;
+    at++;
+  };
   const decode = await timed(async () => {
-    for (let d = 0; d < D; d++) {
-      const r = await runner.step(
-        { ids: last, slots: Uint32Array.from({ length: B }, (_, b) => b), pos: new Uint32Array(B).fill(P + d) },
-        Array.from({ length: B }, (_, b) => sample(b, b, d + 1)),
-      );
-      last = r.ids;
-    }
+    for (let d = 0; d < D; d++) await step();
   });
+  let ab: { fused: number; perOp: number } | undefined;
+  if (abD) {
+    const t = { fused: 0, perOp: 0 };
+    model.fuseDecode = false;
+    await step(); // the per-op pipelines compile
+    for (let d = 0; d < 2 * abD; d++) {
+      model.fuseDecode = d % 2 === 1;
+      t[model.fuseDecode ? "fused" : "perOp"] += await timed(step);
+    }
+    model.fuseDecode = true;
+    ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
+  }
   runner.kv.dispose();
   gpu.pool.trim();
-  return { prefill: (B * P) / prefill, decode: (B * D) / decode };
+  return { prefill: (B * P) / prefill, decode: (B * D) / decode, ab };
 }
 
 export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
@@ -264,7 +284,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const D = ctx.quick ? 3 : 8;
     let base = 0;
     for (const B of [1, 8, 32]) {
-      const r = await run(gpu, model, B, P, D);
+      const r = await run(gpu, model, B, P, D, D);
       if (B === 1) base = r.decode;
       out.push({ id: `generate.${id}.prefill.b${B}`, value: r.prefill, unit: "tok/s", note: `${P}-token prompts` });
       out.push({
@@ -272,6 +292,14 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         value: r.decode,
         unit: "tok/s",
         ...(B > 1 ? { vs: { id: `generate.${id}.decode.b1`, ratio: r.decode / base } } : {}),
+      });
+      const ab = r.ab!;
+      out.push({
+        id: `generate.${id}.decode.b${B}.per_op`,
+        value: ab.perOp,
+        unit: "tok/s",
+        vs: { id: `generate.${id}.decode.b${B}`, ratio: ab.fused / ab.perOp },
+        note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
       });
     }
     model.dispose();
@@ -312,8 +340,16 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
       note: `planned ${(expected / 2 ** 20).toFixed(0)} MiB (weights ${(plan.weights / 2 ** 20).toFixed(0)} + KV ${(plan.kvCache / 2 ** 20).toFixed(0)})`,
     });
     for (const B of [1, 8]) {
-      const r = await run(gpu, model, B, 8, 3);
+      const r = await run(gpu, model, B, 8, 3, 2);
       out.push({ id: `generate.qwen05b.decode.b${B}`, value: r.decode, unit: "tok/s" });
+      const ab = r.ab!;
+      out.push({
+        id: `generate.qwen05b.decode.b${B}.per_op`,
+        value: ab.perOp,
+        unit: "tok/s",
+        vs: { id: `generate.qwen05b.decode.b${B}`, ratio: ab.fused / ab.perOp },
+        note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
+      });
     }
     out.push(...(await dispatchCounts(gpu, model, "qwen05b")));
   }
