@@ -425,14 +425,16 @@ export class Model {
     return { x: xOut, saved };
   }
 
-  /** Whether layer l's weights allow decodeLayer: q, k, v in one buffer (their biases too), gate and up in one. */
+  /** Whether layer l allows decodeLayer: q, k, v in one buffer (their biases too), gate and up in one, and the
+   *  adapter's buffer (read whole by the matvecs) within one binding. */
   private decodeFusable(l: number): boolean {
     const L = this.weights.layers[l];
     const biases = [L.qBias, L.kBias, L.vBias].filter((b) => b !== undefined);
     return (
       oneBuffer(L.q, L.k, L.v) &&
       oneBuffer(L.gate, L.up) &&
-      (biases.length === 0 || (biases.length === 3 && oneBuffer(...biases)))
+      (biases.length === 0 || (biases.length === 3 && oneBuffer(...biases))) &&
+      (!this.useLora || this.lora!.params.size <= this.gpu.maxStorageBinding)
     );
   }
 
