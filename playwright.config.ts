@@ -2,7 +2,8 @@
 // SwiftShader (flags from DESIGN.md). Browsers are never downloaded.
 import { defineConfig } from "@playwright/test";
 
-const PORT = 4173;
+// E2E_PORT: another port when 4173 is taken (e.g. two worktrees testing at once).
+const PORT = Number(process.env.E2E_PORT ?? 4173);
 export const CHROMIUM_ARGS = [
   "--no-sandbox",
   "--enable-unsafe-webgpu",

@@ -1,6 +1,7 @@
 // A RULER judge for the e2e tests: a real OpenAI-compatible HTTP endpoint on 127.0.0.1 (node:http, with CORS
 // so the page's worker may call it) that scores the trajectories it is asked about, spread over [0, 1], and
-// records each request.
+// records each request. Two model names behave as judges that cannot serve RULER do: "no-schema" refuses
+// response_format json_schema (HTTP 400), "prose" ignores it and answers in words.
 import { createServer } from "node:http";
 import type { AddressInfo } from "node:net";
 
@@ -30,6 +31,12 @@ export async function startJudge(): Promise<Judge> {
       const ids: string[] =
         body.response_format.json_schema.schema.properties.scores.items.properties.trajectory_id.enum;
       requests.push({ model: body.model, authorization: req.headers.authorization, ids });
+      if (body.model === "no-schema") {
+        res.writeHead(400, { "content-type": "application/json", ...CORS });
+        return res.end(
+          JSON.stringify({ error: { message: "response_format type json_schema is not supported by this server" } }),
+        );
+      }
       const scores = ids.map((id, i) => ({
         trajectory_id: id,
         explanation: `judged ${i + 1} of ${ids.length}`,
@@ -45,7 +52,11 @@ export async function startJudge(): Promise<Judge> {
           choices: [
             {
               index: 0,
-              message: { role: "assistant", content: JSON.stringify({ scores }), refusal: null },
+              message: {
+                role: "assistant",
+                content: body.model === "prose" ? "The second answer is better." : JSON.stringify({ scores }),
+                refusal: null,
+              },
               finish_reason: "stop",
               logprobs: null,
             },

@@ -12,9 +12,12 @@ import type {
   StepRow,
   StorageInfo,
 } from "./api.ts";
+import { lineChart, rollingMean } from "webart";
 import { engine, onEngineEvent } from "./engine.ts";
 import { defaultDraft, KEY_STORAGE, newRunName, validate, type SettingsDraft } from "./lib/settings.ts";
-import { Charts } from "./components/Charts.tsx";
+import { Charts, SMOOTH } from "./components/Charts.tsx";
+import { ChatPlay } from "./components/ChatPlay.tsx";
+import { Play2048 } from "./components/Play2048.tsx";
 import { GpuBanner, type Banner } from "./components/GpuBanner.tsx";
 import { ModelPanel, type LoadProgress } from "./components/ModelPanel.tsx";
 import { PlayBoard } from "./components/PlayBoard.tsx";
@@ -38,6 +41,33 @@ function failureText(kind: FailureKind, message: string, step: number): string {
     default:
       return message;
   }
+}
+
+/** Saves bytes or text as a file through a temporary link. */
+function saveFile(data: BlobPart, fileName: string, type: string) {
+  const url = URL.createObjectURL(new Blob([data], { type }));
+  const a = document.createElement("a");
+  a.href = url;
+  a.download = fileName;
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+/** A run's chart as a standalone SVG (the CLI's chart): reward per step, its moving average, and validation. */
+function chartSvg(name: string, rows: StepRow[]): string {
+  const reward = rows.map((r): [number, number] => [r.step, r.reward]);
+  const val = (f: (r: StepRow) => number | undefined) =>
+    rows.flatMap((r): [number, number][] => (f(r) === undefined ? [] : [[r.step, f(r)!]]));
+  const series = [
+    { name: "reward", color: "#1f6feb", points: reward, faint: true },
+    { name: `reward (mean over ${SMOOTH} steps)`, color: "#1f6feb", points: rollingMean(reward, SMOOTH) },
+  ];
+  if (rows.some((r) => r.valModel !== undefined))
+    series.push(
+      { name: "validation: base model", color: "#888888", points: val((r) => r.valBase) },
+      { name: "validation: checkpoint", color: "#1d8a4e", points: val((r) => r.valModel) },
+    );
+  return lineChart(`${name}: reward per step (faint) and its mean over ${SMOOTH} steps`, series);
 }
 
 /** Keeps the last few notices; a step's notice replaces the previous step's. */
@@ -65,6 +95,10 @@ export function App() {
   const [storage, setStorage] = useState<StorageInfo | null>(null);
   const [version, setVersion] = useState(0);
   const [tab, setTab] = useState("charts");
+  const [judgeError, setJudgeError] = useState<string | null>(null);
+  const [judgeChecking, setJudgeChecking] = useState(false);
+  const [compare, setCompare] = useState<string[]>([]);
+  const [compareRows, setCompareRows] = useState<{ name: string; rows: StepRow[] }[]>([]);
   const current = useRef<string | null>(null);
   current.current = status.run;
 
@@ -138,6 +172,34 @@ export function App() {
     // planKey stands for the settings the plan depends on, so typing in other fields does not re-plan.
   }, [api, adapter, model, planKey]);
 
+  // A judge refused at Start is asked again once its settings change (for the loaded model as the judge: the
+  // model, and what RULER's prompt holds).
+  useEffect(
+    () => setJudgeError(null),
+    [
+      draft.rulerBaseURL,
+      draft.rulerModel,
+      draft.rulerApiKey,
+      draft.reward,
+      draft.env,
+      model,
+      draft.systemPrompt,
+      draft.scenarioText,
+      draft.rubric,
+      draft.groupSize,
+    ],
+  );
+
+  // The runs picked for comparison, reloaded as steps arrive.
+  useEffect(() => {
+    let live = true;
+    Promise.all(compare.map(async (name) => ({ name, rows: await api.history(name) }))).then(
+      (c) => live && setCompareRows(c),
+      () => {},
+    );
+    return () => void (live = false);
+  }, [api, compare, version]);
+
   const active = status.state === "running" || status.state === "starting";
   const startBlocked = !adapter
     ? "Training needs WebGPU (see the message above)."
@@ -166,8 +228,16 @@ export function App() {
     await refreshRuns();
   };
 
-  const start = () => {
+  const start = async () => {
     if (!settings) return;
+    if (settings.env === "custom" && settings.reward.kind !== "env") {
+      // The judge is asked once, as a step will ask it (the loaded model: checked to hold RULER's prompt), before
+      // anything is created.
+      setJudgeChecking(true);
+      const problem = await api.checkJudge(settings, model).finally(() => setJudgeChecking(false));
+      setJudgeError(problem);
+      if (problem) return;
+    }
     if (draft.rememberKey && draft.reward === "ruler") localStorage.setItem(KEY_STORAGE, draft.rulerApiKey);
     else localStorage.removeItem(KEY_STORAGE);
     const name = draft.name;
@@ -198,14 +268,20 @@ export function App() {
   const exportAdapter = async (r: RunSummary) => {
     try {
       const { fileName, bytes } = await api.exportAdapter(r.name);
-      const url = URL.createObjectURL(new Blob([bytes as Uint8Array<ArrayBuffer>], { type: "application/zip" }));
-      const a = document.createElement("a");
-      a.href = url;
-      a.download = fileName;
-      a.click();
-      setTimeout(() => URL.revokeObjectURL(url), 10_000);
+      saveFile(bytes as Uint8Array<ArrayBuffer>, fileName, "application/zip");
     } catch (e) {
       setBanner({ kind: "other", text: `Export failed: ${(e as Error).message}`, stack: (e as Error).stack });
+    }
+  };
+
+  const download = async (r: RunSummary, what: "trajectories" | "chart") => {
+    try {
+      if (what === "trajectories") {
+        const { fileName, text } = await api.exportTrajectories(r.name);
+        saveFile(text, fileName, "application/jsonl");
+      } else saveFile(chartSvg(r.name, await api.history(r.name)), `${r.name}-chart.svg`, "image/svg+xml");
+    } catch (e) {
+      setBanner({ kind: "other", text: `Download failed: ${(e as Error).message}`, stack: (e as Error).stack });
     }
   };
 
@@ -291,12 +367,18 @@ export function App() {
             onChoose={setModel}
             onPickLocal={pickLocal}
           />
-          <SettingsForm draft={draft} errors={errors} disabled={active} onChange={setDraft} />
+          <SettingsForm
+            draft={draft}
+            errors={errors}
+            disabled={active || judgeChecking}
+            judgeError={judgeError}
+            onChange={setDraft}
+          />
           <RunControls
             status={status}
             startBlocked={startBlocked}
             canResume={!!currentRun && !active}
-            onStart={start}
+            onStart={() => void start()}
             onPause={() => (setStatus((s) => ({ ...s, pausing: true })), void api.pause())}
             onStop={() => void api.stop()}
             onResume={() => currentRun && void resume(currentRun)}
@@ -309,6 +391,9 @@ export function App() {
             onOpen={(r) => void open(r)}
             onResume={(r) => void resume(r)}
             onExport={(r) => void exportAdapter(r)}
+            onDownload={(r, what) => void download(r, what)}
+            compare={compare}
+            onCompare={(name, on) => setCompare((c) => (on ? [...c, name] : c.filter((n) => n !== name)))}
             onDelete={(r) => void remove(r)}
             onImport={(f) => void importAdapter(f)}
           />
@@ -327,7 +412,7 @@ export function App() {
             value={tab}
             onChange={setTab}
             tabs={[
-              { id: "charts", label: "Charts", content: <Charts rows={rows} env={runEnv} /> },
+              { id: "charts", label: "Charts", content: <Charts rows={rows} env={runEnv} compare={compareRows} /> },
               {
                 id: "rollouts",
                 label: "Rollouts",
@@ -339,8 +424,14 @@ export function App() {
                 content:
                   runEnv === "tictactoe" ? (
                     <PlayBoard run={status.run} maxTokens={currentRun?.settings.maxTokens ?? 12} disabled={null} />
+                  ) : runEnv === "2048" ? (
+                    <Play2048 run={status.run} maxTokens={currentRun?.settings.maxTokens ?? 12} />
                   ) : (
-                    <p className="muted">The play board is tic-tac-toe; open a tic-tac-toe run to play against it.</p>
+                    <ChatPlay
+                      run={status.run}
+                      systemPrompt={currentRun?.settings.custom?.systemPrompt ?? ""}
+                      maxTokens={currentRun?.settings.maxTokens ?? 64}
+                    />
                   ),
               },
             ]}

@@ -1,12 +1,15 @@
 // The typed contract between the page and the engine worker: what the worker exposes through comlink, the
 // events it pushes back, and the plain data (settings, runs, steps, trajectories) both sides pass around.
 import type { AdapterSummary } from "webart/engine";
+import type { CustomScenario } from "webart/envs";
 
-export type EnvName = "tictactoe" | "2048";
+export type EnvName = "tictactoe" | "2048" | "custom";
 
-/** Environment score, or RULER (an LLM judge behind any OpenAI-compatible endpoint). */
+/** Environment score, RULER (an LLM judge behind any OpenAI-compatible endpoint), or RULER with the loaded model
+ *  itself as the judge. */
 export type RewardSettings =
   | { kind: "env" }
+  | { kind: "self" }
   | {
       kind: "ruler";
       baseURL: string;
@@ -15,8 +18,25 @@ export type RewardSettings =
       apiKey: string;
     };
 
+/** A task of the user's own (env "custom"): scored by RULER only. */
+export interface CustomTaskSettings {
+  systemPrompt: string;
+  /** Every scenario; the validation ones are split off from these with the run's seed (splitScenarios). */
+  scenarios: CustomScenario[];
+  /** Empty: RULER's default rubric. */
+  rubric: string;
+  /** Assistant turns per conversation (1: single-turn). */
+  turns: number;
+  /** The simulated user's instructions (multi-turn). */
+  userPrompt: string;
+  /** Validation every this many steps (and at the last step). */
+  valEvery: number;
+}
+
 export interface TrainSettings {
   env: EnvName;
+  /** The task when env is "custom". */
+  custom?: CustomTaskSettings;
   /** Total steps the run trains to. */
   steps: number;
   /** Rollouts per group (same scenario); advantages are relative within a group. */
@@ -91,6 +111,9 @@ export interface StepRow {
   win?: number;
   /** 2048: mean largest tile. */
   maxTile?: number;
+  /** Custom task, at validation steps: the judge's mean score of the base model and of the checkpoint. */
+  valBase?: number;
+  valModel?: number;
 }
 
 export interface RunSummary {
@@ -110,7 +133,7 @@ export interface RunSummary {
   importedFrom?: string;
 }
 
-export type Phase = "loading" | "rollouts" | "training" | "saving";
+export type Phase = "loading" | "rollouts" | "training" | "saving" | "validating";
 export type RunState = "running" | "paused" | "stopped" | "done" | "failed";
 
 /** Why a run stopped on its own, so the page can say what to do. */
@@ -134,6 +157,7 @@ export interface TrajectoryView {
   reward: number;
   advantage: number;
   metrics: Record<string, number | boolean>;
+  metadata: Record<string, string | number | boolean | null>;
   logs: string[];
   /** The main conversation: role and text of each message (assistant turns from the sampled choices). */
   messages: { role: string; content: string }[];
@@ -175,12 +199,18 @@ export interface EngineApi {
   exportAdapter(run: string): Promise<{ fileName: string; bytes: Uint8Array }>;
   /** A new run at step 0 holding the zip's PEFT adapter, on `model`, with `settings` for further training. */
   importAdapter(zip: Uint8Array, fileName: string, model: ModelChoice, settings: TrainSettings): Promise<RunSummary>;
-  /** The model's reply to a conversation, with the run's latest adapter. */
+  /** The model's reply to a conversation, with the run's latest adapter (or with the adapter off: `base`). */
   reply(
     run: string,
     messages: { role: "system" | "user" | "assistant"; content: string }[],
     maxTokens: number,
+    opts?: { base?: boolean },
   ): Promise<string>;
+  /** Asks the settings' RULER judge once, as a step will (or, for the loaded model as its own judge, checks that
+   *  RULER's prompt fits its context); resolves with why it cannot be used, or null. */
+  checkJudge(settings: TrainSettings, model: ModelChoice): Promise<string | null>;
+  /** Every saved group of a run, one JSON line each with its split and step (ART's trajectory shape). */
+  exportTrajectories(run: string): Promise<{ fileName: string; text: string }>;
   storage(): Promise<StorageInfo>;
   clearModelCache(): Promise<void>;
   /** Testing aid: destroys the GPU device, as a driver reset would. */

@@ -6,7 +6,7 @@ import type { EngineApi, EngineEvent } from "./api.ts";
 import { installErrorTransfer } from "./errors.ts";
 import { exportAdapter, importAdapter } from "./worker/adapters.ts";
 import { addLocalModel, clearModelCache, inspectModel, setModelEvents } from "./worker/models.ts";
-import { deleteRun, history, listRuns, trajectories, trajectorySteps } from "./worker/runs.ts";
+import { deleteRun, exportTrajectories, history, listRuns, trajectories, trajectorySteps } from "./worker/runs.ts";
 import { freeBytes } from "./worker/store.ts";
 import * as trainer from "./worker/trainer.ts";
 
@@ -72,6 +72,8 @@ const api: EngineApi = {
   },
   importAdapter,
   reply: trainer.reply,
+  checkJudge: trainer.checkRunJudge,
+  exportTrajectories,
   async storage() {
     return (await freeBytes()) ?? { usage: 0, quota: 0 };
   },

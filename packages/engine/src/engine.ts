@@ -12,6 +12,7 @@ import { Model } from "./model/model.ts";
 import { ModelRunner } from "./model/runner.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
+import { detectToolFormat } from "./openai/tools.ts";
 import {
   checkPlan,
   defaultMemoryBudget,
@@ -27,6 +28,7 @@ import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
 import {
   createJsonConstraintFactory,
+  tokenBytes,
   toolCallConstraint,
   toolCallSchema,
   vocabFor,
@@ -80,6 +82,7 @@ export function chatTokenizer(
     applyChatTemplate: (messages, opts) => tok.applyChatTemplate(messages as never, opts as never),
     encode: (text, o) => tok.encode(text, o),
     decode: (ids, o) => tok.decode(ids, o),
+    tokenBytes: (id) => tokenBytes(tok, id),
   };
 }
 
@@ -104,7 +107,14 @@ export class Engine {
     opts: EngineOptions,
   ) {
     this.scheduler = new Scheduler(runner, { prefillChunk: opts.prefillChunk });
-    const served: ServedModel = { name, generator: this.scheduler, tokenizer, created: Math.floor(Date.now() / 1000) };
+    const toolFormat = detectToolFormat(tokenizer.inner.chatTemplate);
+    const served: ServedModel = {
+      name,
+      generator: this.scheduler,
+      tokenizer,
+      toolFormat,
+      created: Math.floor(Date.now() / 1000),
+    };
     if (opts.constrained !== false) {
       // The vocabulary tables are built on first use (about a second for a 150k vocabulary).
       const V = runner.vocabSize;
@@ -112,6 +122,8 @@ export class Engine {
       const json = createJsonConstraintFactory(tokenizer.inner, { eosIds: eos, vocabSize: V });
       served.jsonConstraint = json;
       served.toolConstraint = (tools, only) => {
+        // Llama 3: the reply is the call's JSON, then the end of the turn; Hermes: the JSON in <tool_call> tags.
+        if (toolFormat === "llama3_json") return json(toolCallSchema(tools as ToolSpecLike[], only, "parameters"));
         const body = json(toolCallSchema(tools as ToolSpecLike[], only));
         return toolCallConstraint(vocabFor(tokenizer.inner, V, []), V, eos, body);
       };

@@ -12,3 +12,4 @@ export * from "./pretrain/transcripts.ts";
 export * from "./pretrain/bpe.ts";
 export * from "./pretrain/tokenizer-files.ts";
 export * from "./registry.ts";
+export * from "./custom.ts";

@@ -181,6 +181,8 @@ describe("rulerScoreGroup", () => {
         model: "judge",
         clampScores: true,
         swallowExceptions: true,
+        // One answer is enough to check its shape: each is ~650 byte-level tokens of constrained decoding.
+        maxRetries: 0,
         requestParams: { temperature: 1, seed: 11 },
       });
       // Constrained decoding: even this tiny judge's every reply is JSON of the requested shape, two entries

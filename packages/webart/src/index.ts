@@ -52,3 +52,14 @@ export {
   PlanError,
 } from "@webart/engine";
 export { gameStepGroups, type GameStepOptions } from "./games.ts";
+export {
+  customStepGroups,
+  validateCustomTask,
+  checkJudge,
+  JudgeCheckError,
+  rubricFor,
+  type CustomJudge,
+  type CustomStepOptions,
+  type CustomValidation,
+} from "./custom.ts";
+export { lineChart, rollingMean, type Series as ChartSeries } from "./cli/train/chart.ts";

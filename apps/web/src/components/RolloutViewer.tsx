@@ -97,6 +97,7 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
   );
   const f = frames[Math.min(frame, frames.length - 1)];
   const ruler = traj?.logs.find((l) => l.startsWith("RULER score"));
+  const notes = typeof traj?.metadata?.notes === "string" ? traj.metadata.notes : null;
 
   if (!props.run) return <p className="muted">Start or open a run to see its games.</p>;
   return (
@@ -128,7 +129,7 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
           </select>
         </label>
         <label>
-          Game{" "}
+          {props.env === "custom" ? "Rollout" : "Game"}{" "}
           <select aria-label="Trajectory" value={t} onChange={(e) => (setT(Number(e.target.value)), setFrame(0))}>
             {(groups[g]?.trajectories ?? []).map((x, i) => (
               <option key={i} value={i}>
@@ -150,52 +151,57 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
               .join(", ")}
           </p>
           {ruler && <p className="ruler-note">{ruler}</p>}
-          <div className="replay">
-            <div className="replay-board">
-              <BoardView board={f?.board ?? null} label={`Board at move ${frame + 1}`} />
-              <div className="row">
-                <button
-                  type="button"
-                  onClick={() => setFrame(Math.max(0, frame - 1))}
-                  disabled={frame === 0}
-                  aria-label="Previous move"
-                >
-                  ◀ Prev
-                </button>
-                <span data-testid="move-counter">
-                  {Math.min(frame + 1, frames.length)} / {frames.length}
-                </span>
-                <button
-                  type="button"
-                  onClick={() => setFrame(Math.min(frames.length - 1, frame + 1))}
-                  disabled={frame >= frames.length - 1}
-                  aria-label="Next move"
-                >
-                  Next ▶
-                </button>
+          {notes && <pre className="muted small">{notes}</pre>}
+          <div className={props.env === "custom" ? "replay chat-only" : "replay"}>
+            {props.env !== "custom" && (
+              <div className="replay-board">
+                <BoardView board={f?.board ?? null} label={`Board at move ${frame + 1}`} />
+                <div className="row">
+                  <button
+                    type="button"
+                    onClick={() => setFrame(Math.max(0, frame - 1))}
+                    disabled={frame === 0}
+                    aria-label="Previous move"
+                  >
+                    ◀ Prev
+                  </button>
+                  <span data-testid="move-counter">
+                    {Math.min(frame + 1, frames.length)} / {frames.length}
+                  </span>
+                  <button
+                    type="button"
+                    onClick={() => setFrame(Math.min(frames.length - 1, frame + 1))}
+                    disabled={frame >= frames.length - 1}
+                    aria-label="Next move"
+                  >
+                    Next ▶
+                  </button>
+                </div>
+                <input
+                  type="range"
+                  aria-label="Move"
+                  min={0}
+                  max={Math.max(0, frames.length - 1)}
+                  value={frame}
+                  onChange={(e) => setFrame(Number(e.target.value))}
+                />
+                {f && f.user < 0 && <p className="muted small">Final position: {traj.logs[0]?.split("\n").pop()}</p>}
               </div>
-              <input
-                type="range"
-                aria-label="Move"
-                min={0}
-                max={Math.max(0, frames.length - 1)}
-                value={frame}
-                onChange={(e) => setFrame(Number(e.target.value))}
-              />
-              {f && f.user < 0 && <p className="muted small">Final position: {traj.logs[0]?.split("\n").pop()}</p>}
-            </div>
+            )}
             <ol className="conversation" aria-label="Conversation">
               {histories.flatMap((h, hi) =>
                 h.map((m, i) => {
                   if (hi > 0 && m.role === "system") return null; // 2048 repeats it in every move's history
                   const current = f && f.history === hi && (i === f.user || i === f.reply);
+                  // A custom task's user turns after an assistant reply are the simulated user's.
+                  const simulated = props.env === "custom" && m.role === "user" && h[i - 1]?.role === "assistant";
                   return (
                     <li
                       key={`${hi}-${i}`}
-                      className={`msg ${m.role}${current ? " current" : ""}`}
+                      className={`msg ${m.role}${simulated ? " simulated" : ""}${current ? " current" : ""}`}
                       aria-current={current ? "step" : undefined}
                     >
-                      <span className="role">{m.role}</span>
+                      <span className="role">{simulated ? "user (simulated)" : m.role}</span>
                       <pre>{m.content}</pre>
                     </li>
                   );

@@ -19,6 +19,7 @@ const PHASE: Record<Phase, string> = {
   rollouts: "rollouts",
   training: "training",
   saving: "saving",
+  validating: "validating (base model vs. checkpoint)",
 };
 const STATE: Record<Status["state"], string> = {
   idle: "no run",

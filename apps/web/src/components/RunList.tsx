@@ -1,5 +1,5 @@
-// The saved runs (IndexedDB): open, resume, export the adapter as a PEFT zip, delete (asks twice); import a
-// PEFT zip as a new run; storage used.
+// The saved runs (IndexedDB): open, resume, export the adapter as a PEFT zip, download the trajectories (JSONL) and
+// the chart (SVG), pick runs to compare on one chart, delete (asks twice); import a PEFT zip as a new run; storage.
 import { useState } from "react";
 import type { RunSummary, StorageInfo } from "../api.ts";
 import { bytes, num } from "../lib/format.ts";
@@ -12,6 +12,9 @@ export function RunList(props: {
   onOpen: (r: RunSummary) => void;
   onResume: (r: RunSummary) => void;
   onExport: (r: RunSummary) => void;
+  onDownload: (r: RunSummary, what: "trajectories" | "chart") => void;
+  compare: string[];
+  onCompare: (name: string, on: boolean) => void;
   onDelete: (r: RunSummary) => void;
   onImport: (f: File) => void;
 }) {
@@ -28,8 +31,8 @@ export function RunList(props: {
                 {r.name}
               </button>
               <span className="muted small">
-                {r.env === "tictactoe" ? "tic-tac-toe" : "2048"} · step <span data-testid="run-step">{r.step}</span>/
-                {r.target}
+                {r.env === "tictactoe" ? "tic-tac-toe" : r.env === "custom" ? "custom task" : "2048"} · step{" "}
+                <span data-testid="run-step">{r.step}</span>/{r.target}
                 {r.lastReward !== null && <> · reward {num(r.lastReward)}</>}
                 {r.importedFrom && <> · imported</>}
               </span>
@@ -46,6 +49,31 @@ export function RunList(props: {
               <button type="button" onClick={() => props.onExport(r)} aria-label={`Export adapter of ${r.name}`}>
                 Export
               </button>
+              <button
+                type="button"
+                onClick={() => props.onDownload(r, "trajectories")}
+                aria-label={`Download trajectories of ${r.name}`}
+                title="All saved groups as JSONL"
+              >
+                JSONL
+              </button>
+              <button
+                type="button"
+                onClick={() => props.onDownload(r, "chart")}
+                aria-label={`Download chart of ${r.name}`}
+                title="The reward chart as SVG"
+              >
+                SVG
+              </button>
+              <label className="check small">
+                <input
+                  type="checkbox"
+                  checked={props.compare.includes(r.name)}
+                  onChange={(e) => props.onCompare(r.name, e.target.checked)}
+                  aria-label={`Compare ${r.name}`}
+                />
+                compare
+              </label>
               {confirming === r.name ? (
                 <>
                   <button

@@ -1,6 +1,8 @@
 // The training settings: environment, reward (game score or RULER), and the numbers of a run, each validated
 // with its message next to the field.
 import type { ReactNode } from "react";
+import { scenarioFormatOf } from "webart/envs";
+import { DEFAULT_RUBRIC } from "webart/ruler";
 import type { DraftErrors, SettingsDraft } from "../lib/settings.ts";
 
 function Field(props: {
@@ -48,10 +50,18 @@ export function SettingsForm(props: {
   draft: SettingsDraft;
   errors: DraftErrors;
   disabled: boolean;
+  /** Why the judge cannot be used (checked when Start is pressed), if it cannot. */
+  judgeError?: string | null;
   onChange: (d: SettingsDraft) => void;
 }) {
   const { draft: d, errors: e } = props;
   const set = <K extends keyof SettingsDraft>(k: K, v: SettingsDraft[K]) => props.onChange({ ...d, [k]: v });
+  // Under the judge's fields, or under Reward when the loaded model is the judge.
+  const judgeError = props.judgeError && (
+    <p className="field-error" role="alert" data-testid="error-judge">
+      {props.judgeError}
+    </p>
+  );
   return (
     <section className="panel" aria-labelledby="settings-h">
       <h2 id="settings-h">Training</h2>
@@ -69,9 +79,26 @@ export function SettingsForm(props: {
         </Field>
         <Field id="env" label="Environment">
           {(a) => (
-            <select id={a.id} value={d.env} onChange={(x) => set("env", x.target.value as SettingsDraft["env"])}>
+            <select
+              id={a.id}
+              value={d.env}
+              onChange={(x) => {
+                const env = x.target.value as SettingsDraft["env"];
+                // A custom task is judged by RULER only; 2048 by its score only; the self-judge is for custom tasks.
+                const reward =
+                  env === "custom"
+                    ? d.reward === "env"
+                      ? "ruler"
+                      : d.reward
+                    : env === "2048" || d.reward === "self"
+                      ? "env"
+                      : d.reward;
+                props.onChange({ ...d, env, reward });
+              }}
+            >
               <option value="tictactoe">Tic-tac-toe (vs. random)</option>
               <option value="2048">2048</option>
+              <option value="custom">Custom task (RULER)</option>
             </select>
           )}
         </Field>
@@ -84,11 +111,16 @@ export function SettingsForm(props: {
               value={d.reward}
               onChange={(x) => set("reward", x.target.value as SettingsDraft["reward"])}
             >
-              <option value="env">The game's score</option>
+              {d.env !== "custom" && <option value="env">The game's score</option>}
               <option value="ruler">RULER (LLM judge)</option>
+              {d.env === "custom" && <option value="self">RULER, judged by the loaded model itself</option>}
             </select>
           )}
         </Field>
+        {d.reward === "self" && judgeError}
+        {d.env === "custom" && (
+          <CustomTaskFields draft={d} errors={e} set={set} patch={(p) => props.onChange({ ...d, ...p })} />
+        )}
         {d.reward === "ruler" && (
           <div className="ruler">
             <Field id="rulerBaseURL" label="Judge base URL" error={e.rulerBaseURL}>
@@ -126,6 +158,7 @@ export function SettingsForm(props: {
                 />
               )}
             </Field>
+            {judgeError}
             <label className="check">
               <input type="checkbox" checked={d.rememberKey} onChange={(x) => set("rememberKey", x.target.checked)} />
               Remember the key on this device (browser storage)
@@ -133,7 +166,7 @@ export function SettingsForm(props: {
           </div>
         )}
         <div className="grid2">
-          {NUMBERS.map(([k, label, hint]) => (
+          {NUMBERS.filter(([k]) => k !== "opponents" || d.env === "tictactoe").map(([k, label, hint]) => (
             <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
               {(a) => (
                 <input
@@ -150,5 +183,143 @@ export function SettingsForm(props: {
         </div>
       </fieldset>
     </section>
+  );
+}
+
+function TextArea(props: {
+  a: { id: string; invalid: boolean; describedBy?: string };
+  value: string;
+  rows: number;
+  placeholder?: string;
+  onChange: (v: string) => void;
+}) {
+  return (
+    <textarea
+      id={props.a.id}
+      rows={props.rows}
+      aria-invalid={props.a.invalid}
+      aria-describedby={props.a.describedBy}
+      placeholder={props.placeholder}
+      value={props.value}
+      onChange={(x) => props.onChange(x.target.value)}
+    />
+  );
+}
+
+/** The custom task: system prompt, scenarios (typed or uploaded), rubric, turns and validation. */
+function CustomTaskFields(props: {
+  draft: SettingsDraft;
+  errors: DraftErrors;
+  set: <K extends keyof SettingsDraft>(k: K, v: SettingsDraft[K]) => void;
+  patch: (p: Partial<SettingsDraft>) => void;
+}) {
+  const { draft: d, errors: e, set } = props;
+  const upload = async (f: File) => {
+    const text = await f.text();
+    const format = scenarioFormatOf(f.name);
+    // One change, so validation sees the text and its format together.
+    props.patch({ scenarioText: text, scenarioFormat: format, scenarioFile: f.name });
+  };
+  return (
+    <div className="custom-task" data-testid="custom-task">
+      <Field id="systemPrompt" label="System prompt" error={e.systemPrompt}>
+        {(a) => (
+          <TextArea
+            a={a}
+            rows={3}
+            placeholder="You are a support agent for Acme. Answer in two sentences at most."
+            value={d.systemPrompt}
+            onChange={(v) => set("systemPrompt", v)}
+          />
+        )}
+      </Field>
+      <Field
+        id="scenarioText"
+        label="Scenarios"
+        error={e.scenarioText}
+        hint="One prompt per line, or a JSONL/CSV file with a prompt field (other fields are shown to the judge only). 20% (at least 1) are held out for validation."
+      >
+        {(a) => (
+          <TextArea
+            a={a}
+            rows={6}
+            placeholder={"My order has not arrived.\nHow do I reset my password?"}
+            value={d.scenarioText}
+            onChange={(v) => set("scenarioText", v)}
+          />
+        )}
+      </Field>
+      <div className="row wrap">
+        <label className="file">
+          Upload scenarios (JSONL or CSV)
+          <input
+            type="file"
+            accept=".jsonl,.ndjson,.csv,.txt,application/json,text/csv,text/plain"
+            aria-label="Upload scenarios"
+            onChange={(x) => {
+              const f = x.target.files?.[0];
+              if (f) void upload(f);
+              x.target.value = "";
+            }}
+          />
+        </label>
+        <Field id="scenarioFormat" label="Scenario format">
+          {(a) => (
+            <select
+              id={a.id}
+              value={d.scenarioFormat}
+              onChange={(x) => set("scenarioFormat", x.target.value as SettingsDraft["scenarioFormat"])}
+            >
+              <option value="lines">one prompt per line</option>
+              <option value="jsonl">JSONL</option>
+              <option value="csv">CSV</option>
+            </select>
+          )}
+        </Field>
+      </div>
+      {d.scenarioFile && <p className="muted small">From {d.scenarioFile}</p>}
+      <Field id="rubric" label="Rubric" hint="What a good answer is. Empty: RULER's default rubric.">
+        {(a) => <TextArea a={a} rows={3} value={d.rubric} onChange={(v) => set("rubric", v)} />}
+      </Field>
+      <button type="button" className="small" onClick={() => set("rubric", DEFAULT_RUBRIC)}>
+        Use ART's default rubric
+      </button>
+      <div className="grid2">
+        <Field id="turns" label="Turns" error={e.turns} hint="assistant replies per conversation; 1 is single-turn">
+          {(a) => (
+            <input
+              id={a.id}
+              inputMode="numeric"
+              aria-invalid={a.invalid}
+              aria-describedby={a.describedBy}
+              value={d.turns}
+              onChange={(x) => set("turns", x.target.value)}
+            />
+          )}
+        </Field>
+        <Field id="valEvery" label="Validate every (steps)" error={e.valEvery} hint="base model vs. checkpoint">
+          {(a) => (
+            <input
+              id={a.id}
+              inputMode="numeric"
+              aria-invalid={a.invalid}
+              aria-describedby={a.describedBy}
+              value={d.valEvery}
+              onChange={(x) => set("valEvery", x.target.value)}
+            />
+          )}
+        </Field>
+      </div>
+      {Number(d.turns) > 1 && (
+        <Field
+          id="userPrompt"
+          label="User simulator prompt"
+          error={e.userPrompt}
+          hint="The simulated user is the loaded model itself, prompted with this."
+        >
+          {(a) => <TextArea a={a} rows={2} value={d.userPrompt} onChange={(v) => set("userPrompt", v)} />}
+        </Field>
+      )}
+    </div>
   );
 }

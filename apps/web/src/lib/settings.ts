@@ -1,12 +1,30 @@
 // The training form's fields as typed text, their defaults, and validation into TrainSettings with one
 // message per field (shown next to it).
-import { parseOpponents, TICTACTOE_OPPONENTS } from "webart/envs";
+import {
+  parseOpponents,
+  parseScenarios,
+  splitScenarios,
+  TICTACTOE_OPPONENTS,
+  type CustomScenario,
+  type ScenarioFormat,
+} from "webart/envs";
 import type { EnvName, TrainSettings } from "../api.ts";
 
 export interface SettingsDraft {
   name: string;
   env: EnvName;
-  reward: "env" | "ruler";
+  /** "self": RULER with the loaded model as its own judge (custom task). */
+  reward: "env" | "ruler" | "self";
+  /** Custom task: the system prompt, the scenarios as text (typed, or an uploaded file's) and their format. */
+  systemPrompt: string;
+  scenarioText: string;
+  scenarioFormat: ScenarioFormat;
+  /** The uploaded file the scenarios came from, if any. */
+  scenarioFile: string;
+  rubric: string;
+  turns: string;
+  userPrompt: string;
+  valEvery: string;
   rulerBaseURL: string;
   rulerModel: string;
   rulerApiKey: string;
@@ -36,7 +54,7 @@ export const DEFAULT_BUDGET_GIB = 4;
 export function newRunName(env: EnvName): string {
   const d = new Date();
   const p = (n: number) => String(n).padStart(2, "0");
-  return `${env === "tictactoe" ? "ttt" : "2048"}-${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
+  return `${env === "tictactoe" ? "ttt" : env}-${d.getFullYear()}${p(d.getMonth() + 1)}${p(d.getDate())}-${p(d.getHours())}${p(d.getMinutes())}${p(d.getSeconds())}`;
 }
 
 export function defaultDraft(): SettingsDraft {
@@ -49,6 +67,14 @@ export function defaultDraft(): SettingsDraft {
     rulerModel: "",
     rulerApiKey: saved ?? "",
     rememberKey: saved !== null,
+    systemPrompt: "",
+    scenarioText: "",
+    scenarioFormat: "lines",
+    scenarioFile: "",
+    rubric: "",
+    turns: "1",
+    userPrompt: "You are a user who asked the assistant for help. Reply in one or two sentences, as that user would.",
+    valEvery: "5",
     // npm run train's defaults: the recipe measured to teach tic-tac-toe (models/README.md).
     steps: "250",
     groupSize: "8",
@@ -105,6 +131,12 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
     errors.opponents = `A comma-separated list of ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}`;
   }
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
+  let custom: TrainSettings["custom"];
+  if (d.env === "custom") custom = validateCustom(d, seed, errors);
+  if (d.env === "custom" && d.reward === "env")
+    errors.reward = "A custom task has no score of its own: pick a RULER judge (an endpoint, or the loaded model).";
+  if (d.reward === "self" && d.env !== "custom")
+    errors.reward = "The loaded model judges custom tasks only; games use their score or a judge endpoint.";
   if (d.reward === "ruler") {
     try {
       const u = new URL(d.rulerBaseURL);
@@ -121,6 +153,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   return {
     settings: {
       env: d.env,
+      ...(custom ? { custom } : {}),
       steps,
       groupSize,
       groupsPerStep,
@@ -134,10 +167,48 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       reward:
         d.reward === "env"
           ? { kind: "env" }
-          : { kind: "ruler", baseURL: d.rulerBaseURL.trim(), model: d.rulerModel.trim(), apiKey: d.rulerApiKey },
+          : d.reward === "self"
+            ? { kind: "self" }
+            : { kind: "ruler", baseURL: d.rulerBaseURL.trim(), model: d.rulerModel.trim(), apiKey: d.rulerApiKey },
     },
     errors,
   };
+}
+
+/** The scenarios of a draft, or the message saying what is wrong with them (line numbers included). */
+export function draftScenarios(d: SettingsDraft, seed: number): { scenarios: CustomScenario[] } | { error: string } {
+  try {
+    const scenarios = parseScenarios(d.scenarioText, d.scenarioFormat);
+    splitScenarios(scenarios, { seed }); // at least one to train on and one to validate with
+    return { scenarios };
+  } catch (e) {
+    return { error: (e as Error).message };
+  }
+}
+
+function validateCustom(d: SettingsDraft, seed: number, errors: DraftErrors): TrainSettings["custom"] {
+  if (!d.systemPrompt.trim()) errors.systemPrompt = "Say what the task is: the model and the judge both read it";
+  const parsed = draftScenarios(d, Number.isInteger(seed) ? seed : 0);
+  if ("error" in parsed) errors.scenarioText = parsed.error;
+  const turns = int(d.turns, "Turns", 1, 8, errors, "turns");
+  const valEvery = int(d.valEvery, "Validate every", 1, 10000, errors, "valEvery");
+  if (turns > 1 && !d.userPrompt.trim()) errors.userPrompt = "Tell the simulated user how to behave";
+  if ("error" in parsed) return undefined;
+  return {
+    systemPrompt: d.systemPrompt.trim(),
+    scenarios: parsed.scenarios,
+    rubric: d.rubric.trim(),
+    turns,
+    userPrompt: d.userPrompt.trim(),
+    valEvery,
+  };
+}
+
+/** A custom task's scenarios as text again (JSONL when any has extra fields, else one per line). */
+function scenariosText(s: CustomScenario[]): { text: string; format: ScenarioFormat } {
+  return s.some((x) => x.fields || x.prompt.includes("\n"))
+    ? { text: s.map((x) => JSON.stringify({ prompt: x.prompt, ...x.fields })).join("\n"), format: "jsonl" }
+    : { text: s.map((x) => x.prompt).join("\n"), format: "lines" };
 }
 
 /** The form showing a saved run's settings (the key is not saved with runs; the one in memory is kept). */
@@ -147,6 +218,21 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     name,
     env: s.env,
     reward: s.reward.kind,
+    ...(s.custom
+      ? (() => {
+          const { text, format } = scenariosText(s.custom.scenarios);
+          return {
+            systemPrompt: s.custom.systemPrompt,
+            scenarioText: text,
+            scenarioFormat: format,
+            scenarioFile: "",
+            rubric: s.custom.rubric,
+            turns: String(s.custom.turns),
+            userPrompt: s.custom.userPrompt,
+            valEvery: String(s.custom.valEvery),
+          };
+        })()
+      : {}),
     rulerBaseURL: s.reward.kind === "ruler" ? s.reward.baseURL : current.rulerBaseURL,
     rulerModel: s.reward.kind === "ruler" ? s.reward.model : current.rulerModel,
     steps: String(s.steps),

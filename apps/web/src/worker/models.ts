@@ -12,6 +12,8 @@ import {
   PlanError,
   planTraining,
   readJson,
+  readText,
+  Tokenizer,
   validateLoraConfig,
   type MemoryPlan,
   type ModelConfig,
@@ -228,6 +230,16 @@ export async function readModelConfig(baseModel: string): Promise<ModelConfig> {
   const json = await readJson(files, "config.json");
   if (!json) throw new Error(`${files.name}: no config.json (is this a Hugging Face model folder?)`);
   return parseConfig(json, `${files.name}/config.json`);
+}
+
+/** A base model's tokenizer with its chat template, read from its files (no weights, no GPU). */
+export async function readTokenizer(baseModel: string): Promise<Tokenizer> {
+  const files = await modelFiles(baseModel, sourceOptions());
+  const json = await readJson(files, "tokenizer.json");
+  if (!json) throw new Error(`${files.name}: no tokenizer.json (a fast-tokenizer file is needed)`);
+  const config = (await readJson(files, "tokenizer_config.json")) ?? {};
+  const chatTemplate = (await readText(files, "chat_template.jinja")) ?? undefined;
+  return Tokenizer.fromJSON(json, config, { chatTemplate });
 }
 
 /**

@@ -101,6 +101,8 @@ export function stepRow(h: Record<string, unknown>, e?: Record<string, number>):
     skipped: h["train/skipped"] === true,
     win: e?.win,
     maxTile: e?.maxTile,
+    valBase: e?.valBase,
+    valModel: e?.valModel,
   };
 }
 
@@ -154,11 +156,32 @@ export async function trajectories(name: string, step: number): Promise<GroupVie
       reward: t.reward,
       advantage: adv[gi][ti],
       metrics: t.metrics,
+      metadata: t.metadata,
       logs: t.logs,
       messages: t.messagesAndChoices.map(text),
       extraHistories: t.additionalHistories.map((h) => h.messagesAndChoices.map(text)),
     })),
   }));
+}
+
+/** Every saved group of a run (training steps, then validation), one JSON line each with its split and step. */
+export async function exportTrajectories(name: string): Promise<{ fileName: string; text: string }> {
+  const f = runFiles(name);
+  const latest = (await f.latestStep()) ?? 0;
+  const lines: string[] = [];
+  for (const split of ["train", "val"]) {
+    const files = (await store.list(f.path(`trajectories/${split}`)))
+      .map((k) => ({ k, step: Number(/\/(\d+)\.jsonl$/.exec(k)?.[1] ?? NaN) }))
+      .filter((x) => Number.isInteger(x.step) && x.step <= latest)
+      .sort((a, b) => a.step - b.step);
+    for (const { k, step } of files) {
+      const b = await store.read(k);
+      for (const l of b ? dec(b).split("\n") : [])
+        if (l.trim()) lines.push(JSON.stringify({ split, step, ...JSON.parse(l) }));
+    }
+  }
+  if (!lines.length) throw new Error(`run "${name}" has no saved trajectories yet`);
+  return { fileName: `${name}-trajectories.jsonl`, text: lines.join("\n") + "\n" };
 }
 
 export async function deleteRun(name: string): Promise<void> {

@@ -3,13 +3,22 @@
 // step, and the step's files in IndexedDB before the next begins. Pause, stop, device loss and a full disk
 // all leave the run at its last complete checkpoint, resumable.
 import OpenAI from "openai";
-import { gameStepGroups } from "webart";
-import { getDevice, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
-import { parseOpponents } from "webart/envs";
+import { checkJudge, customStepGroups, gameStepGroups, rubricFor, validateCustomTask, type CustomJudge } from "webart";
+import { getDevice, type ChatMessage, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
+import { parseOpponents, scenarioNotes, splitScenarios } from "webart/envs";
+import { buildJudgePrompt, type JudgeAttempt } from "webart/ruler";
 import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { serializeError } from "../errors.ts";
 import { LocalBackend, TrainableModel } from "./internals.ts";
-import { baseModelOf, engineOptions, kvSlotsFor, loraFor, readModelConfig } from "./models.ts";
+import {
+  baseModelOf,
+  engineOptions,
+  kvSlotsFor,
+  loraFor,
+  maxContextFor,
+  readModelConfig,
+  readTokenizer,
+} from "./models.ts";
 import { appendEnvRow, envRow, stepRow, PROJECT, readMeta, runFiles, writeMeta, type RunMeta } from "./runs.ts";
 import { checkRoom, store } from "./store.ts";
 import { restoreTuning, saveTuning } from "./tuning.ts";
@@ -96,23 +105,156 @@ export async function extendIfDone(name: string): Promise<void> {
   if (step >= meta.target) await writeMeta(name, { ...meta, target: step + meta.settings.steps });
 }
 
+/** The RULER judge of a run's settings: an endpoint (its key passed in, never stored) or the loaded model. */
+function judgeOf(r: TrainSettings["reward"], apiKey: string | undefined, s?: Session): CustomJudge | undefined {
+  if (r.kind === "ruler")
+    return {
+      client: new OpenAI({
+        baseURL: r.baseURL,
+        apiKey: apiKey || r.apiKey || "none",
+        dangerouslyAllowBrowser: true,
+        maxRetries: 0,
+      }),
+      model: r.model,
+    };
+  // The loaded model answers in the schema through constrained decoding; a bound keeps explanations short.
+  if (r.kind === "self" && s)
+    return { model: s.model, requestParams: { max_completion_tokens: SELF_JUDGE_TOKENS, temperature: 0 } };
+  return undefined;
+}
+
+/** The loaded model's limit on its answer as the judge. */
+const SELF_JUDGE_TOKENS = 400;
+const SELF_JUDGE_ADVICE =
+  "Pick “RULER (LLM judge)” with an OpenAI-compatible endpoint, or a base model whose tokenizer packs text into " +
+  "fewer tokens.";
+
+/**
+ * Whether the loaded model can judge this task at all, from its tokenizer alone (nothing is loaded on the GPU):
+ * RULER's prompt for the smallest group a step will send (the first scenario, `groupSize` one-token replies, the
+ * rubric and the scenario's notes) and the answer's budget must fit the context the engine gives the model here.
+ */
+async function selfJudgeProblem(model: ModelChoice, st: TrainSettings): Promise<string | null> {
+  const c = st.custom;
+  if (!c?.scenarios.length) return null;
+  const baseModel = baseModelOf(model);
+  const [config, tok] = await Promise.all([readModelConfig(baseModel), readTokenizer(baseModel)]);
+  if (!tok.hasChatTemplate) return `${baseModel} has no chat template, so it cannot be prompted as a judge.`;
+  const ctx = maxContextFor(config);
+  const first = c.scenarios[0];
+  const shared: OpenAI.Chat.ChatCompletionMessageParam[] = [
+    { role: "system", content: c.systemPrompt },
+    { role: "user", content: first.prompt },
+  ];
+  const lists = Array.from({ length: Math.max(2, st.groupSize) }, (_, i) => [
+    ...shared,
+    { role: "assistant" as const, content: String(i + 1) },
+  ]);
+  const prompt = buildJudgePrompt(lists, rubricFor(c.rubric, scenarioNotes(first)));
+  const tokens = tok.encodeChat(prompt.messages as ChatMessage[], { addGenerationPrompt: true }).length;
+  if (tokens + SELF_JUDGE_TOKENS <= ctx) return null;
+  return (
+    `The loaded model cannot be its own judge for this task: RULER's prompt for a group of ${lists.length} ` +
+    `conversations takes ${tokens} tokens of ${baseModel} before the replies are in it, and its answer up to ` +
+    `${SELF_JUDGE_TOKENS} more, beyond the ${ctx}-token context the model has here. ${SELF_JUDGE_ADVICE}`
+  );
+}
+
+/** A RULER failure of the loaded model as its own judge, said as such (other errors are returned as they are). */
+function explainSelfJudge(e: unknown, st: TrainSettings | undefined): unknown {
+  const attempts = (e as { attempts?: JudgeAttempt[] })?.attempts;
+  if (st?.reward.kind !== "self" || (e as Error)?.name !== "RulerError" || !attempts?.length) return e;
+  const last = attempts[attempts.length - 1];
+  const why = /context_length_exceeded|maximum context length/.test(`${last.reason} ${last.reply ?? ""}`)
+    ? `RULER's prompt for a group is longer than the model's context (${last.reason})`
+    : `it gave no answer in RULER's JSON schema (${last.reason})`;
+  return new Error(`The loaded model could not judge as RULER: ${why}. ${SELF_JUDGE_ADVICE}`, { cause: e });
+}
+
+/**
+ * Before a custom task's run starts: asks its judge endpoint once, or checks that the loaded model can hold
+ * RULER's prompt; resolves with why the judge cannot be used, or null.
+ */
+export async function checkRunJudge(settings: TrainSettings, model: ModelChoice): Promise<string | null> {
+  if (settings.reward.kind === "self") return selfJudgeProblem(model, settings).catch((e) => (e as Error).message);
+  const judge = judgeOf(settings.reward, undefined);
+  if (!judge) return null;
+  try {
+    await checkJudge(judge, { timeoutMs: 30_000 });
+    return null;
+  } catch (e) {
+    return (e as Error).message;
+  }
+}
+
+/** Runs `fn` with the run's adapter off (the base model); nothing else may generate meanwhile. */
+async function withBaseModel<T>(s: Session, fn: () => Promise<T>): Promise<T> {
+  const engine = s.backend.engine(s.model.spec);
+  const lora = engine.model.lora!;
+  lora.enabled = false;
+  engine.scheduler.invalidateCache(); // cached KV was computed with the adapter
+  try {
+    return await fn();
+  } finally {
+    lora.enabled = true;
+    engine.scheduler.invalidateCache();
+  }
+}
+
+/** A custom task's validation at `step`: base model against the checkpoint, saved under the "val" split. */
+async function validate(s: Session, step: number, apiKey: string | undefined): Promise<Record<string, number>> {
+  const st = s.meta.settings;
+  const c = st.custom!;
+  const { val } = splitScenarios(c.scenarios, { seed: st.seed });
+  emit({ type: "phase", run: s.name, phase: "validating", step });
+  const v = await validateCustomTask(s.model.openaiClient(), {
+    task: { systemPrompt: c.systemPrompt, turns: c.turns, userPrompt: c.userPrompt },
+    val,
+    model: s.name,
+    temperature: st.temperature,
+    maxTokens: st.maxTokens,
+    judge: judgeOf(st.reward, apiKey, s)!,
+    rubric: c.rubric,
+    withBaseModel: (fn) => withBaseModel(s, fn),
+    beforeRollout: () => {
+      if (control.stop) throw new StopSignal();
+    },
+  });
+  await s.model.log(v.groups, { split: "val", step, metrics: { base_score: v.base, checkpoint_score: v.checkpoint } });
+  return { valBase: v.base, valModel: v.checkpoint };
+}
+
 async function rollouts(s: Session, step: number, apiKey: string | undefined): Promise<TrajectoryGroup[]> {
   const st = s.meta.settings;
-  const r = st.reward;
-  const judge =
-    r.kind === "ruler"
-      ? {
-          client: new OpenAI({
-            baseURL: r.baseURL,
-            apiKey: apiKey || r.apiKey || "none",
-            dangerouslyAllowBrowser: true,
-            maxRetries: 0,
-          }),
-          model: r.model,
-        }
-      : undefined;
+  const judge = judgeOf(st.reward, apiKey, s);
   const total = st.groupSize * st.groupsPerStep;
   emit({ type: "phase", run: s.name, phase: "rollouts", step, done: 0, total });
+  const beforeRollout = () => {
+    if (control.stop) throw new StopSignal();
+  };
+  const gather = {
+    concurrency: kvSlotsFor(st),
+    progressBar: "off" as const,
+    onProgress: (p: { done: number; total: number }) =>
+      emit({ type: "phase", run: s.name, phase: "rollouts", step, done: p.done, total: p.total }),
+  };
+  const c = st.custom;
+  if (st.env === "custom") {
+    if (!c) throw new Error(`run "${s.name}": a custom task without its scenarios in webapp/run.json`);
+    return customStepGroups(s.model.openaiClient(), step, {
+      task: { systemPrompt: c.systemPrompt, turns: c.turns, userPrompt: c.userPrompt },
+      train: splitScenarios(c.scenarios, { seed: st.seed }).train,
+      groupsPerStep: st.groupsPerStep,
+      groupSize: st.groupSize,
+      model: s.name,
+      temperature: st.temperature,
+      maxTokens: st.maxTokens,
+      judge: judge!,
+      rubric: c.rubric,
+      beforeRollout,
+      gather,
+    });
+  }
   return gameStepGroups(s.model.openaiClient(), step, {
     game: st.env,
     seed: st.seed,
@@ -122,15 +264,10 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
     model: s.name,
     temperature: st.temperature,
     maxTokens: st.maxTokens,
-    judge,
-    beforeRollout: () => {
-      if (control.stop) throw new StopSignal();
-    },
-    gather: {
-      concurrency: kvSlotsFor(st),
-      progressBar: "off",
-      onProgress: (p) => emit({ type: "phase", run: s.name, phase: "rollouts", step, done: p.done, total: p.total }),
-    },
+    judge:
+      judge && "client" in judge && judge.client ? { client: judge.client, model: String(judge.model) } : undefined,
+    beforeRollout,
+    gather,
   });
 }
 
@@ -191,8 +328,10 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       emit({ type: "phase", run: name, phase: "training", step: step + 1 });
       const res = await s.model.train(groups, { learningRate: meta.settings.learningRate });
       const env = envRow(res.step, groups);
-      await appendEnvRow(name, env);
       step = res.step;
+      const c = meta.settings.custom;
+      if (c && (step % c.valEvery === 0 || step >= meta.target)) Object.assign(env, await validate(s, step, apiKey));
+      await appendEnvRow(name, env);
       times.push((performance.now() - t0) / 1000);
       const avg = times.slice(-5).reduce((a, b) => a + b, 0) / Math.min(5, times.length);
       const h: Record<string, unknown> = { step };
@@ -207,8 +346,9 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       }
     }
     return end("done");
-  } catch (e) {
-    if (e instanceof StopSignal || control.stop) return end("stopped");
+  } catch (caught) {
+    if (caught instanceof StopSignal || control.stop) return end("stopped");
+    const e = explainSelfJudge(caught, s?.meta.settings);
     const failure = await classify(e, s);
     // The engine's in-memory step may be ahead of what was saved; reload from the files next time.
     await unload();
@@ -235,15 +375,21 @@ export async function reply(
   name: string,
   messages: OpenAI.Chat.ChatCompletionMessageParam[],
   maxTokens: number,
+  opts: { base?: boolean } = {},
 ): Promise<string> {
+  if (opts.base && busy)
+    throw new Error("a run is training; pause it to ask the base model (its adapter cannot be switched off meanwhile)");
   const s = await open(name);
-  const r = await s.model.openaiClient().chat.completions.create({
-    model: s.name,
-    messages,
-    max_completion_tokens: maxTokens,
-    temperature: s.meta.settings.temperature,
-  });
-  return r.choices[0]?.message.content ?? "";
+  const ask = async () =>
+    (
+      await s.model.openaiClient().chat.completions.create({
+        model: s.name,
+        messages,
+        max_completion_tokens: maxTokens,
+        temperature: s.meta.settings.temperature,
+      })
+    ).choices[0]?.message.content ?? "";
+  return opts.base ? withBaseModel(s, ask) : ask();
 }
 
 export async function forget(name: string): Promise<void> {

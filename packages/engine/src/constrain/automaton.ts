@@ -11,12 +11,14 @@ import {
   type ObjectNode,
   type StringNode,
 } from "./schema.ts";
+import { canReach, inBounds } from "./numbers.ts";
 import { CONT_RANGE, utf8Lead } from "./vocab.ts";
 
 // Modes.
 const VALUE = 0; // a value of `node` is next (after optional whitespace)
 const STR = 1; // in a string: a = characters so far, b = escape state, c = pending UTF-8 (need * 8 + kind)
-const NUM = 2; // in a number: a = length, b = number state, c = exponent digits
+const NUM = 2; // in a number: a = length, b = number state, c = exponent digits; text = the number so far
+//                 (kept only for numbers with bounds, which are checked digit by digit)
 const LIT = 3; // matching fixed byte strings `lits` at byte a; b = 1 for object keys
 const COLON = 4; // after a key: ':' then a value of `node`
 const OBJ_FIRST = 5; // after '{'
@@ -42,6 +44,14 @@ const MAX_EXPONENT_DIGITS = 2; // keeps every generated number finite
 // 3 or 4 the second (3: limited to 0-7 after a leading 'd', which rules out surrogate halves), 5, 6.
 const E_NONE = 0;
 const E_BACKSLASH = 1;
+
+type NumberNode = Extract<Node, { kind: "number" }>;
+
+/** A number thread may end here: its state is complete and, with bounds, its value is inside them. */
+function numberEnds(t: Thread): boolean {
+  const b = (t.node as NumberNode).bounds;
+  return N_COMPLETE[t.b] && (!b || inBounds(b, t.text));
+}
 
 const isWs = (x: number) => x === 0x20 || x === 0x0a || x === 0x0d || x === 0x09;
 const isDigit = (x: number) => x >= 0x30 && x <= 0x39;
@@ -74,12 +84,13 @@ export class Thread {
     readonly c = 0,
     readonly ws = 0,
     readonly lits: Lit[] | null = null,
+    readonly text = "",
   ) {}
 
   /** Identifies the state (equal keys = equal futures); used to dedupe threads and cache masks. */
   get key(): string {
     const lits = this.lits ? this.lits.map((l) => l.id).join(".") : "";
-    return `${this.m},${this.node ? this.node.id : -1},${this.a},${this.b},${this.c},${this.ws},${lits}|${this.frame ? this.frame.key : ""}`;
+    return `${this.m},${this.node ? this.node.id : -1},${this.a},${this.b},${this.c},${this.ws},${lits},${this.text}|${this.frame ? this.frame.key : ""}`;
   }
 
   /** A string body with no escape or character in progress: plain tokens (vocab.ts) extend it by their length. */
@@ -94,7 +105,7 @@ export class Thread {
 
   /** The JSON value is complete here, so the sequence may end. */
   get complete(): boolean {
-    return this.m === END || (this.m === NUM && this.frame === null && N_COMPLETE[this.b]);
+    return this.m === END || (this.m === NUM && this.frame === null && numberEnds(this));
   }
 
   get finished(): boolean {
@@ -224,11 +235,13 @@ export class Automaton {
       case "string":
         if (x === 0x22) out.push(new Thread(STR, leaf, f));
         return;
-      case "number":
-        if (x === 0x2d) this.numberTo(leaf, f, 0, N_MINUS, 0, out);
-        else if (x === 0x30) this.numberTo(leaf, f, 0, N_ZERO, 0, out);
-        else if (isDigit(x)) this.numberTo(leaf, f, 0, N_INT, 0, out);
+      case "number": {
+        const t = new Thread(NUM, leaf, f);
+        if (x === 0x2d) this.numberTo(t, x, N_MINUS, 0, out);
+        else if (x === 0x30) this.numberTo(t, x, N_ZERO, 0, out);
+        else if (isDigit(x)) this.numberTo(t, x, N_INT, 0, out);
         return;
+      }
       case "literal":
         return this.literal(leaf.lits, 0, x, f, false, out);
     }
@@ -294,45 +307,56 @@ export class Automaton {
   }
 
   private number(t: Thread, x: number, out: Thread[]): void {
-    const node = t.node as Extract<Node, { kind: "number" }>;
-    const f = t.frame;
+    const node = t.node as NumberNode;
+    // Numbers with bounds are written without an exponent, so that the digits alone decide the value.
     const real = !node.integer;
-    const exp = x === 0x65 || x === 0x45;
+    const exp = (x === 0x65 || x === 0x45) && !node.bounds;
     switch (t.b) {
       case N_MINUS:
-        if (isDigit(x)) this.numberTo(node, f, t.a, x === 0x30 ? N_ZERO : N_INT, 0, out);
+        if (isDigit(x)) this.numberTo(t, x, x === 0x30 ? N_ZERO : N_INT, 0, out);
         return;
       case N_DOT:
-        if (isDigit(x)) this.numberTo(node, f, t.a, N_FRAC, 0, out);
+        if (isDigit(x)) this.numberTo(t, x, N_FRAC, 0, out);
         return;
       case N_EXP:
-        if (x === 0x2b || x === 0x2d) this.numberTo(node, f, t.a, N_EXP_SIGN, 0, out);
-        else if (isDigit(x)) this.numberTo(node, f, t.a, N_EXP_DIGITS, 1, out);
+        if (x === 0x2b || x === 0x2d) this.numberTo(t, x, N_EXP_SIGN, 0, out);
+        else if (isDigit(x)) this.numberTo(t, x, N_EXP_DIGITS, 1, out);
         return;
       case N_EXP_SIGN:
-        if (isDigit(x)) this.numberTo(node, f, t.a, N_EXP_DIGITS, 1, out);
+        if (isDigit(x)) this.numberTo(t, x, N_EXP_DIGITS, 1, out);
         return;
       case N_ZERO:
       case N_INT:
       case N_FRAC:
-        if (isDigit(x) && t.b !== N_ZERO) return this.numberTo(node, f, t.a, t.b, 0, out);
-        if (x === 0x2e && real && t.b !== N_FRAC) return this.numberTo(node, f, t.a, N_DOT, 0, out);
-        if (exp && real) return this.numberTo(node, f, t.a, N_EXP, 0, out);
+        if (isDigit(x) && t.b !== N_ZERO) return this.numberTo(t, x, t.b, 0, out);
+        if (x === 0x2e && real && t.b !== N_FRAC) return this.numberTo(t, x, N_DOT, 0, out);
+        if (exp && real) return this.numberTo(t, x, N_EXP, 0, out);
         break;
       case N_EXP_DIGITS:
         if (isDigit(x)) {
-          if (t.c < MAX_EXPONENT_DIGITS) this.numberTo(node, f, t.a, N_EXP_DIGITS, t.c + 1, out);
+          if (t.c < MAX_EXPONENT_DIGITS) this.numberTo(t, x, N_EXP_DIGITS, t.c + 1, out);
           return;
         }
         break;
     }
-    // The number ends here; x belongs to what follows it.
-    this.step(this.after(f), x, out);
+    // The number ends here (if its value may); x belongs to what follows it.
+    if (numberEnds(t)) this.step(this.after(t.frame), x, out);
   }
 
-  /** One more number character, if the number can still be completed within maxNumberLength. */
-  private numberTo(node: Leaf, f: Frame | null, len: number, state: number, expDigits: number, out: Thread[]): void {
-    if (len + 1 + (N_COMPLETE[state] ? 0 : 1) <= this.limits.maxNumberLength)
-      out.push(new Thread(NUM, node, f, len + 1, state, expDigits));
+  /**
+   * Number `t` and one more character x, if the number can still be completed within maxNumberLength (and,
+   * with bounds, still reach a value inside them).
+   */
+  private numberTo(t: Thread, x: number, state: number, expDigits: number, out: Thread[]): void {
+    const len = t.m === NUM ? t.a : 0;
+    if (len + 1 + (N_COMPLETE[state] ? 0 : 1) > this.limits.maxNumberLength) return;
+    const node = t.node as NumberNode;
+    if (!node.bounds) {
+      out.push(new Thread(NUM, node, t.frame, len + 1, state, expDigits));
+      return;
+    }
+    const text = (t.m === NUM ? t.text : "") + String.fromCharCode(x);
+    if (canReach(node.bounds, text, this.limits.maxNumberLength - len - 1, node.integer))
+      out.push(new Thread(NUM, node, t.frame, len + 1, state, expDigits, 0, null, text));
   }
 }

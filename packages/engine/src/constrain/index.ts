@@ -1,5 +1,5 @@
 // Constrained decoding: JSON (json_object and json_schema response formats) as a token-level constraint.
 export { createJsonConstraintFactory, JsonConstraint, JsonGrammar, type JsonConstraintOptions } from "./json.ts";
 export { compileSchema, DEFAULT_LIMITS, JsonSchemaError, type JsonLimits } from "./schema.ts";
-export { vocabFor, type Vocab, type VocabTokenizer } from "./vocab.ts";
+export { tokenBytes, vocabFor, type Vocab, type VocabTokenizer } from "./vocab.ts";
 export { toolCallConstraint, toolCallSchema, type ToolSpecLike } from "./tool.ts";

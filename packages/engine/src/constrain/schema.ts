@@ -8,9 +8,15 @@
 //   values of the additionalProperties schema.
 // - strings: strict UTF-8, escapes but no surrogate \u escapes; min/maxLength count code points.
 // - numbers: JSON numbers of at most maxNumberLength characters, exponents of at most 2 digits; integers as
-//   plain digits. minimum/maximum/exclusive* and format are ignored (not enforced).
-// - enum/const: each value in its compact JSON.stringify form. oneOf is generated as anyOf.
+//   plain digits. minimum/maximum/exclusiveMinimum/exclusiveMaximum are enforced digit by digit (numbers
+//   with bounds are written without an exponent).
+// - enum/const: each value in its compact JSON.stringify form, those that fit the sibling type, length and
+//   bounds keywords. oneOf is generated as anyOf.
 // - no type: the kind its keywords imply (properties -> object, items -> array, ...), else any value.
+// Every other keyword is an error naming it and its path, unless it is an annotation (title, description, ...):
+// nothing that changes validity is ignored.
+
+import { canReach, toDec, valueInBounds, type NumberBounds } from "./numbers.ts";
 
 /** Bounds that keep every generation finite; the schema's own bounds win where it sets them. */
 export interface JsonLimits {
@@ -55,7 +61,7 @@ export type Node = { id: number; need: number } & (
   | { kind: "object"; props: Prop[]; free: Node | null; keyLits: Lit[][]; canClose: boolean[] }
   | { kind: "array"; items: Node; min: number; max: number }
   | { kind: "string"; min: number; max: number; key: boolean }
-  | { kind: "number"; integer: boolean }
+  | { kind: "number"; integer: boolean; bounds: NumberBounds | null }
   | { kind: "literal"; lits: Lit[] }
   | { kind: "union"; options: Node[] }
   | { kind: "ref"; ref: string; target: Node | null }
@@ -78,9 +84,10 @@ export class JsonSchemaError extends Error {
   }
 }
 
-/** Keywords that restrict validity in ways this compiler cannot enforce. */
+/** Keywords that restrict validity in ways this compiler cannot enforce, and what to do instead. */
 const UNSUPPORTED: Record<string, string> = {
   pattern: "regular expressions cannot be enforced; use enum or drop it",
+  format: "formats (date-time, email, uuid, ...) cannot be enforced; say the format in description instead",
   patternProperties: "regular expressions cannot be enforced",
   propertyNames: "key constraints are not supported",
   minProperties: "use required properties instead",
@@ -96,7 +103,7 @@ const UNSUPPORTED: Record<string, string> = {
   minContains: "use items instead",
   maxContains: "use items instead",
   uniqueItems: "uniqueness cannot be enforced while generating",
-  multipleOf: "divisibility is not supported",
+  multipleOf: "divisibility is not supported; use enum",
   prefixItems: "tuples are not supported; use an object",
   additionalItems: "tuples are not supported; use an object",
   unevaluatedProperties: "not supported",
@@ -105,7 +112,7 @@ const UNSUPPORTED: Record<string, string> = {
   $recursiveRef: "use $ref",
 };
 
-/** Keywords that never change what is valid (or are documented as ignored: numeric bounds, format). */
+/** Keywords that never change what is valid (annotations; `discriminator` only names oneOf's branches). */
 const ANNOTATIONS = new Set([
   "title",
   "description",
@@ -120,15 +127,47 @@ const ANNOTATIONS = new Set([
   "writeOnly",
   "$defs",
   "definitions",
-  "format",
   "contentEncoding",
   "contentMediaType",
+  "discriminator",
+  "strict",
+]);
+
+/** Keywords the compiler enforces. */
+const ENFORCED = new Set([
+  "type",
+  "properties",
+  "required",
+  "additionalProperties",
+  "items",
+  "minItems",
+  "maxItems",
+  "minLength",
+  "maxLength",
   "minimum",
   "maximum",
   "exclusiveMinimum",
   "exclusiveMaximum",
-  "strict",
+  "enum",
+  "const",
+  "anyOf",
+  "oneOf",
+  "allOf",
+  "$ref",
   "nullable",
+]);
+
+/** What enum and const may stand beside (their values are filtered by these); anything else is refused there. */
+const BESIDE_ENUM = new Set([
+  "type",
+  "minLength",
+  "maxLength",
+  "minimum",
+  "maximum",
+  "exclusiveMinimum",
+  "exclusiveMaximum",
+  "minItems",
+  "maxItems",
 ]);
 
 const TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"];
@@ -180,7 +219,7 @@ export function compileSchema(schema: Json | null, limits: JsonLimits): Grammar 
     anyObject,
     anyArray,
     str(0, limits.maxStringLength),
-    { kind: "number", id: ids++, need: 0, integer: false },
+    { kind: "number", id: ids++, need: 0, integer: false, bounds: null },
     literals([true, false, null]),
   ];
   if (schema === null) {
@@ -198,6 +237,32 @@ export function compileSchema(schema: Json | null, limits: JsonLimits): Grammar 
     if (typeof v !== "number" || !Number.isInteger(v) || v < 0)
       fail(k, path, `expected a non-negative integer, got ${JSON.stringify(v)}`);
     return v as number;
+  };
+  /** minimum/maximum and their exclusive forms: numbers (2019+), or booleans beside them (draft 4). */
+  const numberBounds = (s: Json, path: string): NumberBounds | null => {
+    const num = (k: string): number | undefined => {
+      const v = s[k];
+      if (v === undefined || typeof v === "boolean") return undefined;
+      if (typeof v !== "number" || !Number.isFinite(v)) fail(k, path, `expected a number, got ${JSON.stringify(v)}`);
+      return v as number;
+    };
+    let lo = num("minimum");
+    let hi = num("maximum");
+    let loEx = s.exclusiveMinimum === true;
+    let hiEx = s.exclusiveMaximum === true;
+    if (loEx && lo === undefined) fail("exclusiveMinimum", path, "true needs minimum beside it");
+    if (hiEx && hi === undefined) fail("exclusiveMaximum", path, "true needs maximum beside it");
+    const exLo = num("exclusiveMinimum");
+    if (exLo !== undefined && (lo === undefined || exLo >= lo)) [lo, loEx] = [exLo, true];
+    const exHi = num("exclusiveMaximum");
+    if (exHi !== undefined && (hi === undefined || exHi <= hi)) [hi, hiEx] = [exHi, true];
+    if (lo === undefined && hi === undefined) return null;
+    return {
+      lo: lo === undefined ? null : toDec(lo),
+      loExclusive: loEx,
+      hi: hi === undefined ? null : toDec(hi),
+      hiExclusive: hiEx,
+    };
   };
   const resolve = (ref: string, path: string): Node => {
     const hit = refs.get(ref);
@@ -226,6 +291,8 @@ export function compileSchema(schema: Json | null, limits: JsonLimits): Grammar 
     if (!isObj(s)) return fail(null, path, `expected a schema object, got ${JSON.stringify(s)}`);
     for (const k of Object.keys(s))
       if (Object.hasOwn(UNSUPPORTED, k)) fail(k, path, `not supported (${UNSUPPORTED[k]})`);
+      else if (!ENFORCED.has(k) && !ANNOTATIONS.has(k))
+        fail(k, path, "is not a keyword this server enforces (remove it, or check its spelling)");
     const validating = Object.keys(s).filter((k) => !ANNOTATIONS.has(k));
     const alone = (k: string) => {
       const other = validating.find((o) => o !== k);
@@ -270,11 +337,24 @@ export function compileSchema(schema: Json | null, limits: JsonLimits): Grammar 
                   ? isObj(v)
                   : typeof v === t,
       );
+    const minLength = count(s, "minLength", path) ?? 0;
+    const maxLength = count(s, "maxLength", path);
+    const minItems = count(s, "minItems", path) ?? 0;
+    const maxItems = count(s, "maxItems", path);
+    const b = numberBounds(s, path);
     if ("const" in s || "enum" in s) {
+      const k = "enum" in s ? "enum" : "const";
+      const beside = validating.find((o) => o !== k && !BESIDE_ENUM.has(o));
+      if (beside) fail(beside, path, `not supported alongside "${k}" (the ${k} values alone say what is valid)`);
       const values = "const" in s ? [s.const] : s.enum;
       if (!Array.isArray(values) || values.length === 0) fail("enum", path, "expected a non-empty array");
-      const ok = (values as unknown[]).filter(ofType);
-      if (!ok.length) fail("enum" in s ? "enum" : "const", path, `no value has type ${JSON.stringify(type)}`);
+      const fits = (v: unknown) =>
+        ofType(v) &&
+        (typeof v !== "string" || ([...v].length >= minLength && [...v].length <= (maxLength ?? Infinity))) &&
+        (typeof v !== "number" || !b || valueInBounds(b, v)) &&
+        (!Array.isArray(v) || (v.length >= minItems && v.length <= (maxItems ?? Infinity)));
+      const ok = (values as unknown[]).filter(fits);
+      if (!ok.length) fail(k, path, `no value fits the type, length and bounds beside it`);
       return literals(ok);
     }
     if (types && types.length > 1) return union(types.map((t) => compile({ ...s, type: t }, path)));
@@ -284,6 +364,7 @@ export function compileSchema(schema: Json | null, limits: JsonLimits): Grammar 
       if (["properties", "required", "additionalProperties"].some((k) => k in s)) t = "object";
       else if (["items", "minItems", "maxItems"].some((k) => k in s)) t = "array";
       else if (["minLength", "maxLength"].some((k) => k in s)) t = "string";
+      else if (b) t = "number";
       else return any;
     }
     switch (t) {
@@ -308,20 +389,30 @@ export function compileSchema(schema: Json | null, limits: JsonLimits): Grammar 
       case "array": {
         const items = s.items ?? true;
         if (Array.isArray(items)) fail("items", path, "tuple form (an array of schemas) is not supported");
-        const min = count(s, "minItems", path) ?? 0;
-        const max = count(s, "maxItems", path) ?? Math.max(min, limits.maxItems);
+        const min = minItems;
+        const max = maxItems ?? Math.max(min, limits.maxItems);
         if (min > max) fail("minItems", path, `minItems ${min} > maxItems ${max}`);
         return { kind: "array", id: ids++, need: 0, items: compile(items, `${path}/items`), min, max };
       }
       case "string": {
-        const min = count(s, "minLength", path) ?? 0;
-        const max = count(s, "maxLength", path) ?? Math.max(min, limits.maxStringLength);
+        const min = minLength;
+        const max = maxLength ?? Math.max(min, limits.maxStringLength);
         if (min > max) fail("minLength", path, `minLength ${min} > maxLength ${max}`);
         return str(min, max);
       }
       case "number":
-      case "integer":
-        return { kind: "number", id: ids++, need: 0, integer: t === "integer" };
+      case "integer": {
+        const integer = t === "integer";
+        // Bounds no number of at most maxNumberLength characters meets would leave the automaton stuck.
+        const room = limits.maxNumberLength - 1;
+        if (b && ![..."-0123456789"].some((c) => canReach(b, c, room, integer)))
+          fail(
+            "minimum" in s || "exclusiveMinimum" in s ? "minimum" : "maximum",
+            path,
+            `no ${t} of at most ${limits.maxNumberLength} characters lies within the bounds`,
+          );
+        return { kind: "number", id: ids++, need: 0, integer, bounds: b };
+      }
       case "boolean":
         return literals([true, false]);
       default:

@@ -21,7 +21,7 @@ function typeOf(v: unknown): string {
   return typeof v === "object" ? "object" : typeof v;
 }
 
-/** Why `v` does not fit `schema` (null when it does). Numeric bounds and format are not checked (ignored by the compiler). */
+/** Why `v` does not fit `schema` (null when it does). */
 export function validate(v: unknown, schema: Json | boolean, root: Json = schema as Json, path = "$"): string | null {
   if (schema === true) return null;
   if (schema === false) return `${path}: schema false`;
@@ -46,6 +46,16 @@ export function validate(v: unknown, schema: Json | boolean, root: Json = schema
     const n = [...v].length;
     if (typeof s.maxLength === "number" && n > s.maxLength) return `${path}: length ${n} > ${s.maxLength}`;
     if (typeof s.minLength === "number" && n < s.minLength) return `${path}: length ${n} < ${s.minLength}`;
+  }
+  if (typeof v === "number") {
+    const exMin = s.exclusiveMinimum;
+    const exMax = s.exclusiveMaximum;
+    const min = s.minimum as number | undefined;
+    const max = s.maximum as number | undefined;
+    if (min !== undefined && (exMin === true ? v <= min : v < min)) return `${path}: ${v} below minimum ${min}`;
+    if (max !== undefined && (exMax === true ? v >= max : v > max)) return `${path}: ${v} above maximum ${max}`;
+    if (typeof exMin === "number" && v <= exMin) return `${path}: ${v} <= exclusiveMinimum ${exMin}`;
+    if (typeof exMax === "number" && v >= exMax) return `${path}: ${v} >= exclusiveMaximum ${exMax}`;
   }
   if (Array.isArray(v)) {
     if (typeof s.maxItems === "number" && v.length > s.maxItems) return `${path}: ${v.length} items > ${s.maxItems}`;
@@ -77,7 +87,10 @@ export function randomValue(schema: Json | boolean, rng: Rng, root: Json = schem
   if (Array.isArray(s.anyOf ?? s.oneOf ?? s.allOf))
     return randomValue(pick((s.anyOf ?? s.oneOf ?? s.allOf) as Json[]), rng, root, depth);
   if ("const" in s) return s.const;
-  if (Array.isArray(s.enum)) return pick(s.enum);
+  if (Array.isArray(s.enum)) {
+    const { enum: values, ...rest } = s;
+    return pick((values as unknown[]).filter((v) => validate(v, rest, root) === null));
+  }
   const type = Array.isArray(s.type) ? pick(s.type as string[]) : ((s.type as string | undefined) ?? "object");
   switch (type) {
     case "string": {
@@ -88,9 +101,21 @@ export function randomValue(schema: Json | boolean, rng: Rng, root: Json = schem
       return Array.from({ length: n }, () => pick(alphabet)).join("");
     }
     case "integer":
-      return rng.int(2001) - 1000;
-    case "number":
+    case "number": {
+      const lo = (s.minimum ?? s.exclusiveMinimum) as number | undefined;
+      const hi = (s.maximum ?? s.exclusiveMaximum) as number | undefined;
+      if (lo !== undefined || hi !== undefined) {
+        // Bounded: a value strictly inside, on a grid of 1 (integers) or 0.25.
+        const a = lo ?? (hi as number) - 1000;
+        const z = hi ?? a + 1000;
+        const step = type === "integer" ? 1 : 0.25;
+        const first = Math.floor(a / step) + 1;
+        const last = Math.ceil(z / step) - 1;
+        return (first + rng.int(Math.max(1, last - first + 1))) * step;
+      }
+      if (type === "integer") return rng.int(2001) - 1000;
       return pick([0, -1, 3.25, 1e21, -2.5e-7, 123456.75, rng.int(100)]);
+    }
     case "boolean":
       return rng.next() < 0.5;
     case "null":
@@ -249,6 +274,20 @@ export const SCHEMAS: Record<string, Json> = {
     additionalProperties: false,
   },
   counts: { type: "object", additionalProperties: { type: "integer" } },
+  bounds: {
+    type: "object",
+    properties: {
+      dice: { type: "integer", minimum: 1, maximum: 6 },
+      below: { type: "integer", exclusiveMaximum: -95, minimum: -120 },
+      unit: { type: "number", minimum: 0, maximum: 1 },
+      open: { type: "number", exclusiveMinimum: -0.5, exclusiveMaximum: 0.25 },
+      big: { type: "integer", minimum: 999_999 },
+      legacy: { type: "number", minimum: 2, exclusiveMinimum: true, maximum: 3, exclusiveMaximum: true },
+      pick: { type: "integer", enum: [1, 5, 9, 12], maximum: 9 },
+    },
+    required: ["dice", "below", "unit", "open", "big", "legacy", "pick"],
+    additionalProperties: false,
+  },
   text: { type: "string", maxLength: 8 },
   any: {},
 };

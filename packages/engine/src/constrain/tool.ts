@@ -1,6 +1,7 @@
 // Forced tool calls (tool_choice "required" or a named function): the output is constrained to
 // `<tool_call>\n{"name": <one of the tools>, "arguments": <its parameters schema>}\n</tool_call>`, the
-// Hermes/Qwen format the chat templates and the handler's parser use.
+// Hermes/Qwen format the chat templates and the handler's parser use, or (Llama 3) to the call's JSON alone
+// with "parameters" for "arguments".
 import type { TokenConstraint } from "../generate/types.ts";
 import type { Vocab } from "./vocab.ts";
 
@@ -43,12 +44,16 @@ export interface ToolSpecLike {
 }
 
 /** The schema of one call: the tool's name and its arguments (a union over tools when several). */
-export function toolCallSchema(tools: ToolSpecLike[], only?: string): Record<string, unknown> {
+export function toolCallSchema(
+  tools: ToolSpecLike[],
+  only?: string,
+  argumentsKey: "arguments" | "parameters" = "arguments",
+): Record<string, unknown> {
   const pick = only ? tools.filter((t) => t.function.name === only) : tools;
   const one = (t: ToolSpecLike) => ({
     type: "object",
-    properties: { name: { const: t.function.name }, arguments: t.function.parameters ?? { type: "object" } },
-    required: ["name", "arguments"],
+    properties: { name: { const: t.function.name }, [argumentsKey]: t.function.parameters ?? { type: "object" } },
+    required: ["name", argumentsKey],
     additionalProperties: false,
   });
   return pick.length === 1 ? one(pick[0]) : { anyOf: pick.map(one) };

@@ -43,7 +43,7 @@ const utf8 = new TextEncoder();
 const lossy = new TextDecoder("utf-8");
 
 /** The bytes a token appends to decoded text, or null when they cannot be known from the token alone. */
-function tokenBytes(tok: VocabTokenizer, id: number): Uint8Array | null {
+export function tokenBytes(tok: VocabTokenizer, id: number): Uint8Array | null {
   const piece = tok.idToToken(id);
   if (piece === undefined || piece.length === 0) return null;
   const text = tok.decode([id]);

@@ -2,9 +2,11 @@
 // POST /v1/chat/completions with streaming, n, logprobs, tools and response_format. The in-process
 // client, the Web Worker client and the HTTP server all mount this one handler.
 import type { ChatTokenizer } from "../art/tokenize.ts";
+import { compileSchema, DEFAULT_LIMITS, JsonSchemaError } from "../constrain/schema.ts";
 import type { GenerateResult, Generator, TokenConstraint, TokenEvent } from "../generate/types.ts";
+import { ChoiceStream } from "./choice.ts";
 import { ApiError, badRequest, errorResponse, jsonResponse } from "./errors.ts";
-import { parseToolCalls, StopMatcher, TOOL_OPEN } from "./tools.ts";
+import { firstCallOnly, type ToolFormat } from "./tools.ts";
 import { parseChatRequest, type ChatRequest } from "./validate.ts";
 
 export interface HandlerTokenizer extends ChatTokenizer {
@@ -14,6 +16,8 @@ export interface HandlerTokenizer extends ChatTokenizer {
   ): string;
   /** Tokens that end an assistant turn (e.g. <|im_end|>, <|endoftext|>). */
   readonly stopTokenIds: number[];
+  /** The bytes a token stands for (logprobs' `bytes`: part of a character when a token splits one). */
+  tokenBytes?(id: number): Uint8Array | null;
 }
 
 export interface ServedModel {
@@ -25,6 +29,8 @@ export interface ServedModel {
   jsonConstraint?: (schema: Record<string, unknown> | null) => () => TokenConstraint;
   /** Builds a constraint forcing one call among `tools` (or of the named one), for tool_choice required/named. */
   toolConstraint?: (tools: ChatRequest["tools"], name?: string) => () => TokenConstraint;
+  /** How the model writes tool calls (from its chat template; default hermes). */
+  toolFormat?: ToolFormat;
   created?: number;
 }
 
@@ -33,21 +39,6 @@ export type Handler = (req: Request) => Promise<Response>;
 export interface HandlerOptions {
   /** Looked up on every request, so models can be added (e.g. a new checkpoint) while serving. */
   models: () => ServedModel[];
-}
-
-/** Decodes tokens one at a time, holding back bytes of an incomplete UTF-8 character. */
-class TextStream {
-  private ids: number[] = [];
-  private emitted = "";
-  constructor(private tok: ChatTokenizer) {}
-  push(id: number): string {
-    this.ids.push(id);
-    const text = this.tok.decode(this.ids, { skipSpecialTokens: true });
-    if (text.endsWith("\uFFFD")) return "";
-    const out = text.slice(this.emitted.length);
-    this.emitted = text;
-    return out;
-  }
 }
 
 function newId(prefix: string): string {
@@ -108,11 +99,30 @@ const modelNotFound = (id: string, served: ServedModel[]) =>
     "model_not_found",
   );
 
+/** Llama 3's template writes a call's arguments with `| tojson`, so they go in as objects, not JSON strings. */
+function argumentsAsObjects(messages: ChatRequest["messages"]): ChatRequest["messages"] {
+  return messages.map((m) => {
+    const calls = (m as { tool_calls?: { function: { arguments?: unknown } }[] }).tool_calls;
+    if (!calls?.length) return m;
+    const tool_calls = calls.map((c) => {
+      const args = c.function.arguments;
+      if (typeof args !== "string") return c;
+      try {
+        return { ...c, function: { ...c.function, arguments: JSON.parse(args) as unknown } };
+      } catch {
+        return c;
+      }
+    });
+    return { ...m, tool_calls } as typeof m;
+  });
+}
+
 function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
   const tools = cr.tool_choice === "none" ? undefined : cr.tools.length ? cr.tools : undefined;
+  const messages = model.toolFormat === "llama3_json" ? argumentsAsObjects(cr.messages) : cr.messages;
   let text: string;
   try {
-    text = model.tokenizer.applyChatTemplate(cr.messages, {
+    text = model.tokenizer.applyChatTemplate(messages, {
       tools,
       addGenerationPrompt: true,
       ...cr.chat_template_kwargs,
@@ -133,10 +143,28 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
     if (forced) {
       if (!model.toolConstraint)
         throw badRequest(`tool_choice: forcing a call is not supported by model ${model.name}`, "tool_choice");
-      return model.toolConstraint(cr.tools, typeof tc === "object" ? tc.function.name : undefined);
+      const only = typeof tc === "object" ? tc.function.name : undefined;
+      // Each tool that may be called on its own first, so that an error names the tool.
+      cr.tools.forEach((tool, i) => {
+        const fn = (tool as { function: { name: string; parameters?: Record<string, unknown> } }).function;
+        if (only && fn.name !== only) return;
+        try {
+          compileSchema(fn.parameters ?? { type: "object" }, DEFAULT_LIMITS);
+        } catch (e) {
+          if (!(e instanceof JsonSchemaError)) throw e;
+          throw badRequest(`tools[${i}].function.parameters: ${e.message}`, "tools");
+        }
+      });
+      return model.toolConstraint(cr.tools, only);
     }
     const rf = cr.response_format;
-    if (rf.type === "text") return undefined;
+    if (rf.type === "text") {
+      // parallel_tool_calls false: at most one call, then the end of the turn.
+      if (!toolsParsed(cr) || cr.parallel_tool_calls) return undefined;
+      const tok = model.tokenizer;
+      const decode = (ids: number[]) => tok.decode(ids, { skipSpecialTokens: true });
+      return firstCallOnly(model.toolFormat ?? "hermes", decode, tok.stopTokenIds, model.generator.vocabSize);
+    }
     if (!model.jsonConstraint)
       throw badRequest(`response_format: ${rf.type} is not supported by model ${model.name}`, "response_format");
     return model.jsonConstraint(rf.type === "json_schema" ? (rf.json_schema.schema ?? {}) : null);
@@ -144,11 +172,15 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
     // Schema errors (an unsupported keyword, a bad $ref) are the client's: a 400 naming the keyword and path.
     if (e instanceof ApiError) throw e;
     throw badRequest(
-      `${forced ? "tools" : "response_format"}: ${(e as Error).message}`,
+      `${forced ? "tools" : "response_format.json_schema.schema"}: ${(e as Error).message}`,
       forced ? "tools" : "response_format",
     );
   }
 }
+
+/** Tool calls are parsed from the reply when tools may be called and the reply is not a JSON response_format. */
+const toolsParsed = (cr: ChatRequest) =>
+  cr.tools.length > 0 && cr.tool_choice !== "none" && cr.response_format.type === "text";
 
 /** OpenAI's usage object: the prompt counts once for all n choices. */
 const usage = (r: GenerateResult, completion: number) => ({
@@ -157,21 +189,6 @@ const usage = (r: GenerateResult, completion: number) => ({
   total_tokens: r.promptTokens + completion,
   prompt_tokens_details: { cached_tokens: r.cachedPromptTokens },
 });
-
-interface ChoiceState {
-  text: string;
-  stops: StopMatcher;
-  stream: TextStream;
-  logprobs: {
-    token: string;
-    logprob: number;
-    bytes: number[];
-    top_logprobs: { token: string; logprob: number; bytes: number[] }[];
-  }[];
-  /** Streaming: text already sent, and whether a tool call started (then text is held to the end). */
-  sent: number;
-  inTool: boolean;
-}
 
 async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: AbortSignal | null): Promise<Response> {
   const promptIds = buildPrompt(model, cr);
@@ -195,47 +212,35 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
   const tok = model.tokenizer;
   const id = newId("chatcmpl");
   const created = Math.floor(Date.now() / 1000);
-  const states: ChoiceState[] = Array.from({ length: cr.n }, () => ({
-    text: "",
-    stops: new StopMatcher(cr.stop),
-    stream: new TextStream(tok),
-    logprobs: [],
-    sent: 0,
-    inTool: false,
-  }));
-  const tokenText = (tid: number) => tok.decode([tid], { skipSpecialTokens: false });
-  const bytes = (s: string) => [...new TextEncoder().encode(s)];
+  const entry = (tid: number, logprob: number) => {
+    const token = tok.decode([tid], { skipSpecialTokens: false });
+    const b = tok.tokenBytes?.(tid) ?? new TextEncoder().encode(token);
+    return { token, logprob, bytes: [...b] };
+  };
+  const logprob = (e: TokenEvent) => ({
+    ...entry(e.tokenId, e.logprob),
+    top_logprobs: (e.top ?? []).slice(0, cr.top_logprobs).map((x) => entry(x.tokenId, x.logprob)),
+  });
+  const choices = Array.from(
+    { length: cr.n },
+    () =>
+      new ChoiceStream({
+        decode: (ids) => tok.decode(ids, { skipSpecialTokens: true }),
+        stop: cr.stop,
+        tools: toolsParsed(cr) ? (model.toolFormat ?? "hermes") : null,
+        maxCalls: cr.parallel_tool_calls ? Infinity : 1,
+        logprob: cr.logprobs ? logprob : undefined,
+      }),
+  );
+  const logprobsOf = (content: unknown[]) => (cr.logprobs ? { content, refusal: null } : null);
   let push: ((chunk: unknown) => void) | undefined;
 
   const onToken = (e: TokenEvent): boolean => {
-    const st = states[e.sample];
-    if (cr.logprobs) {
-      const t = tokenText(e.tokenId);
-      st.logprobs.push({
-        token: t,
-        logprob: e.logprob,
-        bytes: bytes(t),
-        top_logprobs: (e.top ?? []).slice(0, cr.top_logprobs).map((x) => {
-          const s = tokenText(x.tokenId);
-          return { token: s, logprob: x.logprob, bytes: bytes(s) };
-        }),
-      });
-    }
-    const piece = st.stops.push(st.stream.push(e.tokenId));
-    st.text += piece;
-    if (push && piece) {
-      if (!st.inTool && cr.tools.length && st.text.includes(TOOL_OPEN)) st.inTool = true;
-      if (!st.inTool) {
-        push({
-          index: e.sample,
-          delta: { content: st.text.slice(st.sent) },
-          logprobs: cr.logprobs ? { content: st.logprobs.slice(-1) } : null,
-          finish_reason: null,
-        });
-        st.sent = st.text.length;
-      }
-    }
-    return !st.stops.stopped;
+    const c = choices[e.sample];
+    const piece = c.push(e);
+    if (push && piece)
+      push({ index: e.sample, delta: piece.delta, logprobs: logprobsOf(piece.logprobs), finish_reason: null });
+    return !c.stopped;
   };
 
   const run = () =>
@@ -258,40 +263,40 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
       onToken,
     );
 
-  const finishChoice = (i: number, finish: string, tokenIds: number[], tokenLogprobs: number[]) => {
-    const st = states[i];
-    st.text += st.stops.flush();
-    const parsed =
-      cr.tools.length && cr.tool_choice !== "none" ? parseToolCalls(st.text) : { content: st.text, toolCalls: [] };
-    const finishReason = parsed.toolCalls.length ? "tool_calls" : st.stops.stopped ? "stop" : finish;
-    return { parsed, finishReason, tokenIds, tokenLogprobs };
+  /** Ends choice i: the last piece, and why it finished (a complete tool call says tool_calls). */
+  const finishChoice = (i: number, finish: string) => {
+    const c = choices[i];
+    const last = c.end();
+    const finishReason = c.toolCalls.length && !c.incompleteCall ? "tool_calls" : c.stopped ? "stop" : finish;
+    return { last, finishReason };
   };
 
   if (!cr.stream) {
     const result = await run();
-    const choices = result.samples.map((s, i) => {
-      const f = finishChoice(i, s.finishReason === "abort" ? "stop" : s.finishReason, s.tokenIds, s.logprobs);
+    const out = result.samples.map((s, i) => {
+      const f = finishChoice(i, s.finishReason === "abort" ? "stop" : s.finishReason);
+      const c = choices[i];
       return {
         index: i,
         message: {
           role: "assistant" as const,
-          content: f.parsed.content,
+          content: c.content,
           refusal: null,
-          ...(f.parsed.toolCalls.length ? { tool_calls: f.parsed.toolCalls } : {}),
+          ...(c.toolCalls.length ? { tool_calls: c.toolCalls } : {}),
         },
-        logprobs: cr.logprobs ? { content: states[i].logprobs, refusal: null } : null,
+        logprobs: logprobsOf(c.logprobs),
         finish_reason: f.finishReason,
         token_ids: s.tokenIds,
         token_logprobs: s.logprobs,
       };
     });
-    const completion = choices.reduce((a, c) => a + c.token_ids.length, 0);
+    const completion = out.reduce((a, c) => a + c.token_ids.length, 0);
     return jsonResponse({
       id,
       object: "chat.completion",
       created,
       model: model.name,
-      choices,
+      choices: out,
       usage: usage(result, completion),
     });
   }
@@ -311,23 +316,12 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
         let completion = 0;
         result.samples.forEach((s, i) => {
           completion += s.tokenIds.length;
-          const f = finishChoice(i, s.finishReason === "abort" ? "stop" : s.finishReason, s.tokenIds, s.logprobs);
-          const st = states[i];
-          const delta: Record<string, unknown> = {};
-          if (f.parsed.toolCalls.length) {
-            const already = st.text.slice(0, st.sent);
-            const content = f.parsed.content ?? "";
-            if (content.length > already.length && content.startsWith(already))
-              delta.content = content.slice(already.length);
-            delta.tool_calls = f.parsed.toolCalls.map((tc, k) => ({ index: k, ...tc }));
-          } else if (st.text.length > st.sent) {
-            delta.content = st.text.slice(st.sent);
-          }
+          const f = finishChoice(i, s.finishReason === "abort" ? "stop" : s.finishReason);
           chunk([
             {
               index: i,
-              delta,
-              logprobs: null,
+              delta: f.last.delta,
+              logprobs: logprobsOf(f.last.logprobs),
               finish_reason: f.finishReason,
               token_ids: s.tokenIds,
               token_logprobs: s.logprobs,

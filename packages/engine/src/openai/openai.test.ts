@@ -1,5 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseToolCalls, StopMatcher } from "./tools.ts";
+import { StopMatcher } from "./stops.ts";
+import { parseToolCalls } from "./tools.ts";
 import { parseChatRequest } from "./validate.ts";
 
 describe("tool call parsing", () => {
@@ -41,6 +42,13 @@ describe("request validation", () => {
   it("fills OpenAI's defaults", () => {
     const r = parseChatRequest(base);
     expect(r).toMatchObject({ temperature: 1, top_p: 1, n: 1, stream: false, tool_choice: "none", max_tokens: null });
+    expect(r.parallel_tool_calls).toBe(true);
+  });
+
+  it("accepts what names or routes a request without changing the answer", () => {
+    const extra = { user: "u", metadata: { a: "b" }, store: false, prompt_cache_key: "k", safety_identifier: "s" };
+    expect(() => parseChatRequest({ ...base, ...extra, modalities: ["text"], logit_bias: null })).not.toThrow();
+    expect(parseChatRequest({ ...base, parallel_tool_calls: false }).parallel_tool_calls).toBe(false);
   });
   it.each([
     [{ temperature: 3 }, /temperature: 3 is out of range/],
@@ -54,6 +62,11 @@ describe("request validation", () => {
     [{ tool_choice: "required" }, /needs tools/],
     [{ response_format: { type: "xml" } }, /response_format.type/],
     [{ frobnicate: 1 }, /Unrecognized request argument supplied: frobnicate/],
+    [{ logit_bias: { "42": 5 } }, /logit_bias: the sampler takes no per-token bias/],
+    [{ functions: [{ name: "f" }] }, /functions: the legacy functions API is not supported; use tools/],
+    [{ reasoning_effort: "low" }, /reasoning_effort: not supported; .*chat_template_kwargs/],
+    [{ modalities: ["text", "audio"] }, /modalities: only \["text"\]/],
+    [{ parallel_tool_calls: 1 }, /parallel_tool_calls: expected a boolean/],
     [{ stop: ["a", "b", "c", "d", "e"] }, /stop: up to 4/],
   ])("rejects %j", (extra, msg) => {
     expect(() => parseChatRequest({ ...base, ...extra })).toThrow(msg);

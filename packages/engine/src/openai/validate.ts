@@ -25,20 +25,40 @@ export interface ChatRequest {
   top_logprobs: number;
   tools: Tool[];
   tool_choice: ToolChoice;
+  /** false: at most one tool call in the reply. */
+  parallel_tool_calls: boolean;
   response_format: ResponseFormat;
   /** Extra chat-template variables (e.g. enable_thinking), as vLLM's chat_template_kwargs. */
   chat_template_kwargs: Record<string, unknown>;
 }
 
+/** Accepted and ignored: they name or route a request but do not change its answer. */
 const IGNORED = new Set([
   "user",
   "metadata",
   "store",
-  "parallel_tool_calls",
   "service_tier",
   "stream_options",
   "extra_body",
+  "safety_identifier",
+  "prompt_cache_key",
+  "prompt_cache_retention",
+  "prompt_cache_options",
 ]);
+
+/** OpenAI parameters that would change the answer in ways this server cannot: refused, with what to do. */
+const REFUSED: Record<string, string> = {
+  logit_bias: "the sampler takes no per-token bias; use response_format or tools to constrain the output",
+  functions: "the legacy functions API is not supported; use tools",
+  function_call: "the legacy functions API is not supported; use tool_choice",
+  audio: "only text output is supported",
+  prediction: "predicted outputs are not supported",
+  reasoning_effort:
+    "not supported; for a model with a thinking switch use chat_template_kwargs (e.g. { enable_thinking: false })",
+  verbosity: "not supported",
+  web_search_options: "web search is not supported",
+  moderation: "moderation is not supported",
+};
 const KNOWN = new Set([
   "model",
   "messages",
@@ -59,6 +79,7 @@ const KNOWN = new Set([
   "presence_penalty",
   "frequency_penalty",
   "chat_template_kwargs",
+  "parallel_tool_calls",
   ...IGNORED,
 ]);
 const ROLES = new Set(["system", "developer", "user", "assistant", "tool"]);
@@ -191,8 +212,13 @@ function responseFormat(v: unknown): ResponseFormat {
 
 export function parseChatRequest(body: unknown): ChatRequest {
   if (!isObj(body)) throw badRequest("the request body must be a JSON object");
-  for (const k of Object.keys(body))
-    if (!KNOWN.has(k)) throw badRequest(`Unrecognized request argument supplied: ${k}`, k);
+  for (const k of Object.keys(body)) {
+    if (k === "modalities" && JSON.stringify(body[k]) === '["text"]') continue;
+    if (k === "modalities") throw badRequest(`modalities: only ["text"] is supported`, k);
+    if (Object.hasOwn(REFUSED, k) && body[k] !== null) throw badRequest(`${k}: ${REFUSED[k]}`, k);
+    if (!KNOWN.has(k) && !Object.hasOwn(REFUSED, k))
+      throw badRequest(`Unrecognized request argument supplied: ${k}`, k);
+  }
   if (typeof body.model !== "string" || !body.model) throw badRequest("model: required string", "model");
   for (const k of ["presence_penalty", "frequency_penalty"]) {
     if (body[k] !== undefined && body[k] !== 0 && body[k] !== null) throw badRequest(`${k}: not supported (only 0)`, k);
@@ -231,6 +257,8 @@ export function parseChatRequest(body: unknown): ChatRequest {
     top_logprobs,
     tools: toolList,
     tool_choice: toolChoice(body.tool_choice, toolList),
+    parallel_tool_calls:
+      body.parallel_tool_calls === undefined || body.parallel_tool_calls === null || bool(body, "parallel_tool_calls"),
     response_format: responseFormat(body.response_format),
     chat_template_kwargs: (ctk as Record<string, unknown>) ?? {},
   };

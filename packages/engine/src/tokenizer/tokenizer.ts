@@ -42,6 +42,8 @@ export class Tokenizer {
   readonly specialIds: ReadonlySet<number>;
   /** Whether a chat template is available (applyChatTemplate throws otherwise). */
   readonly hasChatTemplate: boolean;
+  /** The chat template's source (one template, or named ones), null without one. */
+  readonly chatTemplate: ChatTemplateSource | null;
   private readonly chat: ChatTemplate | null;
 
   private constructor(
@@ -68,6 +70,7 @@ export class Tokenizer {
         })
       : null;
     this.hasChatTemplate = this.chat !== null;
+    this.chatTemplate = chatTemplate;
   }
 
   /**

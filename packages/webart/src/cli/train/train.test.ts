@@ -26,7 +26,7 @@ describe("webart train / eval", () => {
     expect(await trainCommand(["--steps", "3", "--name", "a", "--resume", ...tiny])).toBe(0);
     expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("3");
     await expect(trainCommand(["--env", "chess", ...tiny])).rejects.toBeInstanceOf(UsageError);
-  });
+  }, 300_000); // three runs of the CLI (load, train, checkpoint): minutes on a loaded 2-core machine
 
   it("--opponent: groups take the listed opponents in turn; an unknown one is a usage error", async () => {
     expect(await trainCommand(["--steps", "1", "--name", "opp", "--opponent", "random,winning", ...tiny])).toBe(0);
