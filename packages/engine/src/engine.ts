@@ -12,7 +12,7 @@ import { Model } from "./model/model.ts";
 import { ModelRunner } from "./model/runner.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
-import { detectToolFormat } from "./openai/tools.ts";
+import { detectToolFormat, templateMessages } from "./openai/tools.ts";
 import {
   checkPlan,
   defaultMemoryBudget,
@@ -76,10 +76,12 @@ export function chatTokenizer(
   for (const id of Array.isArray(gen) ? gen : typeof gen === "number" ? [gen] : []) stops.add(id as number);
   const imEnd = tok.tokenToId("<|im_end|>");
   if (imEnd !== undefined) stops.add(imEnd);
+  const format = detectToolFormat(tok.chatTemplate);
   return {
     inner: tok,
     stopTokenIds: [...stops],
-    applyChatTemplate: (messages, opts) => tok.applyChatTemplate(messages as never, opts as never),
+    applyChatTemplate: (messages, opts) =>
+      tok.applyChatTemplate(templateMessages(format, messages) as never, opts as never),
     encode: (text, o) => tok.encode(text, o),
     decode: (ids, o) => tok.decode(ids, o),
     tokenBytes: (id) => tokenBytes(tok, id),

@@ -4,6 +4,7 @@ import { describe, expect, it } from "vitest";
 import { GAMES, gameByName, parseOpponents, stepScenarios } from "./registry.ts";
 import { trainingScenarioSeed } from "./rollout.ts";
 import { scriptedOpenAI } from "./scripted.ts";
+import { emailScenario, emailScenarioSeed, naiveSearcher, perfectSearcher } from "./email/index.ts";
 
 describe("game registry", () => {
   it("a step's groups each share one scenario, seeded by trainingScenarioSeed, opponents taken in turn", () => {
@@ -37,7 +38,7 @@ describe("game registry", () => {
 
   it("unknown games and opponents are refused with the choices", () => {
     expect(gameByName("2048").name).toBe("2048");
-    expect(() => gameByName("chess")).toThrow('unknown environment "chess" (available: tictactoe, 2048)');
+    expect(() => gameByName("chess")).toThrow('unknown environment "chess" (available: tictactoe, 2048, email)');
     expect(parseOpponents(" random,blocking ")).toEqual(["random", "blocking"]);
     expect(() => parseOpponents("random,grandmaster")).toThrow(
       'opponent "grandmaster" is not known (available: random, winning, blocking, minimax)',
@@ -64,5 +65,27 @@ describe("game registry", () => {
     const summary = GAMES.tictactoe.summarize(games);
     expect(summary.games).toBe(4);
     expect(GAMES.tictactoe.score(games)).toBeCloseTo(summary.win + summary.draw, 12);
+  });
+
+  it("an email rollout plays the split's scenario (training's unless told), scored by accuracy", async () => {
+    const sampling = { model: "m", temperature: 1, maxTokens: GAMES.email.maxTokens };
+    const perfect = await Promise.all(
+      [0, 1, 2].map((i) =>
+        GAMES.email.rollout(scriptedOpenAI(perfectSearcher(emailScenario("eval", i))).client, {
+          ...sampling,
+          scenario: { seed: i, split: "eval" },
+        }),
+      ),
+    );
+    expect(perfect.map((t) => t.metadata.seed)).toEqual([0, 1, 2].map((i) => emailScenarioSeed("eval", i)));
+    expect(perfect.map((t) => t.metadata.split)).toEqual(["eval", "eval", "eval"]);
+    expect(GAMES.email.score(perfect)).toBe(1);
+    expect(GAMES.email.summarize(perfect)).toMatchObject({ episodes: 3, accuracy: 1, meanTurns: 3 });
+    const train = await GAMES.email.rollout(scriptedOpenAI(naiveSearcher()).client, {
+      ...sampling,
+      scenario: { seed: 0 },
+    });
+    expect([train.metadata.seed, train.metadata.split]).toEqual([emailScenarioSeed("train", 0), "train"]);
+    expect(GAMES.email.scoreName).toBe("accuracy");
   });
 });

@@ -2,18 +2,24 @@
 // which scenarios a training step plays. The CLI, the web worker and the eval command all go through here, so a
 // seed gives the same games in Node and in the tab.
 import type OpenAI from "openai";
+import { emailScenario, summarizeEmail, rolloutEmail, type EmailSplit } from "./email/index.ts";
 import { summarize2048, summarizeTicTacToe } from "./evaluate.ts";
 import { TICTACTOE_OPPONENTS, type TicTacToeOpponentName } from "./players.ts";
 import { rollout2048, rolloutTicTacToe, trainingScenarioSeed } from "./rollout.ts";
 import type { SamplingOptions, TrajectoryLike } from "./types.ts";
 
-export const GAME_NAMES = ["tictactoe", "2048"] as const;
+export const GAME_NAMES = ["tictactoe", "2048", "email"] as const;
 export type GameName = (typeof GAME_NAMES)[number];
 
 export interface GameScenario {
   seed: number;
-  /** Tic-tac-toe's opponent (default random); 2048 has none. */
+  /** Tic-tac-toe's opponent (default random); the others have none. */
   opponent?: TicTacToeOpponentName;
+  /**
+   * The email env's scenarios: training's (default) or the held-out evaluation ones, `seed` being the index within
+   * the split (the two splits never share an inbox). The games take the seed as it is.
+   */
+  split?: EmailSplit;
 }
 
 export interface Game {
@@ -21,9 +27,13 @@ export interface Game {
   rollout(client: OpenAI, opts: SamplingOptions & { scenario: GameScenario }): Promise<TrajectoryLike>;
   /** Rates and means over games (win, invalid, ...), as `webart eval` prints them. */
   summarize(trajectories: TrajectoryLike[]): Record<string, number>;
-  /** The headline number and its name: win+draw for tic-tac-toe, the mean largest tile for 2048. */
+  /** The headline number and its name: win+draw for tic-tac-toe, the mean largest tile for 2048, accuracy for email. */
   score(trajectories: TrajectoryLike[]): number;
   scoreName: string;
+  /** Tokens per model turn unless told otherwise: a move is a few tokens, a tool call a hundred or more. */
+  maxTokens: number;
+  /** The context an engine for this game is loaded with; undefined: the engine's default (the model's, at most 2048). */
+  maxContext?: number;
 }
 
 const numbers = (o: object): Record<string, number> =>
@@ -43,6 +53,8 @@ export const GAMES: Record<GameName, Game> = {
       return s.win + s.draw;
     },
     scoreName: "win+draw",
+    maxTokens: 12,
+    maxContext: 512,
   },
   "2048": {
     name: "2048",
@@ -50,6 +62,17 @@ export const GAMES: Record<GameName, Game> = {
     summarize: (t) => numbers(summarize2048(t)),
     score: (t) => summarize2048(t).meanMaxTile,
     scoreName: "max tile",
+    maxTokens: 12,
+    maxContext: 512,
+  },
+  email: {
+    name: "email",
+    rollout: (client, { scenario, ...opts }) =>
+      rolloutEmail(client, { ...opts, scenario: emailScenario(scenario.split ?? "train", scenario.seed) }),
+    summarize: (t) => numbers(summarizeEmail(t)),
+    score: (t) => summarizeEmail(t).accuracy,
+    scoreName: "accuracy",
+    maxTokens: 200,
   },
 };
 

@@ -117,7 +117,7 @@ function chatAct(client: OpenAI, { model, temperature, maxTokens, seed }: Sampli
 }
 
 /** The sampling seed of a game's turn: a 32-bit mix of the game's seed and the turn number. */
-function turnSeed(seed: number, turn: number): number {
+export function turnSeed(seed: number, turn: number): number {
   let h = Math.imul((seed >>> 0) ^ 0x9e3779b9, 0x85ebca6b) ^ Math.imul(turn + 1, 0xc2b2ae35);
   h = Math.imul(h ^ (h >>> 16), 0x7feb352d);
   return ((h ^ (h >>> 15)) >>> 0) & 0x7fffffff;

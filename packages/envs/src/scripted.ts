@@ -7,13 +7,24 @@ import type { Message } from "./types.ts";
 const encoder = new TextEncoder();
 type CreateParams = OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming;
 
-/** Gives the reply text for a request; may throw to simulate a failing server (HTTP 500). */
-export type ScriptedPolicy = (messages: Message[], request: CreateParams) => string | Promise<string>;
+/** A reply that calls tools: each call's name and its arguments as the model would write them (a JSON string). */
+export interface ScriptedReply {
+  content?: string | null;
+  toolCalls?: { name: string; arguments: string }[];
+}
+
+/** Gives the reply (its text, or content and tool calls) for a request; may throw to simulate a failing server (HTTP 500). */
+export type ScriptedPolicy = (
+  messages: Message[],
+  request: CreateParams,
+) => string | ScriptedReply | Promise<string | ScriptedReply>;
 
 export interface ScriptedServer {
   client: OpenAI;
   /** Every request body received, in order. */
   requests: CreateParams[];
+  /** The fake server's fetch, for a client of one's own (e.g. one that fails some requests). */
+  fetch: (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 }
 
 export function scriptedOpenAI(policy: ScriptedPolicy): ScriptedServer {
@@ -25,23 +36,36 @@ export function scriptedOpenAI(policy: ScriptedPolicy): ScriptedServer {
       return json(404, { error: { message: `scripted server: no route for ${init?.method} ${url}` } });
     const request = JSON.parse(String(init.body)) as CreateParams;
     requests.push(request);
-    let text: string;
+    let reply: ScriptedReply;
     try {
-      text = await policy(request.messages, request);
+      const r = await policy(request.messages, request);
+      reply = typeof r === "string" ? { content: r } : r;
     } catch (e) {
       return json(500, { error: { message: String(e) } });
     }
+    const n = ++counter;
+    const toolCalls = (reply.toolCalls ?? []).map((c, i) => ({
+      id: `call_scripted_${n}_${i}`,
+      type: "function" as const,
+      function: { name: c.name, arguments: c.arguments },
+    }));
+    const text = (reply.content ?? "") + (reply.toolCalls ?? []).map((c) => c.name + c.arguments).join("");
     const tokens = Array.from(text); // one "token" per character, logprob 0: enough for structure checks
     const completion: OpenAI.Chat.Completions.ChatCompletion = {
-      id: `chatcmpl-scripted-${++counter}`,
+      id: `chatcmpl-scripted-${n}`,
       object: "chat.completion",
       created: Math.floor(Date.now() / 1000),
       model: request.model,
       choices: [
         {
           index: 0,
-          finish_reason: "stop",
-          message: { role: "assistant", content: text, refusal: null },
+          finish_reason: toolCalls.length ? "tool_calls" : "stop",
+          message: {
+            role: "assistant",
+            content: toolCalls.length ? (reply.content ?? null) : (reply.content ?? ""),
+            refusal: null,
+            ...(toolCalls.length ? { tool_calls: toolCalls } : {}),
+          },
           logprobs: request.logprobs
             ? {
                 content: tokens.map((token) => ({
@@ -60,7 +84,7 @@ export function scriptedOpenAI(policy: ScriptedPolicy): ScriptedServer {
     return json(200, completion);
   };
   const client = new OpenAI({ apiKey: "x", baseURL: "http://127.0.0.1/v1", fetch, maxRetries: 0 });
-  return { client, requests };
+  return { client, requests, fetch };
 }
 
 function json(status: number, body: unknown): Response {

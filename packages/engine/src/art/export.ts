@@ -5,6 +5,7 @@
 // return_tokens_as_token_ids) and vLLM's `token_ids` / `prompt_token_ids`.
 import { dec, enc, type RunStore } from "../store/store.ts";
 import { Tokenizer } from "../tokenizer/index.ts";
+import { detectToolFormat, templateMessages } from "../openai/tools.ts";
 import { modelFiles, readJson, readText, type ModelSource } from "../weights/index.ts";
 import type { LoraConfig } from "../model/lora.ts";
 import { PEFT_MODULES } from "../model/peft.ts";
@@ -29,8 +30,10 @@ export async function openTokenizer(source: ModelSource): Promise<ChatTokenizer>
   const config = (await readJson(files, "tokenizer_config.json")) ?? {};
   const chatTemplate = (await readText(files, "chat_template.jinja")) ?? undefined;
   const tok = Tokenizer.fromJSON(json, config, { chatTemplate });
+  const format = detectToolFormat(tok.chatTemplate);
   return {
-    applyChatTemplate: (messages, opts) => tok.applyChatTemplate(messages as never, opts as never),
+    applyChatTemplate: (messages, opts) =>
+      tok.applyChatTemplate(templateMessages(format, messages) as never, opts as never),
     encode: (text, o) => tok.encode(text, o),
     decode: (ids, o) => tok.decode(ids, o),
   };

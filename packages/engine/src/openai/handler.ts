@@ -99,30 +99,13 @@ const modelNotFound = (id: string, served: ServedModel[]) =>
     "model_not_found",
   );
 
-/** Llama 3's template writes a call's arguments with `| tojson`, so they go in as objects, not JSON strings. */
-function argumentsAsObjects(messages: ChatRequest["messages"]): ChatRequest["messages"] {
-  return messages.map((m) => {
-    const calls = (m as { tool_calls?: { function: { arguments?: unknown } }[] }).tool_calls;
-    if (!calls?.length) return m;
-    const tool_calls = calls.map((c) => {
-      const args = c.function.arguments;
-      if (typeof args !== "string") return c;
-      try {
-        return { ...c, function: { ...c.function, arguments: JSON.parse(args) as unknown } };
-      } catch {
-        return c;
-      }
-    });
-    return { ...m, tool_calls } as typeof m;
-  });
-}
-
 function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
   const tools = cr.tool_choice === "none" ? undefined : cr.tools.length ? cr.tools : undefined;
-  const messages = model.toolFormat === "llama3_json" ? argumentsAsObjects(cr.messages) : cr.messages;
   let text: string;
   try {
-    text = model.tokenizer.applyChatTemplate(messages, {
+    // The engine's tokenizer puts the messages in the form the template expects (templateMessages), as the
+    // trainer's does, so a sampled turn is trained after the very prompt it was sampled from.
+    text = model.tokenizer.applyChatTemplate(cr.messages, {
       tools,
       addGenerationPrompt: true,
       ...cr.chat_template_kwargs,

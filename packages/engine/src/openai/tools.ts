@@ -50,6 +50,29 @@ export function detectToolFormat(template: string | { template: string }[] | nul
   return "hermes";
 }
 
+/**
+ * Messages as a chat template in `format` expects them. Llama 3's template writes a call's arguments with `| tojson`,
+ * so they go in as objects, not JSON strings (OpenAI's form). The engine's tokenizer renders every chat through
+ * this (chatTokenizer), so the server's prompts and the trainer's contexts for the same messages are the same ids.
+ */
+export function templateMessages<M>(format: ToolFormat, messages: M[]): M[] {
+  if (format !== "llama3_json") return messages;
+  return messages.map((m) => {
+    const calls = (m as { tool_calls?: { function: { arguments?: unknown } }[] }).tool_calls;
+    if (!calls?.length) return m;
+    const tool_calls = calls.map((c) => {
+      const args = c.function.arguments;
+      if (typeof args !== "string") return c;
+      try {
+        return { ...c, function: { ...c.function, arguments: JSON.parse(args) as unknown } };
+      } catch {
+        return c;
+      }
+    });
+    return { ...m, tool_calls };
+  });
+}
+
 /** Index just past the JSON value that starts at text[0] (after whitespace), or -1 while it is unfinished. */
 function valueEnd(text: string): number {
   let depth = 0;

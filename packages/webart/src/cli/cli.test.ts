@@ -66,7 +66,7 @@ describe("webart", () => {
     ["train", ["--steps", "ten"], '--steps "ten": expected an integer >= 1'],
     ["train", ["--lr=-1"], '--lr "-1": expected a number >= 0'],
     ["train", ["--memory-budget", "lots"], '--memory-budget "lots" is not a size'],
-    ["train", ["--env", "chess"], '--env "chess": expected tictactoe or 2048'],
+    ["train", ["--env", "chess"], '--env "chess": expected tictactoe, 2048 or email'],
     ["train", ["--group-size"], "--group-size needs a value"],
     ["eval", ["--games", "1.5"], '--games "1.5": expected an integer >= 1'],
     ["eval", ["--checkpoint", "last"], '--checkpoint "last": expected a step number, latest or none'],

@@ -12,7 +12,7 @@ interface Command {
 
 const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = {
   train: {
-    summary: "GRPO on tic-tac-toe or 2048 with the embedded model",
+    summary: "GRPO on tic-tac-toe, 2048 or email search with the embedded model",
     load: async () => import("./train/train.ts").then((m) => ({ spec: m.TRAIN, run: m.trainCommand })),
   },
   eval: {

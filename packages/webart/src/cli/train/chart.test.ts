@@ -42,5 +42,8 @@ describe("chart", () => {
     expect(svg).toContain("win + draw rate (10 steps)");
     expect(svg).toContain("mean reward (10 steps)");
     expect(svg.match(/<path /g)?.length).toBe(4);
+    // Each game's score under its own name, drawn near [0, 1].
+    expect(trainingChart("email/agent", "email", history)).toContain("accuracy (10 steps)");
+    expect(trainingChart("2048/agent", "2048", history)).toContain("max tile / 64 (10 steps)");
   });
 });

@@ -1,4 +1,6 @@
 // A small SVG line chart (reward and win rate against step) written into each run's directory.
+import type { GameName } from "@webart/envs";
+
 export interface Series {
   name: string;
   color: string;
@@ -66,15 +68,22 @@ export function lineChart(
   );
 }
 
-/** A run's chart: mean reward and the game's score (win + draw rate, or max tile / 64) per step, raw and over 10 steps. */
+/** How each game's score is drawn: its name on the chart, the divisor that brings it near [0, 1], the top of the axis. */
+const SCORES: Record<GameName, { name: string; scale: number; yMax: number }> = {
+  tictactoe: { name: "win + draw rate", scale: 1, yMax: 1 },
+  "2048": { name: "max tile / 64", scale: 64, yMax: 2 },
+  email: { name: "accuracy", scale: 1, yMax: 1 },
+};
+
+/** A run's chart: mean reward and the game's score (win + draw rate, max tile / 64, accuracy) per step, raw and over 10 steps. */
 export function trainingChart(
   title: string,
-  env: "tictactoe" | "2048",
+  env: GameName,
   history: { step: number; reward: number; score: number }[],
 ): string {
+  const { name: score, scale, yMax } = SCORES[env];
   const rewards = history.map((h): [number, number] => [h.step, h.reward]);
-  const scores = history.map((h): [number, number] => [h.step, env === "tictactoe" ? h.score : h.score / 64]);
-  const score = env === "tictactoe" ? "win + draw rate" : "max tile / 64";
+  const scores = history.map((h): [number, number] => [h.step, h.score / scale]);
   return lineChart(
     `${title}: each step's rollouts (faint), and their mean over 10 steps`,
     [
@@ -83,6 +92,6 @@ export function trainingChart(
       { name: "mean reward (10 steps)", color: "#1f6feb", points: rollingMean(rewards, 10) },
       { name: `${score} (10 steps)`, color: "#d9480f", points: rollingMean(scores, 10) },
     ],
-    { yMin: -1, yMax: env === "tictactoe" ? 1 : 2 },
+    { yMin: -1, yMax },
   );
 }

@@ -1,13 +1,20 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
-// player; perfect minimax for tic-tac-toe), as one table.
+// player; perfect minimax for tic-tac-toe; perfect and naive scripted searchers for email), as one table.
 import { EMBEDDED_MODEL, Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import {
+  emailScenario,
   evaluate2048,
   evaluateTicTacToe,
   minimaxTicTacToePlayer,
+  naiveSearcher,
+  perfectSearcher,
   random2048Player,
   randomTicTacToePlayer,
+  rolloutEmail,
+  scriptedOpenAI,
+  summarizeEmail,
   GAMES,
+  type ScriptedPolicy,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 import { ENVS } from "./train.ts";
@@ -16,9 +23,10 @@ export const EVAL = {
   name: "eval",
   about:
     "N games each of the base model, a checkpoint of a run and the baselines (a random legal player; perfect minimax\n" +
-    "for tic-tac-toe), as one table. --seed seeds the games and their samples: the same command gives the same table.",
+    "for tic-tac-toe; perfect and naive scripted searchers for email, on its held-out questions), as one table.\n" +
+    "--seed seeds the games and their samples: the same command gives the same table.",
   options: {
-    env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     games: { arg: "N", default: "100", help: "games per player" },
     checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
     model: { arg: "DIR|URL|ID", default: EMBEDDED_MODEL, help: "base model" },
@@ -27,9 +35,9 @@ export const EVAL = {
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
     seed: { arg: "N", default: "12345", help: "seed of the evaluation games (different from training's)" },
     temperature: { arg: "X", default: "1", help: "sampling temperature" },
-    "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+    "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
     "no-base": { flag: true, help: "leave out the base model's row" },
-    "no-baselines": { flag: true, help: "leave out the random and minimax rows" },
+    "no-baselines": { flag: true, help: "leave out the baselines' rows" },
     json: { flag: true, help: "print the rows as one JSON array instead of a table" },
   },
 } satisfies CommandSpec;
@@ -42,13 +50,13 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const games = num("games", a.games, { int: true, min: 1 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const temperature = num("temperature", a.temperature, { min: 0 });
-  const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const maxTokens = num("max-tokens", a["max-tokens"] ?? String(GAMES[env].maxTokens), { int: true, min: 1 });
   const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
   if (typeof checkpoint === "number" && !/^\d+$/.test(a.checkpoint))
     throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
   const project = a.project || env;
   const rows: Row[] = [];
-  const engine = await Engine.load(a.model, { name: "eval", kvSlots: 64, maxContext: 512 });
+  const engine = await Engine.load(a.model, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
   const play = async (label: string) => {
     const client = engine.openaiClient();
     const opts = { model: "eval", temperature, maxTokens };
@@ -59,7 +67,8 @@ export async function evalCommand(argv: string[]): Promise<number> {
         ...(await Promise.all(
           Array.from({ length: n }, (_, k) => {
             // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
-            const game = { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k } };
+            // Email plays its held-out questions, never training's.
+            const game = { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k, split: "eval" as const } };
             return GAMES[env].rollout(client, game);
           }),
         )),
@@ -98,6 +107,21 @@ export async function evalCommand(argv: string[]): Promise<number> {
       player: "minimax (perfect)",
       ...(await evaluateTicTacToe(minimaxTicTacToePlayer(), baselineSeed)),
     } as Row);
+  } else if (!a["no-baselines"] && env === "email") {
+    // The scripted searchers through a fake server, on the same held-out questions as the model.
+    const searchers = async (policy: (i: number) => ScriptedPolicy) =>
+      summarizeEmail(
+        await Promise.all(
+          Array.from({ length: games }, (_, i) =>
+            rolloutEmail(scriptedOpenAI(policy(seed + i)).client, {
+              model: "scripted",
+              scenario: emailScenario("eval", seed + i),
+            }),
+          ),
+        ),
+      );
+    rows.push({ player: "perfect searcher", ...(await searchers((i) => perfectSearcher(emailScenario("eval", i)))) });
+    rows.push({ player: "naive searcher", ...(await searchers(() => naiveSearcher())) });
   } else if (!a["no-baselines"]) {
     rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
   }
@@ -106,10 +130,11 @@ export async function evalCommand(argv: string[]): Promise<number> {
     console.log(JSON.stringify(rows));
     return 0;
   }
-  const cols =
-    env === "tictactoe"
-      ? ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"]
-      : ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"];
+  const cols = {
+    tictactoe: ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"],
+    "2048": ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"],
+    email: ["episodes", "accuracy", "rightMessage", "answered", "malformed", "contextFull", "meanTurns", "meanReward"],
+  }[env];
   const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
   console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));

@@ -5,7 +5,7 @@ import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs
 import { join } from "node:path";
 import OpenAI from "openai";
 import { EMBEDDED_MODEL, LocalBackend, TrainableModel } from "@webart/engine";
-import { GAME_NAMES, GAMES, TICTACTOE_OPPONENTS, type TicTacToeOpponentName } from "@webart/envs";
+import { GAME_NAMES, GAMES, TICTACTOE_OPPONENTS, type GameName, type TicTacToeOpponentName } from "@webart/envs";
 import { gameStepGroups } from "../../games.ts";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
@@ -16,11 +16,11 @@ const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName
 export const TRAIN = {
   name: "train",
   about:
-    "GRPO on tic-tac-toe or 2048 (the embedded model by default): rollouts through the model's openai client,\n" +
+    "GRPO on tic-tac-toe, 2048 or email search (the embedded model by default): rollouts through the model's openai client,\n" +
     "rewards from the game or from a RULER judge, one checkpoint and one metrics line per step, chart.svg in the\n" +
     "run folder (RUNS/PROJECT/models/NAME). Ctrl-C stops after the current step; --resume continues a run.",
   options: {
-    env: { arg: "NAME", default: "tictactoe", help: "tictactoe or 2048" },
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     steps: {
       arg: "N",
       default: "250",
@@ -43,7 +43,7 @@ export const TRAIN = {
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
     project: { arg: "NAME", help: "project (default: the env)" },
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
-    "max-tokens": { arg: "N", default: "12", help: "max tokens per move" },
+    "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
     temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
     opponent: {
       arg: "LIST",
@@ -77,7 +77,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const K = num("groups-per-step", a["groups-per-step"], { int: true, min: 1 });
   const lr = num("lr", a.lr, { min: 0 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
-  const maxTokens = num("max-tokens", a["max-tokens"], { int: true, min: 1 });
+  const game = GAMES[env];
+  const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
@@ -96,7 +97,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const project = a.project || env;
   const backend = new LocalBackend({
     path: a.runs,
-    engine: { kvSlots: Math.min(64, G * K), maxContext: 512, memoryBudget },
+    engine: { kvSlots: Math.min(64, G * K), maxContext: game.maxContext, memoryBudget },
   });
   const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank } });
   await model.register(backend);
@@ -145,7 +146,6 @@ export async function trainCommand(argv: string[]): Promise<number> {
         gather: { maxExceptions: 0.2, description: `step ${step + 1}/${steps}` },
       });
       const all = groups.flatMap((g) => g.trajectories);
-      const game = GAMES[env];
       const summary = game.summarize(all);
       const score = game.score(all);
       const r = await model.train(groups, { learningRate: lr, maxHistoriesPerTrajectory: maxHistories });
@@ -155,7 +155,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
       history.push(point);
       appendFileSync(scoreFile, JSON.stringify(point) + "\n");
       console.log(
-        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${env === "tictactoe" ? `win+draw ${score.toFixed(2)} legal ${summary.legalMoves.toFixed(2)}` : `max tile ${score.toFixed(1)} win ${summary.win.toFixed(2)} invalid ${summary.invalid.toFixed(2)}`} ` +
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${stepScore(env, score, summary)} ` +
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
           `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
       );
@@ -168,4 +168,12 @@ export async function trainCommand(argv: string[]): Promise<number> {
   }
   console.log(`checkpoints in ${join(runDir, "checkpoints")}; chart ${join(runDir, "chart.svg")}`);
   return 0;
+}
+
+/** The game's numbers in a step's line. */
+function stepScore(env: GameName, score: number, s: Record<string, number>): string {
+  if (env === "tictactoe") return `win+draw ${score.toFixed(2)} legal ${s.legalMoves.toFixed(2)}`;
+  if (env === "email")
+    return `accuracy ${score.toFixed(2)} right email ${s.rightMessage.toFixed(2)} malformed ${s.malformed.toFixed(2)} turns ${s.meanTurns.toFixed(1)}`;
+  return `max tile ${score.toFixed(1)} win ${s.win.toFixed(2)} invalid ${s.invalid.toFixed(2)}`;
 }

@@ -1,0 +1,129 @@
+// One email-search episode through the `openai` SDK, written as a user of ART writes a rollout: each turn is a chat
+// completion offered the tools; the assistant's Choice and a `tool` message per call go into the conversation
+// and the trajectory; return_final_answer, a malformed reply or the turn limit ends it. Only the Choices are
+// trained; the tool results are plain messages, so RULER (or a person) reads the trajectory as a chat.
+import OpenAI from "openai";
+import { turnSeed } from "../rollout.ts";
+import type { Message, MessagesAndChoices, SamplingOptions, TrajectoryLike } from "../types.ts";
+import { answerMatches, emailReward, type EmailOutcome } from "./grade.ts";
+import { emailSplitOf, weekdayOf, type EmailScenario } from "./inbox.ts";
+import { callTool, EMAIL_TOOLS } from "./tools.ts";
+
+/** Model turns (chat completions) before an episode without an answer ends. */
+export const EMAIL_MAX_TURNS = 8;
+
+export function emailSystemPrompt(s: EmailScenario, maxTurns = EMAIL_MAX_TURNS): string {
+  return (
+    `You are an email assistant for ${s.inbox.owner}. Today is ${weekdayOf(s.inbox.today)} ${s.inbox.today}. ` +
+    `Answer the user's question from their inbox: search_inbox finds emails, read_email opens one, and ` +
+    `return_final_answer gives a short answer with the id of the email it comes from. ` +
+    `Call one tool per turn; you have ${maxTurns} turns.`
+  );
+}
+
+export interface EmailRolloutOptions extends SamplingOptions {
+  scenario: EmailScenario;
+  /** Default EMAIL_MAX_TURNS. */
+  maxTurns?: number;
+  /** "required" makes every turn a tool call on servers that can force one (webart's can); default "auto". */
+  toolChoice?: "auto" | "required";
+}
+
+export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): Promise<TrajectoryLike> {
+  const { scenario, model, temperature, maxTokens, seed } = opts;
+  const maxTurns = opts.maxTurns ?? EMAIL_MAX_TURNS;
+  const messages: Message[] = [
+    { role: "system", content: emailSystemPrompt(scenario, maxTurns) },
+    { role: "user", content: scenario.question.text },
+  ];
+  const history: MessagesAndChoices = [...messages];
+  const logs: string[] = [];
+  const o: EmailOutcome = { turns: 0, malformed: false, answered: false, rightMessage: false, correct: false };
+  let searches = 0;
+  let reads = 0;
+  let contextFull = false;
+  let answer: { answer: string; messageId: string } | null = null;
+
+  while (o.turns < maxTurns && !answer && !o.malformed) {
+    let completion: OpenAI.Chat.Completions.ChatCompletion;
+    try {
+      completion = await client.chat.completions.create({
+        model,
+        messages,
+        tools: EMAIL_TOOLS,
+        tool_choice: opts.toolChoice ?? "auto",
+        parallel_tool_calls: false,
+        temperature,
+        max_completion_tokens: maxTokens,
+        logprobs: true,
+        ...(seed === undefined ? {} : { seed: turnSeed(seed, o.turns) }),
+      });
+    } catch (e) {
+      // The conversation outgrew the model's context: the episode ends unanswered, like running out of turns.
+      if (e instanceof OpenAI.BadRequestError && e.code === "context_length_exceeded") {
+        contextFull = true;
+        logs.push(`turn ${o.turns + 1}: ${e.message}`);
+        break;
+      }
+      throw e;
+    }
+    const choice = completion.choices[0];
+    if (!choice) throw new Error(`chat completion from model "${model}" has no choices`);
+    o.turns++;
+    messages.push(choice.message);
+    history.push(choice);
+    const calls = choice.message.tool_calls ?? [];
+    if (!calls.length) {
+      o.malformed = true;
+      logs.push(
+        `turn ${o.turns}: no tool call in the reply: ${JSON.stringify((choice.message.content ?? "").slice(0, 120))}`,
+      );
+    }
+    for (const call of calls) {
+      const r =
+        call.type === "function"
+          ? callTool(scenario.inbox, call.function.name, call.function.arguments)
+          : { type: "malformed" as const, reason: `a ${call.type} tool call, not a function call` };
+      if (r.type === "malformed") {
+        o.malformed = true;
+        logs.push(`turn ${o.turns}: malformed call: ${r.reason}`);
+        break;
+      }
+      if (r.type === "final") {
+        answer = r;
+        break;
+      }
+      if (r.tool === "search_inbox") searches++;
+      else reads++;
+      const result: Message = { role: "tool", tool_call_id: call.id, content: r.content };
+      messages.push(result);
+      history.push(result);
+    }
+  }
+
+  const q = scenario.question;
+  if (answer) {
+    o.answered = true;
+    o.rightMessage = answer.messageId === q.messageId;
+    o.correct = o.rightMessage && answerMatches(answer.answer, q.answer);
+    logs.push(
+      `answer ${JSON.stringify(answer.answer)} from ${answer.messageId}; expected ${JSON.stringify(q.answer)} from ${q.messageId}`,
+    );
+  } else if (!o.malformed) logs.push(`no answer after ${o.turns} turns${contextFull ? " (context full)" : ""}`);
+  return {
+    messagesAndChoices: history,
+    tools: EMAIL_TOOLS,
+    reward: emailReward(o),
+    metrics: { ...o, searches, reads, contextFull },
+    metadata: {
+      game: "email",
+      seed: scenario.seed,
+      split: emailSplitOf(scenario.seed),
+      kind: q.kind,
+      question: q.text,
+      answer: q.answer,
+      messageId: q.messageId,
+    },
+    logs,
+  };
+}

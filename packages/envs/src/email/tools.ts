@@ -1,0 +1,110 @@
+// The agent's three tools as OpenAI function tools (JSON Schema), and one call of them: its result text, the final
+// answer, or why the call is malformed. A call is malformed when it cannot be carried out at all: an unknown tool,
+// arguments that are not a JSON object, or a required field missing or of the wrong type. A legal call with a
+// bad value (an unknown message id, a date that is not ISO, no keywords) gets an error text back instead.
+import type OpenAI from "openai";
+import type { Inbox } from "./inbox.ts";
+import { MAX_SEARCH_RESULTS, readEmail, searchInbox } from "./search.ts";
+
+const string = (description: string) => ({ type: "string", description });
+
+export const EMAIL_TOOLS: OpenAI.Chat.Completions.ChatCompletionFunctionTool[] = [
+  {
+    type: "function",
+    function: {
+      name: "search_inbox",
+      description: `Find emails whose subject or body contains every keyword (any case). Returns up to ${MAX_SEARCH_RESULTS} ids with a snippet, newest first.`,
+      parameters: {
+        type: "object",
+        properties: {
+          keywords: { type: "array", items: { type: "string" }, description: "words that must all appear" },
+          from: string("only emails whose sender contains this, e.g. a first name"),
+          before: string("only emails sent before this ISO date, e.g. 2024-03-05"),
+          after: string("only emails sent on or after this ISO date"),
+        },
+        required: ["keywords"],
+        additionalProperties: false,
+      },
+    },
+  },
+  {
+    type: "function",
+    function: {
+      name: "read_email",
+      description: "Read one email by its id.",
+      parameters: {
+        type: "object",
+        properties: { message_id: string("the id from a search result, e.g. m1234") },
+        required: ["message_id"],
+        additionalProperties: false,
+      },
+    },
+  },
+  {
+    type: "function",
+    function: {
+      name: "return_final_answer",
+      description: "Give the answer and the id of the email it comes from. Ends the conversation.",
+      parameters: {
+        type: "object",
+        properties: { answer: string("a short answer"), message_id: string("the email that answers the question") },
+        required: ["answer", "message_id"],
+        additionalProperties: false,
+      },
+    },
+  },
+];
+
+export type ToolOutcome =
+  | { type: "result"; tool: "search_inbox" | "read_email"; content: string }
+  | { type: "final"; answer: string; messageId: string }
+  | { type: "malformed"; reason: string };
+
+/** Carries out one call; `args` is the call's arguments as the model wrote them (a JSON string). */
+export function callTool(inbox: Inbox, name: string, args: string): ToolOutcome {
+  let a: unknown;
+  try {
+    a = JSON.parse(args);
+  } catch {
+    return { type: "malformed", reason: `${name}: arguments are not JSON: ${JSON.stringify(args.slice(0, 80))}` };
+  }
+  if (a === null || typeof a !== "object" || Array.isArray(a))
+    return { type: "malformed", reason: `${name}: arguments are not a JSON object: ${args.slice(0, 80)}` };
+  const o = a as Record<string, unknown>;
+  const wrong = (field: string, type: string) => ({
+    type: "malformed" as const,
+    reason: `${name}: "${field}" ${field in o && o[field] !== undefined ? "is not" : "is missing, expected"} ${type}`,
+  });
+  const str = (field: string) => typeof o[field] === "string";
+  const optional = (field: string) => o[field] === undefined || o[field] === null || str(field);
+  switch (name) {
+    case "search_inbox": {
+      const kw = o.keywords;
+      if (!Array.isArray(kw) || !kw.every((k) => typeof k === "string")) return wrong("keywords", "a list of strings");
+      for (const f of ["from", "before", "after"]) if (!optional(f)) return wrong(f, "a string");
+      const found = searchInbox(inbox, {
+        keywords: kw as string[],
+        from: (o.from as string | null) ?? undefined,
+        before: (o.before as string | null) ?? undefined,
+        after: (o.after as string | null) ?? undefined,
+      });
+      return { type: "result", tool: name, content: JSON.stringify("error" in found ? found : found.results) };
+    }
+    case "read_email": {
+      if (!str("message_id")) return wrong("message_id", "a string");
+      const e = readEmail(inbox, o.message_id as string);
+      if ("error" in e) return { type: "result", tool: name, content: JSON.stringify(e) };
+      const { id, ...rest } = e;
+      return { type: "result", tool: name, content: JSON.stringify({ message_id: id, ...rest }) };
+    }
+    case "return_final_answer":
+      if (!str("answer")) return wrong("answer", "a string");
+      if (!str("message_id")) return wrong("message_id", "a string");
+      return { type: "final", answer: o.answer as string, messageId: (o.message_id as string).trim() };
+    default:
+      return {
+        type: "malformed",
+        reason: `unknown tool ${JSON.stringify(name)} (tools: ${EMAIL_TOOLS.map((t) => t.function.name).join(", ")})`,
+      };
+  }
+}
