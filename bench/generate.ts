@@ -139,11 +139,23 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
     for (const withLora of [false, true]) {
       model.lora = withLora ? lora : undefined;
       for (const B of [1, 8]) {
+        const name = `dispatches.${id}.decode.b${B}${withLora ? ".lora" : ""}`;
+        const lora = withLora ? ", LoRA rank 8 on q,k,v,o,gate,up,down" : "";
+        model.fuseDecode = false;
+        const perOp = await decodeStep(B);
+        model.fuseDecode = true;
         out.push({
-          id: `dispatches.${id}.decode.b${B}${withLora ? ".lora" : ""}`,
-          value: await decodeStep(B),
+          id: `${name}.per_op`,
+          value: perOp,
           unit: "dispatches",
-          note: `one decode step${withLora ? ", LoRA rank 8 on q,k,v,o,gate,up,down" : ""}`,
+          note: `one decode step, one dispatch per op${lora}`,
+        });
+        const fused = await decodeStep(B);
+        out.push({
+          id: name,
+          value: fused,
+          unit: "dispatches",
+          note: `one decode step${lora}; ${(perOp / fused).toFixed(2)}x fewer than one dispatch per op`,
         });
       }
     }
