@@ -1,17 +1,25 @@
 // `npm run bench -- generate`: prefill and decode tokens/s at batch 1, 8 and 32 for generated models of
 // ~1M and ~20M parameters, and a Qwen2.5-0.5B-shaped model with random bf16 weights (load, a few decode
-// steps at batch 1 and 8, the engine's memory accounting against weights + KV cache).
+// steps at batch 1 and 8, the engine's memory accounting against weights + KV cache). Also the compute
+// dispatches of a decode step (batch 1 and 8, with and without a LoRA adapter) and of a GRPO step per trained
+// token, for the embedded model's shape and the Qwen2.5-0.5B one: counts, which do not depend on load.
+import { readFileSync } from "node:fs";
 import type { Gpu } from "@webart/gpu";
 import {
+  accumulateGradients,
+  DEFAULT_LORA,
   KvCache,
+  LoraState,
   Model,
   ModelRunner,
+  optimizerStep,
   parseConfig,
   planMemory,
   tensorShapes,
   uploadWeights,
   type ModelConfig,
   type Tensor,
+  type TrainSequence,
 } from "@webart/engine";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
@@ -80,21 +88,134 @@ async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGen
   }
 }
 
+/** The embedded model's config (models/webart-tiny): its shape, with random weights. */
+const TINY = parseConfig(readFileSync(new URL("../models/webart-tiny/config.json", import.meta.url), "utf8"));
+
+/**
+ * Compute dispatches of one decode step (after a prefill of 8 tokens a sequence) at batch 1 and 8, without and
+ * with a LoRA adapter on every target (rank 8), and of one GRPO step (gradient and optimizer) on 2 sequences of
+ * 16 tokens with 8 trained each, per trained token. The model's adapter is removed again at the end.
+ */
+async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<BenchResult[]> {
+  const out: BenchResult[] = [];
+  const V = model.config.vocabSize;
+  const P = 8;
+  const sample = (row: number, b: number) => ({
+    row,
+    temperature: 1,
+    topK: 0,
+    topP: 1,
+    seed: b,
+    step: 0,
+    stream: b,
+    mask: null,
+    top: 0,
+  });
+  const decodeStep = async (B: number) => {
+    const runner = new ModelRunner(model, B, P + 2);
+    const n = B * P;
+    await runner.step(
+      {
+        ids: new Uint32Array(n).map((_, i) => (7 * i) % V),
+        slots: new Uint32Array(n).map((_, i) => Math.floor(i / P)),
+        pos: new Uint32Array(n).map((_, i) => i % P),
+      },
+      Array.from({ length: B }, (_, b) => sample(b * P + P - 1, b)),
+    );
+    await runner.step(
+      {
+        ids: new Uint32Array(B).map((_, b) => b % V),
+        slots: Uint32Array.from({ length: B }, (_, b) => b),
+        pos: new Uint32Array(B).fill(P),
+      },
+      Array.from({ length: B }, (_, b) => sample(b, b)),
+    );
+    runner.kv.dispose();
+    return runner.lastDispatches;
+  };
+  const lora = new LoraState(gpu, model.config, DEFAULT_LORA);
+  lora.initialize(1);
+  try {
+    for (const withLora of [false, true]) {
+      model.lora = withLora ? lora : undefined;
+      for (const B of [1, 8]) {
+        const name = `dispatches.${id}.decode.b${B}${withLora ? ".lora" : ""}`;
+        const lora = withLora ? ", LoRA rank 8 on q,k,v,o,gate,up,down" : "";
+        model.fuseDecode = false;
+        const perOp = await decodeStep(B);
+        model.fuseDecode = true;
+        out.push({
+          id: `${name}.per_op`,
+          value: perOp,
+          unit: "dispatches",
+          note: `one decode step, one dispatch per op${lora}`,
+        });
+        const fused = await decodeStep(B);
+        out.push({
+          id: name,
+          value: fused,
+          unit: "dispatches",
+          note: `one decode step${lora}; ${(perOp / fused).toFixed(2)}x fewer than one dispatch per op`,
+        });
+      }
+    }
+    model.lora = lora;
+    const T = 16;
+    const seqs: TrainSequence[] = [0, 1].map((s) => ({
+      ids: Array.from({ length: T }, (_, t) => (13 * t + s) % V),
+      mask: Array.from({ length: T }, (_, t) => (t >= T / 2 ? 1 : 0)),
+      oldLogprobs: new Array<number>(T).fill(NaN),
+      advantage: s ? 1 : -1,
+      coef: 1 / T,
+    }));
+    const g = await accumulateGradients(model, seqs, {
+      loss: "ppo",
+      level: "token",
+      epsilon: 0.2,
+      epsilonHigh: 0.2,
+      beta: 0,
+      microBatchTokens: 4096,
+    });
+    gpu.release(g.totals, g.entropyAll);
+    const opt = await optimizerStep(
+      model,
+      { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 },
+      1,
+    );
+    out.push({
+      id: `dispatches.${id}.grpo.per_trained_token`,
+      value: (g.dispatches + opt.dispatches) / g.trainedTokens,
+      unit: "dispatches",
+      note: `${g.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens: 2 sequences x ${T}, one micro-batch`,
+    });
+  } finally {
+    model.lora = undefined;
+    lora.dispose();
+    gpu.pool.trim();
+  }
+  return out;
+}
+
 async function timed(f: () => Promise<void>): Promise<number> {
   const t0 = performance.now();
   await f();
   return (performance.now() - t0) / 1000;
 }
 
-/** Prefill B prompts of P tokens (one step), then D decode steps for all B sequences. */
+/**
+ * Prefill B prompts of P tokens (one step), then D decode steps for all B sequences; then (abD > 0) abD more of the
+ * model's decode steps alternating with abD of one dispatch per op (Model.fuseDecode off), each timed alone, so the two
+ * compare under the same load.
+ */
 async function run(
   gpu: Gpu,
   model: Model,
   B: number,
   P: number,
   D: number,
-): Promise<{ prefill: number; decode: number }> {
-  const runner = new ModelRunner(model, B, P + D + 1);
+  abD = 0,
+): Promise<{ prefill: number; decode: number; ab?: { fused: number; perOp: number } }> {
+  const runner = new ModelRunner(model, B, P + D + 2 * abD + 2);
   const rng = new Rng(B);
   const V = model.config.vocabSize;
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
@@ -122,23 +243,46 @@ async function run(
     );
   });
   let last: Uint32Array = new Uint32Array(B).map(() => rng.int(V));
+  let at = P;
+  const step = async () => {
+    const r = await runner.step(
+      { ids: last, slots: Uint32Array.from({ length: B }, (_, b) => b), pos: new Uint32Array(B).fill(at) },
+      Array.from({ length: B }, (_, b) => sample(b, b, at - P + 1)),
+    );
+    last = r.ids;
+    at++;
+  };
   const decode = await timed(async () => {
-    for (let d = 0; d < D; d++) {
-      const r = await runner.step(
-        { ids: last, slots: Uint32Array.from({ length: B }, (_, b) => b), pos: new Uint32Array(B).fill(P + d) },
-        Array.from({ length: B }, (_, b) => sample(b, b, d + 1)),
-      );
-      last = r.ids;
-    }
+    for (let d = 0; d < D; d++) await step();
   });
+  let ab: { fused: number; perOp: number } | undefined;
+  if (abD) {
+    const t = { fused: 0, perOp: 0 };
+    model.fuseDecode = false;
+    await step(); // the per-op pipelines compile
+    for (let d = 0; d < 2 * abD; d++) {
+      model.fuseDecode = d % 2 === 1;
+      t[model.fuseDecode ? "fused" : "perOp"] += await timed(step);
+    }
+    model.fuseDecode = true;
+    ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
+  }
   runner.kv.dispose();
   gpu.pool.trim();
-  return { prefill: (B * P) / prefill, decode: (B * D) / decode };
+  return { prefill: (B * P) / prefill, decode: (B * D) / decode, ab };
 }
 
 export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const gpu = ctx.gpu;
   const out: BenchResult[] = [];
+  {
+    // The embedded model's shape: dispatch counts.
+    const w = await uploadWeights(gpu, TINY, randomTensors(TINY, false));
+    const model = new Model(gpu, TINY, w);
+    out.push(...(await dispatchCounts(gpu, model, "tiny")));
+    model.dispose();
+    gpu.pool.trim();
+  }
   const models: [string, ModelConfig][] = [
     ["1m", llama(128, 4, 4, 2, 384, 512)],
     ["20m", llama(512, 6, 8, 4, 1408, 2048)],
@@ -152,7 +296,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const D = ctx.quick ? 3 : 8;
     let base = 0;
     for (const B of [1, 8, 32]) {
-      const r = await run(gpu, model, B, P, D);
+      const r = await run(gpu, model, B, P, D, D);
       if (B === 1) base = r.decode;
       out.push({ id: `generate.${id}.prefill.b${B}`, value: r.prefill, unit: "tok/s", note: `${P}-token prompts` });
       out.push({
@@ -161,23 +305,16 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         unit: "tok/s",
         ...(B > 1 ? { vs: { id: `generate.${id}.decode.b1`, ratio: r.decode / base } } : {}),
       });
+      const ab = r.ab!;
+      out.push({
+        id: `generate.${id}.decode.b${B}.per_op`,
+        value: ab.perOp,
+        unit: "tok/s",
+        vs: { id: `generate.${id}.decode.b${B}`, ratio: ab.fused / ab.perOp },
+        note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
+      });
     }
-    gpu.release(
-      ...w.layers.flatMap((L) => [
-        L.inNorm,
-        L.mlpNorm,
-        L.q.buffer,
-        L.k.buffer,
-        L.v.buffer,
-        L.o.buffer,
-        L.gate.buffer,
-        L.up.buffer,
-        L.down.buffer,
-      ]),
-      w.finalNorm,
-    );
-    model.releaseTables();
-    for (const s of w.embed.shards) gpu.release("buffer" in s.binding ? s.binding.buffer : s.binding);
+    model.dispose();
     gpu.pool.trim();
   }
   if (!ctx.quick) {
@@ -215,9 +352,18 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
       note: `planned ${(expected / 2 ** 20).toFixed(0)} MiB (weights ${(plan.weights / 2 ** 20).toFixed(0)} + KV ${(plan.kvCache / 2 ** 20).toFixed(0)})`,
     });
     for (const B of [1, 8]) {
-      const r = await run(gpu, model, B, 8, 3);
+      const r = await run(gpu, model, B, 8, 3, 2);
       out.push({ id: `generate.qwen05b.decode.b${B}`, value: r.decode, unit: "tok/s" });
+      const ab = r.ab!;
+      out.push({
+        id: `generate.qwen05b.decode.b${B}.per_op`,
+        value: ab.perOp,
+        unit: "tok/s",
+        vs: { id: `generate.qwen05b.decode.b${B}`, ratio: ab.fused / ab.perOp },
+        note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
+      });
     }
+    out.push(...(await dispatchCounts(gpu, model, "qwen05b")));
   }
   return out;
 };

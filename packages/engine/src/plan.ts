@@ -3,7 +3,8 @@
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
 import { bucketSize } from "@webart/gpu";
-import { tensorShapes, type ModelConfig } from "./config/index.ts";
+import { groupLayout, tensorShapes, weightGroups, type ModelConfig } from "./config/index.ts";
+import { DECODE_ROWS } from "./model/decode-rows.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
@@ -76,7 +77,22 @@ export function loraParameterCount(c: ModelConfig, rank: number, targets: readon
 function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
   let bytes = (c.localRope ? 2 : 1) * exact((c.headDim / 2) * F32); // RoPE tables
   let largest = 0;
-  for (const [name, shape] of tensorShapes(c)) {
+  const shapes = tensorShapes(c);
+  const size = (name: string) => shapes.get(name)!.reduce((a, b) => a * b, 1);
+  const grouped = new Set<string>();
+  // A layer's q, k, v (and their biases), and its gate and up, share a buffer (model/weights.ts; one buffer each
+  // where the group would not fit a binding, so a binding still holds the largest single tensor).
+  for (const names of weightGroups(c)) {
+    const e = names[0].endsWith(".bias") ? F32 : wb;
+    const { elements } = groupLayout(names.map(size), e);
+    bytes += exact(e === 2 ? Math.ceil(elements / 2) * 4 : elements * e);
+    for (const n of names) {
+      largest = Math.max(largest, exact(size(n) * e));
+      grouped.add(n);
+    }
+  }
+  for (const [name, shape] of shapes) {
+    if (grouped.has(name)) continue;
     const n = shape.reduce((a, b) => a * b, 1);
     const b = exact(shape.length === 1 ? n * F32 : n * wb);
     bytes += b;
@@ -117,18 +133,35 @@ function layerGrads(c: ModelConfig, N: number, rank: number): number {
   return Math.max(mlp, attn);
 }
 
-/** One inference step of N tokens sampling S rows: the step's inputs, one layer's temporaries, then the logits. */
+/**
+ * One inference step of N tokens sampling S rows: the step's inputs, one layer's temporaries, then the logits. Up to
+ * DECODE_ROWS tokens the layers run model.ts's decodeLayer (fewer temporaries), above it one op at a time.
+ */
 function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
-  // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
-  const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
-  const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
   // Gemma: the o_proj / down_proj output, its normed form and rstd, and the new residual beside the old one.
   const sandwich = c.sandwichNorms ? 3 * f(N * C) + f(N) : 0;
-  const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + (rank ? f(N * rank) : 0) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
-  const layer = qkv + Math.max(qk, rest);
-  const head = f(S) + f(S * V) + 2 * f(S * C) + f(S) + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
+  const t = (projections: number) => (rank ? f(N * projections * rank) : 0); // LoRA x·Aᵀ
+  let layer: number;
+  if (N <= DECODE_ROWS) {
+    // Packed q|k|v (with the LoRA t of its matvec), then q, o and lse around attention; o with the o_proj's t; the
+    // MLP's activation with gate|up's t, then with down's.
+    const qkv = f(N * (H + 2 * KV) * D);
+    const attn = qkv + Math.max(t(3), 2 * f(N * H * D) + f(N * H));
+    const oProj = f(N * H * D) + t(1) + sandwich;
+    const mlp = f(N * F) + Math.max(t(2), t(1) + sandwich);
+    layer = Math.max(attn, oProj, mlp);
+  } else {
+    // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
+    const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
+    const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
+    const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
+    layer = qkv + Math.max(qk, rest);
+  }
+  // Rows, their gathered states (normed apart above DECODE_ROWS rows), logits, sampling's params, mask and outputs.
+  const normed = S > DECODE_ROWS ? f(S * C) + f(S) : 0;
+  const head = f(S) + f(S * V) + f(S * C) + normed + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
   return inputs + Math.max(layer, head) + UNIFORMS;
 }
 

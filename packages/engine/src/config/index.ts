@@ -7,4 +7,11 @@ export {
   type RopeScaling,
   type TorchDtype,
 } from "./config.ts";
-export { tensorShapes, isIgnorableTensor, parameterCount, describeConfig } from "./shapes.ts";
+export {
+  tensorShapes,
+  isIgnorableTensor,
+  parameterCount,
+  describeConfig,
+  weightGroups,
+  groupLayout,
+} from "./shapes.ts";

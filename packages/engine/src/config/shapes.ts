@@ -39,6 +39,41 @@ export function tensorShapes(c: ModelConfig): Map<string, number[]> {
   return m;
 }
 
+/** The alignment of a storage binding's offset (WebGPU's minStorageBufferOffsetAlignment default). */
+const SEGMENT_ALIGN = 256;
+
+/**
+ * Tensors that share one GPU buffer, so that one dispatch reads them side by side (decode's q|k|v projection, and
+ * gate|up): per layer q, k, v; their biases; gate and up.
+ */
+export function weightGroups(c: ModelConfig): string[][] {
+  const groups: string[][] = [];
+  for (let i = 0; i < c.numLayers; i++) {
+    const p = `model.layers.${i}.`;
+    const qkv = ["q_proj", "k_proj", "v_proj"].map((t) => `${p}self_attn.${t}`);
+    groups.push(qkv.map((n) => n + ".weight"));
+    if (c.qkvBias) groups.push(qkv.map((n) => n + ".bias"));
+    groups.push(["gate_proj", "up_proj"].map((t) => `${p}mlp.${t}.weight`));
+  }
+  return groups;
+}
+
+/**
+ * Element offsets of tensors of `sizes` elements in one buffer, each starting on a 256-byte boundary (so each can
+ * still be bound alone, e.g. by full fine-tuning's optimizer), and the elements the buffer spans.
+ */
+export function groupLayout(sizes: number[], bytesPerElement: number): { offsets: number[]; elements: number } {
+  const align = SEGMENT_ALIGN / bytesPerElement;
+  const offsets: number[] = [];
+  let end = 0;
+  for (const n of sizes) {
+    const off = Math.ceil(end / align) * align;
+    offsets.push(off);
+    end = off + n;
+  }
+  return { offsets, elements: end };
+}
+
 /**
  * Tensors a checkpoint may hold that the model does not use: a copy of the tied lm_head, and the RoPE
  * inverse-frequency buffers some older exports saved. Loaders skip these instead of calling them extra.

@@ -1,7 +1,8 @@
 // The whole model against independent PyTorch references: a plain-torch float64 implementation (scripts/fixtures.py:
 // llama, qwen2, qwen3) and transformers' own classes (scripts/fixtures_hf.py: Mistral with and without a sliding
 // window, Gemma 3, SmolLM2, Llama-3.2): prefill logits, token-by-token decode through the KV cache, and two
-// sequences batched in one step.
+// sequences batched in one step; and inference's fused layer (decodeLayer) against one dispatch per op, with a
+// LoRA adapter of per-module ranks on every projection.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -9,9 +10,11 @@ import { createDevice, getDevice, type Gpu } from "@webart/gpu";
 import { assertClose } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
+import { Rng } from "@webart/gpu";
 import { KvCache } from "./kv.ts";
+import { LoraState, validateLoraConfig } from "./lora.ts";
 import { Model } from "./model.ts";
-import { uploadWeights } from "./weights.ts";
+import { oneBuffer, uploadWeights } from "./weights.ts";
 
 const FIX = join(import.meta.dirname, "../../fixtures");
 
@@ -43,6 +46,9 @@ async function load(name: string, g: Gpu = gpu): Promise<Model> {
   return new Model(g, config, w);
 }
 
+/** Dispatches the last run() recorded. */
+let lastDispatches = 0;
+
 /** Feeds tokens (slot, pos, id) through the model and returns logits (rows, V) for every fed token. */
 async function run(
   model: Model,
@@ -63,6 +69,7 @@ async function run(
   model.logits(rec, x, N, rows, N, logits);
   const out = rec.read(logits, N * V * 4);
   gpu.release(ids, slotPos, x, rows, logits);
+  lastDispatches = rec.dispatches;
   await rec.submit();
   return new Float32Array(await out);
 }
@@ -135,6 +142,55 @@ describe.each([
     kv.dispose();
     expect(gpu.errors).toEqual([]);
   });
+
+  it("decodeLayer matches one dispatch per op, with LoRA (ranks per module) on every projection", async () => {
+    // q, k, v share a buffer (and their biases), as do gate and up, each at a 256-byte aligned offset.
+    const L = model.weights.layers[0];
+    expect(oneBuffer(L.q, L.k, L.v) && oneBuffer(L.gate, L.up)).toBe(true);
+    const bytes = (m: { offset: number; dtype: string }) => m.offset * (m.dtype === "f32" ? 4 : 2);
+    for (const m of [L.q, L.k, L.v, L.gate, L.up]) expect(bytes(m) % 256).toBe(0);
+    if (L.qBias) expect(oneBuffer(L.qBias, L.kBias!, L.vBias!)).toBe(true);
+    const lora = new LoraState(
+      gpu,
+      model.config,
+      validateLoraConfig({ rank: 4, alpha: 8, rankPattern: { k_proj: 2, up_proj: 3, down_proj: 1 } }),
+    );
+    gpu.write(lora.params, new Rng(5).f32(lora.size, -0.2, 0.2));
+    const { prompt, steps } = json.decode;
+    const toks = [
+      prompt.map((id, pos) => ({ slot: 1, pos, id })),
+      ...steps.slice(0, 2).map((id, i) => [{ slot: 1, pos: prompt.length + i, id }]),
+    ];
+    const decode = async (fuse: boolean, withLora: boolean) => {
+      model.fuseDecode = fuse;
+      model.lora = withLora ? lora : undefined;
+      const kv = new KvCache(gpu, model.config, 2, 32);
+      const out: Float32Array[] = [];
+      const dispatches: number[] = [];
+      try {
+        for (const [i, t] of toks.entries()) {
+          out.push(await run(model, kv, t, i > 0));
+          dispatches.push(lastDispatches);
+        }
+      } finally {
+        model.fuseDecode = true;
+        model.lora = undefined;
+        kv.dispose();
+      }
+      return { out, dispatches };
+    };
+    for (const withLora of [false, true]) {
+      const perOp = await decode(false, withLora);
+      const fused = await decode(true, withLora);
+      perOp.out.forEach((want, i) => assertClose(`${name} step ${i}`, fused.out[i], want, { atol: 1e-4, rtol: 1e-4 }));
+      // Fewer than half the dispatches once the layers dominate (not Gemma's norms before the residual adds).
+      const L = model.config.numLayers;
+      if (!model.config.sandwichNorms) expect(fused.dispatches[1]).toBeLessThanOrEqual((withLora ? 10 : 6) * L + 5);
+      expect(fused.dispatches[1]).toBeLessThan(perOp.dispatches[1]);
+    }
+    lora.dispose();
+    expect(gpu.errors).toEqual([]);
+  });
 });
 
 describe("tensors over the storage-binding limit", () => {
@@ -144,6 +200,9 @@ describe("tensors over the storage-binding limit", () => {
     const model = await load("qwen3-tiny", small);
     expect(model.weights.embed.shards.length).toBeGreaterThan(1);
     expect(model.weights.head.length).toBeGreaterThan(1);
+    // q|k|v and gate|up (65 KB each) would not fit a binding either: each keeps its own buffer, and decode runs per op.
+    const L = model.weights.layers[0];
+    expect(oneBuffer(L.q, L.k) || oneBuffer(L.gate, L.up)).toBe(false);
     const ref = await refTensors("qwen3-tiny");
     const json = JSON.parse(readFileSync(join(FIX, "qwen3-tiny", "reference.json"), "utf8"));
     const kv = new KvCache(small, model.config, 1, 32);

@@ -25,14 +25,17 @@ import {
   ropeBackward,
   ropeForward,
   ropeInvFreq,
+  ropeQkv,
   swiglu,
   swigluBackward,
+  type MatvecSegment,
 } from "@webart/shaders";
 import { tensorShapes, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
+import { DECODE_ROWS } from "./decode-rows.ts";
 import type { KvCache } from "./kv.ts";
-import { LORA_MODULES, type LoraState } from "./lora.ts";
-import { freeWeights, type GpuWeights, type Matrix } from "./weights.ts";
+import { LORA_MODULES, type LoraEntry, type LoraState } from "./lora.ts";
+import { freeWeights, oneBuffer, type GpuWeights, type Matrix, type Vector } from "./weights.ts";
 
 /** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
 export type Attend =
@@ -116,6 +119,9 @@ export class Model {
   readonly invFreq: GPUBuffer;
   readonly invFreqLocal?: GPUBuffer;
   lora?: LoraState;
+  /** Inference over at most DECODE_ROWS tokens runs decodeLayer (the same math in fewer dispatches); off: every
+   *  op its own dispatch, as training's forward (to compare the two). */
+  fuseDecode = true;
 
   constructor(
     readonly gpu: Gpu,
@@ -160,19 +166,22 @@ export class Model {
     W: Matrix,
     y: GPUBuffer,
     M: number,
-    bias?: GPUBuffer,
+    bias?: Vector,
     accumulate = false,
   ): void {
-    if (!accumulate && M <= 64) {
-      matvec(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, wDtype: W.dtype, bias });
+    const b = { bias: bias?.buffer, offsetBias: bias?.offset };
+    if (!accumulate && M <= DECODE_ROWS) {
+      matvec(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, wDtype: W.dtype, offsetW: W.offset, ...b });
     } else {
-      matmul(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, mode: "nt", bDtype: W.dtype, bias, accumulate });
+      const o = { M, N: W.rows, K: W.cols, mode: "nt" as const, bDtype: W.dtype, offsetB: W.offset, accumulate };
+      matmul(this.gpu, rec, x, W.buffer, y, { ...o, ...b });
     }
   }
 
   /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
-    matmul(this.gpu, rec, dy, W.buffer, dx, { M, N: W.cols, K: W.rows, mode: "nn", bDtype: W.dtype, accumulate });
+    const o = { M, N: W.cols, K: W.rows, mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate };
+    matmul(this.gpu, rec, dy, W.buffer, dx, o);
   }
 
   /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
@@ -227,6 +236,8 @@ export class Model {
         // Recompute: keep the layer's input, run the layer on a copy of it.
         layers.push({ x });
         x = this.layer(rec, l, x, N, attend, "copy").x;
+      } else if (attend.kind === "cache" && N <= DECODE_ROWS && this.fuseDecode && this.decodeFusable(l)) {
+        x = this.decodeLayer(rec, l, x, N, attend);
       } else {
         x = this.layer(rec, l, x, N, attend, "inplace").x;
       }
@@ -414,30 +425,204 @@ export class Model {
     return { x: xOut, saved };
   }
 
-  /** Final norm of S selected rows of x, then logits (S, V) through the LM head (row shards). */
-  logits(rec: Recorder, x: GPUBuffer, N: number, rows: GPUBuffer, S: number, out: GPUBuffer): void {
-    const gpu = this.gpu;
-    const { hiddenSize: C, vocabSize: V, rmsNormEps } = this.config;
-    const sel = gpu.buffer(S * C * 4, "activations", "selected rows");
-    embedding(gpu, rec, tableViews(gpu, x, N, C, "f32"), rows, sel, S);
-    const hs = gpu.buffer(S * C * 4, "activations", "normed rows");
-    const rstd = gpu.buffer(S * 4, "activations", "rstd");
-    rmsnorm(gpu, rec, sel, this.weights.finalNorm, hs, rstd, S, C, rmsNormEps);
-    this.head(rec, hs, S, out, 0, V, V);
-    gpu.release(sel, hs, rstd);
+  /** Whether layer l allows decodeLayer: q, k, v in one buffer (their biases too), gate and up in one, and the
+   *  adapter's buffer (read whole by the matvecs) within one binding. */
+  private decodeFusable(l: number): boolean {
+    const L = this.weights.layers[l];
+    const biases = [L.qBias, L.kBias, L.vBias].filter((b) => b !== undefined);
+    return (
+      oneBuffer(L.q, L.k, L.v) &&
+      oneBuffer(L.gate, L.up) &&
+      (biases.length === 0 || (biases.length === 3 && oneBuffer(...biases))) &&
+      (!this.useLora || this.lora!.params.size <= this.gpu.maxStorageBinding)
+    );
   }
 
-  /** out[:, 0:(v1-v0)] (row stride ld) = h (M, C) · W_head[v0:v1]ᵀ, walking the head's row shards. */
-  head(rec: Recorder, h: GPUBuffer, M: number, out: GPUBuffer, v0: number, v1: number, ld: number): void {
+  /** Layer l's LoRA entries for these targets (undefined where the adapter has none, or is off). */
+  private loraEntries(l: number, targets: LoraTarget[]): (LoraEntry | undefined)[] {
+    return targets.map((t) => (this.useLora ? this.lora!.byLayer[l].get(t) : undefined));
+  }
+
+  /**
+   * y (=|+=) norm(x)·[W₀; W₁; ...]ᵀ (+ biases) (+ each W's LoRA term), the Ws side by side in one buffer, as one
+   * matvec; `gated`: y = act(x·W₀ᵀ)·(x·W₁ᵀ). The LoRA terms' t = norm(x)·Aᵀ of every W come first, in one matvec too.
+   */
+  private decodeLinear(
+    rec: Recorder,
+    x: GPUBuffer,
+    N: number,
+    Ws: Matrix[],
+    biases: (Vector | undefined)[],
+    entries: (LoraEntry | undefined)[],
+    y: GPUBuffer,
+    o: { norm?: GPUBuffer; gated?: ModelConfig["hiddenAct"]; accumulate?: boolean },
+  ): void {
+    const gpu = this.gpu;
+    const K = Ws[0].cols;
+    const norm = o.norm && { weight: o.norm, eps: this.config.rmsNormEps };
+    const tCol: number[] = [];
+    let R = 0;
+    for (const e of entries) {
+      tCol.push(R);
+      R += e?.rank ?? 0;
+    }
+    let t: GPUBuffer | undefined;
+    if (R) {
+      t = gpu.buffer(N * R * 4, "activations", "lora t");
+      const live = entries.filter((e) => e !== undefined);
+      const segments = live.map((e) => ({ rows: e.rank, offsetW: e.a }));
+      matvec(gpu, rec, x, this.lora!.params, t, { M: N, N: R, K, norm, segments });
+    }
+    const segments: MatvecSegment[] = Ws.map((W, i) => {
+      const e = entries[i];
+      const lora = e && { rank: e.rank, scale: e.scale, b: e.b, tCol: tCol[i] };
+      return { rows: W.rows, offsetW: W.offset, offsetBias: biases[i]?.offset, lora };
+    });
+    matvec(gpu, rec, x, Ws[0].buffer, y, {
+      M: N,
+      N: o.gated ? Ws[0].rows : Ws.reduce((a, W) => a + W.rows, 0),
+      K,
+      wDtype: Ws[0].dtype,
+      bias: biases[0]?.buffer,
+      norm,
+      segments,
+      gated: o.gated,
+      accumulate: o.accumulate,
+      lora: t && { t, ldt: R, params: this.lora!.params },
+    });
+    gpu.release(t);
+  }
+
+  /**
+   * Inference's layer over at most DECODE_ROWS tokens against the KV cache, in place on x: the ops of `layer` with
+   * what always runs together in one dispatch. The input norm rides in the q|k|v matvec (one, over the three
+   * weights), RoPE, q/k norms and the cache write in ropeQkv, the residual adds in the o and down matvecs, the MLP
+   * norm and the gated activation in the gate|up matvec; each LoRA term in its projection's matvec, after one matvec
+   * for the t = x·Aᵀ of all the projections sharing an input.
+   */
+  private decodeLayer(
+    rec: Recorder,
+    l: number,
+    x: GPUBuffer,
+    N: number,
+    attend: Attend & { kind: "cache" },
+  ): GPUBuffer {
+    const gpu = this.gpu;
+    const c = this.config;
+    const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
+    const L = this.weights.layers[l];
+    const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
+    // --- attention block: q|k|v (N, (H + 2 KV) D) = norm(x)·[Wq; Wk; Wv]ᵀ (+ bias, LoRA)
+    const ldq = (H + 2 * KV) * D;
+    const qkv = buf(N * ldq, "qkv");
+    const attnIn = this.loraEntries(l, ["q", "k", "v"]);
+    this.decodeLinear(rec, x, N, [L.q, L.k, L.v], [L.qBias, L.kBias, L.vBias], attnIn, qkv, { norm: L.inNorm });
+    const q = buf(N * H * D, "q");
+    const { invFreq, window } = this.attention(l);
+    const kv = attend.kv;
+    const qkNorm = c.qkNorm ? { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps } : undefined;
+    ropeQkv(
+      gpu,
+      rec,
+      { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l], norm: qkNorm },
+      { n: N, h: H, kv: KV, d: D, ldq, slots: kv.slots, tmax: kv.tmax },
+    );
+    const o = buf(N * H * D, "o");
+    const lse = buf(N * H, "lse");
+    const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
+    const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale: c.attnScale, window };
+    if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
+    else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
+    gpu.release(qkv, q, lse);
+    // Residual: x += o·Woᵀ (+ LoRA); Gemma: x + norm(o·Woᵀ), on a new buffer.
+    let xMid = x;
+    const oIn = this.loraEntries(l, ["o"]);
+    if (c.sandwichNorms) {
+      const ao = buf(N * C, "ao");
+      this.decodeLinear(rec, o, N, [L.o], [L.oBias], oIn, ao, {});
+      xMid = this.addNormed(rec, x, ao, L.attnOutNorm!, N);
+      gpu.release(x, ao);
+    } else this.decodeLinear(rec, o, N, [L.o], [L.oBias], oIn, x, { accumulate: true });
+    gpu.release(o);
+    // --- MLP block: a = act(norm(xMid)·Wgᵀ)·(norm(xMid)·Wuᵀ), then xMid += a·Wdᵀ (Gemma: + norm(a·Wdᵀ)).
+    const a = buf(N * F, "a");
+    const mlpIn = this.loraEntries(l, ["gate", "up"]);
+    this.decodeLinear(rec, xMid, N, [L.gate, L.up], [undefined, undefined], mlpIn, a, {
+      norm: L.mlpNorm,
+      gated: c.hiddenAct,
+    });
+    let xOut = xMid;
+    const downIn = this.loraEntries(l, ["down"]);
+    if (c.sandwichNorms) {
+      const mo = buf(N * C, "mo");
+      this.decodeLinear(rec, a, N, [L.down], [undefined], downIn, mo, {});
+      xOut = this.addNormed(rec, xMid, mo, L.mlpOutNorm!, N);
+      gpu.release(xMid, mo);
+    } else this.decodeLinear(rec, a, N, [L.down], [undefined], downIn, xMid, { accumulate: true });
+    gpu.release(a);
+    return xOut;
+  }
+
+  /** x + norm(b) on a new buffer (Gemma's branch outputs reach the residual through their norm). */
+  private addNormed(rec: Recorder, x: GPUBuffer, b: GPUBuffer, w: GPUBuffer, N: number): GPUBuffer {
+    const C = this.config.hiddenSize;
+    const h = this.gpu.buffer(N * C * 4, "activations", "normed branch");
+    const rstd = this.gpu.buffer(N * 4, "activations", "branch rstd");
+    rmsnorm(this.gpu, rec, b, w, h, rstd, N, C, this.config.rmsNormEps);
+    const out = this.gpu.buffer(N * C * 4, "activations", "residual");
+    add(this.gpu, rec, x, h, out, N * C);
+    this.gpu.release(h, rstd);
+    return out;
+  }
+
+  /**
+   * Final norm of S selected rows of x (`rows`; none: all N rows in order, S = N), then logits (S, V) through the LM
+   * head (row shards). Up to DECODE_ROWS rows the norm rides in the head's matvec.
+   */
+  logits(rec: Recorder, x: GPUBuffer, N: number, rows: GPUBuffer | undefined, S: number, out: GPUBuffer): void {
+    const gpu = this.gpu;
+    const { hiddenSize: C, vocabSize: V, rmsNormEps } = this.config;
+    if (!rows && S !== N) throw new Error(`logits: ${S} rows of ${N} need their indices`);
+    let sel = x;
+    if (rows) {
+      sel = gpu.buffer(S * C * 4, "activations", "selected rows");
+      embedding(gpu, rec, tableViews(gpu, x, N, C, "f32"), rows, sel, S);
+    }
+    if (S <= DECODE_ROWS) this.head(rec, sel, S, out, 0, V, V, this.weights.finalNorm);
+    else {
+      const hs = gpu.buffer(S * C * 4, "activations", "normed rows");
+      const rstd = gpu.buffer(S * 4, "activations", "rstd");
+      rmsnorm(gpu, rec, sel, this.weights.finalNorm, hs, rstd, S, C, rmsNormEps);
+      this.head(rec, hs, S, out, 0, V, V);
+      gpu.release(hs, rstd);
+    }
+    if (sel !== x) gpu.release(sel);
+  }
+
+  /**
+   * out[:, 0:(v1-v0)] (row stride ld) = h (M, C) · W_head[v0:v1]ᵀ, walking the head's row shards; with `norm` (up to
+   * DECODE_ROWS rows), h's rows RMS-normed with that weight first.
+   */
+  head(
+    rec: Recorder,
+    h: GPUBuffer,
+    M: number,
+    out: GPUBuffer,
+    v0: number,
+    v1: number,
+    ld: number,
+    norm?: GPUBuffer,
+  ): void {
     const C = this.config.hiddenSize;
     const dt = this.weights.headDtype;
+    if (norm && M > DECODE_ROWS) throw new Error(`head: the norm rides in the matvec only up to ${DECODE_ROWS} rows`);
     let r0 = 0;
     for (const s of this.weights.head) {
       const a = Math.max(v0, r0);
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
         const offW = (s.offset ?? 0) + (a - r0) * C;
-        if (M <= 64)
+        if (M <= DECODE_ROWS)
           matvec(this.gpu, rec, h, s.buffer, out, {
             M,
             N: b - a,
@@ -446,6 +631,7 @@ export class Model {
             offsetW: offW,
             ldy: ld,
             offsetY: a - v0,
+            norm: norm && { weight: norm, eps: this.config.rmsNormEps },
           });
         else
           matmul(this.gpu, rec, h, s.buffer, out, {

@@ -9,6 +9,8 @@ import type { Model } from "./model.ts";
 export class ModelRunner implements StepModel {
   readonly kv: KvCache;
   readonly vocabSize: number;
+  /** Compute dispatches the last step() recorded (its forward, logits and sampling: one Recorder). */
+  lastDispatches = 0;
 
   constructor(
     readonly model: Model,
@@ -50,7 +52,9 @@ export class ModelRunner implements StepModel {
     let topLogits: Promise<ArrayBuffer> | undefined;
     const temp: GPUBuffer[] = [ids, slotPos, x];
     if (S) {
-      const rows = gpu.upload(Uint32Array.from(samples.map((s) => s.row)));
+      // A decode step samples every row in order: the logits read x itself.
+      const all = S === N && samples.every((s, i) => s.row === i);
+      const rows = all ? undefined : gpu.upload(Uint32Array.from(samples.map((s) => s.row)));
       const logits = gpu.buffer(S * V * 4, "activations", "logits");
       this.model.logits(rec, x, N, rows, S, logits);
       const params = gpu.upload(
@@ -78,9 +82,11 @@ export class ModelRunner implements StepModel {
       sample(gpu, rec, logits, params, outIds, outLp, S, V, { mask });
       out = [rec.read(outIds, S * 4), rec.read(outLp, S * 4)];
       if (samples.some((s) => s.top > 0)) topLogits = rec.read(logits, S * V * 4);
-      temp.push(rows, logits, params, outIds, outLp);
+      temp.push(logits, params, outIds, outLp);
+      if (rows) temp.push(rows);
     }
     gpu.release(...temp);
+    this.lastDispatches = rec.dispatches;
     await rec.submit();
     if (!S) return { ids: new Uint32Array(0), logprobs: new Float32Array(0) };
     const [idsBuf, lpBuf] = await Promise.all(out);

@@ -1,11 +1,12 @@
 // Frozen base weights on the GPU: matrices keep their file's 16-bit form (bf16/f16 packed two per u32) or
 // f32; norm weights and biases become f32 (Gemma's norm weights stored as w - 1 become 1 + w, so every norm is
-// x·rstd·w on the GPU). The embedding (and an untied LM head) are split in row shards when they exceed one storage
-// binding. Tensors are streamed one at a time from the reader.
+// x·rstd·w on the GPU). A layer's q, k, v (and their biases) share one buffer, as do gate and up, each at a 256-byte
+// aligned offset, so decode reads them in one dispatch. The embedding (and an untied LM head) are split in row
+// shards when they exceed one storage binding. Tensors are streamed one at a time from the reader.
 import type { Gpu } from "@webart/gpu";
 import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
-import type { ModelConfig } from "../config/index.ts";
+import { groupLayout, tensorShapes, weightGroups, type ModelConfig } from "../config/index.ts";
 import { tensorToF32, type Dtype } from "../weights/index.ts";
 import type { LoadProgress, Tensor } from "../weights/index.ts";
 
@@ -17,6 +18,15 @@ export interface Matrix {
   /** (rows, cols) = (out, in), as nn.Linear. */
   rows: number;
   cols: number;
+  /** Element offset of row 0 in `buffer` (16-bit elements when packed); a multiple of 256 bytes. */
+  offset: number;
+}
+
+/** An f32 vector at an element offset of its buffer (a multiple of 256 bytes): a bias. */
+export interface Vector {
+  buffer: GPUBuffer;
+  offset: number;
+  length: number;
 }
 
 export interface LayerWeights {
@@ -25,10 +35,10 @@ export interface LayerWeights {
   k: Matrix; // (KV*D, C)
   v: Matrix; // (KV*D, C)
   o: Matrix; // (C, H*D)
-  qBias?: GPUBuffer;
-  kBias?: GPUBuffer;
-  vBias?: GPUBuffer;
-  oBias?: GPUBuffer;
+  qBias?: Vector;
+  kBias?: Vector;
+  vBias?: Vector;
+  oBias?: Vector;
   qNorm?: GPUBuffer; // (D)
   kNorm?: GPUBuffer; // (D)
   /** Gemma: the norm of the attention output before its residual add (its post_attention_layernorm). */
@@ -52,6 +62,20 @@ export interface GpuWeights {
   bytes: number;
   /** Every buffer uploaded, once each (freeWeights releases them). */
   buffers: GPUBuffer[];
+}
+
+/** Whether the matrices (or vectors) sit in one buffer, so that one matvec reads them as segments. */
+export function oneBuffer(...xs: { buffer: GPUBuffer }[]): boolean {
+  return xs.every((x) => x.buffer === xs[0].buffer);
+}
+
+/** A binding of just this matrix or vector (its offset is 256-byte aligned): e.g. for an optimizer step on it. */
+export function bindingOf(x: Matrix | Vector): { buffer: GPUBuffer; offset: number; size: number } {
+  const f32 = !("dtype" in x) || x.dtype === "f32";
+  const n = "dtype" in x ? x.rows * x.cols : x.length;
+  return f32
+    ? { buffer: x.buffer, offset: x.offset * 4, size: n * 4 }
+    : { buffer: x.buffer, offset: x.offset * 2, size: Math.ceil(n / 2) * 4 };
 }
 
 /** Returns the weights' buffers to the pool. */
@@ -106,6 +130,34 @@ async function upload(
   };
   const mats = new Map<string, Matrix>();
   const vecs = new Map<string, GPUBuffer>();
+  const biases = new Map<string, Vector>();
+  // Grouped tensors go into their group's buffer, made when the group's first tensor arrives (in that tensor's
+  // dtype; a member of another dtype, which no known checkpoint has, gets a buffer of its own).
+  const shapes = tensorShapes(config);
+  const groupOf = new Map<string, { names: string[]; index: number }>();
+  for (const names of weightGroups(config)) names.forEach((n, index) => groupOf.set(n, { names, index }));
+  const groupBufs = new Map<string[], { buffer?: GPUBuffer; dtype: WDtype; offsets: number[] }>();
+  const place = (name: string, dtype: WDtype, data: Uint8Array): { buffer: GPUBuffer; offset: number } => {
+    const g = groupOf.get(name);
+    if (!g) return { buffer: up(data, name), offset: 0 };
+    let gb = groupBufs.get(g.names);
+    if (!gb) {
+      const sizes = g.names.map((n) => shapes.get(n)!.reduce((a, b) => a * b, 1));
+      const { offsets, elements } = groupLayout(sizes, dtype === "f32" ? 4 : 2);
+      const bytes = dtype === "f32" ? elements * 4 : Math.ceil(elements / 2) * 4;
+      // A group past one storage binding stays apart (it is read whole); decode then runs per op.
+      const buffer =
+        bytes <= gpu.maxStorageBinding
+          ? gpu.buffer(bytes, "weights", g.names[0].replace(/\.[a-z_]+\.(weight|bias)$/, ".*"))
+          : undefined;
+      if (buffer) buffers.push(buffer);
+      groupBufs.set(g.names, (gb = { buffer, dtype, offsets }));
+    }
+    if (!gb.buffer || gb.dtype !== dtype) return { buffer: up(data, name), offset: 0 };
+    const offset = gb.offsets[g.index];
+    gpu.write(gb.buffer, data, offset * (dtype === "f32" ? 4 : 2));
+    return { buffer: gb.buffer, offset };
+  };
   let embed: EmbeddingTable | undefined;
   let head: EmbeddingTable | undefined;
   let bytes = 0;
@@ -114,7 +166,9 @@ async function upload(
     if (t.shape.length === 1) {
       const f = tensorToF32({ dtype: t.dtype, bytes: t.bytes });
       if (config.normUnitOffset && name.endsWith("norm.weight")) for (let i = 0; i < f.length; i++) f[i] += 1;
-      vecs.set(name, up(f, name));
+      if (name.endsWith(".bias"))
+        biases.set(name, { ...place(name, "f32", new Uint8Array(f.buffer)), length: f.length });
+      else vecs.set(name, up(f, name));
       bytes += f.byteLength;
       continue;
     }
@@ -135,7 +189,7 @@ async function upload(
       if (name === "lm_head.weight") head = table;
       else embed = table;
     } else {
-      mats.set(name, { buffer: up(pad4(data), name), dtype, rows, cols });
+      mats.set(name, { ...place(name, dtype, pad4(data)), dtype, rows, cols });
     }
     bytes += data.byteLength;
   }
@@ -154,10 +208,10 @@ async function upload(
       k: need(mats, p + "self_attn.k_proj.weight"),
       v: need(mats, p + "self_attn.v_proj.weight"),
       o: need(mats, p + "self_attn.o_proj.weight"),
-      qBias: vecs.get(p + "self_attn.q_proj.bias"),
-      kBias: vecs.get(p + "self_attn.k_proj.bias"),
-      vBias: vecs.get(p + "self_attn.v_proj.bias"),
-      oBias: vecs.get(p + "self_attn.o_proj.bias"),
+      qBias: biases.get(p + "self_attn.q_proj.bias"),
+      kBias: biases.get(p + "self_attn.k_proj.bias"),
+      vBias: biases.get(p + "self_attn.v_proj.bias"),
+      oBias: biases.get(p + "self_attn.o_proj.bias"),
       qNorm: vecs.get(p + "self_attn.q_norm.weight"),
       kNorm: vecs.get(p + "self_attn.k_norm.weight"),
       ...(config.sandwichNorms

@@ -57,6 +57,8 @@ export interface GradResult {
   entropy: number;
   trainedTokens: number;
   microBatches: number;
+  /** Compute dispatches recorded for the step's gradient (every micro-batch's forward, loss and backward). */
+  dispatches: number;
   /** Per sequence, the policy's logprob at each position (0 at position 0), when asked for. */
   newLogprobs?: Float32Array[];
 }
@@ -143,6 +145,7 @@ export async function accumulateGradients(
   let rowBase = 0;
   const rowOf: number[] = [];
   let trained = 0;
+  let dispatches = 0;
   for (const [mbIndex, idx] of batches.entries()) {
     const B = idx.length;
     const T = Math.max(...idx.map((i) => seqs[i].ids.length));
@@ -247,6 +250,7 @@ export async function accumulateGradients(
     gpu.release(lp, ent, lse, dnew, perToken, seqStats, logits);
     model.backward(rec, acts!, dhN, { B, T });
     gpu.release(...tmp, dhN);
+    dispatches += rec.dispatches;
     await rec.submit();
   }
   const rec = gpu.recorder();
@@ -266,6 +270,7 @@ export async function accumulateGradients(
     entropy: trained ? entSum / trained : 0,
     trainedTokens: trained,
     microBatches: batches.length,
+    dispatches,
     totals,
     entropyAll,
     maskAll,
@@ -297,7 +302,7 @@ export async function optimizerStep(
   model: Model,
   o: OptimizerConfig,
   step: number,
-): Promise<{ gradNorm: number; finite: boolean }> {
+): Promise<{ gradNorm: number; finite: boolean; dispatches: number }> {
   const gpu: Gpu = model.gpu;
   const lora = model.lora!;
   const parts = gpu.buffer(adamwPartsBytes, "optimizer", "adam parts");
@@ -313,7 +318,8 @@ export async function optimizerStep(
   );
   const r = rec.read(stats, adamwStatsBytes);
   gpu.release(parts, stats);
+  const dispatches = rec.dispatches;
   await rec.submit();
   const s = new Float32Array(await r);
-  return { gradNorm: s[0], finite: s[2] !== 0 };
+  return { gradNorm: s[0], finite: s[2] !== 0, dispatches };
 }

@@ -11,6 +11,7 @@ import {
 } from "@webart/shaders";
 import { tensorShapes } from "../config/index.ts";
 import { fullGradLayout, type FullGrads, type Model } from "../model/model.ts";
+import { bindingOf } from "../model/weights.ts";
 import { headLogprobs, microBatches, type OptimizerConfig } from "./grpo.ts";
 
 export interface SftSequence {
@@ -64,14 +65,14 @@ export class FullTrainer {
       ] as const) {
         if (L[k].dtype !== "f32")
           throw new Error(`full fine-tuning needs f32 weights; ${p}${t}.weight is ${L[k].dtype}`);
-        byName.set(`${p}${t}.weight`, L[k].buffer);
+        byName.set(`${p}${t}.weight`, bindingOf(L[k]));
       }
       byName.set(p + "input_layernorm.weight", L.inNorm);
       byName.set(p + "post_attention_layernorm.weight", L.mlpNorm);
-      if (L.qBias) byName.set(p + "self_attn.q_proj.bias", L.qBias);
-      if (L.kBias) byName.set(p + "self_attn.k_proj.bias", L.kBias);
-      if (L.vBias) byName.set(p + "self_attn.v_proj.bias", L.vBias);
-      if (L.oBias) byName.set(p + "self_attn.o_proj.bias", L.oBias);
+      if (L.qBias) byName.set(p + "self_attn.q_proj.bias", bindingOf(L.qBias));
+      if (L.kBias) byName.set(p + "self_attn.k_proj.bias", bindingOf(L.kBias));
+      if (L.vBias) byName.set(p + "self_attn.v_proj.bias", bindingOf(L.vBias));
+      if (L.oBias) byName.set(p + "self_attn.o_proj.bias", bindingOf(L.oBias));
       if (L.qNorm) byName.set(p + "self_attn.q_norm.weight", L.qNorm);
       if (L.kNorm) byName.set(p + "self_attn.k_norm.weight", L.kNorm);
     });

@@ -1,21 +1,34 @@
-// Decode matvec y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias) for a few rows M. Memory-bound: a workgroup
-// owns 4 output columns, its threads split K, and each W element fetched serves MT rows of x at once.
+// Decode matvec y[M, N] (=|+=) x[M, K] · W[N, K]ᵀ for a few rows M, with what decode runs around it folded in:
+// the RMSNorm of x (NORM), W's rows in up to 3 segments at their own offsets (q, k, v side by side), per-segment
+// bias and LoRA term s·t·Bᵀ, a gated activation act(seg 0)·seg 1 (GATE), and the residual add (accumulate).
+// Memory-bound: a workgroup owns 4 rows of W, its threads split K, and each W element serves MT rows of x.
+struct Seg {
+  rows: u32, offW: u32, offBias: u32, loraR: u32, // loraR 0: no LoRA term on this segment
+  loraB: u32, loraT: u32, scale: f32, base: u32, // base: first output column (0xffffffff: unused segment)
+}
 struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 bias
-  ldx: u32, ldy: u32, offW: u32, offY: u32, // offW in elements (16-bit ones when packed)
-  offBias: u32, offX: u32,
+  M: u32, N: u32, K: u32, flags: u32, // flags: 1 bias, 2 accumulate
+  ldx: u32, ldy: u32, offY: u32, offX: u32,
+  ldt: u32, eps: f32, pad0: u32, pad1: u32,
+  seg: array<Seg, 3>,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>; // f32 bits, or two bf16/f16 per word
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<storage, read> nw: array<f32>; // (K) RMSNorm weight
+@group(0) @binding(5) var<storage, read> t: array<f32>; // (M, ldt) LoRA x·Aᵀ of every segment
+@group(0) @binding(6) var<storage, read> lora: array<f32>; // the adapter's flat buffer (each segment's B)
+@group(0) @binding(7) var<storage, read_write> y: array<f32>;
 
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WG: u32 = 64u; // threads splitting K (a power of two)
 override MT: u32 = 4u; // rows of x per pass: 1, 2, 3 or 4
+override NORM: bool = false;
+override GATE: u32 = 0u; // 0 none, 1 silu (SwiGLU), 2 GELU tanh (GeGLU): y = act(seg 0) * seg 1
 
-var<workgroup> red: array<vec4f, 4u * WG>; // (MT, WG) partial sums of the 4 columns
+var<workgroup> red: array<vec4f, 4u * WG>; // (MT, WG) partial sums of the 4 rows of W
+var<workgroup> redSq: array<vec4f, WG>; // NORM: partial sums of x² of the MT rows
 
 fn unpack(v: u32) -> vec2f {
   if (W_KIND == 1u) { return vec2f(bitcast<f32>(v << 16u), bitcast<f32>(v & 0xffff0000u)); }
@@ -29,67 +42,136 @@ fn pair(e: u32) -> vec2f {
   return vec2f(lo.y, unpack(w[(e >> 1u) + 1u]).x);
 }
 
+// Element offset in W of output column n's row (GATE: of its gate row, or with up = true its up row).
+fn rowOf(n: u32, up: bool) -> u32 {
+  if (GATE != 0u) { return p.seg[select(0u, 1u, up)].offW + n * p.K; }
+  let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+  return p.seg[s].offW + (n - p.seg[s].base) * p.K;
+}
+
+// Row b of segment s for row m of x, from its sum: + bias, + s·t·Bᵀ.
+fn finish(m: u32, s: u32, b: u32, sum: f32) -> f32 {
+  var v = sum;
+  if ((p.flags & 1u) != 0u) { v += bias[p.seg[s].offBias + b]; }
+  let R = p.seg[s].loraR;
+  if (R > 0u) {
+    let tr = m * p.ldt + p.seg[s].loraT;
+    let br = p.seg[s].loraB + b * R;
+    var d = 0.0;
+    for (var r = 0u; r < R; r++) { d += t[tr + r] * lora[br + r]; }
+    v += p.seg[s].scale * d;
+  }
+  return v;
+}
+
+fn act(g: f32) -> f32 {
+  if (GATE == 2u) {
+    // GELU tanh: 0.5·(1 + tanh(a)) = sigmoid(2a), clamped so exp stays finite.
+    return g / (1.0 + exp(-clamp(2.0 * 0.7978845608028654 * (g + 0.044715 * g * g * g), -80.0, 80.0)));
+  }
+  return g / (1.0 + exp(-g));
+}
+
+fn store(m: u32, n: u32, v: f32) {
+  let i = p.offY + m * p.ldy + n;
+  if ((p.flags & 2u) != 0u) { y[i] += v; } else { y[i] = v; }
+}
+
 @compute @workgroup_size(WG)
 fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: vec3u,
                   @builtin(num_workgroups) nwg: vec3u) {
-  let n0 = (wid.x + wid.y * nwg.x) * 4u;
+  let cols = select(4u, 2u, GATE != 0u); // output columns per workgroup
+  let n0 = (wid.x + wid.y * nwg.x) * cols;
   if (n0 >= p.N) { return; } // whole workgroup: grid padding
-  let t = lid.x;
+  let tid = lid.x;
   let last = p.N - 1u;
-  let r = p.offW + vec4u(n0, min(n0 + 1u, last), min(n0 + 2u, last), min(n0 + 3u, last)) * p.K; // row starts
+  var r: vec4u; // row starts of the 4 rows of W
+  if (GATE != 0u) {
+    let n1 = min(n0 + 1u, last);
+    r = vec4u(rowOf(n0, false), rowOf(n1, false), rowOf(n0, true), rowOf(n1, true));
+  } else {
+    r = vec4u(rowOf(n0, false), rowOf(min(n0 + 1u, last), false), rowOf(min(n0 + 2u, last), false),
+              rowOf(min(n0 + 3u, last), false));
+  }
   for (var m0 = 0u; m0 < p.M; m0 += MT) {
     // Rows past M are clamped for loading (their sums are dropped); later passes re-read W from cache.
     let xr = p.offX + vec4u(m0, min(m0 + 1u, p.M - 1u), min(m0 + 2u, p.M - 1u), min(m0 + 3u, p.M - 1u)) * p.ldx;
-    var s0 = vec4f(); var s1 = vec4f(); var s2 = vec4f(); var s3 = vec4f(); // rows m0..m0+3 × 4 columns
+    var s0 = vec4f(); var s1 = vec4f(); var s2 = vec4f(); var s3 = vec4f(); // rows m0..m0+3 × 4 rows of W
+    var sq = vec4f(); // NORM: Σ x² of rows m0..m0+3
     if (W_KIND == 0u) {
       // Consecutive threads take consecutive k: contiguous loads of W and x.
-      for (var k = t; k < p.K; k += WG) {
-        let wv = bitcast<vec4f>(vec4u(w[r.x + k], w[r.y + k], w[r.z + k], w[r.w + k]));
-        s0 += x[xr.x + k] * wv;
-        if (MT > 1u) { s1 += x[xr.y + k] * wv; }
-        if (MT > 2u) { s2 += x[xr.z + k] * wv; }
-        if (MT > 3u) { s3 += x[xr.w + k] * wv; }
+      for (var k = tid; k < p.K; k += WG) {
+        var wv = bitcast<vec4f>(vec4u(w[r.x + k], w[r.y + k], w[r.z + k], w[r.w + k]));
+        if (NORM) { wv *= nw[k]; }
+        var a = x[xr.x + k]; s0 += a * wv;
+        if (NORM) { sq.x += a * a; }
+        if (MT > 1u) { a = x[xr.y + k]; s1 += a * wv; if (NORM) { sq.y += a * a; } }
+        if (MT > 2u) { a = x[xr.z + k]; s2 += a * wv; if (NORM) { sq.z += a * a; } }
+        if (MT > 3u) { a = x[xr.w + k]; s3 += a * wv; if (NORM) { sq.w += a * a; } }
       }
     } else {
       // Each thread takes pairs of k, one packed word per column when the row starts on a word.
-      for (var k = 2u * t; k + 1u < p.K; k += 2u * WG) {
+      for (var k = 2u * tid; k + 1u < p.K; k += 2u * WG) {
         let c0 = pair(r.x + k); let c1 = pair(r.y + k); let c2 = pair(r.z + k); let c3 = pair(r.w + k);
-        let we = vec4f(c0.x, c1.x, c2.x, c3.x);
-        let wo = vec4f(c0.y, c1.y, c2.y, c3.y);
-        s0 += x[xr.x + k] * we + x[xr.x + k + 1u] * wo;
-        if (MT > 1u) { s1 += x[xr.y + k] * we + x[xr.y + k + 1u] * wo; }
-        if (MT > 2u) { s2 += x[xr.z + k] * we + x[xr.z + k + 1u] * wo; }
-        if (MT > 3u) { s3 += x[xr.w + k] * we + x[xr.w + k + 1u] * wo; }
+        var we = vec4f(c0.x, c1.x, c2.x, c3.x);
+        var wo = vec4f(c0.y, c1.y, c2.y, c3.y);
+        if (NORM) { we *= nw[k]; wo *= nw[k + 1u]; }
+        var a = x[xr.x + k]; var b = x[xr.x + k + 1u]; s0 += a * we + b * wo;
+        if (NORM) { sq.x += a * a + b * b; }
+        if (MT > 1u) {
+          a = x[xr.y + k]; b = x[xr.y + k + 1u]; s1 += a * we + b * wo;
+          if (NORM) { sq.y += a * a + b * b; }
+        }
+        if (MT > 2u) {
+          a = x[xr.z + k]; b = x[xr.z + k + 1u]; s2 += a * we + b * wo;
+          if (NORM) { sq.z += a * a + b * b; }
+        }
+        if (MT > 3u) {
+          a = x[xr.w + k]; b = x[xr.w + k + 1u]; s3 += a * we + b * wo;
+          if (NORM) { sq.w += a * a + b * b; }
+        }
       }
-      if ((p.K & 1u) == 1u && t == 0u) { // odd K: the last element, unpaired
+      if ((p.K & 1u) == 1u && tid == 0u) { // odd K: the last element, unpaired
         let k = p.K - 1u;
         let e = r + k;
         let h = vec4u(e & vec4u(1u)) == vec4u(1u);
         let v = vec4u(w[e.x >> 1u], w[e.y >> 1u], w[e.z >> 1u], w[e.w >> 1u]);
-        let wv = vec4f(select(unpack(v.x).x, unpack(v.x).y, h.x), select(unpack(v.y).x, unpack(v.y).y, h.y),
+        var wv = vec4f(select(unpack(v.x).x, unpack(v.x).y, h.x), select(unpack(v.y).x, unpack(v.y).y, h.y),
                        select(unpack(v.z).x, unpack(v.z).y, h.z), select(unpack(v.w).x, unpack(v.w).y, h.w));
-        s0 += x[xr.x + k] * wv; s1 += x[xr.y + k] * wv; s2 += x[xr.z + k] * wv; s3 += x[xr.w + k] * wv;
+        let a = vec4f(x[xr.x + k], x[xr.y + k], x[xr.z + k], x[xr.w + k]);
+        if (NORM) { wv *= nw[k]; sq += a * a; }
+        s0 += a.x * wv; s1 += a.y * wv; s2 += a.z * wv; s3 += a.w * wv;
       }
     }
-    red[t] = s0;
-    if (MT > 1u) { red[WG + t] = s1; }
-    if (MT > 2u) { red[2u * WG + t] = s2; }
-    if (MT > 3u) { red[3u * WG + t] = s3; }
+    red[tid] = s0;
+    if (MT > 1u) { red[WG + tid] = s1; }
+    if (MT > 2u) { red[2u * WG + tid] = s2; }
+    if (MT > 3u) { red[3u * WG + tid] = s3; }
+    if (NORM) { redSq[tid] = sq; }
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
-      if (t < s) {
-        for (var i = 0u; i < MT; i++) { red[i * WG + t] += red[i * WG + t + s]; }
+      if (tid < s) {
+        for (var i = 0u; i < MT; i++) { red[i * WG + tid] += red[i * WG + tid + s]; }
+        if (NORM) { redSq[tid] += redSq[tid + s]; }
       }
       workgroupBarrier();
     }
-    if (t < MT && m0 + t < p.M) {
-      let v = red[t * WG];
-      for (var j = 0u; j < 4u; j++) {
-        let n = n0 + j;
-        if (n < p.N) {
-          var o = v[j];
-          if ((p.flags & 1u) != 0u) { o += bias[p.offBias + n]; }
-          y[p.offY + (m0 + t) * p.ldy + n] = o;
+    let m = m0 + tid;
+    if (tid < MT && m < p.M) {
+      var v = red[tid * WG];
+      if (NORM) { v *= inverseSqrt(redSq[0][tid] / f32(p.K) + p.eps); }
+      if (GATE != 0u) {
+        for (var j = 0u; j < 2u; j++) {
+          let n = n0 + j;
+          if (n < p.N) { store(m, n, act(finish(m, 0u, n, v[j])) * finish(m, 1u, n, v[2u + j])); }
+        }
+      } else {
+        for (var j = 0u; j < 4u; j++) {
+          let n = n0 + j;
+          if (n < p.N) {
+            let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+            store(m, n, finish(m, s, n - p.seg[s].base, v[j]));
+          }
         }
       }
     }

@@ -1,7 +1,10 @@
 // Decode matvec y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias) for M = 1..64 rows, W in f32 or packed
-// bf16/f16: memory-bound, so W is streamed once per call (larger M: use matmul).
+// bf16/f16: memory-bound, so W is streamed once per call (larger M: use matmul). What decode runs around a
+// projection can ride along in the same dispatch: the RMSNorm of x, several weights side by side (q, k, v),
+// each one's LoRA term, the gated activation of gate and up, and the residual add.
 import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import type { WeightDtype } from "../matmul/index.ts";
+import type { GatedActivation } from "../swiglu/index.ts";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import code from "./forward.wgsl";
 import subgroupCode from "./subgroup.wgsl";
@@ -23,6 +26,30 @@ export interface MatvecOptions {
   offsetBias?: number;
   /** Force a variant; otherwise the tuned one, else subgroup where available. */
   variant?: MatvecVariant;
+  /** y += x·Wᵀ (the residual add) instead of y =. */
+  accumulate?: boolean;
+  /** RMSNorm folded into the read of x: each row of x is taken as x·rstd·weight, rstd over its K elements. */
+  norm?: { weight: GPUBuffer; eps: number };
+  /**
+   * W's rows in up to 3 segments, each at its own element offset (offsetW is then unused), their outputs side by
+   * side in y in this order (N = the sum of their rows); each with its bias offset and LoRA term. With `gated`:
+   * exactly 2 segments of N rows each, and y (M, N) = act(segment 0) · segment 1.
+   */
+  segments?: MatvecSegment[];
+  gated?: GatedActivation;
+  /** The LoRA terms' inputs: t (M, ldt) holds each segment's x·Aᵀ at its `tCol`; B is read from `params`. */
+  lora?: { t: GPUBuffer; ldt: number; params: GPUBuffer };
+}
+
+/** Rows of W at one offset, their bias, and optionally their LoRA term y += scale · t[:, tCol : tCol + rank] · Bᵀ. */
+export interface MatvecSegment {
+  rows: number;
+  /** Element offset of the first row (16-bit elements when packed). */
+  offsetW: number;
+  /** Element offset of the first row's bias in `bias`. */
+  offsetBias?: number;
+  /** B (rows, rank) at element `b` of the adapter buffer. */
+  lora?: { rank: number; scale: number; b: number; tCol: number };
 }
 
 const W_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
@@ -35,13 +62,20 @@ const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64 };
 const CG = 4;
 /** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one). */
 const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4 };
+const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
 const specs = new Map<string, KernelSpec>();
 
-export function matvecSpec(variant: MatvecVariant, wDtype: WeightDtype, MT: number): KernelSpec {
-  const key = `${variant}.${wDtype}.${MT}`;
+export function matvecSpec(
+  variant: MatvecVariant,
+  wDtype: WeightDtype,
+  MT: number,
+  norm = false,
+  gated?: GatedActivation,
+): KernelSpec {
+  const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}`;
   let s = specs.get(key);
   if (!s) {
-    const o = { W_KIND: W_KIND[wDtype], WG: WG[variant], MT };
+    const o = { W_KIND: W_KIND[wDtype], WG: WG[variant], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
     s =
       variant === "subgroup"
         ? { name: "matvec_forward_subgroup", code: subgroupCode, overrides: { ...o, CG } }
@@ -94,31 +128,69 @@ export async function tuneMatvec(
   return out;
 }
 
-/** Records y = x·Wᵀ (+ bias). Checks every access against the buffers' sizes first. */
+/** Records y (=|+=) [norm](x)·Wᵀ (+ bias) (+ LoRA) [gated]. Checks every access against the buffers' sizes first. */
 export function matvec(gpu: Gpu, rec: Recorder, x: GPUBuffer, w: GPUBuffer, y: GPUBuffer, o: MatvecOptions): void {
-  const { M, N, K, wDtype = "f32" } = o;
-  for (const [k, v] of Object.entries({ M, N, K })) {
+  const { M, K, wDtype = "f32" } = o;
+  const segs: MatvecSegment[] = o.segments ?? [{ rows: o.N, offsetW: o.offsetW ?? 0, offsetBias: o.offsetBias ?? 0 }];
+  if (segs.length < 1 || segs.length > 3) throw new Error(`matvec: ${segs.length} segments (1 to 3)`);
+  if (o.gated && (segs.length !== 2 || segs[0].rows !== segs[1].rows))
+    throw new Error("matvec: gated needs 2 segments of equal rows (gate, up)");
+  const N = o.gated ? segs[0].rows : segs.reduce((a, s) => a + s.rows, 0);
+  if (o.N !== N) throw new Error(`matvec: N = ${o.N} but the segments give ${N} output columns`);
+  for (const [k, v] of Object.entries({ M, N, K, ...Object.fromEntries(segs.map((s, i) => [`rows${i}`, s.rows])) })) {
     if (!Number.isInteger(v) || v < 1) throw new Error(`matvec: ${k} = ${v} must be a positive integer`);
   }
   if (!(wDtype in W_KIND)) throw new Error(`matvec: wDtype "${wDtype}" is not supported (f32, bf16, f16)`);
   const ldx = o.ldx ?? K;
   const ldy = o.ldy ?? N;
-  const [offX, offW, offY, offBias] = [o.offsetX ?? 0, o.offsetW ?? 0, o.offsetY ?? 0, o.offsetBias ?? 0];
+  const [offX, offY] = [o.offsetX ?? 0, o.offsetY ?? 0];
   check("x", x, 4, offX, M, ldx, K);
-  check("W", w, wDtype === "f32" ? 4 : 2, offW, N, K, K);
   check("y", y, 4, offY, M, ldy, N);
-  if (o.bias) check("bias", o.bias, 4, offBias, 1, N, N);
-  if (y === x || y === w || y === o.bias) throw new Error("matvec: y must not alias x, W or bias");
+  if (o.norm) check("norm weight", o.norm.weight, 4, 0, 1, K, K);
+  const lora = o.lora;
+  for (const [i, s] of segs.entries()) {
+    const seg = o.segments ? ` segment ${i}` : "";
+    check(`W${seg}`, w, wDtype === "f32" ? 4 : 2, s.offsetW, s.rows, K, K);
+    if (o.bias) check(`bias${seg}`, o.bias, 4, s.offsetBias ?? 0, 1, s.rows, s.rows);
+    const l = s.lora;
+    if (!l) continue;
+    if (!lora) throw new Error(`matvec: segment ${i} has a LoRA term but no lora inputs were given`);
+    if (!(Number.isInteger(l.rank) && l.rank >= 1)) throw new Error(`matvec: LoRA rank ${l.rank} must be >= 1`);
+    check(`LoRA t segment ${i}`, lora.t, 4, l.tCol, M, lora.ldt, l.rank);
+    check(`LoRA B segment ${i}`, lora.params, 4, l.b, 1, s.rows * l.rank, s.rows * l.rank);
+  }
+  const reads = [x, w, o.bias, o.norm?.weight, lora?.t, lora?.params];
+  if (reads.includes(y)) throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
   const variant = o.variant ?? matvecVariant(gpu, wDtype);
   if (!matvecVariants(gpu).includes(variant)) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
   // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines.
   const MT = Math.min(2 ** Math.ceil(Math.log2(M)), MAX_MT[variant]);
-  const params = new Params().u32(M, N, K, o.bias ? 1 : 0, ldx, ldy, offW, offY, offBias, offX);
-  const groups = Math.ceil(N / (variant === "subgroup" ? 16 * CG : 4));
-  // Without a bias, x fills the binding (never read; both are read-only storage).
-  rec.dispatch(matvecSpec(variant, wDtype, MT), [x, w, o.bias ?? x, y], gpu.grid(groups), params);
+  const flags = (o.bias ? 1 : 0) | (o.accumulate ? 2 : 0);
+  const params = new Params()
+    .u32(M, N, K, flags, ldx, ldy, offY, offX, lora?.ldt ?? 0)
+    .f32(o.norm?.eps ?? 0)
+    .u32(0, 0);
+  let base = 0;
+  for (let i = 0; i < 3; i++) {
+    const s = segs[i];
+    if (!s) {
+      params.u32(0, 0, 0, 0, 0, 0).f32(0).u32(0xffffffff);
+      continue;
+    }
+    const l = s.lora;
+    params
+      .u32(s.rows, s.offsetW, s.offsetBias ?? 0, l?.rank ?? 0, l?.b ?? 0, l?.tCol ?? 0)
+      .f32(l?.scale ?? 0)
+      .u32(o.gated ? 0 : base);
+    base += s.rows;
+  }
+  // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the other.
+  const perGroup = (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
+  // Unused inputs are bound to x (never read; all are read-only storage).
+  const bindings = [x, w, o.bias ?? x, o.norm?.weight ?? x, lora?.t ?? x, lora?.params ?? x, y];
+  rec.dispatch(matvecSpec(variant, wDtype, MT, !!o.norm, o.gated), bindings, gpu.grid(Math.ceil(N / perGroup)), params);
 }
 
 function check(

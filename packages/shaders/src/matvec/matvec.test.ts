@@ -1,10 +1,11 @@
 // The decode matvec against the CPU reference: f32 and 16-bit W, odd sizes, M from 1 to 64,
-// odd element offsets (shards starting mid-word), strided x and y, bias, and the argument checks.
+// odd element offsets (shards starting mid-word), strided x and y, bias, and the argument checks; its fused
+// forms (RMSNorm, segments, LoRA terms, gated activation, accumulate) against the composed references.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, type Tolerance } from "@webart/gpu/check";
 import { MATVEC_VARIANTS, matvec, matvecVariants, type MatvecOptions } from "./index.ts";
-import { matvecReference } from "./reference.ts";
+import { matvecFusedReference, matvecReference } from "./reference.ts";
 
 // The kernel sums K in WG interleaved partial sums and a tree, the reference left to right: for
 // K ≤ 129 terms below 1 in magnitude, 1e-4 absolute + 1e-4 relative. 16-bit W is compared on the
@@ -91,4 +92,135 @@ it("gives the same results with Dawn's robustness on (as in browsers)", async ()
     await check(robust, { M: 5, N: 33, K: 17, wDtype: "bf16", offsetW: 3, variant }, 120, true);
   }
   expect(robust.errors).toEqual([]);
+});
+
+/** A fused call on random inputs: W holds the segments at their offsets (gaps between them stay random). */
+async function checkFused(g: Gpu, o: MatvecOptions, seed: number, opts: { norm?: boolean; R?: number } = {}) {
+  const rng = new Rng(seed);
+  const { M, K, wDtype = "f32" } = o;
+  const segs = o.segments!;
+  const N = o.N;
+  const [ldx, ldy] = [o.ldx ?? K, o.ldy ?? N];
+  const wEnd = Math.max(...segs.map((s) => s.offsetW + s.rows * K)) + 1;
+  const xVals = rng.f32((o.offsetX ?? 0) + M * ldx + 2, -2, 2);
+  const wVals = rng.f32(wEnd);
+  const yInit = rng.f32((o.offsetY ?? 0) + M * ldy + 2);
+  const nw = rng.f32(K, 0.5, 1.5);
+  const biasVals = rng.f32(Math.max(...segs.map((s) => (s.offsetBias ?? 0) + s.rows)));
+  const R = opts.R ?? 0;
+  const ldt = R * segs.length + 3;
+  const tVals = rng.f32(M * ldt);
+  const params = rng.f32(Math.max(1, ...segs.map((s) => (s.lora ? s.lora.b + s.rows * s.lora.rank : 0))));
+  const up = (a: Float32Array) => g.upload(a);
+  const [bx, bw, by] = [up(xVals), g.upload(wDtype === "f32" ? wVals : packHalf(wVals, wDtype)), up(yInit)];
+  const bb = o.bias ? up(biasVals) : undefined;
+  const bn = opts.norm ? up(nw) : undefined;
+  const [bt, bp] = R ? [up(tVals), up(params)] : [undefined, undefined];
+  const rec = g.recorder();
+  matvec(g, rec, bx, bw, by, {
+    ...o,
+    bias: bb,
+    norm: bn && { weight: bn, eps: 1e-5 },
+    lora: bt && bp && { t: bt, ldt, params: bp },
+  });
+  const out = rec.read(by, yInit.byteLength);
+  await rec.submit();
+  const got = new Float32Array(await out);
+  g.release(bx, bw, by, bb, bn, bt, bp);
+  const want = matvecFusedReference(xVals, wDtype === "f32" ? wVals : roundHalf(wVals, wDtype), yInit.slice(), {
+    ...o,
+    segments: segs,
+    norm: opts.norm ? { weight: nw, eps: 1e-5 } : undefined,
+    bias: o.bias ? biasVals : undefined,
+    lora: R ? { t: tVals, ldt, params } : undefined,
+  });
+  assertClose(`fused matvec ${wDtype} ${M}x${N}x${K} ${o.gated ?? ""}`, got, want, TOL);
+}
+
+/** The segments of a q/k/v-like layout: rows at 16-element-aligned offsets, LoRA on the ones marked. */
+function segments(rows: number[], K: number, lora: boolean[], R: number, gap = 16) {
+  let off = 0;
+  let b = 1;
+  let bias = 0;
+  return rows.map((n, i) => {
+    const s = {
+      rows: n,
+      offsetW: off,
+      offsetBias: (bias += i ? rows[i - 1] + 2 : 1),
+      ...(lora[i] ? { lora: { rank: R, scale: 0.5 + i, b, tCol: 1 + i * R } } : {}),
+    };
+    off += Math.ceil((n * K) / gap) * gap + gap;
+    b += n * R + 3;
+    return s;
+  });
+}
+
+describe.each(MATVEC_VARIANTS)("fused matvec %s", (variant) => {
+  it.each(["f32", "bf16", "f16"] as const)("%s: RMSNorm of x, M = 1..64, odd K", async (wDtype) => {
+    if (!matvecVariants(gpu).includes(variant)) return;
+    for (const [i, [M, N, K]] of [
+      [1, 7, 5],
+      [3, 33, 64],
+      [8, 40, 96],
+      [64, 5, 19],
+    ].entries()) {
+      const segs = segments([N], K, [false], 0);
+      await checkFused(gpu, { M, N, K, wDtype, variant, segments: segs }, 200 + i, { norm: true });
+    }
+  });
+
+  it.each(["f32", "bf16"] as const)("%s: q, k, v as 3 segments with bias, RMSNorm and LoRA on two", async (wDtype) => {
+    if (!matvecVariants(gpu).includes(variant)) return;
+    for (const [i, [M, K]] of [
+      [1, 24],
+      [5, 33],
+      [8, 96],
+    ].entries()) {
+      const segs = segments([24, 8, 9], K, [true, false, true], 3);
+      const o = { M, N: 41, K, wDtype, variant, segments: segs, bias: gpu.buffer(4) };
+      await checkFused(gpu, o, 210 + i, { norm: true, R: 3 });
+      gpu.release(o.bias);
+    }
+  });
+
+  it.each([
+    ["silu", "f32"],
+    ["gelu_tanh", "bf16"],
+    ["silu", "f16"],
+  ] as const)("gate and up as act(gate)·up (%s, %s W), RMSNorm and LoRA", async (gated, wDtype) => {
+    if (!matvecVariants(gpu).includes(variant)) return;
+    for (const [i, [M, F, K]] of [
+      [1, 21, 16],
+      [4, 37, 31],
+      [9, 8, 64],
+    ].entries()) {
+      const segs = segments([F, F], K, [true, true], 2);
+      await checkFused(gpu, { M, N: F, K, wDtype, variant, segments: segs, gated }, 220 + i, { norm: true, R: 2 });
+    }
+  });
+
+  it.each(["f32", "bf16"] as const)("%s: y += x·Wᵀ + LoRA (the residual add), into a column range", async (wDtype) => {
+    if (!matvecVariants(gpu).includes(variant)) return;
+    const segs = segments([70], 18, [true], 4);
+    const o = { M: 6, N: 70, K: 18, wDtype, variant, segments: segs, accumulate: true, ldy: 90, offsetY: 7 };
+    await checkFused(gpu, o, 230, { R: 4 });
+    await checkFused(gpu, { ...o, M: 1, offsetX: 3, ldx: 20 }, 231, { R: 4 });
+  });
+});
+
+it("refuses inconsistent fused options", () => {
+  const [x, w, y] = [gpu.buffer(64 * 4), gpu.buffer(64 * 4), gpu.buffer(64 * 4)];
+  const rec = gpu.recorder();
+  const segs = [
+    { rows: 2, offsetW: 0 },
+    { rows: 3, offsetW: 16 },
+  ];
+  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 4, K: 8, segments: segs })).toThrow(/segments give 5/);
+  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 2, K: 8, segments: segs, gated: "silu" })).toThrow(/equal rows/);
+  const lora = [{ rows: 2, offsetW: 0, lora: { rank: 2, scale: 1, b: 0, tCol: 0 } }];
+  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 2, K: 8, segments: lora })).toThrow(/no lora inputs/);
+  expect(() => matvec(gpu, rec, x, w, x, { M: 1, N: 2, K: 8 })).toThrow(/alias/);
+  expect(rec.dispatches).toBe(0);
+  rec.abandon();
+  gpu.release(x, w, y);
 });

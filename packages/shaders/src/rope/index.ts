@@ -1,5 +1,6 @@
 // RoPE: inverse frequencies on the CPU (HF default, linear and Llama-3 scaling, so the scaling logic stays in TS) and the
-// dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not.
+// dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not; and
+// inference's attention inputs in one dispatch (ropeQkv: per-head q/k norm, RoPE, q out, k and v into the KV cache).
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./rotate.wgsl";
 
@@ -9,6 +10,8 @@ export const ropeForwardSpec = spec("rope_forward");
 export const ropeForwardInplaceSpec = spec("rope_forward_inplace");
 export const ropeBackwardSpec = spec("rope_backward");
 export const ropeBackwardInplaceSpec = spec("rope_backward_inplace");
+/** One thread a head row; 64 so that a decode batch's few rows still spread over workgroups. */
+export const ropeQkvSpec: KernelSpec = { name: "rope_qkv", code, overrides: { WG: 64 } };
 
 /** Llama-3 frequency scaling, HF `rope_scaling` with `rope_type: "llama3"`. */
 export interface Llama3RopeScaling {
@@ -111,4 +114,61 @@ export function ropeBackward(
   dims: RopeDims,
 ): void {
   record(gpu, rec, dy, dx, pos, invFreq, dims, true);
+}
+
+export interface RopeQkvDims {
+  /** N tokens. */
+  n: number;
+  h: number;
+  kv: number;
+  /** D head dim (even). */
+  d: number;
+  /** Elements per token in `qkv` (at least (H + 2 KV) D). */
+  ldq: number;
+  /** S slots and Tmax rows per slot of the cache. */
+  slots: number;
+  tmax: number;
+}
+
+export interface RopeQkvBuffers {
+  /** (N, ldq): each token's H q heads, KV k heads and KV v heads of D, side by side. */
+  qkv: GPUBuffer;
+  slotPos: GPUBuffer; // (N, 2) u32
+  invFreq: GPUBuffer; // (D/2)
+  q: GPUBuffer; // (N, H, D) out
+  kc: GPUBuffer; // (S, Tmax, KV, D)
+  vc: GPUBuffer; // (S, Tmax, KV, D)
+  /** Per-head RMSNorm of q and k before RoPE (Qwen3's and Gemma 3's q_norm, k_norm): weights (D) and eps. */
+  norm?: { q: GPUBuffer; k: GPUBuffer; eps: number };
+}
+
+/**
+ * q = rope(norm(q)) written out, k = rope(norm(k)) and v written into the caches at each token's (slot, pos);
+ * tokens with a slot or pos out of range get q only. What ropeForward on q and k and kvcacheWrite do, in one dispatch.
+ */
+export function ropeQkv(gpu: Gpu, rec: Recorder, b: RopeQkvBuffers, dims: RopeQkvDims): void {
+  const { n, h, kv, d, ldq, slots, tmax } = dims;
+  if (d % 2 !== 0 || h % kv !== 0)
+    throw new Error(`ropeQkv: need an even head dim and H % KV == 0 (D=${d} H=${h} KV=${kv})`);
+  if (ldq < (h + 2 * kv) * d) throw new Error(`ropeQkv: ldq ${ldq} is less than (H + 2 KV) D = ${(h + 2 * kv) * d}`);
+  if (slots * tmax * kv * d >= 2 ** 32)
+    throw new Error(`ropeQkv: ${slots}x${tmax}x${kv}x${d} elements overflow u32 indexing`);
+  const need = (what: string, buf: GPUBuffer, elements: number) => {
+    if (buf.size < elements * 4) throw new Error(`ropeQkv: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
+  };
+  need("qkv", b.qkv, (n - 1) * ldq + (h + 2 * kv) * d);
+  need("slotPos", b.slotPos, 2 * n);
+  need("invFreq", b.invFreq, d / 2);
+  need("q", b.q, n * h * d);
+  need("k cache", b.kc, slots * tmax * kv * d);
+  need("v cache", b.vc, slots * tmax * kv * d);
+  if (b.norm) {
+    need("q norm", b.norm.q, d);
+    need("k norm", b.norm.k, d);
+  }
+  const params = new Params().u32(n, h, kv, d, ldq, slots, tmax, b.norm ? 1 : 0).f32(b.norm?.eps ?? 0);
+  const rows = n * (h + 2 * kv);
+  if (!rows) return;
+  const bindings = [b.slotPos, b.invFreq, b.q, b.qkv, b.norm?.q ?? b.qkv, b.norm?.k ?? b.qkv, b.kc, b.vc];
+  rec.dispatch(ropeQkvSpec, bindings, gpu.grid(Math.ceil(rows / (ropeQkvSpec.overrides!.WG as number))), params);
 }

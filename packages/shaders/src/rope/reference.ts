@@ -1,5 +1,8 @@
 // CPU reference for RoPE (rotate-half pairing), in JS doubles so it also serves finite differences. The angle is
-// pos * invFreq rounded to f32, as HF computes it; cos and sin are then exact.
+// pos * invFreq rounded to f32, as HF computes it; cos and sin are then exact. And ropeQkv's, composed of the ops
+// it stands for.
+import { kvcacheWriteReference } from "../kvcache/reference.ts";
+import { rmsnormReference } from "../rmsnorm/reference.ts";
 
 /** y (N, heads, D) = x rotated by +angle (sign 1, forward) or -angle (sign -1, backward). */
 export function ropeReference(
@@ -29,4 +32,32 @@ export function ropeReference(
     }
   }
   return y;
+}
+
+/** ropeQkv as its parts: split the packed rows, per-head RMSNorm of q and k (when `norm`), RoPE, the cache write. */
+export function ropeQkvReference(
+  qkv: ArrayLike<number>,
+  slotPos: ArrayLike<number>,
+  invFreq: ArrayLike<number>,
+  kc: ArrayLike<number>,
+  vc: ArrayLike<number>,
+  dims: { n: number; h: number; kv: number; d: number; ldq: number; slots: number; tmax: number },
+  norm?: { q: ArrayLike<number>; k: ArrayLike<number>; eps: number },
+): { q: Float64Array; kc: Float32Array; vc: Float32Array } {
+  const { n, h, kv, d, ldq, slots, tmax } = dims;
+  const part = (col: number, heads: number) => {
+    const out = new Float32Array(n * heads * d);
+    for (let t = 0; t < n; t++) for (let e = 0; e < heads * d; e++) out[t * heads * d + e] = qkv[t * ldq + col + e];
+    return out;
+  };
+  let q: ArrayLike<number> = part(0, h);
+  let k: ArrayLike<number> = part(h * d, kv);
+  const v = part((h + kv) * d, kv);
+  if (norm) {
+    q = rmsnormReference(q, norm.q, n * h, d, norm.eps).y;
+    k = rmsnormReference(k, norm.k, n * kv, d, norm.eps).y;
+  }
+  const qr = ropeReference(q, slotPos, invFreq, n, h, d);
+  const kr = ropeReference(k, slotPos, invFreq, n, kv, d);
+  return { q: qr, ...kvcacheWriteReference(kc, vc, kr, v, slotPos, n, kv * d, slots, tmax) };
 }

@@ -1,6 +1,8 @@
 // Rotary position embedding on rows (N, heads, D), HF rotate-half pairing (i, i + D/2), angle pos * invFreq[i].
 // rope_backward is the same rotation by the negative angle. The *_inplace entries rotate y itself, since
-// WebGPU forbids binding one buffer both read-only and writable in one dispatch.
+// WebGPU forbids binding one buffer both read-only and writable in one dispatch. rope_qkv (inference) takes a
+// packed q|k|v row per token, norms q and k per head where the model does (Qwen3, Gemma 3), rotates both, writes
+// q out and k, v into the KV cache: what runs between the q/k/v projections and attention, in one dispatch.
 struct Params { rows: u32, heads: u32, half: u32, posStride: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> pos: array<u32>; // (N, posStride): the position is the last column
@@ -10,6 +12,19 @@ struct Params { rows: u32, heads: u32, half: u32, posStride: u32 }
 
 override WG: u32 = 256;
 const NONE = 0xffffffffu;
+
+// rope_qkv: its own uniform at binding 0 (no entry uses both), pos as (slot, pos) pairs, y the q out (N, H, D), x the
+// packed rows (N, ldq) of H q heads, KV k heads and KV v heads of D, then these:
+struct QkvParams {
+  n: u32, h: u32, kv: u32, d: u32, // tokens, q heads, kv heads, head dim
+  ldq: u32, slots: u32, tmax: u32, norm: u32, // norm 1: per-head RMSNorm of q and k
+  eps: f32,
+}
+@group(0) @binding(0) var<uniform> pq: QkvParams;
+@group(0) @binding(5) var<storage, read> qn: array<f32>; // (D) q_norm weight
+@group(0) @binding(6) var<storage, read> kn: array<f32>; // (D) k_norm weight
+@group(0) @binding(7) var<storage, read_write> kc: array<f32>; // (S, Tmax, KV, D)
+@group(0) @binding(8) var<storage, read_write> vc: array<f32>; // (S, Tmax, KV, D)
 
 // cos and sin of angle a, accurate to a few f32 ulps on every adapter (WGSL only promises 2^-11 for the built-ins,
 // and SwiftShader's are about that coarse): reduce to [-pi, pi] (Cody–Waite; 6.28125 has 8 significant bits, so
@@ -73,4 +88,49 @@ fn rope_backward(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgro
 fn rope_backward_inplace(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
   let e = pair(gid, nwg, -1.0);
   if (e.x != NONE) { store(e, y[e.x], y[e.y]); }
+}
+
+// One thread per head row of a token (q heads, then k heads, then v heads): tokens with a slot or pos out of range
+// (padding) still get q, but write nothing into the cache.
+@compute @workgroup_size(WG)
+fn rope_qkv(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let heads = pq.h + 2u * pq.kv;
+  let i = gid.x + gid.y * nwg.x * WG;
+  if (i >= pq.n * heads) { return; }
+  let t = i / heads;
+  let r = i % heads;
+  let src = t * pq.ldq + r * pq.d;
+  let slot = pos[2u * t];
+  let tp = pos[2u * t + 1u];
+  let cached = slot < pq.slots && tp < pq.tmax;
+  let row = (slot * pq.tmax + tp) * pq.kv; // the token's first kv head in the cache
+  if (r >= pq.h + pq.kv) {
+    if (cached) {
+      let dst = (row + r - pq.h - pq.kv) * pq.d;
+      for (var e = 0u; e < pq.d; e++) { vc[dst + e] = x[src + e]; }
+    }
+    return;
+  }
+  let isQ = r < pq.h;
+  if (!isQ && !cached) { return; }
+  var rs = 1.0;
+  if (pq.norm != 0u) {
+    var ss = 0.0;
+    for (var e = 0u; e < pq.d; e++) { ss += x[src + e] * x[src + e]; }
+    rs = inverseSqrt(ss / f32(pq.d) + pq.eps);
+  }
+  let half = pq.d / 2u;
+  let dst = select((row + r - pq.h) * pq.d, (t * pq.h + r) * pq.d, isQ);
+  for (var k = 0u; k < half; k++) {
+    var u = x[src + k] * rs;
+    var v = x[src + k + half] * rs;
+    if (pq.norm != 0u) {
+      u *= select(kn[k], qn[k], isQ);
+      v *= select(kn[k + half], qn[k + half], isQ);
+    }
+    let cs = cosSin(f32(tp) * invFreq[k]);
+    let a = u * cs.x - v * cs.y;
+    let b = v * cs.x + u * cs.y;
+    if (isQ) { y[dst + k] = a; y[dst + k + half] = b; } else { kc[dst + k] = a; kc[dst + k + half] = b; }
+  }
 }
