@@ -37,6 +37,7 @@ export * from "./model/weights.ts";
 export * from "./model/init.ts";
 export * from "./train/grpo.ts";
 export * from "./train/head.ts";
+export * from "./train/normalize.ts";
 export * from "./train/sft.ts";
 export * from "./memory.ts";
 export * from "./art/remote-backend.ts";
