@@ -43,5 +43,5 @@ export * from "./memory.ts";
 export * from "./art/remote-backend.ts";
 export * from "./model/embedded.ts";
 // Start-up kernel tuning results, which the browser keeps between visits.
-export { adapterKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
+export { deviceKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
 export * from "./model/peft.ts";
