@@ -5,7 +5,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { createDevice, getDevice, releaseDawn, type DeviceOptions } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
-import { adapterReport, measurePeak } from "./probe.ts";
+import { deviceReport, measurePeak } from "./probe.ts";
 
 const SUITES: Record<string, () => Promise<Suite>> = {
   probe: async () => async () => [],
@@ -50,8 +50,8 @@ export async function runBench(name: string, quick: boolean): Promise<Record<str
   const load = SUITES[name];
   if (!load) throw new Error(`bench: unknown suite "${name}" (available: ${Object.keys(SUITES).join(", ")})`);
   const gpu = await getDevice();
-  const adapter = adapterReport(gpu);
-  console.log(`adapter: ${JSON.stringify(adapter, null, 1).replace(/\n\s*/g, " ")}`);
+  const device = deviceReport(gpu);
+  console.log(`device: ${JSON.stringify(device, null, 1).replace(/\n\s*/g, " ")}`);
   const { peak, results: probe } = await measurePeak(gpu, quick);
   console.log(`peak: ${peak.fma_gflops.toFixed(2)} GFLOP/s FMA, ${peak.copy_gbps.toFixed(2)} GB/s copy`);
   const ctx: BenchContext = {
@@ -64,11 +64,11 @@ export async function runBench(name: string, quick: boolean): Promise<Record<str
   const suite = await load();
   const results = name === "probe" ? probe : await suite(ctx);
   console.log(`\n${name}\n${table(results)}`);
-  const info = adapter as { vendor: string; architecture: string; description: string };
+  const info = device as { vendor: string; architecture: string; description: string };
   return {
     suite: name,
-    adapter: { vendor: info.vendor, architecture: info.architecture, description: info.description },
-    ...(name === "probe" ? { details: adapter } : {}),
+    device: { vendor: info.vendor, architecture: info.architecture, description: info.description },
+    ...(name === "probe" ? { details: device } : {}),
     peak,
     results,
     date: new Date().toISOString(),

@@ -2,7 +2,7 @@
 // and the measured peak live bytes of the largest inference step and of a LoRA GRPO step (rank 8, all
 // targets), with recompute off and on, and the step time with recompute on over off. Real shapes (full width
 // and vocabulary, random bf16 weights) run with 2 layers; the plan's per-layer term extrapolates to full depth.
-// On a CPU adapter (SwiftShader) the GRPO step is 2 x 64 tokens instead of 8 x 512 (too slow otherwise).
+// On a CPU device (SwiftShader) the GRPO step is 2 x 64 tokens instead of 8 x 512 (too slow otherwise).
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { join } from "node:path";
@@ -17,7 +17,7 @@ import {
   writeSafetensors,
   type PlanSetup,
 } from "@webart/engine";
-import { isCpuAdapter } from "@webart/gpu";
+import { isCpuDevice } from "@webart/gpu";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 
@@ -135,13 +135,13 @@ function memoryModel(json: Record<string, unknown>): Map<string, Blob> {
 
 export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const out: BenchResult[] = [];
-  const cpu = isCpuAdapter(ctx.gpu);
+  const cpu = isCpuDevice(ctx.gpu);
   const [B, T] = cpu || ctx.quick ? [2, 64] : [8, 512];
   const kvSlots = 8;
   const maxContext = 1024;
   const prefillChunk = 256;
   const all = ["webart-tiny", "webart-20m", "qwen2.5-0.5b", "qwen3-0.6b", "llama-3.2-1b", "qwen2.5-1.5b"];
-  // WEBART_BENCH_MODELS=a,b runs only those (the real shapes take minutes each on a CPU adapter).
+  // WEBART_BENCH_MODELS=a,b runs only those (the real shapes take minutes each on a CPU device).
   const only = process.env.WEBART_BENCH_MODELS?.split(",").map((s) => s.trim());
   const names = only ? all.filter((n) => only.includes(n)) : ctx.quick ? all.slice(0, 2) : all;
   ctx.log(

@@ -1,4 +1,4 @@
-// The adapter probe: info, limits, features, measured FMA peak (GFLOP/s) and copy bandwidth (GB/s).
+// The device probe: info, limits, features, measured FMA peak (GFLOP/s) and copy bandwidth (GB/s).
 // Every later benchmark reports its figures as a fraction of these, measured in the same run.
 import { Params, type Gpu } from "@webart/gpu";
 import code from "./probe.wgsl";
@@ -70,7 +70,7 @@ export async function measurePeak(gpu: Gpu, quick = false): Promise<{ peak: Peak
   };
 }
 
-export function adapterReport(gpu: Gpu): Record<string, unknown> {
+export function deviceReport(gpu: Gpu): Record<string, unknown> {
   const limits: Record<string, number> = {};
   for (const k of [
     "maxStorageBufferBindingSize",
@@ -83,5 +83,5 @@ export function adapterReport(gpu: Gpu): Record<string, unknown> {
   ] as const) {
     limits[k] = gpu.limits[k];
   }
-  return { ...gpu.adapter, features: [...gpu.features].sort(), limits, notes: gpu.notes };
+  return { ...gpu.kind, features: [...gpu.features].sort(), limits, notes: gpu.notes };
 }

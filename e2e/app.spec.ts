@@ -65,9 +65,9 @@ test.beforeEach(() => {
   problems = [];
 });
 
-test("loads with no console errors, shows the adapter and the embedded model's memory plan", async () => {
+test("loads with no console errors, shows the device and the embedded model's memory plan", async () => {
   await page.goto("/");
-  await expect(page.getByTestId("adapter-name")).toContainText(/swiftshader|\w+/i, { timeout: 60_000 });
+  await expect(page.getByTestId("device-name")).toContainText(/swiftshader|\w+/i, { timeout: 60_000 });
   await expect(page.getByTestId("engine-context")).toHaveText("a Web Worker");
   await expect(page.getByTestId("model-info")).toContainText("webart-tiny", { timeout: 60_000 });
   await expect(page.getByTestId("plan")).toContainText("weights");
@@ -154,7 +154,7 @@ test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward 
   await expect(page.getByTestId("chart-reward").locator("circle.pt")).toHaveCount(2);
   await expect(page.getByTestId(`run-${firstRun}`).getByTestId("run-step")).toHaveText("2");
   await shot("charts");
-  // Loading the model measured the kernels' variants on this adapter and saved the table for later visits.
+  // Loading the model measured the kernels' variants on this device and saved the table for later visits.
   savedTuning = await readSavedTuning();
   expect(savedTuning?.kernels).toMatch(/^[0-9a-f]{16}$/);
   const keys = Object.keys(savedTuning?.table ?? {}).map((k) => k.split("|").pop());
@@ -477,7 +477,7 @@ test("a model folder from this computer is copied into the model cache; a model 
   await page
     .getByLabel("Model files")
     .setInputFiles([{ name: "config.json", mimeType: "application/json", buffer: Buffer.from(JSON.stringify(huge)) }]);
-  await expect(page.getByTestId("plan-refused")).toContainText("exceeds the adapter's", { timeout: 60_000 });
+  await expect(page.getByTestId("plan-refused")).toContainText("exceeds the device's", { timeout: 60_000 });
   await expect(page.getByRole("button", { name: "Start" })).toBeDisabled();
   await shot("plan-refused");
   await page.getByLabel("webart-tiny, embedded (ships with the app)").check();

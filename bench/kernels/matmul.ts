@@ -57,7 +57,7 @@ type Tf = typeof import("@tensorflow/tfjs-core");
  * navigator.gpu for its adapter, which Node lacks, so Dawn's GPU object is put there first.
  */
 async function loadTfjs(gpu: Gpu): Promise<Tf> {
-  const { gpu: dawn } = await findAdapter({ robustness: gpu.adapter.robustness });
+  const { gpu: dawn } = await findAdapter({ robustness: gpu.kind.robustness });
   const g = globalThis as { navigator?: { gpu?: GPU } };
   if (!g.navigator) Object.defineProperty(globalThis, "navigator", { value: {}, configurable: true, writable: true });
   if (g.navigator!.gpu !== dawn) Object.defineProperty(g.navigator!, "gpu", { value: dawn, configurable: true });

@@ -10,9 +10,7 @@ const gpu = await getDevice();
 const peak = process.argv.includes("--probe")
   ? (await measurePeak(gpu, quick)).peak
   : { fma_gflops: 3.5, copy_gbps: 1 };
-console.log(
-  `adapter ${gpu.adapter.description} (${gpu.adapter.architecture}), peak ${peak.fma_gflops.toFixed(2)} GFLOP/s`,
-);
+console.log(`device ${gpu.kind.description} (${gpu.kind.architecture}), peak ${peak.fma_gflops.toFixed(2)} GFLOP/s`);
 const ctx: BenchContext = { gpu, peak, quick, device: (o) => createDevice(o), log: (l) => console.log(l) };
 for (const r of await matmulSuite(ctx)) {
   const extra = [

@@ -2,7 +2,7 @@
 // All engine work happens in the worker; this component keeps the page's state and reacts to its events.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
 import type {
-  AdapterInfo,
+  DeviceInfo,
   EngineEvent,
   EnvName,
   FailureKind,
@@ -78,7 +78,7 @@ function addNotice(list: string[], message: string): string[] {
 
 export function App() {
   const api = engine();
-  const [adapter, setAdapter] = useState<AdapterInfo>();
+  const [device, setDevice] = useState<DeviceInfo>();
   const [banner, setBanner] = useState<Banner | null>(null);
   const [model, setModel] = useState<ModelChoice>({ kind: "embedded" });
   const [info, setInfo] = useState<ModelInfo | null>(null);
@@ -109,8 +109,8 @@ export function App() {
 
   useEffect(() => {
     api
-      .adapter()
-      .then(setAdapter, (e: Error) =>
+      .device()
+      .then(setDevice, (e: Error) =>
         setBanner({ kind: "webgpu-missing", text: failureText("webgpu-missing", e.message, 0) }),
       );
     refreshRuns().catch((e: Error) => setBanner({ kind: "other", text: `Could not read saved runs: ${e.message}` }));
@@ -153,7 +153,7 @@ export function App() {
     ? `${settings.loraRank}/${settings.groupSize * settings.groupsPerStep}/${settings.memoryBudgetGiB}`
     : null;
   useEffect(() => {
-    if (!adapter || !settings) return;
+    if (!device || !settings) return;
     let live = true;
     setChecking(true);
     const t = setTimeout(() => {
@@ -170,7 +170,7 @@ export function App() {
       clearTimeout(t);
     };
     // planKey stands for the settings the plan depends on, so typing in other fields does not re-plan.
-  }, [api, adapter, model, planKey]);
+  }, [api, device, model, planKey]);
 
   // A judge refused at Start is asked again once its settings change (for the loaded model as the judge: the
   // model, and what RULER's prompt holds).
@@ -201,7 +201,7 @@ export function App() {
   }, [api, compare, version]);
 
   const active = status.state === "running" || status.state === "starting";
-  const startBlocked = !adapter
+  const startBlocked = !device
     ? "Training needs WebGPU (see the message above)."
     : !settings
       ? "Fix the settings marked in red."
@@ -330,20 +330,20 @@ export function App() {
       <header>
         <h1>webart</h1>
         <p className="tagline">Train an LLM agent with reinforcement learning on your own GPU, in this tab.</p>
-        <p className="gpu" data-testid="adapter">
-          {adapter ? (
+        <p className="gpu" data-testid="device">
+          {device ? (
             <>
               GPU:{" "}
-              <span data-testid="adapter-name">
-                {`${adapter.vendor} ${adapter.architecture} ${adapter.description}`.trim()}
+              <span data-testid="device-name">
+                {`${device.vendor} ${device.architecture} ${device.description}`.trim()}
               </span>{" "}
               · engine in{" "}
-              <span data-testid="engine-context">{adapter.context === "worker" ? "a Web Worker" : "the page"}</span>
+              <span data-testid="engine-context">{device.context === "worker" ? "a Web Worker" : "the page"}</span>
             </>
           ) : banner?.kind === "webgpu-missing" ? (
             "No WebGPU"
           ) : (
-            "Looking for a WebGPU adapter…"
+            "Looking for a WebGPU device…"
           )}
         </p>
       </header>

@@ -1,6 +1,6 @@
 // The typed contract between the page and the engine worker: what the worker exposes through comlink, the
 // events it pushes back, and the plain data (settings, runs, steps, trajectories) both sides pass around.
-import type { AdapterSummary } from "webart/engine";
+import type { DeviceKind } from "webart/engine";
 import type { CustomScenario } from "webart/envs";
 
 export type EnvName = "tictactoe" | "2048" | "custom";
@@ -64,7 +64,7 @@ export type ModelChoice =
   /** Files picked on this machine, copied into the browser's model cache under `id`. */
   | { kind: "local"; id: string; label: string };
 
-export interface AdapterInfo extends AdapterSummary {
+export interface DeviceInfo extends DeviceKind {
   features: string[];
   maxStorageBufferBindingSize: number;
   maxBufferSize: number;
@@ -177,7 +177,7 @@ export interface StorageInfo {
 
 /** What the engine worker exposes. Every method is async across the worker boundary. */
 export interface EngineApi {
-  adapter(): Promise<AdapterInfo>;
+  device(): Promise<DeviceInfo>;
   /** Receives progress, steps and state changes (a comlink proxy of a page function). */
   listen(cb: (e: EngineEvent) => void): Promise<void>;
   inspectModel(model: ModelChoice, settings: TrainSettings): Promise<ModelInfo>;

@@ -28,10 +28,10 @@ console.warn = (...args: unknown[]) => {
 trainer.setTrainerEvents(emit);
 
 const api: EngineApi = {
-  async adapter() {
+  async device() {
     const gpu = await getDevice();
     return {
-      ...gpu.adapter,
+      ...gpu.kind,
       features: [...gpu.features].sort(),
       maxStorageBufferBindingSize: gpu.limits.maxStorageBufferBindingSize,
       maxBufferSize: gpu.limits.maxBufferSize,

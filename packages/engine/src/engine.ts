@@ -23,7 +23,7 @@ import {
   type PlanSetup,
 } from "./plan.ts";
 import { tuneKernels } from "@webart/shaders";
-import { isCpuAdapter } from "@webart/gpu";
+import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
 import {
@@ -59,7 +59,7 @@ export interface EngineOptions extends OpenModelOptions {
   onProgress?: (p: LoadProgress) => void;
   /** Constrained decoding for response_format and forced tool calls (default on). */
   constrained?: boolean;
-  /** Time the kernels' variants on this adapter before serving (default on; once per process: ~3 s for the tiny model,
+  /** Time the kernels' variants on this device before serving (default on; once per process: ~3 s for the tiny model,
    *  ~6 s for Qwen2.5-0.5B's shapes on SwiftShader; see tune/kernels.ts). */
   tune?: boolean;
 }
@@ -166,7 +166,7 @@ export class Engine {
     const maxContext = opts.maxContext ?? Math.min(c.maxPositionEmbeddings, 2048);
     const kvSlots = opts.kvSlots ?? 16;
     // The plan comes first: nothing is allocated for a model that does not fit.
-    const budget = opts.memoryBudget ?? defaultMemoryBudget({ browser: !isNode(), cpuAdapter: isCpuAdapter(gpu) });
+    const budget = opts.memoryBudget ?? defaultMemoryBudget({ browser: !isNode(), cpuDevice: isCpuDevice(gpu) });
     const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
       weightBytes: opts.weightsF32 || c.torchDtype === "float32" || !c.torchDtype ? 4 : 2,
       kvSlots,
@@ -192,7 +192,7 @@ export class Engine {
       checkPlan(plan, limits, budget, inUse);
     }
     const weights = await base.weights(opts.onProgress);
-    // Measure the kernels' variants for this model's shapes on this adapter (once per adapter and process).
+    // Measure the kernels' variants for this model's shapes on this device (once per device and process).
     if (opts.tune !== false) {
       const shape = {
         vocab: c.vocabSize,

@@ -36,10 +36,12 @@ export * from "./model/runner.ts";
 export * from "./model/weights.ts";
 export * from "./model/init.ts";
 export * from "./train/grpo.ts";
+export * from "./train/head.ts";
+export * from "./train/normalize.ts";
 export * from "./train/sft.ts";
 export * from "./memory.ts";
 export * from "./art/remote-backend.ts";
 export * from "./model/embedded.ts";
 // Start-up kernel tuning results, which the browser keeps between visits.
-export { adapterKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
+export { deviceKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
 export * from "./model/peft.ts";

@@ -380,9 +380,9 @@ export function parseBytes(text: string, what = "--memory-budget"): number {
 
 /**
  * The memory budget when none is given. WebGPU does not tell how much memory a GPU has: browsers get 4 GiB
- * (what integrated GPUs and a tab commonly allow), Node 16 GiB on a GPU and 8 GiB on a CPU adapter.
+ * (what integrated GPUs and a tab commonly allow), Node 16 GiB on a GPU and 8 GiB on a CPU device.
  */
-export function defaultMemoryBudget(where: { browser: boolean; cpuAdapter: boolean }): number {
+export function defaultMemoryBudget(where: { browser: boolean; cpuDevice: boolean }): number {
   if (where.browser) return 4 * 2 ** 30;
-  return (where.cpuAdapter ? 8 : 16) * 2 ** 30;
+  return (where.cpuDevice ? 8 : 16) * 2 ** 30;
 }

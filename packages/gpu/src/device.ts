@@ -24,7 +24,7 @@ export type Binding = GPUBuffer | { buffer: GPUBuffer; offset?: number; size?: n
 export interface DeviceOptions extends GpuApiOptions {
   /** Record GPU timestamps around every dispatch (needs the timestamp-query feature). */
   profile?: boolean;
-  /** Lower limits than the adapter has, e.g. to test splitting with a small storage binding. */
+  /** Lower limits than the device has, e.g. to test splitting with a small storage binding. */
   limitOverrides?: Partial<Record<"maxStorageBufferBindingSize" | "maxBufferSize", number>>;
 }
 
@@ -61,10 +61,12 @@ export class DeviceLostError extends Error {
 const UNIFORM_CHUNK = 64 * 1024;
 const STORAGE = 0x80 | 0x04 | 0x08; // STORAGE | COPY_SRC | COPY_DST (GPUBufferUsage values, usable before globals exist)
 
-/** Features the engine uses when the adapter has them. */
+/** Features the engine uses when the device has them. */
 const WANTED_FEATURES: GPUFeatureName[] = ["shader-f16", "subgroups", "timestamp-query"];
 
-export interface AdapterSummary {
+/** What a device runs on: the WebGPU adapter's info, the runtime, and whether robust buffer access is on. The
+ *  kernels' layout defaults and the tuning table key on it. */
+export interface DeviceKind {
   vendor: string;
   architecture: string;
   device: string;
@@ -97,7 +99,7 @@ export class Gpu {
 
   constructor(
     readonly device: GPUDevice,
-    readonly adapter: AdapterSummary,
+    readonly kind: DeviceKind,
     readonly notes: string[],
     opts: DeviceOptions,
   ) {
@@ -632,7 +634,7 @@ export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
   const requiredFeatures = WANTED_FEATURES.filter((f) => adapter.features.has(f));
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures, label: "webart" });
   const info = adapter.info;
-  const summary: AdapterSummary = {
+  const summary: DeviceKind = {
     vendor: info.vendor,
     architecture: info.architecture,
     device: info.device,

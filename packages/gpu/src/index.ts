@@ -4,7 +4,7 @@
 // webart package.
 export * from "./device.ts";
 export * from "./navigator.ts";
-export * from "./adapter.ts";
+export * from "./device-kind.ts";
 export { BufferPool, bucketSize, type MemoryStats } from "./pool.ts";
 export * from "./random.ts";
 export * from "./half.ts";

@@ -58,7 +58,7 @@ export class BufferPool {
     const size = EXACT_TAGS.has(tag) ? Math.max(16, Math.ceil(bytes / 16) * 16) : bucketSize(bytes);
     if (size > this.maxBufferSize) {
       throw new Error(
-        `GPU buffer of ${bytes} bytes (${label ?? tag}) exceeds the adapter's maxBufferSize ${this.maxBufferSize}; ` +
+        `GPU buffer of ${bytes} bytes (${label ?? tag}) exceeds the device's maxBufferSize ${this.maxBufferSize}; ` +
           "split the tensor or use a smaller model / batch.",
       );
     }

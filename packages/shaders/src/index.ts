@@ -16,4 +16,4 @@ export * from "./adamw/index.ts";
 export * from "./grpo/index.ts";
 export * from "./tune/index.ts";
 export * from "./tune/kernels.ts";
-export * from "./util/adapter.ts";
+export * from "./util/row-threads.ts";

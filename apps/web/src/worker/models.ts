@@ -195,7 +195,7 @@ function engineSizes(s: TrainSettings, c: ModelConfig) {
     memoryBudget:
       s.memoryBudgetGiB !== undefined
         ? Math.floor(s.memoryBudgetGiB * 2 ** 30)
-        : defaultMemoryBudget({ browser: true, cpuAdapter: false }),
+        : defaultMemoryBudget({ browser: true, cpuDevice: false }),
   };
 }
 
@@ -245,7 +245,7 @@ export async function readTokenizer(baseModel: string): Promise<Tokenizer> {
 /**
  * The model's config and the memory plan of training it with these settings, made as the run's engine will make
  * it when LocalBackend loads it (engineSizes, the run's LoRA, a context-long sequence, the default micro-batch),
- * checked against the adapter's limits and the budget.
+ * checked against the device's limits and the budget.
  */
 export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<ModelInfo> {
   const baseModel = baseModelOf(m);

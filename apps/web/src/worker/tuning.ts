@@ -1,5 +1,5 @@
-// Start-up tuning results kept across visits: Engine.load times the kernels' variants on this adapter once per page
-// (seconds on a CPU adapter, where building each candidate's pipeline is slow); the table is saved in IndexedDB
+// Start-up tuning results kept across visits: Engine.load times the kernels' variants on this device once per page
+// (seconds on a CPU device, where building each candidate's pipeline is slow); the table is saved in IndexedDB
 // under a fingerprint of the kernels' sources, so a later visit with the same kernels reuses it and a build with
 // changed kernels measures afresh. Entries name their adapter, so another GPU never takes them.
 import { createStore, get, set } from "idb-keyval";

@@ -6,7 +6,7 @@ import { BaseModels } from "../model/bases.ts";
 import { IdbStore } from "../store/idb.ts";
 import { FsStore } from "../store/fs.ts";
 import type { RunStore } from "../store/store.ts";
-import { accumulateGradients, optimizerStep, type TrainSequence } from "../train/grpo.ts";
+import { lossCoefficients } from "../train/normalize.ts";
 import { computeAdvantages } from "./advantages.ts";
 import {
   specOf,
@@ -15,16 +15,14 @@ import {
   type LogTarget,
   type ModelRef,
   type ModelSpec,
-  type TrainMetrics,
   type TrainResult,
 } from "./backend.ts";
 import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
-import { tokenizeHistory } from "./tokenize.ts";
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
 import { maxLoraRank, validateLoraConfig } from "../model/lora.ts";
 import { readAdapterConfig } from "../model/peft.ts";
-import { planTraining, PlanError } from "../plan.ts";
-import { checkRewards, sampleHistories, type TrajectoryGroup } from "./trajectories.ts";
+import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
+import { NO_GRADIENT, planStep, stepMetrics, stepSequences, updateAdapter, type Update } from "./train-step.ts";
 
 export interface LocalBackendOptions {
   /** Node: the runs folder (default ".art"). */
@@ -189,90 +187,27 @@ export class LocalBackend implements Backend {
   }
 
   /**
-   * One step. A step that fails leaves the run as it was: the step counter and the latest checkpoint unchanged,
-   * the adapter on the GPU that checkpoint's, and nothing the step allocated still held.
+   * One step: tokenize and pack → loss normalisation → plan → gradients → optimizer → checkpoint → metrics. A step
+   * that fails leaves the run as it was: the step counter and the latest checkpoint unchanged, the adapter on the
+   * GPU that checkpoint's, and nothing the step allocated still held.
    */
   private async trainNow(run: Run, groups: TrajectoryGroup[], cfg: TrainConfig): Promise<TrainResult> {
     const { engine } = run;
     const t0 = performance.now();
     const next = run.step + 1;
     const adv = computeAdvantages(groups, cfg.scaleRewards);
-    const seqs: (TrainSequence & { n: number; from: string })[] = [];
-    let trajectories = 0;
-    let exceptions = 0;
-    groups.forEach((g, gi) => {
-      exceptions += g.exceptions.length;
-      g.trajectories.forEach((t, ti) => {
-        trajectories++;
-        if (!t.hasTrainableTurns()) {
-          throw new Error(
-            `train: trajectory ${ti} of group ${gi} has no trainable assistant turn: it needs Choices returned by this ` +
-              `model's openai client (they carry token_ids and token_logprobs), not plain assistant messages`,
-          );
-        }
-        const a = adv.advantages[gi][ti];
-        if (a === 0) return;
-        const hs = sampleHistories(t.histories(), cfg.maxHistoriesPerTrajectory, next * 1_000_003 + gi * 1009 + ti);
-        for (const tk of hs.flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
-          if (tk.ids.length > engine.runner.maxContext) {
-            throw new Error(
-              `train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`,
-            );
-          }
-          seqs.push({
-            ids: tk.ids,
-            mask: tk.mask,
-            oldLogprobs: tk.oldLogprobs,
-            advantage: a,
-            coef: 0,
-            n: tk.trainableTokens,
-            from: `trajectory ${ti} of group ${gi}`,
-          });
-        }
-      });
-    });
-    const nSeq = seqs.length;
-    const nTok = seqs.reduce((s, q) => s + q.n, 0);
-    const maxLen = cfg.drGrpoMaxTokens || Math.max(1, ...seqs.map((s) => s.n));
-    for (const s of seqs)
-      s.coef =
-        cfg.lossType === "token" ? 1 / nTok : cfg.lossType === "dr_grpo" ? 1 / (nSeq * maxLen) : 1 / (nSeq * s.n);
-    // The planner decides the micro-batch, recompute and vocabulary chunk for this step's longest sequence,
-    // before anything is allocated; a step that cannot fit is refused naming that sequence.
-    const longest = seqs.reduce(
-      (m, q) => (q.ids.length > (m?.ids.length ?? 0) ? q : m),
-      undefined as (typeof seqs)[number] | undefined,
+    const batch = stepSequences(engine, groups, adv, cfg, next);
+    const { seqs } = batch;
+    const coefs = lossCoefficients(
+      seqs.map((s) => s.n),
+      cfg.lossType,
+      cfg.drGrpoMaxTokens,
     );
-    let choice: ReturnType<typeof planTraining> | undefined;
-    let planned = 0;
-    if (longest) {
-      engine.model.lora!.ensureOptimizer();
-      try {
-        choice = planTraining(
-          engine.config,
-          engine.planSetup,
-          { maxStorageBufferBindingSize: engine.gpu.maxStorageBinding, maxBufferSize: engine.gpu.maxBufferSize },
-          engine.memoryBudget,
-          {
-            microBatchTokens: cfg.microBatchTokens,
-            longest: longest.ids.length,
-            recompute: cfg.recompute === "auto" ? undefined : cfg.recompute === "on",
-            held: engine.gpu.pool.stats.liveBytes,
-          },
-        );
-        planned = engine.gpu.pool.stats.liveBytes + choice.plan.training;
-      } catch (e) {
-        if (!(e instanceof PlanError)) throw e;
-        throw new PlanError(`train: ${longest.from} has ${longest.ids.length} tokens, and ${e.message}`);
-      }
-    }
+    seqs.forEach((s, i) => (s.coef = coefs[i]));
+    const plan = planStep(engine, seqs, cfg);
     const t1 = performance.now();
-    let fb = { loss: 0, policyLoss: 0, kl: 0, clipFraction: 0, entropy: 0, trainedTokens: 0 };
-    let peak = 0;
-    let opt = { gradNorm: 0, finite: true };
-    let t2 = t1;
-    let t3 = t1;
-    const skipped = nSeq === 0;
+    const skipped = seqs.length === 0;
+    let update: Update = { grad: NO_GRADIENT, opt: { gradNorm: 0, finite: true }, peak: 0, t2: t1, t3: t1 };
     // Whether the adapter on the GPU may have moved past the latest checkpoint (put back if the step fails).
     let moved = false;
     try {
@@ -280,107 +215,36 @@ export class LocalBackend implements Backend {
         console.warn(
           `train step ${next}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`,
         );
-      } else {
-        const scope = engine.gpu.scope();
-        try {
-          await engine.scheduler.exclusive(async () => {
-            // Inference's pooled buffers go back to the device first, so the step has the memory it was planned for.
-            const pool = engine.gpu.pool;
-            pool.trim();
-            pool.resetPeak();
-            const r = await accumulateGradients(engine.model, seqs, {
-              loss: cfg.policyLoss,
-              level: cfg.importanceSampling,
-              epsilon: cfg.epsilon,
-              epsilonHigh: cfg.epsilonHigh,
-              beta: cfg.beta,
-              microBatchTokens: choice!.microBatchTokens,
-              recompute: choice!.recompute,
-              vocabChunk: choice!.vocabChunk,
-            });
-            engine.gpu.release(r.totals, r.entropyAll); // read already; the caller owns them
-            fb = r;
-            t2 = performance.now();
-            moved = true;
-            opt = await optimizerStep(
-              engine.model,
-              {
-                lr: cfg.learningRate,
-                beta1: cfg.adamBeta1,
-                beta2: cfg.adamBeta2,
-                eps: cfg.adamEps,
-                weightDecay: cfg.weightDecay,
-                maxGradNorm: cfg.maxGradNorm,
-              },
-              next,
-            );
-            t3 = performance.now();
-            peak = pool.stats.peakLiveBytes;
-            pool.trim();
-          });
-        } catch (e) {
-          scope.releaseLive(); // activations and scratch of the micro-batch that failed
-          throw e;
-        } finally {
-          scope.end();
-          engine.scheduler.invalidateCache();
-        }
-      }
+      } else update = await updateAdapter(engine, seqs, cfg, plan.choice!, next, () => (moved = true));
       // The step's trajectories are written before its checkpoint moves the `latest` pointer (readers list only
       // steps up to it; a crash in between redoes the step and rewrites them); the history row, which times the
       // checkpoint, follows it.
       await run.files.writeTrajectories("train", next, groups);
       await this.checkpoint(run, next);
     } catch (e) {
-      if (moved) {
-        await engine.scheduler
-          .exclusive(() => this.restore(run, run.step))
-          .catch((r: Error) => {
-            throw new Error(
-              `${(e as Error).message} (and putting back checkpoint ${run.step} failed: ${r.message}; register the model again)`,
-              { cause: e },
-            );
-          });
-      }
+      if (moved) await this.putBack(run, e as Error);
       throw e;
     }
     run.step = next;
-    const t4 = performance.now();
-    const tokensProcessed = seqs.reduce((s, q) => s + q.ids.length, 0);
-    const metrics: TrainMetrics = {
-      step: run.step,
-      reward: adv.rewardMean,
-      reward_std: adv.rewardStd,
-      reward_std_dev: adv.meanGroupStd,
-      num_groups_submitted: groups.length,
-      num_groups_trainable: adv.groupsTrainable,
-      num_trajectories: trajectories,
-      exception_rate: trajectories + exceptions ? exceptions / (trajectories + exceptions) : 0,
-      policy_loss: fb.policyLoss,
-      loss: fb.loss,
-      kl_div: fb.kl,
-      entropy: fb.entropy,
-      clip_fraction: fb.clipFraction,
-      grad_norm: opt.gradNorm,
-      num_tokens_trained: fb.trainedTokens,
-      tokens_per_second: t2 > t1 ? tokensProcessed / ((t2 - t1) / 1000) : 0,
-      step_seconds: (t4 - t0) / 1000,
-      time_tokenize: (t1 - t0) / 1000,
-      time_forward_backward: (t2 - t1) / 1000,
-      time_optimizer: (t3 - t2) / 1000,
-      time_checkpoint: (t4 - t3) / 1000,
-      skipped,
-      nonfinite_gradients: !opt.finite,
-      micro_batch_tokens: choice?.microBatchTokens ?? 0,
-      recompute: choice?.recompute ?? false,
-      memory_planned_gib: planned / 2 ** 30,
-      memory_peak_gib: peak / 2 ** 30,
-    };
+    const times = { t0, t1, t4: performance.now() };
+    const metrics = stepMetrics({ step: next, groups, adv, batch, plan, update, skipped, times });
     const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
     for (const [k, v] of Object.entries(metrics)) if (k !== "step") row[`train/${k}`] = v;
     await run.files.appendHistory(row);
     const ck = run.files.path(`checkpoints/${stepDir(run.step)}`);
     return { step: run.step, metrics, checkpointPath: run.files.store.location?.(ck) ?? ck };
+  }
+
+  /** Puts the latest checkpoint's adapter back on the GPU after step error `e`. */
+  private async putBack(run: Run, e: Error): Promise<void> {
+    await run.engine.scheduler
+      .exclusive(() => this.restore(run, run.step))
+      .catch((r: Error) => {
+        throw new Error(
+          `${e.message} (and putting back checkpoint ${run.step} failed: ${r.message}; register the model again)`,
+          { cause: e },
+        );
+      });
   }
 
   async log(

@@ -1,6 +1,8 @@
 // TrainConfig: the stable knobs of a GRPO step, with ART's defaults, validated (unknown keys are an error).
 
-export type LossType = "sequence" | "token" | "dr_grpo";
+import type { LossType } from "../train/normalize.ts";
+
+export type { LossType };
 export type ImportanceSamplingLevel = "token" | "sequence";
 
 export interface TrainConfig {

@@ -6,14 +6,13 @@
 //
 // Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
-import type { Gpu, Recorder } from "@webart/gpu";
+import type { Binding, Gpu, Recorder } from "@webart/gpu";
 import {
   add,
   attentionBackward,
   attentionDecode,
   attentionForward,
   embedding,
-  embeddingBackward,
   tableViews,
   kvcacheWrite,
   loraBackward,
@@ -30,11 +29,11 @@ import {
   swigluBackward,
   type MatvecSegment,
 } from "@webart/shaders";
-import { tensorShapes, type ModelConfig } from "../config/index.ts";
+import type { ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import { DECODE_ROWS } from "./decode-rows.ts";
 import type { KvCache } from "./kv.ts";
-import { LORA_MODULES, type LoraEntry, type LoraState } from "./lora.ts";
+import type { LoraEntry, LoraState } from "./lora.ts";
 import { freeWeights, oneBuffer, type GpuWeights, type Matrix, type Vector } from "./weights.ts";
 
 /** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
@@ -92,26 +91,18 @@ export interface Activations {
 const FLUSH_BYTES = 4 * 2 ** 20;
 
 /**
- * Gradients of every base weight, for full fine-tuning (f32 weights): one flat f32 buffer, the embedding
- * first (so it can be viewed as a table), each tensor at a 64-element (256-byte) aligned offset.
+ * The base weights' own gradients, for full fine-tuning (train/sft.ts provides them): backward calls these where
+ * a base weight's gradient arises. LoRA training passes none; its gradients go to lora.grads.
  */
-export interface FullGrads {
-  buffer: GPUBuffer;
-  /** HF tensor name → element offset. */
-  offsets: Map<string, number>;
-  size: number;
-  /** Token ids of the micro-batch on the CPU (the embedding backward groups rows by id). */
-  ids?: Uint32Array;
-}
-
-export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; size: number } {
-  const offsets = new Map<string, number>();
-  let off = 0;
-  for (const [name, shape] of tensorShapes(c)) {
-    offsets.set(name, off);
-    off += Math.ceil(shape.reduce((a, b) => a * b, 1) / 64) * 64;
-  }
-  return { offsets, size: off };
+export interface WeightGrads {
+  /** The LM head's rows v0..v1: dW += dlogitsᵀ · h, with dlogits (M, v1-v0) and h (M, C). */
+  head(rec: Recorder, dlogits: GPUBuffer, h: GPUBuffer, M: number, v0: number, v1: number): void;
+  /** Linear `t` of layer l: dW += dyᵀ · x (and its bias), with x (N, in) and dy (N, out). */
+  linear(rec: Recorder, l: number, t: LoraTarget, x: GPUBuffer, dy: GPUBuffer, N: number): void;
+  /** Where the gradient of the RMSNorm weight `name` (its HF tensor name, n values) accumulates. */
+  norm(name: string, n: number): Binding;
+  /** After the last layer: dx (N, C) is the gradient at the embedding's output. */
+  embedding(rec: Recorder, dx: GPUBuffer): void;
 }
 
 export class Model {
@@ -673,56 +664,23 @@ export class Model {
     }
   }
 
-  /** Full fine-tuning: dW_head[v0:v1] += dlogitsᵀ · h for one vocab chunk (the embedding's rows when tied). */
-  headGrad(rec: Recorder, dlogits: GPUBuffer, h: GPUBuffer, M: number, v0: number, v1: number, full: FullGrads): void {
-    const C = this.config.hiddenSize;
-    const name = this.config.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    const off = full.offsets.get(name)! + v0 * C;
-    matmul(this.gpu, rec, dlogits, h, full.buffer, {
-      M: v1 - v0,
-      N: C,
-      K: M,
-      mode: "tn",
-      lda: v1 - v0,
-      offsetC: off,
-      accumulate: true,
-    });
-  }
-
   /**
    * Backward from dhN (N, C), the gradient at the final norm's output, through every layer into the
-   * LoRA gradients (accumulated into lora.grads). Frees the activations as it goes.
+   * LoRA gradients (accumulated into lora.grads), and the base weights' when `weightGrads` is given (full
+   * fine-tuning). Frees the activations as it goes.
    */
-  backward(rec: Recorder, acts: Activations, dhN: GPUBuffer, attend: { B: number; T: number }, full?: FullGrads): void {
+  backward(
+    rec: Recorder,
+    acts: Activations,
+    dhN: GPUBuffer,
+    attend: { B: number; T: number },
+    weightGrads?: WeightGrads,
+  ): void {
     const gpu = this.gpu;
     const c = this.config;
     const lora = this.lora;
-    if (!full && !lora?.grads) throw new Error("backward: nothing to train (no LoRA gradients and no full gradients)");
-    const win = (name: string, n: number) => ({
-      buffer: full!.buffer,
-      offset: full!.offsets.get(name)! * 4,
-      size: n * 4,
-    });
-    /** Full fine-tuning: dW += dyᵀ·x for a linear layer of layer l (and db += Σ dy for its bias). */
-    const wGrad = (l: number, t: LoraTarget, x: GPUBuffer, dy: GPUBuffer) => {
-      if (!full) return;
-      const W = w.layers[l][t];
-      const name = `model.layers.${l}.${LORA_MODULES[t]}`;
-      matmul(gpu, rec, dy, x, full.buffer, {
-        M: W.rows,
-        N: W.cols,
-        K: N,
-        mode: "tn",
-        offsetC: full.offsets.get(`${name}.weight`)!,
-        accumulate: true,
-      });
-      const bias = full.offsets.get(`${name}.bias`);
-      if (bias !== undefined) {
-        ones ??= gpu.upload(new Float32Array(N).fill(1), "activations", "ones");
-        matmul(gpu, rec, ones, dy, full.buffer, { M: 1, N: W.rows, K: N, mode: "nn", offsetC: bias, accumulate: true });
-      }
-    };
-    let ones: GPUBuffer | undefined;
+    if (!weightGrads && !lora?.grads)
+      throw new Error("backward: nothing to train (no LoRA gradients and no base weight gradients)");
     const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
     const { N } = acts;
     const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
@@ -735,7 +693,7 @@ export class Model {
       dy: GPUBuffer,
       dx: GPUBuffer,
     ) => {
-      wGrad(l, t, x, dy);
+      weightGrads?.linear(rec, l, t, x, dy, N);
       if (!lora?.grads) return;
       const e = lora.byLayer[l].get(t);
       if (!e || !tBuf) return;
@@ -744,7 +702,7 @@ export class Model {
     };
     // dx: gradient of the residual stream, carried down through the layers.
     const dx = buf(N * C, "dx");
-    const fdw = (name: string, n: number) => (full ? { dw: win(name, n) } : {});
+    const fdw = (name: string, n: number) => (weightGrads ? { dw: weightGrads.norm(name, n) } : {});
     rmsnormBackward(
       gpu,
       rec,
@@ -858,12 +816,8 @@ export class Model {
       freeSaved(gpu, s);
       rec.flushIfPending(FLUSH_BYTES);
     }
-    if (full) {
-      // dx is now the gradient at the embedding's output: scatter-add it into the embedding rows.
-      if (!full.ids) throw new Error("backward: full fine-tuning needs the token ids on the CPU");
-      embeddingBackward(gpu, rec, dx, full.ids, tableViews(gpu, full.buffer, c.vocabSize, C, "f32"));
-    }
-    gpu.release(dx, ones);
+    weightGrads?.embedding(rec, dx);
+    gpu.release(dx);
   }
 }
 

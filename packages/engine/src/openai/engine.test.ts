@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../engine.ts";
 import type { SampledChoice } from "../art/trajectories.ts";
 import {
-  adapterKey,
+  deviceKey,
   tuneTable,
   matmulVariant,
   matvecVariant,
@@ -30,9 +30,9 @@ beforeAll(async () => {
 });
 afterAll(() => engine.close());
 
-it("Engine.load timed every kernel choice for the model's shapes on this adapter, and the kernels run the winners", () => {
+it("Engine.load timed every kernel choice for the model's shapes on this device, and the kernels run the winners", () => {
   const table = tuneTable();
-  const key = adapterKey(engine.gpu);
+  const key = deviceKey(engine.gpu);
   const keys = ["matmul.nt.f32", "matmul.nn.f32", "matvec.f32", "sample.threads", "logprobs.threads"];
   keys.push("attention.train", "attention.decode", "lora.layout", "rmsnorm.layout");
   for (const k of keys) {

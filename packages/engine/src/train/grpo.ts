@@ -11,14 +11,11 @@ import {
   grpoSeqStatsBytes,
   grpoTotalsBytes,
   packGrpoMeta,
-  logprobsBackward,
-  logprobsChunk,
-  logprobsFinalize,
-  logprobsStatsBytes,
   rmsnorm,
   trainingSlotPos,
 } from "@webart/shaders";
-import type { Model } from "../model/model.ts";
+import type { Activations, Model } from "../model/model.ts";
+import { headBackward, headLogprobs } from "./head.ts";
 
 /** A trajectory ready for the GPU: tokens, which positions are trained, and its loss coefficient. */
 export interface TrainSequence {
@@ -83,36 +80,10 @@ export function microBatches(lengths: number[], budget: number): number[][] {
 }
 
 /**
- * Token logprobs of `targets` from final-normed states h (N, C), streaming the LM head over vocabulary
- * chunks; writes lp, entropy and lse (N each).
- */
-export function headLogprobs(
-  model: Model,
-  rec: Recorder,
-  h: GPUBuffer,
-  targets: GPUBuffer,
-  N: number,
-  lp: GPUBuffer,
-  ent: GPUBuffer,
-  lse: GPUBuffer,
-  chunk: number,
-): void {
-  const gpu = model.gpu;
-  const V = model.config.vocabSize;
-  const stats = gpu.buffer(logprobsStatsBytes(N), "activations", "logprob stats");
-  const logits = gpu.buffer(N * Math.min(chunk, V) * 4, "activations", "logits chunk");
-  for (let v0 = 0; v0 < V; v0 += chunk) {
-    const cols = Math.min(chunk, V - v0);
-    model.head(rec, h, N, logits, v0, v0 + cols, cols);
-    logprobsChunk(gpu, rec, logits, targets, stats, N, { v0, cols }, { first: v0 === 0 });
-  }
-  logprobsFinalize(gpu, rec, stats, lp, ent, lse, N);
-  gpu.release(stats, logits);
-}
-
-/**
  * Accumulates the GRPO gradient of the whole step into lora.grads (zeroed first). Every coefficient is
  * already normalised over the whole step, so micro-batching gives the same gradient as one batch.
+ * Pack micro-batches; per micro-batch, reference logprobs → forward → loss and gradient → head backward →
+ * layer backward (microBatchGradient); then read the metrics back.
  */
 export async function accumulateGradients(
   model: Model,
@@ -120,148 +91,290 @@ export async function accumulateGradients(
   o: GrpoOptions,
   want: { newLogprobs?: boolean } = {},
 ): Promise<GradResult & { totals: GPUBuffer; entropyAll: GPUBuffer; maskAll: Float32Array }> {
-  const gpu = model.gpu;
   const lora = model.lora;
   if (!lora) throw new Error("train: no LoRA adapter attached");
   lora.ensureOptimizer();
-  const C = model.config.hiddenSize;
-  const V = model.config.vocabSize;
-  const chunk = Math.min(o.vocabChunk ?? 8192, V);
-  const totals = gpu.buffer(grpoTotalsBytes, "optimizer", "grpo totals");
-  const totalRows = seqs.reduce((s, q) => s + q.ids.length, 0);
-  const entropyAll = gpu.buffer(Math.max(1, totalRows) * 4, "optimizer", "entropy");
-  const lpAll = want.newLogprobs ? gpu.buffer(Math.max(1, totalRows) * 4, "optimizer", "new logprobs") : undefined;
-  const maskAll = new Float32Array(totalRows);
-  {
-    const rec = gpu.recorder();
-    rec.clear(lora.grads!);
-    rec.clear(totals);
-    await rec.submit();
-  }
+  const rows = stepRows(seqs);
+  const out = await startStep(model, rows.total, want.newLogprobs ?? false);
   const batches = microBatches(
     seqs.map((s) => s.ids.length),
     o.microBatchTokens,
   );
-  let rowBase = 0;
-  const rowOf: number[] = [];
-  let trained = 0;
+  const chunk = Math.min(o.vocabChunk ?? 8192, model.config.vocabSize);
   let dispatches = 0;
-  for (const [mbIndex, idx] of batches.entries()) {
-    const B = idx.length;
-    const T = Math.max(...idx.map((i) => seqs[i].ids.length));
-    const N = B * T;
-    const ids = new Uint32Array(N);
-    const targets = new Uint32Array(N);
-    const adv = new Float32Array(N);
-    const weight = new Float32Array(N);
-    const seqId = new Uint32Array(N);
-    const old = new Float32Array(N);
-    const ref = new Float32Array(N);
-    const needRef = o.beta > 0;
-    let haveRef = true;
-    idx.forEach((si, b) => {
-      const s = seqs[si];
-      const L = s.ids.length;
-      rowOf[si] = rowBase;
-      for (let t = 0; t < T; t++) {
-        const r = b * T + t;
-        seqId[r] = b;
-        if (t >= L) continue;
-        ids[r] = s.ids[t];
-        // Row t predicts the token at position t + 1.
-        if (t + 1 < L) {
-          targets[r] = s.ids[t + 1];
-          const m = s.mask[t + 1] ? 1 : 0;
-          weight[r] = m * s.coef;
-          adv[r] = s.advantage;
-          old[r] = s.oldLogprobs[t + 1];
-          if (s.refLogprobs) ref[r] = s.refLogprobs[t + 1];
-          else haveRef = false;
-          maskAll[rowBase + t] = m;
-          trained += m;
-        }
-      }
-      rowBase += L;
-    });
-    const up = (a: ArrayBufferView) => gpu.upload(a, "activations");
-    const bIds = up(ids);
-    const bTargets = up(targets);
-    const slotPos = up(trainingSlotPos(B, T));
-    const bOld = up(old);
-    const meta = up(packGrpoMeta(adv, weight, seqId));
-    const rec = gpu.recorder();
-    let bRef: GPUBuffer | undefined;
-    const tmp: GPUBuffer[] = [bIds, bTargets, slotPos, bOld, meta];
-    if (needRef) {
-      if (haveRef) bRef = up(ref);
-      else {
-        // Reference logprobs: the same model with the adapter switched off.
-        bRef = gpu.buffer(N * 4, "activations", "ref logprobs");
-        lora.enabled = false;
-        try {
-          const { x } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, false);
-          const h = gpu.buffer(N * C * 4, "activations", "ref h");
-          const rstd = gpu.buffer(N * 4, "activations", "ref rstd");
-          rmsnorm(gpu, rec, x, model.weights.finalNorm, h, rstd, N, C, model.config.rmsNormEps);
-          const e = gpu.buffer(N * 4, "activations");
-          const l = gpu.buffer(N * 4, "activations");
-          headLogprobs(model, rec, h, bTargets, N, bRef, e, l, chunk);
-          gpu.release(x, h, rstd, e, l);
-        } finally {
-          lora.enabled = true;
-        }
-      }
-      tmp.push(bRef);
+  for (const [i, idx] of batches.entries())
+    dispatches += await microBatchGradient(model, packMicroBatch(seqs, idx), rows, out, o, chunk, i > 0);
+  return readMetrics(model, seqs, rows, out, batches.length, dispatches);
+}
+
+/** Where each sequence's rows sit in the step's per-row buffers, and which rows are trained. */
+interface StepRows {
+  /** First row of sequence i (its rows in order, sequences one after the other). */
+  rowOf: number[];
+  /** 1 for a trained row: row t of a sequence predicts its token t + 1, trained when that token was sampled. */
+  maskAll: Float32Array; // (total)
+  trained: number;
+  total: number;
+}
+
+function stepRows(seqs: TrainSequence[]): StepRows {
+  const total = seqs.reduce((s, q) => s + q.ids.length, 0);
+  const rowOf: number[] = [];
+  const maskAll = new Float32Array(total);
+  let trained = 0;
+  let row = 0;
+  seqs.forEach((s, i) => {
+    rowOf[i] = row;
+    for (let t = 0; t + 1 < s.ids.length; t++) {
+      const m = s.mask[t + 1] ? 1 : 0;
+      maskAll[row + t] = m;
+      trained += m;
     }
-    // Forward with LoRA, keeping activations.
-    const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true, o.recompute);
-    const lp = gpu.buffer(N * 4, "activations", "lp new");
-    const ent = gpu.buffer(N * 4, "activations", "entropy");
-    const lse = gpu.buffer(N * 4, "activations", "lse");
-    headLogprobs(model, rec, acts!.hN, bTargets, N, lp, ent, lse, chunk);
-    // Loss and dloss/dlp on the GPU.
-    const dnew = gpu.buffer(N * 4, "activations", "dnew");
-    const perToken = gpu.buffer(N * 16, "activations", "per token");
-    const seqStats = o.level === "sequence" ? gpu.buffer(grpoSeqStatsBytes(B), "activations") : undefined;
-    grpoLoss(gpu, rec, { lpNew: lp, lpOld: bOld, lpRef: bRef ?? null, meta, seqStats, dnew, perToken, totals }, N, B, {
-      loss: o.loss,
-      level: o.level,
-      epsilon: o.epsilon,
-      epsilonHigh: o.epsilonHigh,
-      beta: o.beta,
-      accumulate: mbIndex > 0,
-    });
-    // Keep per-row entropy (and logprobs) of real rows for the metrics read at the end.
-    idx.forEach((si, b) => {
-      const L = seqs[si].ids.length;
-      rec.copy(ent, b * T * 4, entropyAll, rowOf[si] * 4, L * 4);
-      if (lpAll) rec.copy(lp, b * T * 4, lpAll, rowOf[si] * 4, L * 4);
-    });
-    // Backward through the LM head, chunk by chunk (logits recomputed), into dhN.
-    const dhN = gpu.buffer(N * C * 4, "activations", "dhN");
-    rec.clear(dhN);
-    const logits = gpu.buffer(N * chunk * 4, "activations", "logits chunk");
-    for (let v0 = 0; v0 < V; v0 += chunk) {
-      const cols = Math.min(chunk, V - v0);
-      model.head(rec, acts!.hN, N, logits, v0, v0 + cols, cols);
-      logprobsBackward(gpu, rec, logits, bTargets, lse, ent, dnew, null, N, { v0, cols });
-      model.headBack(rec, logits, N, dhN, v0, v0 + cols);
-    }
-    gpu.release(lp, ent, lse, dnew, perToken, seqStats, logits);
-    model.backward(rec, acts!, dhN, { B, T });
-    gpu.release(...tmp, dhN);
-    dispatches += rec.dispatches;
-    await rec.submit();
-  }
+    row += s.ids.length;
+  });
+  return { rowOf, maskAll, trained, total };
+}
+
+/** What the whole step accumulates on the GPU: the loss totals, and each row's entropy (and logprob). */
+interface StepBuffers {
+  totals: GPUBuffer;
+  entropyAll: GPUBuffer; // (rows)
+  lpAll?: GPUBuffer; // (rows)
+}
+
+/** Allocates the step's buffers and zeroes the LoRA gradients and the totals. */
+async function startStep(model: Model, rows: number, newLogprobs: boolean): Promise<StepBuffers> {
+  const gpu = model.gpu;
+  const totals = gpu.buffer(grpoTotalsBytes, "optimizer", "grpo totals");
+  const entropyAll = gpu.buffer(Math.max(1, rows) * 4, "optimizer", "entropy");
+  const lpAll = newLogprobs ? gpu.buffer(Math.max(1, rows) * 4, "optimizer", "new logprobs") : undefined;
   const rec = gpu.recorder();
-  const tRead = rec.read(totals, grpoTotalsBytes);
-  const lRead = lpAll ? rec.read(lpAll, totalRows * 4) : undefined;
-  const eRead = rec.read(entropyAll, totalRows * 4);
+  rec.clear(model.lora!.grads!);
+  rec.clear(totals);
+  await rec.submit();
+  return { totals, entropyAll, lpAll };
+}
+
+/** One micro-batch on the CPU: B sequences padded to T, row t of a sequence predicting its token t + 1. */
+interface PackedBatch {
+  /** The step's sequences in this micro-batch, in order, and their lengths. */
+  seqs: number[];
+  lengths: number[];
+  B: number;
+  T: number;
+  N: number; // B * T
+  ids: Uint32Array; // (N)
+  targets: Uint32Array; // (N)
+  adv: Float32Array; // (N)
+  /** The loss coefficient of a trained row, 0 elsewhere. */
+  weight: Float32Array; // (N)
+  seqId: Uint32Array; // (N)
+  old: Float32Array; // (N)
+  ref: Float32Array; // (N)
+  /** Every sequence brought its reference logprobs (otherwise the reference pass computes them). */
+  haveRef: boolean;
+}
+
+/** Pack micro-batches: the sequences `idx` padded to their longest, each row with its target and loss terms. */
+function packMicroBatch(seqs: TrainSequence[], idx: number[]): PackedBatch {
+  const B = idx.length;
+  const T = Math.max(...idx.map((i) => seqs[i].ids.length));
+  const N = B * T;
+  const p: PackedBatch = {
+    seqs: idx,
+    lengths: idx.map((i) => seqs[i].ids.length),
+    B,
+    T,
+    N,
+    ids: new Uint32Array(N),
+    targets: new Uint32Array(N),
+    adv: new Float32Array(N),
+    weight: new Float32Array(N),
+    seqId: new Uint32Array(N),
+    old: new Float32Array(N),
+    ref: new Float32Array(N),
+    haveRef: true,
+  };
+  idx.forEach((si, b) => {
+    const s = seqs[si];
+    const L = s.ids.length;
+    for (let t = 0; t < T; t++) {
+      const r = b * T + t;
+      p.seqId[r] = b;
+      if (t >= L) continue;
+      p.ids[r] = s.ids[t];
+      if (t + 1 < L) {
+        p.targets[r] = s.ids[t + 1];
+        p.weight[r] = (s.mask[t + 1] ? 1 : 0) * s.coef;
+        p.adv[r] = s.advantage;
+        p.old[r] = s.oldLogprobs[t + 1];
+        if (s.refLogprobs) p.ref[r] = s.refLogprobs[t + 1];
+        else p.haveRef = false;
+      }
+    }
+  });
+  return p;
+}
+
+/** A packed micro-batch on the GPU. */
+interface BatchInputs {
+  ids: GPUBuffer;
+  targets: GPUBuffer;
+  slotPos: GPUBuffer;
+  old: GPUBuffer;
+  /** Advantage, loss weight and sequence of each row (packGrpoMeta). */
+  meta: GPUBuffer;
+}
+
+function uploadBatch(gpu: Gpu, p: PackedBatch): BatchInputs {
+  const up = (a: ArrayBufferView) => gpu.upload(a, "activations");
+  return {
+    ids: up(p.ids),
+    targets: up(p.targets),
+    slotPos: up(trainingSlotPos(p.B, p.T)),
+    old: up(p.old),
+    meta: up(packGrpoMeta(p.adv, p.weight, p.seqId)),
+  };
+}
+
+/**
+ * The gradient of one micro-batch, added to lora.grads and its loss to the totals, in one submit: reference
+ * logprobs → forward → loss and gradient → head backward → layer backward. Returns its dispatch count.
+ */
+async function microBatchGradient(
+  model: Model,
+  p: PackedBatch,
+  rows: StepRows,
+  out: StepBuffers,
+  o: GrpoOptions,
+  chunk: number,
+  accumulate: boolean,
+): Promise<number> {
+  const gpu = model.gpu;
+  const inp = uploadBatch(gpu, p);
+  const rec = gpu.recorder();
+  const ref = o.beta > 0 ? referenceLogprobs(model, rec, p, inp, chunk) : undefined;
+  const fwd = policyForward(model, rec, p, inp, chunk, o.recompute);
+  const g = lossGradient(gpu, rec, p, inp, fwd.lp, ref, out.totals, o, accumulate);
+  keepRows(rec, p, rows, fwd, out);
+  const dhN = headBackward(model, rec, fwd.acts.hN, inp.targets, fwd.lse, fwd.ent, g.dnew, p.N, chunk);
+  gpu.release(fwd.lp, fwd.ent, fwd.lse, g.dnew, g.perToken, g.seqStats);
+  // Layer backward: through every layer into the LoRA gradients, freeing the activations as it goes.
+  model.backward(rec, fwd.acts, dhN, { B: p.B, T: p.T });
+  gpu.release(inp.ids, inp.targets, inp.slotPos, inp.old, inp.meta, ref, dhN);
+  const dispatches = rec.dispatches;
+  await rec.submit();
+  return dispatches;
+}
+
+/** Reference logprobs (for the KL term): the sequences' own, or the same model's with the adapter switched off. */
+function referenceLogprobs(model: Model, rec: Recorder, p: PackedBatch, inp: BatchInputs, chunk: number): GPUBuffer {
+  const gpu = model.gpu;
+  if (p.haveRef) return gpu.upload(p.ref, "activations");
+  const { N } = p;
+  const C = model.config.hiddenSize;
+  const lora = model.lora!;
+  const ref = gpu.buffer(N * 4, "activations", "ref logprobs");
+  lora.enabled = false;
+  try {
+    const { x } = model.forward(rec, inp.ids, N, { kind: "train", B: p.B, T: p.T, slotPos: inp.slotPos }, false);
+    const h = gpu.buffer(N * C * 4, "activations", "ref h");
+    const rstd = gpu.buffer(N * 4, "activations", "ref rstd");
+    rmsnorm(gpu, rec, x, model.weights.finalNorm, h, rstd, N, C, model.config.rmsNormEps);
+    const e = gpu.buffer(N * 4, "activations");
+    const l = gpu.buffer(N * 4, "activations");
+    headLogprobs(model, rec, h, inp.targets, N, ref, e, l, chunk);
+    gpu.release(x, h, rstd, e, l);
+  } finally {
+    lora.enabled = true;
+  }
+  return ref;
+}
+
+/** The policy's forward with LoRA, keeping activations: each row's logprob of its target, entropy and lse. */
+interface PolicyForward {
+  acts: Activations;
+  lp: GPUBuffer; // (N)
+  ent: GPUBuffer; // (N)
+  lse: GPUBuffer; // (N)
+}
+
+function policyForward(
+  model: Model,
+  rec: Recorder,
+  p: PackedBatch,
+  inp: BatchInputs,
+  chunk: number,
+  recompute?: boolean,
+): PolicyForward {
+  const gpu = model.gpu;
+  const { N } = p;
+  const attend = { kind: "train", B: p.B, T: p.T, slotPos: inp.slotPos } as const;
+  const { acts } = model.forward(rec, inp.ids, N, attend, true, recompute);
+  const lp = gpu.buffer(N * 4, "activations", "lp new");
+  const ent = gpu.buffer(N * 4, "activations", "entropy");
+  const lse = gpu.buffer(N * 4, "activations", "lse");
+  headLogprobs(model, rec, acts!.hN, inp.targets, N, lp, ent, lse, chunk);
+  return { acts: acts!, lp, ent, lse };
+}
+
+/** The GRPO loss on the GPU, added to the totals, and its gradient dnew = dloss/dlp (N). */
+function lossGradient(
+  gpu: Gpu,
+  rec: Recorder,
+  p: PackedBatch,
+  inp: BatchInputs,
+  lp: GPUBuffer,
+  ref: GPUBuffer | undefined,
+  totals: GPUBuffer,
+  o: GrpoOptions,
+  accumulate: boolean,
+): { dnew: GPUBuffer; perToken: GPUBuffer; seqStats?: GPUBuffer } {
+  const { N, B } = p;
+  const dnew = gpu.buffer(N * 4, "activations", "dnew");
+  const perToken = gpu.buffer(N * 16, "activations", "per token");
+  const seqStats = o.level === "sequence" ? gpu.buffer(grpoSeqStatsBytes(B), "activations") : undefined;
+  const b = { lpNew: lp, lpOld: inp.old, lpRef: ref ?? null, meta: inp.meta, seqStats, dnew, perToken, totals };
+  grpoLoss(gpu, rec, b, N, B, {
+    loss: o.loss,
+    level: o.level,
+    epsilon: o.epsilon,
+    epsilonHigh: o.epsilonHigh,
+    beta: o.beta,
+    accumulate,
+  });
+  return { dnew, perToken, seqStats };
+}
+
+/** Copies each real row's entropy (and logprob) into the step's buffers, for the metrics read at the end. */
+function keepRows(rec: Recorder, p: PackedBatch, rows: StepRows, fwd: PolicyForward, out: StepBuffers): void {
+  p.seqs.forEach((si, b) => {
+    const L = p.lengths[b];
+    rec.copy(fwd.ent, b * p.T * 4, out.entropyAll, rows.rowOf[si] * 4, L * 4);
+    if (out.lpAll) rec.copy(fwd.lp, b * p.T * 4, out.lpAll, rows.rowOf[si] * 4, L * 4);
+  });
+}
+
+/** Reads the step's totals and per-row entropy (and logprobs) back: the step's metrics. */
+async function readMetrics(
+  model: Model,
+  seqs: TrainSequence[],
+  rows: StepRows,
+  out: StepBuffers,
+  microBatches: number,
+  dispatches: number,
+): Promise<GradResult & { totals: GPUBuffer; entropyAll: GPUBuffer; maskAll: Float32Array }> {
+  const gpu = model.gpu;
+  const { total, maskAll, trained, rowOf } = rows;
+  const rec = gpu.recorder();
+  const tRead = rec.read(out.totals, grpoTotalsBytes);
+  const lRead = out.lpAll ? rec.read(out.lpAll, total * 4) : undefined;
+  const eRead = rec.read(out.entropyAll, total * 4);
   await rec.submit();
   const t = new Float32Array(await tRead);
   const e = new Float32Array(await eRead);
   let entSum = 0;
-  for (let i = 0; i < totalRows; i++) entSum += maskAll[i] * e[i];
+  for (let i = 0; i < total; i++) entSum += maskAll[i] * e[i];
   const res: GradResult & { totals: GPUBuffer; entropyAll: GPUBuffer; maskAll: Float32Array } = {
     loss: t[GRPO_TOTALS.loss],
     policyLoss: t[GRPO_TOTALS.policy],
@@ -269,21 +382,21 @@ export async function accumulateGradients(
     clipFraction: t[GRPO_TOTALS.clipFraction],
     entropy: trained ? entSum / trained : 0,
     trainedTokens: trained,
-    microBatches: batches.length,
+    microBatches,
     dispatches,
-    totals,
-    entropyAll,
+    totals: out.totals,
+    entropyAll: out.entropyAll,
     maskAll,
   };
   if (lRead) {
     const all = new Float32Array(await lRead);
     // Row t holds the logprob of position t + 1: shift to per-position arrays.
     res.newLogprobs = seqs.map((s, i) => {
-      const out = new Float32Array(s.ids.length);
-      out.set(all.subarray(rowOf[i], rowOf[i] + s.ids.length - 1), 1);
-      return out;
+      const lp = new Float32Array(s.ids.length);
+      lp.set(all.subarray(rowOf[i], rowOf[i] + s.ids.length - 1), 1);
+      return lp;
     });
-    gpu.release(lpAll);
+    gpu.release(out.lpAll);
   }
   return res;
 }

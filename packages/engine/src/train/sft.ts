@@ -5,14 +5,18 @@ import {
   adamwPartsBytes,
   adamwStatsBytes,
   adamwUpdate,
+  embeddingBackward,
   gradNorm,
-  logprobsBackward,
+  matmul,
+  tableViews,
   trainingSlotPos,
 } from "@webart/shaders";
-import { tensorShapes } from "../config/index.ts";
-import { fullGradLayout, type FullGrads, type Model } from "../model/model.ts";
+import { tensorShapes, type ModelConfig } from "../config/index.ts";
+import { LORA_MODULES } from "../model/lora.ts";
+import type { Model, WeightGrads } from "../model/model.ts";
 import { bindingOf } from "../model/weights.ts";
-import { headLogprobs, microBatches, type OptimizerConfig } from "./grpo.ts";
+import { microBatches, type OptimizerConfig } from "./grpo.ts";
+import { headBackward, headLogprobs } from "./head.ts";
 
 export interface SftSequence {
   ids: ArrayLike<number>;
@@ -22,6 +26,76 @@ export interface SftSequence {
 }
 
 type Win = { buffer: GPUBuffer; offset: number; size: number };
+
+/**
+ * Gradients of every base weight, for full fine-tuning (f32 weights): one flat f32 buffer, the embedding
+ * first (so it can be viewed as a table), each tensor at a 64-element (256-byte) aligned offset.
+ */
+export interface FullGrads {
+  buffer: GPUBuffer;
+  /** HF tensor name → element offset. */
+  offsets: Map<string, number>;
+  size: number;
+}
+
+export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; size: number } {
+  const offsets = new Map<string, number>();
+  let off = 0;
+  for (const [name, shape] of tensorShapes(c)) {
+    offsets.set(name, off);
+    off += Math.ceil(shape.reduce((a, b) => a * b, 1) / 64) * 64;
+  }
+  return { offsets, size: off };
+}
+
+/**
+ * The hook through which the head and layer backward of one micro-batch add every base weight's gradient into
+ * `full`. The micro-batch's token ids are on the CPU: the embedding's backward groups its rows by id.
+ */
+function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): WeightGrads {
+  const gpu = model.gpu;
+  const c = model.config;
+  const C = c.hiddenSize;
+  let ones: GPUBuffer | undefined; // (N) of 1: a bias's gradient sums dy over rows
+  return {
+    head(rec, dlogits, h, M, v0, v1) {
+      // The embedding's rows when the head is tied to it.
+      const name = c.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+      matmul(gpu, rec, dlogits, h, full.buffer, {
+        M: v1 - v0,
+        N: C,
+        K: M,
+        mode: "tn",
+        lda: v1 - v0,
+        offsetC: full.offsets.get(name)! + v0 * C,
+        accumulate: true,
+      });
+    },
+    linear(rec, l, t, x, dy, N) {
+      const W = model.weights.layers[l][t];
+      const name = `model.layers.${l}.${LORA_MODULES[t]}`;
+      matmul(gpu, rec, dy, x, full.buffer, {
+        M: W.rows,
+        N: W.cols,
+        K: N,
+        mode: "tn",
+        offsetC: full.offsets.get(`${name}.weight`)!,
+        accumulate: true,
+      });
+      const bias = full.offsets.get(`${name}.bias`);
+      if (bias !== undefined) {
+        ones ??= gpu.upload(new Float32Array(N).fill(1), "activations", "ones");
+        matmul(gpu, rec, ones, dy, full.buffer, { M: 1, N: W.rows, K: N, mode: "nn", offsetC: bias, accumulate: true });
+      }
+    },
+    norm: (name, n) => ({ buffer: full.buffer, offset: full.offsets.get(name)! * 4, size: n * 4 }),
+    embedding(rec, dx) {
+      // dx is the gradient at the embedding's output: scatter-add it into the embedding rows.
+      embeddingBackward(gpu, rec, dx, ids, tableViews(gpu, full.buffer, c.vocabSize, C, "f32"));
+      gpu.release(ones);
+    },
+  };
+}
 
 /** Gradient and AdamW state for every base weight of a model loaded with f32 weights. */
 export class FullTrainer {
@@ -112,7 +186,6 @@ export class FullTrainer {
   ): Promise<{ loss: number; tokens: number; gradNorm: number }> {
     const model = this.model;
     const gpu: Gpu = model.gpu;
-    const C = model.config.hiddenSize;
     const V = model.config.vocabSize;
     const chunk = Math.min(o.vocabChunk ?? 8192, V);
     const total = seqs.reduce(
@@ -169,18 +242,10 @@ export class FullTrainer {
         for (let t = 0; t < L; t++) weights.push(t + 1 < L ? seqs[si].mask[t + 1] : 0);
         row += L;
       });
-      const dhN = gpu.buffer(N * C * 4);
-      rec.clear(dhN);
-      const logits = gpu.buffer(N * chunk * 4);
-      for (let v0 = 0; v0 < V; v0 += chunk) {
-        const cols = Math.min(chunk, V - v0);
-        model.head(rec, acts!.hN, N, logits, v0, v0 + cols, cols);
-        logprobsBackward(gpu, rec, logits, bT, lse, ent, bD, null, N, { v0, cols });
-        model.headBack(rec, logits, N, dhN, v0, v0 + cols);
-        model.headGrad(rec, logits, acts!.hN, N, v0, v0 + cols, this.grads);
-      }
-      gpu.release(lp, ent, lse, logits);
-      model.backward(rec, acts!, dhN, { B, T }, { ...this.grads, ids });
+      const weightGrads = fullWeightGrads(model, this.grads, ids);
+      const dhN = headBackward(model, rec, acts!.hN, bT, lse, ent, bD, N, chunk, weightGrads);
+      gpu.release(lp, ent, lse);
+      model.backward(rec, acts!, dhN, { B, T }, weightGrads);
       gpu.release(bIds, bT, bD, slotPos, dhN);
       await rec.submit();
     }

@@ -89,7 +89,7 @@ const prefill = (h: number, kv: number, d: number): Case => ({
 });
 // Small tiles: blocks of 3 tokens straddle sequences (one pass per slot), 4-key tiles, heads split across workgroups.
 const small: Partial<Tiles> = { bq: 3, gh: 1, bk: 4, wg: 64 };
-// "default" is what this adapter gets (the "cpu" profile on SwiftShader); "gpu" is what real GPUs get.
+// "default" is what this device gets (the "cpu" profile on SwiftShader); "gpu" is what real GPUs get.
 const tilesFor = (kind: "forward" | "decode", which: string, d: number, g: number): Partial<Tiles> =>
   which === "small" ? small : which === "gpu" ? chooseTiles(gpu, kind, d, g, {}, "gpu") : {};
 
@@ -105,7 +105,7 @@ describe("attention_forward (prefill over a KV cache) vs CPU reference", () => {
     [4, 2, 64, "gpu"],
     [4, 2, 6, "default"], // D % 4 == 2: rows are zero-padded to whole vec4 in workgroup memory
     [4, 2, 6, "small"],
-    // Each variant explicitly ("default" above is the adapter's choice: rows on SwiftShader when D % 4 == 0).
+    // Each variant explicitly ("default" above is the device's choice: rows on SwiftShader when D % 4 == 0).
     [4, 4, 8, "tiled"],
     [4, 2, 64, "tiled"],
     [4, 4, 8, "rows"],
@@ -202,7 +202,7 @@ describe("attention decode (split-KV) vs CPU reference", () => {
     await check(decode(4, 2, 8), { decode: true, split: 3, chunk: 8, tiles: { bk: 4 } }, 5);
   });
 
-  it("this adapter's default decode (rows on SwiftShader, else tiles and split), 7 heads per kv-head", async () => {
+  it("this device's default decode (rows on SwiftShader, else tiles and split), 7 heads per kv-head", async () => {
     await check(decode(14, 2, 64), { decode: true }, 99);
   });
 
@@ -219,7 +219,7 @@ describe("attention decode (split-KV) vs CPU reference", () => {
 });
 
 describe("tile choice", () => {
-  it("fits every supported shape on both profiles within this adapter's limits", () => {
+  it("fits every supported shape on both profiles within this device's limits", () => {
     for (const profile of ["gpu", "cpu"] as const)
       for (const kind of ["forward", "decode", "dq", "dkv"] as const)
         for (const d of [2, 8, 64, 80, 128, 256])

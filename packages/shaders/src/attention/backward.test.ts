@@ -64,7 +64,7 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     [4, 2, 8, "gpu"],
     [4, 2, 10, "default"], // D % 4 == 2: rows are zero-padded to whole vec4 in workgroup memory
     [2, 1, 6, "small"],
-    // Each variant explicitly with its default tiles ("default" above is the adapter's choice of variant).
+    // Each variant explicitly with its default tiles ("default" above is the device's choice of variant).
     [2, 2, 8, "tiled"],
     [4, 2, 64, "tiled"],
     [2, 2, 8, "rows"],
@@ -106,7 +106,7 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
       dk: gpu.buffer(nk * 4),
       dv: gpu.buffer(nk * 4),
     };
-    // "default": this adapter's choice of variant and tiles (rows, or the "cpu" tiles, on SwiftShader); "gpu": the
+    // "default": this device's choice of variant and tiles (rows, or the "cpu" tiles, on SwiftShader); "gpu": the
     // tiled kernels with what real GPUs get; "small", "gpu" and "tiled" force the tiled variant, "rows" the other.
     const pick = (kind: "forward" | "dq" | "dkv", x: Partial<Tiles>) =>
       tiles === "small" ? x : tiles === "gpu" ? chooseTiles(gpu, kind, d, h / kv, {}, "gpu") : {};

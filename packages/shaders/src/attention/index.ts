@@ -1,6 +1,6 @@
 // Causal grouped-query attention dispatches: forward over a KV cache (prefill, training, and decode with split-KV
 // plus its reduce) and the FlashAttention-2 backward in the training layout; tile sizes chosen per head dim,
-// group size and the adapter's workgroup memory. Shapes: N tokens, H heads, KV kv-heads (H % KV == 0), D head dim
+// group size and the device's workgroup memory. Shapes: N tokens, H heads, KV kv-heads (H % KV == 0), D head dim
 // (even, <= 256), S slots x Tmax rows of cache; training: B sequences of T tokens, token i <-> (i / T, i % T).
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forwardCode from "./forward.wgsl";
@@ -10,12 +10,12 @@ import dkvCode from "./backward_dkv.wgsl";
 import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
-import { isCpuAdapter } from "@webart/gpu";
+import { isCpuDevice } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
- * query row (forward, dq) or key row (dk, dv), no workgroup memory and no barriers, for CPU adapters, where
+ * query row (forward, dq) or key row (dk, dv), no workgroup memory and no barriers, for CPU devices, where
  * barriers are costly and each thread's loop over keys stays in the cache.
  */
 export type AttentionVariant = "tiled" | "rows";
@@ -23,16 +23,16 @@ export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows"]
 /** Where attention runs: training and prefill (many query tokens a sequence), or decode (one a sequence). */
 export type AttentionUse = "train" | "decode";
 /** What start-up tuning times for each use: the rows family, and the tiled one with either tile profile (key
- * `attention.<use>` ranks the rows family against the tiled one at the adapter kind's profile; where tiled wins,
+ * `attention.<use>` ranks the rows family against the tiled one at the device kind's profile; where tiled wins,
  * `attention.<use>.tiles` ranks the two profiles). */
 export const ATTENTION_TUNE = ["rows", "tiled-cpu", "tiled-gpu"] as const;
 export type AttentionTuneCandidate = (typeof ATTENTION_TUNE)[number];
 
-/** The family for this use: as measured at start-up (tune/kernels.ts), else rows on CPU adapters (measured faster
+/** The family for this use: as measured at start-up (tune/kernels.ts), else rows on CPU devices (measured faster
  * on SwiftShader) and tiled elsewhere; always tiled when D is not a multiple of 4 (rows are read as vec4). */
 export function attentionVariant(gpu: Gpu, d = 4, use: AttentionUse = "train"): AttentionVariant {
   if (d % 4 !== 0) return "tiled";
-  const fallback = isCpuAdapter(gpu) ? "rows" : "tiled-gpu";
+  const fallback = isCpuDevice(gpu) ? "rows" : "tiled-gpu";
   return tunedChoice(gpu, `attention.${use}`, ATTENTION_TUNE, fallback) === "rows" ? "rows" : "tiled";
 }
 /** The rows variant reads rows as vec4. */
@@ -44,7 +44,7 @@ function rowsCheck(d: number): void {
  * H=14, D=64: 13.7 ms at 16, 22.1 ms at 64). */
 const ROWS_WG = 16;
 
-/** The rows forward at head dim d, one object per d (it runs every decode step on CPU adapters, and the device
+/** The rows forward at head dim d, one object per d (it runs every decode step on CPU devices, and the device
  * finds a pipeline fastest by its spec object). */
 const rowsForwardSpecs = new Map<number, KernelSpec>();
 function rowsForwardSpec(d: number): KernelSpec {
@@ -92,7 +92,7 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
     accPerThread(kind, t, d) > ACC && `each thread would accumulate ${accPerThread(kind, t, d)} vec4 (max ${ACC})`,
     t.wg > maxWg && `wg ${t.wg} exceeds maxComputeInvocationsPerWorkgroup ${maxWg}`,
     tileBytes(kind, t, d) > maxBytes &&
-      `${tileBytes(kind, t, d)} bytes of workgroup memory exceed the adapter's ${maxBytes}`,
+      `${tileBytes(kind, t, d)} bytes of workgroup memory exceed the device's ${maxBytes}`,
   ].filter(Boolean);
   if (problems.length)
     throw new Error(`attention ${kind} tiles ${JSON.stringify(t)} at D=${d}: ${problems.join("; ")}`);
@@ -106,10 +106,10 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
  */
 export type TileProfile = "gpu" | "cpu";
 
-/** The tiled family's profile for this use: as measured at start-up where the tiled family won, else by the adapter's
+/** The tiled family's profile for this use: as measured at start-up where the tiled family won, else by the device's
  * kind (where rows won, tiles serve only an explicit split-KV decode). */
 export function tileProfile(gpu: Gpu, use: AttentionUse = "train"): TileProfile {
-  const fallback = isCpuAdapter(gpu) ? "tiled-cpu" : "tiled-gpu";
+  const fallback = isCpuDevice(gpu) ? "tiled-cpu" : "tiled-gpu";
   const w = tunedChoice(gpu, `attention.${use}.tiles`, ATTENTION_TUNE, fallback);
   return w === "tiled-cpu" ? "cpu" : "gpu";
 }
@@ -124,7 +124,7 @@ function defaults(kind: TileKind, d: number, profile: TileProfile): { rows: numb
   return { rows: 16, keys: kind === "dkv" || d > 64 ? 16 : 32 };
 }
 
-/** Default tiles for a kernel (or `over` where given), shrunk until they fit the adapter's workgroup memory. */
+/** Default tiles for a kernel (or `over` where given), shrunk until they fit the device's workgroup memory. */
 export function chooseTiles(
   gpu: Gpu,
   kind: TileKind,
@@ -284,7 +284,7 @@ export function decodeSplit(maxLen: number, groups: number, opts: { target?: num
   return Math.max(1, Math.min(Math.ceil(target / Math.max(1, groups)), Math.floor(maxLen / minChunk)));
 }
 
-/** Workgroups that keep the adapter busy: a real GPU's many cores, or SwiftShader's few CPU threads. */
+/** Workgroups that keep the device busy: a real GPU's many cores, or SwiftShader's few CPU threads. */
 const decodeTarget = (profile: TileProfile) => (profile === "cpu" ? 4 : 128);
 
 /**

@@ -1,6 +1,6 @@
 // Causal grouped-query attention, "rows" variant: one thread per (token, head) walks keys 0..pos of its slot
 // (pos - window + 1..pos under a sliding window)
-// with an online softmax kept in registers. No workgroup memory and no barriers, which is what a CPU adapter
+// with an online softmax kept in registers. No workgroup memory and no barriers, which is what a CPU device
 // (SwiftShader) runs fastest; the tiled kernel (forward.wgsl) is for GPUs. Same contract as attention_forward
 // without split: tokens with a slot or pos out of range get o = 0, lse = 0.
 struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chunk: u32, scale: f32, window: u32 }

@@ -10,7 +10,7 @@
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
-import { rowSpecs, rowThreads } from "../util/adapter.ts";
+import { rowSpecs, rowThreads } from "../util/row-threads.ts";
 
 const WG = 256;
 /** The chunk kernel with `wg` threads per row (a power of two, 8..256; default rowThreads(gpu, "logprobs")). */

@@ -14,7 +14,7 @@ interface Case {
   T: number; // temperature
   padded: boolean; // chunk buffers stored (N, Vc) even when the last chunk is narrower
   scale: number; // logits uniform in [-scale, scale)
-  wg?: number; // threads per row of the chunk kernel; default: this adapter's (8 on SwiftShader, 256 on GPUs)
+  wg?: number; // threads per row of the chunk kernel; default: this device's (8 on SwiftShader, 256 on GPUs)
 }
 
 function inputs(c: Case, seed: number) {

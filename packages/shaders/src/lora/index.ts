@@ -2,7 +2,7 @@
 // A (R, in) and B (out, R) sit at element offsets in one flat f32 buffer of every adapter (gradients likewise).
 import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward_backward.wgsl";
-import { isCpuAdapter } from "@webart/gpu";
+import { isCpuDevice } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
 /** Workgroup shape of the strided matmul (see forward_backward.wgsl): threads along i, j (4 columns each), k. */
@@ -39,12 +39,12 @@ export const LORA_TILING_CPU: Record<LoraProduct, LoraTiling> = {
 export const LORA_LAYOUTS = ["cpu", "gpu"] as const;
 export type LoraLayout = (typeof LORA_LAYOUTS)[number];
 
-/** The set measured faster on this adapter at start-up (tune/kernels.ts), else the one for its kind. */
+/** The set measured faster on this device at start-up (tune/kernels.ts), else the one for its kind. */
 export function loraLayout(gpu: Gpu): LoraLayout {
-  return tunedChoice(gpu, "lora.layout", LORA_LAYOUTS, isCpuAdapter(gpu) ? "cpu" : "gpu");
+  return tunedChoice(gpu, "lora.layout", LORA_LAYOUTS, isCpuDevice(gpu) ? "cpu" : "gpu");
 }
 
-/** The shapes of a layout (default: this adapter's), with any given per-product shapes on top. */
+/** The shapes of a layout (default: this device's), with any given per-product shapes on top. */
 export function loraTiling(
   gpu: Gpu,
   over: LoraOptions["tiling"] = {},

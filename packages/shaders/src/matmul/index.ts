@@ -1,7 +1,7 @@
 // Matmul C = alpha·op(A)·op(B) (+ bias) (+ C), op = identity or transpose per operand, batched with
-// strides (0 broadcasts), B in f32 or packed bf16/f16. Three variants, chosen per adapter by measuring.
+// strides (0 broadcasts), B in f32 or packed bf16/f16. Three variants, chosen per device by measuring.
 import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
-import { isCpuAdapter } from "@webart/gpu";
+import { isCpuDevice } from "@webart/gpu";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
@@ -11,7 +11,7 @@ import wideCode from "./wide.wgsl";
 export type MatmulMode = "nn" | "nt" | "tn" | "tt";
 /** B's storage: f32, or 16-bit floats packed two per u32 over the flat row-major array. */
 export type WeightDtype = "f32" | "bf16" | "f16";
-/** regblock: registers only, no workgroup memory (CPU adapters); tiled: 64 x 64 blocks through workgroup memory,
+/** regblock: registers only, no workgroup memory (CPU devices); tiled: 64 x 64 blocks through workgroup memory,
  * 4 x 4 a thread; wide: 128 x 128 blocks, 8 x 8 a thread read as vec4 from workgroup memory (large GPU problems). */
 export const MATMUL_VARIANTS = ["regblock", "tiled", "wide"] as const;
 export type MatmulVariant = (typeof MATMUL_VARIANTS)[number];
@@ -42,7 +42,7 @@ export interface MatmulOptions {
   /** C += result instead of C = result (gradient accumulation). */
   accumulate?: boolean;
   alpha?: number;
-  /** Force a variant; otherwise the tuned one, else a default for the adapter's architecture. */
+  /** Force a variant; otherwise the tuned one, else a default for the device's architecture. */
   variant?: MatmulVariant;
 }
 
@@ -76,7 +76,7 @@ export function matmulSpec(variant: MatmulVariant, bDtype: WeightDtype = "f32", 
 }
 
 export function defaultMatmulVariant(gpu: Gpu): MatmulVariant {
-  return isCpuAdapter(gpu) ? "regblock" : "tiled";
+  return isCpuDevice(gpu) ? "regblock" : "tiled";
 }
 
 const tuneKey = (mode: MatmulMode, bDtype: WeightDtype) => `matmul.${mode}.${bDtype}`;
@@ -88,7 +88,7 @@ export function matmulVariant(gpu: Gpu, mode: MatmulMode = "nn", bDtype: WeightD
 }
 
 /**
- * Times every variant once per adapter for each (mode, dtype) on a size×size×size problem and caches
+ * Times every variant once per device for each (mode, dtype) on a size×size×size problem and caches
  * the winners (see tune/). Returns them by tune key, e.g. { "matmul.nn.f32": "regblock" }.
  */
 export async function tuneMatmul(

@@ -204,7 +204,7 @@ it("refuses accesses past a buffer and bad strides, before recording anything", 
 
 it("defaults to register blocking on SwiftShader and workgroup tiling elsewhere", () => {
   const v = matmulVariant(gpu, "nt", "bf16");
-  expect(v).toBe(/swiftshader/i.test(gpu.adapter.architecture) ? "regblock" : "tiled");
+  expect(v).toBe(/swiftshader/i.test(gpu.kind.architecture) ? "regblock" : "tiled");
 });
 
 it("gives the same results with Dawn's robustness on (as in browsers)", async () => {

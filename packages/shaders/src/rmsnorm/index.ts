@@ -5,7 +5,7 @@ import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
 import backwardDwReduce from "./backward_dw_reduce.wgsl";
-import { isCpuAdapter } from "@webart/gpu";
+import { isCpuDevice } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
 const WG = 256;
@@ -32,7 +32,7 @@ export const RMSNORM_LAYOUTS = ["cpu", "gpu"] as const;
 export type RmsnormLayout = (typeof RMSNORM_LAYOUTS)[number];
 
 export interface RmsnormOptions {
-  /** The row layout (default: measured at start-up on this adapter, else by its kind); the two below override it. */
+  /** The row layout (default: measured at start-up on this device, else by its kind); the two below override it. */
   layout?: RmsnormLayout;
   /** Threads sharing one row: a power of two up to the workgroup size. */
   threadsPerRow?: number;
@@ -41,12 +41,12 @@ export interface RmsnormOptions {
 }
 
 /**
- * The row layout: as measured at start-up (tune/kernels.ts), else by adapter kind: on real GPUs about 4 elements
+ * The row layout: as measured at start-up (tune/kernels.ts), else by device kind: on real GPUs about 4 elements
  * per thread and 256-thread workgroups; on CPU implementations (SwiftShader) one thread per row, where barriers cost
  * more than the sums they share.
  */
 export function rmsnormVariant(gpu: Gpu, C: number, opts: RmsnormOptions = {}): { tpr: number; wg: number } {
-  const layout = opts.layout ?? tunedChoice(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, isCpuAdapter(gpu) ? "cpu" : "gpu");
+  const layout = opts.layout ?? tunedChoice(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, isCpuDevice(gpu) ? "cpu" : "gpu");
   const cpu = layout === "cpu";
   const wg = opts.workgroupSize ?? (cpu ? 64 : WG);
   const tpr = opts.threadsPerRow ?? (cpu ? 1 : Math.min(wg, 2 ** Math.ceil(Math.log2(Math.max(1, Math.ceil(C / 4))))));

@@ -47,7 +47,7 @@ async function check(rows: number, C: number, tpr: number | undefined, wg: numbe
 
 // [rows, C, threads per row, workgroup size, accumulate]: rows not a multiple of rows-per-workgroup,
 // odd C, one thread per row, a full workgroup per row, the per-head shape (many short rows), > 1 dw
-// block, and the adapter's default variant (undefined).
+// block, and the device's default variant (undefined).
 it.each([
   [1, 1, 1, 256, false],
   [3, 896, 256, 256, false],
@@ -63,7 +63,7 @@ it.each([
 
 it("rmsnorm variants: one thread per row on SwiftShader, ~4 elements per thread elsewhere; bad shapes throw", () => {
   const v = rmsnormVariant(gpu, 900);
-  if (gpu.adapter.architecture === "swiftshader") expect(v).toEqual({ tpr: 1, wg: 64 });
+  if (gpu.kind.architecture === "swiftshader") expect(v).toEqual({ tpr: 1, wg: 64 });
   else expect(v).toEqual({ tpr: 256, wg: 256 });
   expect(() => rmsnormVariant(gpu, 64, { threadsPerRow: 3 })).toThrow(/powers of two/);
   expect(() => rmsnormVariant(gpu, 64, { threadsPerRow: 64, workgroupSize: 32 })).toThrow(/tpr <= wg/);

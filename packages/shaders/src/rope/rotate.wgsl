@@ -26,7 +26,7 @@ struct QkvParams {
 @group(0) @binding(7) var<storage, read_write> kc: array<f32>; // (S, Tmax, KV, D)
 @group(0) @binding(8) var<storage, read_write> vc: array<f32>; // (S, Tmax, KV, D)
 
-// cos and sin of angle a, accurate to a few f32 ulps on every adapter (WGSL only promises 2^-11 for the built-ins,
+// cos and sin of angle a, accurate to a few f32 ulps on every device (WGSL only promises 2^-11 for the built-ins,
 // and SwiftShader's are about that coarse): reduce to [-pi, pi] (Cody–Waite; 6.28125 has 8 significant bits, so
 // m * 6.28125 is exact for angles below ~5e5), then to [-pi/4, pi/4] by quadrant, then Taylor polynomials.
 fn cosSin(a: f32) -> vec2f {

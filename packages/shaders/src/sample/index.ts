@@ -8,7 +8,7 @@
 // (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
 import { Params, type Gpu, type Recorder } from "@webart/gpu";
 import code from "./sample.wgsl";
-import { rowSpecs, rowThreads } from "../util/adapter.ts";
+import { rowSpecs, rowThreads } from "../util/row-threads.ts";
 
 /** The kernel at a workgroup size (a power of two, 8..256; one workgroup per row). */
 export const sampleSpec = rowSpecs("sample_forward", code);

@@ -1,4 +1,4 @@
-// Per-adapter kernel variant choice by measurement: times each candidate once per adapter and
+// Per-device kernel variant choice by measurement: times each candidate once per device and
 // problem key, caches the winner in memory, and exposes the table so it can be persisted.
 import type { Gpu, Recorder } from "@webart/gpu";
 
@@ -8,7 +8,7 @@ export interface TuneEntry {
   ms: Record<string, number>;
 }
 
-/** Full key (adapter key + "|" + problem key) → entry. */
+/** Full key (device key + "|" + problem key) → entry. */
 export type TuneTable = Record<string, TuneEntry>;
 
 export interface TuneOptions {
@@ -35,20 +35,20 @@ const inflight = new Map<string, Promise<string>>();
 
 const keys = new WeakMap<Gpu, string>();
 
-/** Identifies an adapter and its settings: the same GPU with robustness on can pick differently. */
-export function adapterKey(gpu: Gpu): string {
+/** Identifies a device and its settings: the same GPU with robustness on can pick differently. */
+export function deviceKey(gpu: Gpu): string {
   let k = keys.get(gpu);
   if (k === undefined) {
-    const a = gpu.adapter;
+    const a = gpu.kind;
     k = `${a.description || a.device || a.vendor}|${a.architecture}|${a.runtime}|robust=${a.robustness}`;
     keys.set(gpu, k);
   }
   return k;
 }
 
-/** The cached winner for a problem key on this adapter, if tuning has run. */
+/** The cached winner for a problem key on this device, if tuning has run. */
 export function tuned(gpu: Gpu, key: string): string | undefined {
-  return table.get(`${adapterKey(gpu)}|${key}`)?.winner;
+  return table.get(`${deviceKey(gpu)}|${key}`)?.winner;
 }
 
 /** The tuned winner for `key` when it is one of `choices` (a loaded table may hold anything), else `fallback`. */
@@ -59,7 +59,7 @@ export function tunedChoice<C extends string>(gpu: Gpu, key: string, choices: re
 
 /**
  * Times `runOne` for every candidate (recording its work into a fresh recorder, submitting and
- * waiting for the GPU) and returns the fastest; later calls with the same adapter and key return
+ * waiting for the GPU) and returns the fastest; later calls with the same device and key return
  * the cached winner without timing. The candidates' work must be correct before it is timed.
  */
 export async function tune<C extends string>(
@@ -70,7 +70,7 @@ export async function tune<C extends string>(
   opts: TuneOptions = {},
 ): Promise<C> {
   if (!candidates.length) throw new Error(`tune("${key}"): no candidates`);
-  const full = `${adapterKey(gpu)}|${key}`;
+  const full = `${deviceKey(gpu)}|${key}`;
   const hit = table.get(full);
   if (hit && candidates.includes(hit.winner as C)) return hit.winner as C;
   let p = inflight.get(full);
@@ -104,7 +104,7 @@ async function measure<C extends string>(
     copies = Math.max(1, Math.min(MAX_COPIES, Math.ceil(minSubmitMs / Math.max(t, 1e-3))));
   }
   // First round, in order: a warm-up and one timing each. A candidate HOPELESS times slower than the best so far is
-  // ranked by that timing alone (the slow ones cost most on CPU adapters); an ordered search stops there.
+  // ranked by that timing alone (the slow ones cost most on CPU devices); an ordered search stops there.
   const times = new Map<C, number[]>();
   let best = Infinity;
   for (const c of candidates) {
@@ -135,7 +135,7 @@ export function tuneTable(): TuneTable {
   return Object.fromEntries([...table].map(([k, v]) => [k, { winner: v.winner, ms: { ...v.ms } }]));
 }
 
-/** Loads persisted results; entries for other adapters are kept but never match this one. */
+/** Loads persisted results; entries for other devices are kept but never match this one. */
 export function loadTuneTable(t: TuneTable): void {
   for (const [k, v] of Object.entries(t)) {
     if (typeof v?.winner !== "string") throw new Error(`loadTuneTable: entry "${k}" has no winner`);

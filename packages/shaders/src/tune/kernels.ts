@@ -1,7 +1,7 @@
-// Start-up tuning: measures, once per adapter and process, every layout choice the engine's kernels make (matmul
+// Start-up tuning: measures, once per device and process, every layout choice the engine's kernels make (matmul
 // and matvec variants for the model's weight dtype, threads per row of sampling and logprobs, the attention family
 // and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The winners stay in tune/'s
-// table, which the kernels consult; until tuning has run they fall back to a default for the adapter's kind.
+// table, which the kernels consult; until tuning has run they fall back to a default for the device's kind.
 import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type WeightDtype } from "../matmul/index.ts";
 import { tuneMatvec } from "../matvec/index.ts";
@@ -16,8 +16,8 @@ import {
 } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnorm, rmsnormBackward } from "../rmsnorm/index.ts";
-import { ROW_THREADS } from "../util/adapter.ts";
-import { isCpuAdapter } from "@webart/gpu";
+import { ROW_THREADS } from "../util/row-threads.ts";
+import { isCpuDevice } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
 import { tune, type TuneOptions } from "./index.ts";
 
@@ -33,8 +33,8 @@ export interface TuneShape {
 }
 
 /**
- * Problem sizes: small enough for a CPU adapter (~3 s of tuning in all on SwiftShader) and big enough to rank the
- * candidates; on a fast adapter (see calibrate) larger, shaped like real batches, since a GPU's ranking at a few
+ * Problem sizes: small enough for a CPU device (~3 s of tuning in all on SwiftShader) and big enough to rank the
+ * candidates; on a fast device (see calibrate) larger, shaped like real batches, since a GPU's ranking at a few
  * microseconds a call would say little about the sizes it runs.
  */
 interface Sizes {
@@ -71,7 +71,7 @@ const FAST_SIZES: Sizes = {
   decodeLen: 512,
 };
 const LORA_RANK = 8;
-/** Few repetitions: each candidate only has to be ranked, and the slow ones are very slow on CPU adapters. Calls
+/** Few repetitions: each candidate only has to be ranked, and the slow ones are very slow on CPU devices. Calls
  * shorter than 2 ms are timed several to a submit. */
 const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8, minSubmitMs: 2 };
 
@@ -148,7 +148,7 @@ async function tuneWith<C extends string>(
 }
 
 /** Rising thread counts: once one is 3x slower than the best, more threads do not win either (and in browsers on CPU
- * adapters the 256-thread pipelines alone take ~1 s each to build, as Dawn zero-fills their workgroup memory). */
+ * devices the 256-thread pipelines alone take ~1 s each to build, as Dawn zero-fills their workgroup memory). */
 const ORDERED = { ordered: true };
 
 /** Threads per row of the sampling and logprobs kernels, at the model's vocabulary (logprobs: one 8192 chunk). */
@@ -233,9 +233,9 @@ export async function tuneAttention(
       attentionDecode(gpu, rec, { q, slotPos: sp, k, v, o, lse }, dims, { variant, profile });
     };
   };
-  // The rows family against the tiled one at the adapter kind's profile; the other profile only where tiled wins
-  // (in browsers each tiled pipeline takes seconds to build on a CPU adapter, as Dawn zero-fills workgroup memory).
-  const tiledDefault: AttentionTuneCandidate = isCpuAdapter(gpu) ? "tiled-cpu" : "tiled-gpu";
+  // The rows family against the tiled one at the device kind's profile; the other profile only where tiled wins
+  // (in browsers each tiled pipeline takes seconds to build on a CPU device, as Dawn zero-fills workgroup memory).
+  const tiledDefault: AttentionTuneCandidate = isCpuDevice(gpu) ? "tiled-cpu" : "tiled-gpu";
   const out: Record<string, string> = {};
   for (const [use, setup] of [
     ["train", train],
@@ -301,8 +301,8 @@ export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA and RMSNorm.
- * Returns every winner by tune key. The keys name the adapter, not the shapes: the first model tuned in a process
- * decides for later ones on the same adapter.
+ * Returns every winner by tune key. The keys name the device, not the shapes: the first model tuned in a process
+ * decides for later ones on the same device.
  */
 export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<Record<string, string>> {
   const { weights } = shape;

@@ -1,13 +1,13 @@
-// Variant tuning: winners are measured on the device, cached per adapter and problem key, and
+// Variant tuning: winners are measured on the device, cached per device and problem key, and
 // persisted through the table; matmul and matvec then use the tuned variant.
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { MATMUL_VARIANTS, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
 import { matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
-import { adapterKey, clearTuneTable, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
+import { deviceKey, clearTuneTable, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
 import { tuneKernels } from "./kernels.ts";
-import { ROW_THREADS, rowThreads } from "../util/adapter.ts";
-import { isCpuAdapter } from "@webart/gpu";
+import { ROW_THREADS, rowThreads } from "../util/row-threads.ts";
+import { isCpuDevice } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraLayout } from "../lora/index.ts";
 import { rmsnormVariant } from "../rmsnorm/index.ts";
@@ -30,7 +30,7 @@ it("times every candidate once, returns the fastest, and serves it from the cach
     matmul(gpu, rec, a, b, c, { M: 64, N: 64, K: 64, variant: v });
   };
   const winner = await tune(gpu, "test.matmul64", MATMUL_VARIANTS, runOne, { minReps: 2, minMs: 0 });
-  const entry = tuneTable()[`${adapterKey(gpu)}|test.matmul64`];
+  const entry = tuneTable()[`${deviceKey(gpu)}|test.matmul64`];
   expect(Object.keys(entry.ms).sort()).toEqual([...MATMUL_VARIANTS].sort());
   expect(entry.ms[winner]).toBe(Math.min(...Object.values(entry.ms)));
   // One warm-up and two timed runs; one timed run for a candidate already 3x behind the best before it.
@@ -59,10 +59,10 @@ it("times calls shorter than minSubmitMs several to a submit", async () => {
   gpu.release(a, c);
 });
 
-it("keys results by adapter settings: a robust device of the same adapter is tuned separately", async () => {
+it("keys results by device and settings: a robust device on the same GPU is tuned separately", async () => {
   const robust = await getDevice({ robustness: true });
-  expect(adapterKey(robust)).not.toBe(adapterKey(gpu));
-  expect(adapterKey(gpu)).toContain(gpu.adapter.architecture);
+  expect(deviceKey(robust)).not.toBe(deviceKey(gpu));
+  expect(deviceKey(gpu)).toContain(gpu.kind.architecture);
   expect(tuned(robust, "test.matmul64")).toBeUndefined();
 });
 
@@ -81,13 +81,13 @@ it("tuneMatmul and tuneMatvec pick what matmul and matvec then use; the table ro
   loadTuneTable(saved);
   expect(matmulVariant(gpu, "nt", "bf16")).toBe(mm["matmul.nt.bf16"]);
   const other = MATMUL_VARIANTS.find((v) => v !== mm["matmul.nt.bf16"])!;
-  loadTuneTable({ [`${adapterKey(gpu)}|matmul.nt.bf16`]: { winner: other, ms: {} } });
+  loadTuneTable({ [`${deviceKey(gpu)}|matmul.nt.bf16`]: { winner: other, ms: {} } });
   expect(matmulVariant(gpu, "nt", "bf16")).toBe(other);
   expect(() => loadTuneTable({ x: { ms: {} } as never })).toThrow(/no winner/);
 });
 
 it("every layout choice follows a loaded table entry for its key, and ignores winners that are not candidates", () => {
-  const k = adapterKey(gpu);
+  const k = deviceKey(gpu);
   const set = (key: string, winner: string, ms: Record<string, number> = {}) =>
     loadTuneTable({ [`${k}|${key}`]: { winner, ms } });
   for (const threads of ROW_THREADS) {
@@ -96,8 +96,8 @@ it("every layout choice follows a loaded table entry for its key, and ignores wi
     expect(rowThreads(gpu, "sample")).toBe(Number(threads));
     expect(rowThreads(gpu, "logprobs")).toBe(Number(threads));
   }
-  set("sample.threads", "512"); // not a candidate: the adapter kind's default
-  expect(rowThreads(gpu, "sample")).toBe(isCpuAdapter(gpu) ? 8 : 256);
+  set("sample.threads", "512"); // not a candidate: the device kind's default
+  expect(rowThreads(gpu, "sample")).toBe(isCpuDevice(gpu) ? 8 : 256);
 
   for (const use of ["train", "decode"] as const) {
     set(`attention.${use}`, "tiled-cpu");
@@ -131,7 +131,7 @@ it("tuneKernels times each choice on the model's shapes; the winners are the fas
     if (winners[`attention.${use}`] !== "rows") keys.push(`attention.${use}.tiles`);
   expect(Object.keys(winners).sort()).toEqual([...keys].sort());
   for (const key of keys) {
-    const e = table[`${adapterKey(gpu)}|${key}`];
+    const e = table[`${deviceKey(gpu)}|${key}`];
     expect(winners[key], key).toBe(e.winner);
     expect(Object.keys(e.ms).length, key).toBeGreaterThan(1);
     expect(e.ms[e.winner]).toBe(Math.min(...Object.values(e.ms)));
@@ -153,7 +153,7 @@ it("an ordered search stops at the first candidate 3x slower than the best so fa
     },
     { minReps: 2, minMs: 0, ordered: true },
   );
-  const ms = tuneTable()[`${adapterKey(gpu)}|test.ordered`].ms;
+  const ms = tuneTable()[`${deviceKey(gpu)}|test.ordered`].ms;
   expect(runs["32"]).toBeUndefined();
   expect(Object.keys(ms)).toEqual(["16", "512"]);
   expect(winner).toBe("16");

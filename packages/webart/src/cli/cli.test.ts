@@ -84,11 +84,11 @@ describe("webart", () => {
     expect(r.err).toContain(`usage: webart ${name} [options]`);
   });
 
-  it("info prints the adapter and the engine's default memory budget for it", async () => {
+  it("info prints the device and the engine's default memory budget for it", async () => {
     const r = await webart(["info"]);
     expect(r.code).toBe(0);
-    expect(r.out).toMatch(/^adapter: /m);
-    expect(r.out).toMatch(/^memory budget: (8|16) GiB \(the default on (a CPU adapter|a GPU)/m);
+    expect(r.out).toMatch(/^device: /m);
+    expect(r.out).toMatch(/^memory budget: (8|16) GiB \(the default on (a CPU device|a GPU)/m);
   });
 });
 

@@ -28,7 +28,7 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
     load: async () => import("./export.ts").then((m) => ({ spec: m.EXPORT, run: m.exportCommand })),
   },
   info: {
-    summary: "the WebGPU adapter the engine gets in Node and the default memory budget",
+    summary: "the WebGPU device the engine gets in Node and the default memory budget",
     load: async () => import("./info.ts").then((m) => ({ spec: m.INFO, run: m.infoCommand })),
   },
   pretrain: {

@@ -36,7 +36,7 @@ export const SERVE = {
       arg: "SIZE",
       help:
         "GPU memory for the base model and every run, e.g. 6GB or 4096MiB; a load or run registration\n" +
-        "over it is refused before allocating (default 16 GiB on a GPU, 8 GiB on a CPU adapter: webart info)",
+        "over it is refused before allocating (default 16 GiB on a GPU, 8 GiB on a CPU device: webart info)",
     },
     "max-wait": {
       arg: "SECONDS",

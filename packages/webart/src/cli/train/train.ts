@@ -63,7 +63,7 @@ export const TRAIN = {
     },
     "memory-budget": {
       arg: "SIZE",
-      help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU adapter: webart info)",
+      help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU device: webart info)",
     },
   },
 } satisfies CommandSpec;

@@ -9,6 +9,6 @@ const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
  * every barrier and workgroup memory is no faster than storage: fewer threads and no sharing win there, while real
  * GPUs want big workgroups that share tiles.
  */
-export function isCpuAdapter(gpu: Gpu): boolean {
-  return CPU_ARCH.test(`${gpu.adapter.architecture} ${gpu.adapter.description}`);
+export function isCpuDevice(gpu: Gpu): boolean {
+  return CPU_ARCH.test(`${gpu.kind.architecture} ${gpu.kind.description}`);
 }

@@ -1,5 +1,5 @@
 // Which kind of WebGPU implementation a device runs on, for the kernels' layout choices.
-import { isCpuAdapter, type Gpu, type KernelSpec } from "@webart/gpu";
+import { isCpuDevice, type Gpu, type KernelSpec } from "@webart/gpu";
 import { tunedChoice } from "../tune/index.ts";
 
 /** The kernels that reduce each row in one workgroup. */
@@ -9,12 +9,12 @@ export const ROW_THREADS = ["8", "64", "256"] as const;
 
 /**
  * Threads per row for a kernel that reduces each row in one workgroup (sampling, token logprobs): the count
- * measured fastest on this adapter at start-up (tuneRowThreads), else 256 on GPUs and 8 on CPU implementations,
+ * measured fastest on this device at start-up (tuneRowThreads), else 256 on GPUs and 8 on CPU implementations,
  * where each barrier switches between the workgroup's SIMD groups (sampling 16 rows of 406 logits on SwiftShader:
  * 0.85 ms a call at 8 threads, 25.8 ms at 256; logprobs in a tic-tac-toe GRPO step: 23 against 576 ms a call).
  */
 export function rowThreads(gpu: Gpu, kernel: RowKernel): number {
-  return Number(tunedChoice(gpu, `${kernel}.threads`, ROW_THREADS, isCpuAdapter(gpu) ? "8" : "256"));
+  return Number(tunedChoice(gpu, `${kernel}.threads`, ROW_THREADS, isCpuDevice(gpu) ? "8" : "256"));
 }
 
 /** A row kernel's spec at `wg` threads (a power of two, 8..256), one object per size so pipelines are found fast. */
