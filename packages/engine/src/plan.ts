@@ -270,14 +270,14 @@ function largestParts(p: MemoryPlan): string {
 }
 
 /**
- * Throws a PlanError naming what does not fit: a binding over the adapter's limit, or the total (plus
+ * Throws a PlanError naming what does not fit: a binding over the device's limit, or the total (plus
  * `inUse`, bytes already live on the device) over the budget.
  */
 export function checkPlan(plan: MemoryPlan, limits: AdapterLimits, budgetBytes?: number, inUse = 0): void {
   const bind = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   if (plan.largestBinding > bind) {
     throw new PlanError(
-      `memory plan: a ${(plan.largestBinding / MiB).toFixed(0)} MiB tensor exceeds the adapter's ` +
+      `memory plan: a ${(plan.largestBinding / MiB).toFixed(0)} MiB tensor exceeds the device's ` +
         `${(bind / MiB).toFixed(0)} MiB storage binding; use fewer KV slots, a shorter context or fewer tokens per micro-batch.`,
     );
   }

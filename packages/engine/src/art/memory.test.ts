@@ -194,7 +194,7 @@ describe("nothing leaks on failure", () => {
     await backend.close();
   });
 
-  it("a micro-batch over the adapter's buffer limit: the planner splits the step so it fits, and the step keeps nothing", async () => {
+  it("a micro-batch over the device's buffer limit: the planner splits the step so it fits, and the step keeps nothing", async () => {
     // An adapter whose buffers are at most 512 KiB (like a small GPU's): one micro-batch of 16 sequences of ~25
     // tokens fits its activations (N x 256 x 4 bytes) but not its logits chunk (N x 406 x 4 bytes). Before the
     // planner, such a step failed midway (after the forward pass); a failure midway is Gpu.scope's test.

@@ -126,7 +126,7 @@ export class Model {
     if (c.localRope) this.invFreqLocal = table(c.localRope.theta, c.localRope.scaling, "rope inv_freq (local)");
   }
 
-  /** Returns the weights and the adapter's buffers to the pool; the model is unusable afterwards. */
+  /** Returns the weights and the LoRA adapter's buffers to the pool; the model is unusable afterwards. */
   dispose(): void {
     this.lora?.dispose();
     this.lora = undefined;
@@ -417,7 +417,7 @@ export class Model {
   }
 
   /** Whether layer l allows decodeLayer: q, k, v in one buffer (their biases too), gate and up in one, and the
-   *  adapter's buffer (read whole by the matvecs) within one binding. */
+   *  LoRA adapter's buffer (read whole by the matvecs) within one binding. */
   private decodeFusable(l: number): boolean {
     const L = this.weights.layers[l];
     const biases = [L.qBias, L.kBias, L.vBias].filter((b) => b !== undefined);
