@@ -36,6 +36,11 @@ export const PRETRAIN = {
     },
     skill: { arg: "P", default: "0.25", help: "skills phase: chance that the player takes a win it has" },
     block: { arg: "P", default: "0.25", help: "skills phase: chance that the player blocks the opponent's win" },
+    "board-block": {
+      arg: "P",
+      default: "0",
+      help: "board phase: chance that the player blocks the opponent's win (the board phase takes wins half the time)",
+    },
     ordered: { arg: "P", default: "1", help: "chance of a move in reading order (else a random empty cell)" },
     "context-weight": {
       arg: "P",
@@ -60,7 +65,8 @@ function checkOut(out: string, force: boolean): void {
 
 export async function pretrainCommand(argv: string[]): Promise<number> {
   const a = parseOptions(PRETRAIN, argv);
-  const p = (k: "skill" | "block" | "ordered" | "target" | "context-weight") => num(k, a[k], { min: 0, max: 1 });
+  const p = (k: "skill" | "block" | "board-block" | "ordered" | "target" | "context-weight") =>
+    num(k, a[k], { min: 0, max: 1 });
   const o = {
     out: a.out,
     seed: num("seed", a.seed, { int: true, min: 0 }),
@@ -74,6 +80,7 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
     target: p("target"),
     skill: p("skill"),
     block: p("block"),
+    boardBlock: p("board-block"),
     ordered: p("ordered"),
     contextWeight: p("context-weight"),
     initFrom: a["init-from"],
@@ -91,7 +98,7 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
   if (o.initFrom === undefined)
     phases.push(await sft.phase("board", [...start.board, ...start.g2048], o.minutes, o.target));
   const skillMinutes = Math.min(o.skillMinutes, o.totalMinutes - elapsedMin());
-  // The skills phase also ends at the target: by then (80 steps for seed 1) it blocks ~24% of threats and takes ~2/3 of wins.
+  // The skills phase also ends at the target (80 steps for seed 1 from the committed board model).
   if (skillMinutes > 0)
     phases.push(await sft.phase("skills", [...start.skills, ...start.g2048], skillMinutes, o.target));
 
@@ -103,6 +110,11 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
     vocab: start.vocab,
     parameters: sft.trainer.tensors.reduce((s, t) => s + t.n, 0),
     init_from: o.initFrom ?? null,
+    players: {
+      board: { skill: 0.5, block: o.boardBlock },
+      skills: { skill: o.skill, block: o.block },
+      ordered: o.ordered,
+    },
     phases,
     eval_400_games: final,
   };

@@ -21,6 +21,8 @@ export interface StartOptions {
   /** The skills phase's player (see below) and both phases' share of reading-order moves. */
   skill: number;
   block: number;
+  /** The board phase's chance to block (0: it never blocks, as the committed model's board phase). */
+  boardBlock: number;
   ordered: number;
   /** A folder whose model.safetensors is the starting point (same tokenizer and config), or undefined. */
   initFrom?: string;
@@ -42,7 +44,7 @@ export async function writeStart(o: StartOptions, log: (m: string) => void): Pro
   // learns one distribution over the nine cells for every board, about 70% legal: models/README.md). Skills
   // phase: --skill and --block (0.25 each): the winning and blocking moves the RL step can then make more likely.
   const { out, seed, games, ordered } = o;
-  const board = await generateTranscripts({ game: "tictactoe", games, seed, skill: 0.5, ordered });
+  const board = await generateTranscripts({ game: "tictactoe", games, seed, skill: 0.5, block: o.boardBlock, ordered });
   const skills = await generateTranscripts({ game: "tictactoe", games, seed, skill: o.skill, block: o.block, ordered });
   const g2048 = await generateTranscripts({ game: "2048", games: Math.ceil(games / 200), seed: seed + 1, skill: 0.5 });
   const bpe = trainBpe(

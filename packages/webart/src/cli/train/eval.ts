@@ -131,13 +131,25 @@ export async function evalCommand(argv: string[]): Promise<number> {
     return 0;
   }
   const cols = {
-    tictactoe: ["games", "win", "draw", "loss", "invalid", "legalMoves", "meanReward"],
+    tictactoe: [
+      "games",
+      "win",
+      "draw",
+      "loss",
+      "invalid",
+      "legalMoves",
+      "meanReward",
+      "winTaken",
+      "blocked",
+      "blockedOffFirst",
+    ],
     "2048": ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"],
     email: ["episodes", "accuracy", "rightMessage", "answered", "malformed", "contextFull", "meanTurns", "meanReward"],
   }[env];
   const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
-  console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(11))].join(" "));
-  for (const r of rows) console.log([r.player.padEnd(w0), ...cols.map((c) => fmt(r[c]).padStart(11))].join(" "));
+  console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(Math.max(11, c.length)))].join(" "));
+  for (const r of rows)
+    console.log([r.player.padEnd(w0), ...cols.map((c) => fmt(r[c]).padStart(Math.max(11, c.length)))].join(" "));
   return 0;
 }
