@@ -2,25 +2,7 @@
 // the RMSNorm of x (NORM), W's rows in up to 3 segments at their own offsets (q, k, v side by side), per-segment
 // bias and LoRA term s·t·Bᵀ, a gated activation act(seg 0)·seg 1 (GATE), and the residual add (accumulate).
 // Memory-bound: a workgroup owns 4 rows of W, its threads split K, and each W element serves MT rows of x.
-struct Seg {
-  rows: u32, offW: u32, offBias: u32, loraR: u32, // loraR 0: no LoRA term on this segment
-  loraB: u32, loraT: u32, scale: f32, base: u32, // base: first output column (0xffffffff: unused segment)
-}
-struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 bias, 2 accumulate
-  ldx: u32, ldy: u32, offY: u32, offX: u32,
-  ldt: u32, eps: f32, pad0: u32, pad1: u32,
-  seg: array<Seg, 3>,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<u32>; // f32 bits, or two bf16/f16 per word
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> nw: array<f32>; // (K) RMSNorm weight
-@group(0) @binding(5) var<storage, read> t: array<f32>; // (M, ldt) LoRA x·Aᵀ of every segment
-@group(0) @binding(6) var<storage, read> lora: array<f32>; // the adapter's flat buffer (each segment's B)
-@group(0) @binding(7) var<storage, read_write> y: array<f32>;
-
+// Parameters, bindings and the epilogue: common.wgsl (appended).
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WG: u32 = 64u; // threads splitting K (a power of two)
 override MT: u32 = 4u; // rows of x per pass: 1, 2, 3 or 4
@@ -40,41 +22,6 @@ fn pair(e: u32) -> vec2f {
   let lo = unpack(w[e >> 1u]);
   if ((e & 1u) == 0u) { return lo; }
   return vec2f(lo.y, unpack(w[(e >> 1u) + 1u]).x);
-}
-
-// Element offset in W of output column n's row (GATE: of its gate row, or with up = true its up row).
-fn rowOf(n: u32, up: bool) -> u32 {
-  if (GATE != 0u) { return p.seg[select(0u, 1u, up)].offW + n * p.K; }
-  let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
-  return p.seg[s].offW + (n - p.seg[s].base) * p.K;
-}
-
-// Row b of segment s for row m of x, from its sum: + bias, + s·t·Bᵀ.
-fn finish(m: u32, s: u32, b: u32, sum: f32) -> f32 {
-  var v = sum;
-  if ((p.flags & 1u) != 0u) { v += bias[p.seg[s].offBias + b]; }
-  let R = p.seg[s].loraR;
-  if (R > 0u) {
-    let tr = m * p.ldt + p.seg[s].loraT;
-    let br = p.seg[s].loraB + b * R;
-    var d = 0.0;
-    for (var r = 0u; r < R; r++) { d += t[tr + r] * lora[br + r]; }
-    v += p.seg[s].scale * d;
-  }
-  return v;
-}
-
-fn act(g: f32) -> f32 {
-  if (GATE == 2u) {
-    // GELU tanh: 0.5·(1 + tanh(a)) = sigmoid(2a), clamped so exp stays finite.
-    return g / (1.0 + exp(-clamp(2.0 * 0.7978845608028654 * (g + 0.044715 * g * g * g), -80.0, 80.0)));
-  }
-  return g / (1.0 + exp(-g));
-}
-
-fn store(m: u32, n: u32, v: f32) {
-  let i = p.offY + m * p.ldy + n;
-  if ((p.flags & 2u) != 0u) { y[i] += v; } else { y[i] = v; }
 }
 
 @compute @workgroup_size(WG)

@@ -6,8 +6,9 @@ import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from 
 import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
 import { tune, tuned, type TuneOptions } from "../tune/index.ts";
-import code from "./forward.wgsl";
-import subgroupCode from "./subgroup.wgsl";
+import common from "./common.wgsl";
+import forward from "./forward.wgsl";
+import subgroup from "./subgroup.wgsl";
 
 export interface MatvecOptions {
   M: number;
@@ -78,8 +79,8 @@ export function matvecSpec(
     const o = { W_KIND: W_KIND[wDtype], WG: WG[variant], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
     s =
       variant === "subgroup"
-        ? { name: "matvec_forward_subgroup", code: subgroupCode, overrides: { ...o, CG } }
-        : { name: "matvec_forward", code, overrides: o };
+        ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, CG } }
+        : { name: "matvec_forward", code: forward + common, overrides: o };
     specs.set(key, s);
   }
   return s;

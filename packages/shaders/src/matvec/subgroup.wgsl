@@ -1,26 +1,8 @@
 // Decode matvec, subgroup variant (same contract, bindings and fused options as forward.wgsl): each subgroup owns
 // 16 rows of W at a time (16 output columns, or 8 gated ones), its lanes split K, and subgroupAdd reduces; no barriers.
+// Parameters, bindings and the epilogue: common.wgsl (appended).
 enable subgroups;
 diagnostic(off, subgroup_uniformity); // lanes leave the K loops at different trips and reconverge after them
-
-struct Seg {
-  rows: u32, offW: u32, offBias: u32, loraR: u32,
-  loraB: u32, loraT: u32, scale: f32, base: u32,
-}
-struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 bias, 2 accumulate
-  ldx: u32, ldy: u32, offY: u32, offX: u32,
-  ldt: u32, eps: f32, pad0: u32, pad1: u32,
-  seg: array<Seg, 3>,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<u32>; // f32 bits, or two bf16/f16 per word
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> nw: array<f32>;
-@group(0) @binding(5) var<storage, read> t: array<f32>;
-@group(0) @binding(6) var<storage, read> lora: array<f32>;
-@group(0) @binding(7) var<storage, read_write> y: array<f32>;
 
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WG: u32 = 16u; // a power of two
@@ -81,13 +63,6 @@ fn rows(k: u32, w0: vec4f, w1: vec4f, w2: vec4f, w3: vec4f, xr0: vec4u, xr1: vec
   }
 }
 
-// Element offset in W of output column n's row (GATE: of its gate row, or with up = true its up row).
-fn rowOf(n: u32, up: bool) -> u32 {
-  if (GATE != 0u) { return p.seg[select(0u, 1u, up)].offW + n * p.K; }
-  let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
-  return p.seg[s].offW + (n - p.seg[s].base) * p.K;
-}
-
 // Row starts of W rows c..c+3 of a group whose first output column is n0 (GATE: rows 8..15 are the up rows).
 fn rows4(n0: u32, c: u32) -> vec4u {
   let last = p.N - 1u;
@@ -99,33 +74,6 @@ fn rows4(n0: u32, c: u32) -> vec4u {
   }
   return vec4u(rowOf(min(n0 + c, last), false), rowOf(min(n0 + c + 1u, last), false),
                rowOf(min(n0 + c + 2u, last), false), rowOf(min(n0 + c + 3u, last), false));
-}
-
-// Row b of segment s for row m of x, from its sum: + bias, + s·t·Bᵀ.
-fn finish(m: u32, s: u32, b: u32, sum: f32) -> f32 {
-  var v = sum;
-  if ((p.flags & 1u) != 0u) { v += bias[p.seg[s].offBias + b]; }
-  let R = p.seg[s].loraR;
-  if (R > 0u) {
-    let tr = m * p.ldt + p.seg[s].loraT;
-    let br = p.seg[s].loraB + b * R;
-    var d = 0.0;
-    for (var r = 0u; r < R; r++) { d += t[tr + r] * lora[br + r]; }
-    v += p.seg[s].scale * d;
-  }
-  return v;
-}
-
-fn act(v: f32) -> f32 {
-  if (GATE == 2u) { // GELU tanh: 0.5·(1 + tanh(a)) = sigmoid(2a), clamped so exp stays finite
-    return v / (1.0 + exp(-clamp(2.0 * 0.7978845608028654 * (v + 0.044715 * v * v * v), -80.0, 80.0)));
-  }
-  return v / (1.0 + exp(-v));
-}
-
-fn store(m: u32, n: u32, v: f32) {
-  let i = p.offY + m * p.ldy + n;
-  if ((p.flags & 2u) != 0u) { y[i] += v; } else { y[i] = v; }
 }
 
 // Elements k (low halves) and k + 1 (high halves) of four columns' words.
