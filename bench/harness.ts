@@ -1,4 +1,5 @@
 // Shared by every bench suite: the result shape written to bench/results/<suite>.json, and GPU timing.
+import type { KernelTuning } from "@webart/shaders";
 import type { DeviceOptions, Gpu, Recorder } from "@webart/gpu";
 
 export interface BenchResult {
@@ -26,6 +27,8 @@ export interface BenchContext {
   /** Smaller sizes and fewer repetitions (used by the bench's own smoke test). */
   quick: boolean;
   log(line: string): void;
+  /** The kernel choices start-up tuning made in this run (the kernels suite's first part sets it); none: defaults. */
+  tuning?: KernelTuning;
 }
 
 export type Suite = (ctx: BenchContext) => Promise<BenchResult[]>;

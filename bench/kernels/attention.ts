@@ -82,7 +82,7 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   const rows = await timeDecode("rows");
   const gbps = (ms: number) => bytes / (ms * 1e6);
   const id = `attention.decode.f32.b${B}_t${len}`;
-  const chosen = attentionVariant(gpu, D, "decode");
+  const chosen = attentionVariant(gpu, D, "decode", ctx.tuning?.attention);
   const row = (suffix: string, ms: number, note: string, vs = true): BenchResult => ({
     id: `${id}.${suffix}`,
     value: gbps(ms),
@@ -121,7 +121,7 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
       unit: "GFLOP/s",
       fraction_of_peak: gf / peak.fma_gflops,
       ...(variant === "rows" ? { vs: { id: `attention.prefill.f32.t${T}.tiled`, ratio: msOf.tiled / msOf.rows } } : {}),
-      note: `${msOf[variant].toFixed(1)} ms${variant === attentionVariant(gpu, D, "train") ? ", chosen here" : ""}`,
+      note: `${msOf[variant].toFixed(1)} ms${variant === attentionVariant(gpu, D, "train", ctx.tuning?.attention) ? ", chosen here" : ""}`,
     });
   }
   Object.values(pre.bufs).forEach((b) => gpu.release(b));

@@ -2,7 +2,7 @@
 // tfjs-backend-webgpu on the same adapter, robustness off and on, and matvec GB/s for f32 vs bf16.
 // Every kernel's output is checked against the CPU reference before its time is reported.
 import { findAdapter, type Gpu, type Recorder, Rng, packHalf, roundHalf } from "@webart/gpu";
-import { MATMUL_VARIANTS, matmul, matmulVariant, type MatmulVariant, matvec } from "@webart/shaders";
+import { MATMUL_VARIANTS, matmul, matmulVariant, type MatmulTuning, type MatmulVariant, matvec } from "@webart/shaders";
 import { matmulReference, matvecReference } from "@webart/shaders/reference";
 import { assertClose } from "@webart/gpu/check";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "../harness.ts";
@@ -34,18 +34,22 @@ interface Timed {
 }
 
 /** The engine's NN matmul on one device (the tuned variant, or `variant`), checked against the reference first. */
-async function engineMatmul(gpu: Gpu, s: Square, variant?: MatmulVariant): Promise<Timed> {
+async function engineMatmul(gpu: Gpu, s: Square, variant?: MatmulVariant, tuning?: MatmulTuning): Promise<Timed> {
   const { n } = s;
   const [a, b, c] = [gpu.upload(s.a, "bench"), gpu.upload(s.b, "bench"), gpu.buffer(n * n * 4, "bench")];
-  const o = { M: n, N: n, K: n, variant };
+  const [dims, o] = [
+    { M: n, N: n, K: n },
+    { variant, tuning },
+  ];
   const rec = gpu.recorder();
-  matmul(gpu, rec, a, b, c, o);
+  matmul(gpu, rec, { a, b, c }, dims, o);
   const out = rec.read(c, n * n * 4);
   await rec.submit();
-  const name = `matmul.f32.${n} (${variant ?? matmulVariant(gpu)})`;
+  const name = `matmul.f32.${n} (${variant ?? matmulVariant(gpu, "nn", "f32", tuning)})`;
   assertClose(name, new Float32Array(await out), s.want, MATMUL_TOL);
   return {
-    once: () => timeGpu(gpu, (r) => matmul(gpu, r, a, b, c, o), { warmup: 0, minReps: 1, minMs: 0, maxReps: 1 }),
+    once: () =>
+      timeGpu(gpu, (r) => matmul(gpu, r, { a, b, c }, dims, o), { warmup: 0, minReps: 1, minMs: 0, maxReps: 1 }),
     done: () => gpu.release(a, b, c),
   };
 }
@@ -120,14 +124,14 @@ async function timeMatvecs(gpu: Gpu, M: number, N: number, K: number, quick: boo
   for (const [i, wDtype] of kinds.entries()) {
     const o = { M, N, K, wDtype };
     const rec = gpu.recorder();
-    matvec(gpu, rec, x, ws[i], y, o);
+    matvec(gpu, rec, { x, w: ws[i], y }, { M, N, K }, { wDtype });
     const out = rec.read(y, M * N * 4);
     await rec.submit();
     const want = matvecReference(xv, wDtype === "f32" ? w : roundHalf(w, wDtype), new Float32Array(M * N), o);
     assertClose(`matvec.${wDtype}.${K}x${N}.b${M}`, new Float32Array(await out), want, MATMUL_TOL);
   }
   // Several calls per submit (about 60 ms of work), so thread wake-up latency is amortised.
-  const one = (i: number) => (r: Recorder) => matvec(gpu, r, x, ws[i], y, { M, N, K, wDtype: kinds[i] });
+  const one = (i: number) => (r: Recorder) => matvec(gpu, r, { x, w: ws[i], y }, { M, N, K }, { wDtype: kinds[i] });
   const reps: number[] = [];
   for (const i of [0, 1]) {
     const ms = await timeGpu(gpu, one(i), { minReps: 1, minMs: 0, maxReps: 1 });
@@ -156,7 +160,8 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
   const tf = await loadTfjs(ctx.gpu).catch((e: Error) => void ctx.log(`tfjs unavailable, no comparison: ${e.message}`));
   for (const n of sizes) {
     const s = square(n, n);
-    const contenders = [await engineMatmul(ctx.gpu, s), await engineMatmul(robust, s)];
+    const tuned = ctx.tuning?.matmul;
+    const contenders = [await engineMatmul(ctx.gpu, s, undefined, tuned), await engineMatmul(robust, s)];
     if (tf) contenders.push(await tfjsMatmul(tf, s));
     const t = await alternate(contenders, ctx.quick ? 1 : n >= 1024 ? 5 : 7);
     const [ms, rMs] = t.ms;
@@ -170,7 +175,7 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         unit: "GFLOP/s",
         fraction_of_peak: v / peak,
         ...(tfMs !== undefined ? { vs: { id: tfId, ratio: t.vsFirst[2] } } : {}),
-        note: `${ms.toFixed(1)} ms, ${matmulVariant(ctx.gpu)}`,
+        note: `${ms.toFixed(1)} ms, ${matmulVariant(ctx.gpu, "nn", "f32", tuned)}`,
       },
       {
         id: `matmul.f32.${n}.robust`,
@@ -192,10 +197,10 @@ export const matmulSuite: Suite = async (ctx: BenchContext): Promise<BenchResult
     }
     ctx.log(`matmul ${n}: engine ${ms.toFixed(1)} ms, robust ${rMs.toFixed(1)} ms, tfjs ${tfMs?.toFixed(1) ?? "-"} ms`);
     // The variants start-up tuning passed over, each against the chosen one in alternating rounds.
-    const chosen = matmulVariant(ctx.gpu);
+    const chosen = matmulVariant(ctx.gpu, "nn", "f32", tuned);
     for (const variant of MATMUL_VARIANTS.filter((v) => v !== chosen)) {
       const other = await alternate(
-        [await engineMatmul(ctx.gpu, s), await engineMatmul(ctx.gpu, s, variant)],
+        [await engineMatmul(ctx.gpu, s, undefined, tuned), await engineMatmul(ctx.gpu, s, variant)],
         ctx.quick ? 1 : 2,
       );
       const ov = gflops(n, other.ms[1]);

@@ -70,7 +70,7 @@ async function sampleBench(ctx: BenchContext, V: number): Promise<BenchResult[]>
   const ms: Record<number, number> = {};
   for (const wg of WGS) {
     const rec = gpu.recorder();
-    sample(gpu, rec, bl, br, bt, bp, B, V, { wg });
+    sample(gpu, rec, { logits: bl, rows: br, tokens: bt, logprobs: bp }, { B, V }, { wg });
     const [tok, lp] = [rec.read(bt, B * 4), rec.read(bp, B * 4)];
     await rec.submit();
     const got = new Uint32Array(await tok);
@@ -80,11 +80,16 @@ async function sampleBench(ctx: BenchContext, V: number): Promise<BenchResult[]>
     if (same !== B) throw new Error(`sample wg=${wg}: ${B - same} of ${B} tokens differ from the reference`);
     const want = Float64Array.from(got, (t, b) => logits[b * V + t] - lse[b]);
     assertClose(`sample logprobs wg=${wg}`, new Float32Array(await lp), want, { atol: 4e-5, rtol: 1e-5 });
-    ms[wg] = await perCall(gpu, (r) => sample(gpu, r, bl, br, bt, bp, B, V, { wg }), 10, quick);
+    ms[wg] = await perCall(
+      gpu,
+      (r) => sample(gpu, r, { logits: bl, rows: br, tokens: bt, logprobs: bp }, { B, V }, { wg }),
+      10,
+      quick,
+    );
   }
   gpu.release(bl, br, bt, bp);
   // Without top-k / top-p the kernel reads the logits three times.
-  return wgRows(ctx, `sample.b${B}_v${V}`, ms, rowThreads(gpu, "sample"), 3 * B * V * 4);
+  return wgRows(ctx, `sample.b${B}_v${V}`, ms, rowThreads(gpu, ctx.tuning?.sample), 3 * B * V * 4);
 }
 
 async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
@@ -105,20 +110,20 @@ async function logprobsBench(ctx: BenchContext): Promise<BenchResult[]> {
   const ms: Record<number, number> = {};
   for (const wg of WGS) {
     const rec = gpu.recorder();
-    logprobsChunk(gpu, rec, bl, bt, bs, N, { v0: 0, cols: V }, { first: true, wg });
-    logprobsFinalize(gpu, rec, bs, blp, be, bls, N);
+    logprobsChunk(gpu, rec, { logits: bl, targets: bt, stats: bs }, { N, v0: 0, cols: V }, { first: true, wg });
+    logprobsFinalize(gpu, rec, { stats: bs, logprob: blp, entropy: be, lse: bls }, { N });
     const out = rec.read(blp, N * 4);
     await rec.submit();
     assertClose(`logprobs wg=${wg}`, new Float32Array(await out), ref.logprob, { atol: 1e-4, rtol: 1e-5 });
     ms[wg] = await perCall(
       gpu,
-      (r) => logprobsChunk(gpu, r, bl, bt, bs, N, { v0: 0, cols: V }, { first: true, wg }),
+      (r) => logprobsChunk(gpu, r, { logits: bl, targets: bt, stats: bs }, { N, v0: 0, cols: V }, { first: true, wg }),
       4,
       quick,
     );
   }
   gpu.release(bl, bt, bs, blp, be, bls);
-  return wgRows(ctx, `logprobs.n${N}_v${V}`, ms, rowThreads(gpu, "logprobs"), N * V * 4);
+  return wgRows(ctx, `logprobs.n${N}_v${V}`, ms, rowThreads(gpu, ctx.tuning?.logprobs), N * V * 4);
 }
 
 async function loraBench(ctx: BenchContext): Promise<BenchResult[]> {
@@ -139,14 +144,14 @@ async function loraBench(ctx: BenchContext): Promise<BenchResult[]> {
   ];
   const rec = gpu.recorder();
   rec.clear(by);
-  loraForward(gpu, rec, d, slot, bx, bt, by);
+  loraForward(gpu, rec, { slot, x: bx, t: bt, y: by }, d);
   const out = rec.read(by, d.N * d.out * 4);
   await rec.submit();
   assertClose("lora forward", new Float32Array(await out), loraReference(d, x, A, B).y, { atol: 1e-3, rtol: 1e-4 });
-  const fwd = await perCall(gpu, (r) => loraForward(gpu, r, d, slot, bx, bt, by), 4, quick);
+  const fwd = await perCall(gpu, (r) => loraForward(gpu, r, { slot, x: bx, t: bt, y: by }, d), 4, quick);
   const bwd = await perCall(
     gpu,
-    (r) => loraBackward(gpu, r, d, slot, gslot, { x: bx, t: bt, dy: bdy, dx: bdx }),
+    (r) => loraBackward(gpu, r, { slot, grads: gslot, x: bx, t: bt, dy: bdy, dx: bdx }, d),
     4,
     quick,
   );

@@ -8,10 +8,10 @@ const QWEN25_05B = { weights: "bf16" as const, vocab: 151_936, hidden: 896, head
 export const tuneSuite: Suite = async (ctx): Promise<BenchResult[]> => {
   const shape = ctx.quick ? { ...QWEN25_05B, vocab: 4096, hidden: 128, heads: 4 } : QWEN25_05B;
   const t0 = performance.now();
-  const winners = await tuneKernels(ctx.gpu, shape);
+  const tuning = (ctx.tuning = await tuneKernels(ctx.gpu, shape));
   const ms = performance.now() - t0;
-  const picked = Object.entries(winners)
-    .map(([k, v]) => `${k}=${v}`)
+  const picked = Object.entries(tuning)
+    .map(([k, v]) => `${k}=${JSON.stringify(v)}`)
     .join(", ");
   ctx.log(`start-up tuning: ${ms.toFixed(0)} ms; ${picked}`);
   return [{ id: "tune.startup", value: ms, unit: "ms", note: picked }];

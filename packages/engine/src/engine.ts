@@ -22,7 +22,7 @@ import {
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { tuneKernels } from "@webart/shaders";
+import { tuneKernels, type KernelTuning } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -192,7 +192,8 @@ export class Engine {
       checkPlan(plan, limits, budget, inUse);
     }
     const weights = await base.weights(opts.onProgress);
-    // Measure the kernels' variants for this model's shapes on this device (once per device and process).
+    // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
+    let tuning: KernelTuning = {};
     if (opts.tune !== false) {
       const shape = {
         vocab: c.vocabSize,
@@ -201,9 +202,9 @@ export class Engine {
         kvHeads: c.numKvHeads,
         headDim: c.headDim,
       };
-      await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
+      tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
     }
-    const model = (own.model = new Model(gpu, c, weights));
+    const model = (own.model = new Model(gpu, c, weights, tuning));
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
     return new Engine(

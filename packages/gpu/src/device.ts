@@ -75,6 +75,12 @@ export interface DeviceKind {
   robustness: boolean;
 }
 
+/** One measured kernel choice: the fastest candidate and the median ms of each. */
+export interface TuneEntry {
+  winner: string;
+  ms: Record<string, number>;
+}
+
 export class Gpu {
   readonly pool: BufferPool;
   readonly features: Set<string>;
@@ -89,6 +95,9 @@ export class Gpu {
   /** Accumulated GPU time per kernel name, in ms, when profiling. */
   readonly profile = new Map<string, { ms: number; count: number }>();
   readonly profiling: boolean;
+  /** Kernel choices measured on this device (filled by @webart/shaders' tune), by problem key: the key names the op
+   *  and the shape it was measured on, so models of other shapes on this device measure their own. */
+  readonly tuning = new Map<string, TuneEntry>();
   private pipelines = new Map<string, GPUComputePipeline>();
   private bySpec = new WeakMap<KernelSpec, GPUComputePipeline>();
   private pendingChecks: Promise<void>[] = [];

@@ -19,7 +19,7 @@ import {
   loraForward,
   matmul,
   matvec,
-  rmsnorm,
+  rmsnormForward,
   rmsnormBackward,
   ropeBackward,
   ropeForward,
@@ -27,6 +27,7 @@ import {
   ropeQkv,
   swiglu,
   swigluBackward,
+  type KernelTuning,
   type MatvecSegment,
 } from "@webart/shaders";
 import type { ModelConfig } from "../config/index.ts";
@@ -118,6 +119,8 @@ export class Model {
     readonly gpu: Gpu,
     readonly config: ModelConfig,
     readonly weights: GpuWeights,
+    /** Start-up tuning's kernel choices for this model's shapes on this device; none: the device kind's defaults. */
+    readonly tuning: KernelTuning = {},
   ) {
     const c = config;
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
@@ -160,19 +163,28 @@ export class Model {
     bias?: Vector,
     accumulate = false,
   ): void {
-    const b = { bias: bias?.buffer, offsetBias: bias?.offset };
     if (!accumulate && M <= DECODE_ROWS) {
-      matvec(this.gpu, rec, x, W.buffer, y, { M, N: W.rows, K: W.cols, wDtype: W.dtype, offsetW: W.offset, ...b });
+      const o = { wDtype: W.dtype, offsetW: W.offset, offsetBias: bias?.offset, tuning: this.tuning.matvec };
+      matvec(this.gpu, rec, { x, w: W.buffer, y, bias: bias?.buffer }, { M, N: W.rows, K: W.cols }, o);
     } else {
-      const o = { M, N: W.rows, K: W.cols, mode: "nt" as const, bDtype: W.dtype, offsetB: W.offset, accumulate };
-      matmul(this.gpu, rec, x, W.buffer, y, { ...o, ...b });
+      const o = { mode: "nt" as const, bDtype: W.dtype, offsetB: W.offset, offsetBias: bias?.offset, accumulate };
+      matmul(
+        this.gpu,
+        rec,
+        { a: x, b: W.buffer, c: y, bias: bias?.buffer },
+        { M, N: W.rows, K: W.cols },
+        {
+          ...o,
+          tuning: this.tuning.matmul,
+        },
+      );
     }
   }
 
   /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
-    const o = { M, N: W.cols, K: W.rows, mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate };
-    matmul(this.gpu, rec, dy, W.buffer, dx, o);
+    const o = { mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate, tuning: this.tuning.matmul };
+    matmul(this.gpu, rec, { a: dy, b: W.buffer, c: dx }, { M, N: W.cols, K: W.rows }, o);
   }
 
   /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
@@ -191,7 +203,8 @@ export class Model {
     if (!slot) return undefined;
     const e = l.byLayer[layer].get(target)!;
     const t = this.gpu.buffer(N * e.rank * 4, "activations", `lora t ${target}`);
-    loraForward(this.gpu, rec, { N, in: e.in, out: e.out, R: e.rank, scale: e.scale }, slot, x, t, y);
+    const dims = { N, in: e.in, out: e.out, R: e.rank, scale: e.scale };
+    loraForward(this.gpu, rec, { slot, x, t, y }, dims, { tuning: this.tuning.lora });
     if (!keep) {
       this.gpu.release(t);
       return undefined;
@@ -238,7 +251,13 @@ export class Model {
     if (!save) return { x };
     const hN = gpu.buffer(N * C * 4, "activations", "hN");
     const rstdN = gpu.buffer(N * 4, "activations", "rstdN");
-    rmsnorm(gpu, rec, x, this.weights.finalNorm, hN, rstdN, N, C, c.rmsNormEps);
+    rmsnormForward(
+      gpu,
+      rec,
+      { x, w: this.weights.finalNorm, y: hN, rstd: rstdN },
+      { rows: N, C, eps: c.rmsNormEps },
+      { tuning: this.tuning.rmsnorm },
+    );
     return { x, acts: { N, layers, xL: x, hN, rstdN, slotPos: attend.slotPos, attend } };
   }
 
@@ -264,7 +283,13 @@ export class Model {
     // --- attention block
     const h1 = buf(N * C, "h1");
     const rstd1 = buf(N, "rstd1");
-    rmsnorm(gpu, rec, x, L.inNorm, h1, rstd1, N, C, c.rmsNormEps);
+    rmsnormForward(
+      gpu,
+      rec,
+      { x, w: L.inNorm, y: h1, rstd: rstd1 },
+      { rows: N, C, eps: c.rmsNormEps },
+      { tuning: this.tuning.rmsnorm },
+    );
     let q = buf(N * H * D, "q"); // (N, H*D)
     let k = buf(N * KV * D, "k"); // (N, KV*D)
     const v = buf(N * KV * D, "v");
@@ -285,8 +310,20 @@ export class Model {
       k = buf(N * KV * D, "kn");
       rstdQ = buf(N * H, "rstdQ");
       rstdK = buf(N * KV, "rstdK");
-      rmsnorm(gpu, rec, qPre, L.qNorm!, q, rstdQ, N * H, D, c.rmsNormEps);
-      rmsnorm(gpu, rec, kPre, L.kNorm!, k, rstdK, N * KV, D, c.rmsNormEps);
+      rmsnormForward(
+        gpu,
+        rec,
+        { x: qPre, w: L.qNorm!, y: q, rstd: rstdQ },
+        { rows: N * H, C: D, eps: c.rmsNormEps },
+        { tuning: this.tuning.rmsnorm },
+      );
+      rmsnormForward(
+        gpu,
+        rec,
+        { x: kPre, w: L.kNorm!, y: k, rstd: rstdK },
+        { rows: N * KV, C: D, eps: c.rmsNormEps },
+        { tuning: this.tuning.rmsnorm },
+      );
       if (!save) {
         gpu.release(qPre, kPre, rstdQ, rstdK);
         qPre = kPre = rstdQ = rstdK = undefined;
@@ -308,8 +345,9 @@ export class Model {
       );
       const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
       const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale, window };
-      if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
-      else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
+      if (attend.decode)
+        attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen }, { tuning: this.tuning.attention });
+      else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen, tuning: this.tuning.attention });
     } else {
       // Training: token i is (i / T, i % T), so k and v already have the cache layout (B, T, KV, D).
       attentionForward(
@@ -317,6 +355,7 @@ export class Model {
         rec,
         { q, slotPos: attend.slotPos, k, v, o, lse },
         { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T, scale, window },
+        { tuning: this.tuning.attention },
       );
     }
     // Residual: xMid = x + o·Woᵀ (+ LoRA), in place unless x must be kept. Gemma norms the branch first:
@@ -330,7 +369,13 @@ export class Model {
       to = this.loraFwd(rec, l, "o", o, ao, N, save);
       const hA = buf(N * C, "hA");
       rstdA = buf(N, "rstdA");
-      rmsnorm(gpu, rec, ao, L.attnOutNorm!, hA, rstdA, N, C, c.rmsNormEps);
+      rmsnormForward(
+        gpu,
+        rec,
+        { x: ao, w: L.attnOutNorm!, y: hA, rstd: rstdA },
+        { rows: N, C, eps: c.rmsNormEps },
+        { tuning: this.tuning.rmsnorm },
+      );
       xMid = buf(N * C, "xMid");
       add(gpu, rec, x, hA, xMid, N * C);
       gpu.release(hA);
@@ -350,7 +395,13 @@ export class Model {
     // --- MLP block
     const h2 = buf(N * C, "h2");
     const rstd2 = buf(N, "rstd2");
-    rmsnorm(gpu, rec, xMid, L.mlpNorm, h2, rstd2, N, C, c.rmsNormEps);
+    rmsnormForward(
+      gpu,
+      rec,
+      { x: xMid, w: L.mlpNorm, y: h2, rstd: rstd2 },
+      { rows: N, C, eps: c.rmsNormEps },
+      { tuning: this.tuning.rmsnorm },
+    );
     const g = buf(N * F, "g");
     const u = buf(N * F, "u");
     this.linear(rec, h2, L.gate, g, N);
@@ -368,7 +419,13 @@ export class Model {
       td = this.loraFwd(rec, l, "down", a, mo, N, save);
       const hM = buf(N * C, "hM");
       rstdM = buf(N, "rstdM");
-      rmsnorm(gpu, rec, mo, L.mlpOutNorm!, hM, rstdM, N, C, c.rmsNormEps);
+      rmsnormForward(
+        gpu,
+        rec,
+        { x: mo, w: L.mlpOutNorm!, y: hM, rstd: rstdM },
+        { rows: N, C, eps: c.rmsNormEps },
+        { tuning: this.tuning.rmsnorm },
+      );
       xOut = buf(N * C, "xOut");
       add(gpu, rec, xMid, hM, xOut, N * C);
       gpu.release(hM);
@@ -450,7 +507,9 @@ export class Model {
   ): void {
     const gpu = this.gpu;
     const K = Ws[0].cols;
-    const norm = o.norm && { weight: o.norm, eps: this.config.rmsNormEps };
+    const norm = o.norm;
+    const eps = this.config.rmsNormEps;
+    const tuning = this.tuning.matvec;
     const tCol: number[] = [];
     let R = 0;
     for (const e of entries) {
@@ -462,25 +521,20 @@ export class Model {
       t = gpu.buffer(N * R * 4, "activations", "lora t");
       const live = entries.filter((e) => e !== undefined);
       const segments = live.map((e) => ({ rows: e.rank, offsetW: e.a }));
-      matvec(gpu, rec, x, this.lora!.params, t, { M: N, N: R, K, norm, segments });
+      matvec(gpu, rec, { x, w: this.lora!.params, y: t, norm }, { M: N, N: R, K }, { eps, segments, tuning });
     }
     const segments: MatvecSegment[] = Ws.map((W, i) => {
       const e = entries[i];
       const lora = e && { rank: e.rank, scale: e.scale, b: e.b, tCol: tCol[i] };
       return { rows: W.rows, offsetW: W.offset, offsetBias: biases[i]?.offset, lora };
     });
-    matvec(gpu, rec, x, Ws[0].buffer, y, {
-      M: N,
-      N: o.gated ? Ws[0].rows : Ws.reduce((a, W) => a + W.rows, 0),
-      K,
-      wDtype: Ws[0].dtype,
-      bias: biases[0]?.buffer,
-      norm,
-      segments,
-      gated: o.gated,
-      accumulate: o.accumulate,
-      lora: t && { t, ldt: R, params: this.lora!.params },
-    });
+    matvec(
+      gpu,
+      rec,
+      { x, w: Ws[0].buffer, y, bias: biases[0]?.buffer, norm, loraT: t, loraParams: t && this.lora!.params },
+      { M: N, N: o.gated ? Ws[0].rows : Ws.reduce((a, W) => a + W.rows, 0), K },
+      { wDtype: Ws[0].dtype, eps, segments, gated: o.gated, accumulate: o.accumulate, ldt: R, tuning },
+    );
     gpu.release(t);
   }
 
@@ -522,8 +576,9 @@ export class Model {
     const lse = buf(N * H, "lse");
     const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
     const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale: c.attnScale, window };
-    if (attend.decode) attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen });
-    else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen });
+    if (attend.decode)
+      attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen }, { tuning: this.tuning.attention });
+    else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen, tuning: this.tuning.attention });
     gpu.release(qkv, q, lse);
     // Residual: x += o·Woᵀ (+ LoRA); Gemma: x + norm(o·Woᵀ), on a new buffer.
     let xMid = x;
@@ -559,7 +614,13 @@ export class Model {
     const C = this.config.hiddenSize;
     const h = this.gpu.buffer(N * C * 4, "activations", "normed branch");
     const rstd = this.gpu.buffer(N * 4, "activations", "branch rstd");
-    rmsnorm(this.gpu, rec, b, w, h, rstd, N, C, this.config.rmsNormEps);
+    rmsnormForward(
+      this.gpu,
+      rec,
+      { x: b, w, y: h, rstd },
+      { rows: N, C, eps: this.config.rmsNormEps },
+      { tuning: this.tuning.rmsnorm },
+    );
     const out = this.gpu.buffer(N * C * 4, "activations", "residual");
     add(this.gpu, rec, x, h, out, N * C);
     this.gpu.release(h, rstd);
@@ -583,7 +644,13 @@ export class Model {
     else {
       const hs = gpu.buffer(S * C * 4, "activations", "normed rows");
       const rstd = gpu.buffer(S * 4, "activations", "rstd");
-      rmsnorm(gpu, rec, sel, this.weights.finalNorm, hs, rstd, S, C, rmsNormEps);
+      rmsnormForward(
+        gpu,
+        rec,
+        { x: sel, w: this.weights.finalNorm, y: hs, rstd },
+        { rows: S, C, eps: rmsNormEps },
+        { tuning: this.tuning.rmsnorm },
+      );
       this.head(rec, hs, S, out, 0, V, V);
       gpu.release(hs, rstd);
     }
@@ -614,27 +681,28 @@ export class Model {
       if (a < b) {
         const offW = (s.offset ?? 0) + (a - r0) * C;
         if (M <= DECODE_ROWS)
-          matvec(this.gpu, rec, h, s.buffer, out, {
-            M,
-            N: b - a,
-            K: C,
-            wDtype: dt,
-            offsetW: offW,
-            ldy: ld,
-            offsetY: a - v0,
-            norm: norm && { weight: norm, eps: this.config.rmsNormEps },
-          });
+          matvec(
+            this.gpu,
+            rec,
+            { x: h, w: s.buffer, y: out, norm },
+            { M, N: b - a, K: C },
+            {
+              wDtype: dt,
+              offsetW: offW,
+              ldy: ld,
+              offsetY: a - v0,
+              eps: this.config.rmsNormEps,
+              tuning: this.tuning.matvec,
+            },
+          );
         else
-          matmul(this.gpu, rec, h, s.buffer, out, {
-            M,
-            N: b - a,
-            K: C,
-            mode: "nt",
-            bDtype: dt,
-            offsetB: offW,
-            ldc: ld,
-            offsetC: a - v0,
-          });
+          matmul(
+            this.gpu,
+            rec,
+            { a: h, b: s.buffer, c: out },
+            { M, N: b - a, K: C },
+            { mode: "nt", bDtype: dt, offsetB: offW, ldc: ld, offsetC: a - v0, tuning: this.tuning.matmul },
+          );
       }
       r0 += s.rows;
     }
@@ -648,17 +716,21 @@ export class Model {
       const a = Math.max(v0, r0);
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
-        matmul(this.gpu, rec, dlogits, s.buffer, dh, {
-          M,
-          N: C,
-          K: b - a,
-          mode: "nn",
-          bDtype: this.weights.headDtype,
-          lda: v1 - v0,
-          offsetA: a - v0,
-          offsetB: (s.offset ?? 0) + (a - r0) * C,
-          accumulate: true,
-        });
+        matmul(
+          this.gpu,
+          rec,
+          { a: dlogits, b: s.buffer, c: dh },
+          { M, N: C, K: b - a },
+          {
+            mode: "nn",
+            bDtype: this.weights.headDtype,
+            lda: v1 - v0,
+            offsetA: a - v0,
+            offsetB: (s.offset ?? 0) + (a - r0) * C,
+            accumulate: true,
+            tuning: this.tuning.matmul,
+          },
+        );
       }
       r0 += s.rows;
     }
@@ -698,7 +770,15 @@ export class Model {
       const e = lora.byLayer[l].get(t);
       if (!e || !tBuf) return;
       const dims = { N, in: e.in, out: e.out, R: e.rank, scale: e.scale };
-      loraBackward(gpu, rec, dims, lora.slot(l, t)!, lora.slot(l, t, lora.grads)!, { x, t: tBuf, dy, dx });
+      loraBackward(
+        gpu,
+        rec,
+        { slot: lora.slot(l, t)!, grads: lora.slot(l, t, lora.grads)!, x, t: tBuf, dy, dx },
+        dims,
+        {
+          tuning: this.tuning.lora,
+        },
+      );
     };
     // dx: gradient of the residual stream, carried down through the layers.
     const dx = buf(N * C, "dx");
@@ -707,9 +787,8 @@ export class Model {
       gpu,
       rec,
       { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw("model.norm.weight", C) },
-      N,
-      C,
-      { accumulateDw: true },
+      { rows: N, C },
+      { accumulateDw: true, tuning: this.tuning.rmsnorm },
     );
     gpu.release(acts.hN, acts.rstdN, acts.xL);
     for (let l = c.numLayers - 1; l >= 0; l--) {
@@ -727,9 +806,16 @@ export class Model {
       // Gemma: a branch output y = norm(b) reaches the residual through its norm; db = norm's backward of dx.
       const branchGrad = (b: GPUBuffer, wn: GPUBuffer, rstd: GPUBuffer, name: string) => {
         const db = buf(N * C, "dbranch");
-        rmsnormBackward(gpu, rec, { x: b, w: wn, rstd, dy: dx, dx: db, ...fdw(p + name, C) }, N, C, {
-          accumulateDw: true,
-        });
+        rmsnormBackward(
+          gpu,
+          rec,
+          { x: b, w: wn, rstd, dy: dx, dx: db, ...fdw(p + name, C) },
+          { rows: N, C },
+          {
+            accumulateDw: true,
+            tuning: this.tuning.rmsnorm,
+          },
+        );
         return db;
       };
       // --- MLP block: xOut = xMid + down(a) (Gemma: + norm(down(a))); dx flows to xMid unchanged, plus the branch.
@@ -748,10 +834,17 @@ export class Model {
       loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
       loraBack(l, "up", s.h2, s.t.up, du, dh2);
       const mlpNorm = c.sandwichNorms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
-      rmsnormBackward(gpu, rec, { x: s.xMid, w: L.mlpNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + mlpNorm, C) }, N, C, {
-        accumulate: true,
-        accumulateDw: true,
-      });
+      rmsnormBackward(
+        gpu,
+        rec,
+        { x: s.xMid, w: L.mlpNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + mlpNorm, C) },
+        { rows: N, C },
+        {
+          accumulate: true,
+          accumulateDw: true,
+          tuning: this.tuning.rmsnorm,
+        },
+      );
       gpu.release(da, dg, du, dh2);
       if (dmo !== dx) gpu.release(dmo);
       // --- attention block: xMid = x + o_proj(o) (Gemma: + norm(o_proj(o))).
@@ -769,6 +862,7 @@ export class Model {
         rec,
         { q: s.q, k: s.k, v: s.v, o: s.o, lse: s.lse, dout: dO, dq, dk, dv },
         { b: attend.B, t: attend.T, h: H, kv: KV, d: D, scale: c.attnScale, window },
+        { tuning: this.tuning.attention },
       );
       // RoPE is a rotation: its backward rotates the gradient back (in place).
       const pos = acts.slotPos;
@@ -783,17 +877,15 @@ export class Model {
           gpu,
           rec,
           { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(p + "self_attn.q_norm.weight", D) },
-          N * H,
-          D,
-          { accumulateDw: true },
+          { rows: N * H, C: D },
+          { accumulateDw: true, tuning: this.tuning.rmsnorm },
         );
         rmsnormBackward(
           gpu,
           rec,
           { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(p + "self_attn.k_norm.weight", D) },
-          N * KV,
-          D,
-          { accumulateDw: true },
+          { rows: N * KV, C: D },
+          { accumulateDw: true, tuning: this.tuning.rmsnorm },
         );
       }
       const dh1 = buf(N * C, "dh1");
@@ -807,9 +899,8 @@ export class Model {
         gpu,
         rec,
         { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx, ...fdw(p + "input_layernorm.weight", C) },
-        N,
-        C,
-        { accumulate: true, accumulateDw: true },
+        { rows: N, C },
+        { accumulate: true, accumulateDw: true, tuning: this.tuning.rmsnorm },
       );
       gpu.release(dO, dq, dk, dv, dh1);
       if (dqPre !== dq) gpu.release(dqPre, dkPre);

@@ -79,7 +79,13 @@ export class ModelRunner implements StepModel {
       }
       const outIds = gpu.buffer(S * 4, "activations", "sampled ids");
       const outLp = gpu.buffer(S * 4, "activations", "sampled logprobs");
-      sample(gpu, rec, logits, params, outIds, outLp, S, V, { mask });
+      sample(
+        gpu,
+        rec,
+        { logits, rows: params, tokens: outIds, logprobs: outLp, mask },
+        { B: S, V },
+        { tuning: this.model.tuning.sample },
+      );
       out = [rec.read(outIds, S * 4), rec.read(outLp, S * 4)];
       if (samples.some((s) => s.top > 0)) topLogits = rec.read(logits, S * V * 4);
       temp.push(logits, params, outIds, outLp);

@@ -30,30 +30,45 @@ beforeAll(async () => {
 });
 afterAll(() => engine.close());
 
-it("Engine.load timed every kernel choice for the model's shapes on this device, and the kernels run the winners", () => {
-  const table = tuneTable();
-  const key = deviceKey(engine.gpu);
-  const keys = ["matmul.nt.f32", "matmul.nn.f32", "matvec.f32", "sample.threads", "logprobs.threads"];
-  keys.push("attention.train", "attention.decode", "lora.layout", "rmsnorm.layout");
-  for (const k of keys) {
-    const entry = table[`${key}|${k}`];
-    expect(entry, k).toBeDefined();
-    expect(Object.keys(entry.ms).length, k).toBeGreaterThan(1); // every variant was timed
-    expect(entry.winner).toBe(Object.entries(entry.ms).sort((a, b) => a[1] - b[1])[0][0]);
-  }
-  const win = (k: string) => table[`${key}|${k}`].winner;
+it("Engine.load timed every kernel choice for the model's shapes on this device, and the model runs the winners", () => {
   const c = engine.config;
-  expect(matmulVariant(engine.gpu, "nt", "f32")).toBe(win("matmul.nt.f32"));
-  expect(matvecVariant(engine.gpu, "f32")).toBe(win("matvec.f32"));
-  expect(rowThreads(engine.gpu, "sample")).toBe(Number(win("sample.threads")));
-  expect(rowThreads(engine.gpu, "logprobs")).toBe(Number(win("logprobs.threads")));
-  expect(attentionVariant(engine.gpu, c.headDim, "decode")).toBe(win("attention.decode") === "rows" ? "rows" : "tiled");
-  expect(attentionVariant(engine.gpu, c.headDim, "train")).toBe(win("attention.train") === "rows" ? "rows" : "tiled");
-  const tiles = table[`${key}|attention.train.tiles`]; // ranked only where the tiled family won
-  if (tiles) expect(tileProfile(engine.gpu, "train")).toBe(tiles.winner === "tiled-cpu" ? "cpu" : "gpu");
-  expect(loraLayout(engine.gpu)).toBe(win("lora.layout"));
-  const rms = rmsnormVariant(engine.gpu, c.hiddenSize);
-  expect(rms.wg).toBe(win("rmsnorm.layout") === "cpu" ? 64 : 256);
+  const tuning = engine.model.tuning;
+  const shape = `H=${c.numHeads},KV=${c.numKvHeads},D=${c.headDim}`;
+  const keys: [string, string | undefined][] = [
+    ["matmul.nt.f32@", tuning.matmul?.["nt.f32"]],
+    ["matmul.nn.f32@", tuning.matmul?.["nn.f32"]],
+    ["matvec.f32@", tuning.matvec?.f32],
+    [`sample.threads@V=${c.vocabSize}`, String(tuning.sample?.threads)],
+    ["logprobs.threads@", String(tuning.logprobs?.threads)],
+    [`lora.layout@C=${c.hiddenSize}`, tuning.lora?.layout],
+    [`rmsnorm.layout@C=${c.hiddenSize}`, tuning.rmsnorm?.layout],
+  ];
+  for (const use of ["train", "decode"] as const) {
+    const family = engine.gpu.tuning.get(`attention.${use}@${shape}`);
+    expect(family, use).toBeDefined();
+    expect(tuning.attention?.[use]?.variant).toBe(family!.winner === "rows" ? "rows" : "tiled");
+    if (family!.winner !== "rows")
+      keys.push([`attention.${use}.tiles@${shape}`, `tiled-${tuning.attention?.[use]?.profile}`]);
+  }
+  for (const [prefix, chosen] of keys) {
+    const key = [...engine.gpu.tuning.keys()].find((k) => k.startsWith(prefix));
+    expect(key, prefix).toBeDefined();
+    const entry = engine.gpu.tuning.get(key!)!;
+    expect(Object.keys(entry.ms).length, prefix).toBeGreaterThan(1); // every variant was timed
+    expect(entry.winner).toBe(Object.entries(entry.ms).sort((a, b) => a[1] - b[1])[0][0]);
+    expect(chosen, prefix).toBe(entry.winner);
+  }
+  // What the kernels then run.
+  expect(matmulVariant(engine.gpu, "nt", "f32", tuning.matmul)).toBe(tuning.matmul?.["nt.f32"]);
+  expect(matvecVariant(engine.gpu, "f32", tuning.matvec)).toBe(tuning.matvec?.f32);
+  expect(rowThreads(engine.gpu, tuning.sample)).toBe(tuning.sample?.threads);
+  expect(attentionVariant(engine.gpu, c.headDim, "decode", tuning.attention)).toBe(tuning.attention?.decode?.variant);
+  expect(tileProfile(engine.gpu, "train", tuning.attention)).toBe(tuning.attention?.train?.profile);
+  expect(loraLayout(engine.gpu, tuning.lora)).toBe(tuning.lora?.layout);
+  const rms = rmsnormVariant(engine.gpu, c.hiddenSize, { tuning: tuning.rmsnorm });
+  expect(rms.wg).toBe(tuning.rmsnorm?.layout === "cpu" ? 64 : 256);
+  // The table for persisting names this device.
+  expect(Object.keys(tuneTable(engine.gpu)).every((k) => k.startsWith(`${deviceKey(engine.gpu)}|`))).toBe(true);
 });
 
 describe("chat.completions through the openai SDK", () => {

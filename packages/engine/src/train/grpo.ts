@@ -11,7 +11,7 @@ import {
   grpoSeqStatsBytes,
   grpoTotalsBytes,
   packGrpoMeta,
-  rmsnorm,
+  rmsnormForward,
   trainingSlotPos,
 } from "@webart/shaders";
 import type { Activations, Model } from "../model/model.ts";
@@ -280,7 +280,13 @@ function referenceLogprobs(model: Model, rec: Recorder, p: PackedBatch, inp: Bat
     const { x } = model.forward(rec, inp.ids, N, { kind: "train", B: p.B, T: p.T, slotPos: inp.slotPos }, false);
     const h = gpu.buffer(N * C * 4, "activations", "ref h");
     const rstd = gpu.buffer(N * 4, "activations", "ref rstd");
-    rmsnorm(gpu, rec, x, model.weights.finalNorm, h, rstd, N, C, model.config.rmsNormEps);
+    rmsnormForward(
+      gpu,
+      rec,
+      { x, w: model.weights.finalNorm, y: h, rstd },
+      { rows: N, C, eps: model.config.rmsNormEps },
+      { tuning: model.tuning.rmsnorm },
+    );
     const e = gpu.buffer(N * 4, "activations");
     const l = gpu.buffer(N * 4, "activations");
     headLogprobs(model, rec, h, inp.targets, N, ref, e, l, chunk);

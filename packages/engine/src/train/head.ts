@@ -26,9 +26,15 @@ export function headLogprobs(
   for (let v0 = 0; v0 < V; v0 += chunk) {
     const cols = Math.min(chunk, V - v0);
     model.head(rec, h, N, logits, v0, v0 + cols, cols);
-    logprobsChunk(gpu, rec, logits, targets, stats, N, { v0, cols }, { first: v0 === 0 });
+    logprobsChunk(
+      gpu,
+      rec,
+      { logits, targets, stats },
+      { N, v0, cols },
+      { first: v0 === 0, tuning: model.tuning.logprobs },
+    );
   }
-  logprobsFinalize(gpu, rec, stats, lp, ent, lse, N);
+  logprobsFinalize(gpu, rec, { stats, logprob: lp, entropy: ent, lse }, { N });
   gpu.release(stats, logits);
 }
 
@@ -58,7 +64,7 @@ export function headBackward(
   for (let v0 = 0; v0 < V; v0 += chunk) {
     const cols = Math.min(chunk, V - v0);
     model.head(rec, h, N, logits, v0, v0 + cols, cols);
-    logprobsBackward(gpu, rec, logits, targets, lse, ent, dlp, null, N, { v0, cols }); // logits → dlogits
+    logprobsBackward(gpu, rec, { logits, targets, lse, entropy: ent, dlogp: dlp }, { N, v0, cols }); // logits → dlogits
     model.headBack(rec, logits, N, dhN, v0, v0 + cols);
     weightGrads?.head(rec, logits, h, N, v0, v0 + cols);
   }

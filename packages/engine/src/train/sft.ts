@@ -61,31 +61,40 @@ function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): Weigh
     head(rec, dlogits, h, M, v0, v1) {
       // The embedding's rows when the head is tied to it.
       const name = c.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-      matmul(gpu, rec, dlogits, h, full.buffer, {
-        M: v1 - v0,
-        N: C,
-        K: M,
-        mode: "tn",
-        lda: v1 - v0,
-        offsetC: full.offsets.get(name)! + v0 * C,
-        accumulate: true,
-      });
+      matmul(
+        gpu,
+        rec,
+        { a: dlogits, b: h, c: full.buffer },
+        { M: v1 - v0, N: C, K: M },
+        {
+          mode: "tn",
+          lda: v1 - v0,
+          offsetC: full.offsets.get(name)! + v0 * C,
+          accumulate: true,
+          tuning: model.tuning.matmul,
+        },
+      );
     },
     linear(rec, l, t, x, dy, N) {
       const W = model.weights.layers[l][t];
       const name = `model.layers.${l}.${LORA_MODULES[t]}`;
-      matmul(gpu, rec, dy, x, full.buffer, {
-        M: W.rows,
-        N: W.cols,
-        K: N,
-        mode: "tn",
-        offsetC: full.offsets.get(`${name}.weight`)!,
-        accumulate: true,
-      });
+      matmul(
+        gpu,
+        rec,
+        { a: dy, b: x, c: full.buffer },
+        { M: W.rows, N: W.cols, K: N },
+        { mode: "tn", offsetC: full.offsets.get(`${name}.weight`)!, accumulate: true, tuning: model.tuning.matmul },
+      );
       const bias = full.offsets.get(`${name}.bias`);
       if (bias !== undefined) {
         ones ??= gpu.upload(new Float32Array(N).fill(1), "activations", "ones");
-        matmul(gpu, rec, ones, dy, full.buffer, { M: 1, N: W.rows, K: N, mode: "nn", offsetC: bias, accumulate: true });
+        matmul(
+          gpu,
+          rec,
+          { a: ones, b: dy, c: full.buffer },
+          { M: 1, N: W.rows, K: N },
+          { mode: "nn", offsetC: bias, accumulate: true, tuning: model.tuning.matmul },
+        );
       }
     },
     norm: (name, n) => ({ buffer: full.buffer, offset: full.offsets.get(name)! * 4, size: n * 4 }),

@@ -11,7 +11,6 @@ import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
 import { isCpuDevice } from "@webart/gpu";
-import { tunedChoice } from "../tune/index.ts";
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
@@ -28,12 +27,19 @@ export type AttentionUse = "train" | "decode";
 export const ATTENTION_TUNE = ["rows", "tiled-cpu", "tiled-gpu"] as const;
 export type AttentionTuneCandidate = (typeof ATTENTION_TUNE)[number];
 
-/** The family for this use: as measured at start-up (tune/kernels.ts), else rows on CPU devices (measured faster
- * on SwiftShader) and tiled elsewhere; always tiled when D is not a multiple of 4 (rows are read as vec4). */
-export function attentionVariant(gpu: Gpu, d = 4, use: AttentionUse = "train"): AttentionVariant {
+/** What start-up tuning (tune/kernels.ts) chooses for attention, per use: the family and the tiled kernels' profile. */
+export type AttentionTuning = Partial<Record<AttentionUse, { variant: AttentionVariant; profile: TileProfile }>>;
+
+/** The family for this use: as tuned, else rows on CPU devices (measured faster on SwiftShader) and tiled
+ * elsewhere; always tiled when D is not a multiple of 4 (rows are read as vec4). */
+export function attentionVariant(
+  gpu: Gpu,
+  d = 4,
+  use: AttentionUse = "train",
+  tuning?: AttentionTuning,
+): AttentionVariant {
   if (d % 4 !== 0) return "tiled";
-  const fallback = isCpuDevice(gpu) ? "rows" : "tiled-gpu";
-  return tunedChoice(gpu, `attention.${use}`, ATTENTION_TUNE, fallback) === "rows" ? "rows" : "tiled";
+  return tuning?.[use]?.variant ?? (isCpuDevice(gpu) ? "rows" : "tiled");
 }
 /** The rows variant reads rows as vec4. */
 function rowsCheck(d: number): void {
@@ -106,12 +112,10 @@ function check(gpu: Gpu, kind: TileKind, t: Tiles, d: number, g: number): void {
  */
 export type TileProfile = "gpu" | "cpu";
 
-/** The tiled family's profile for this use: as measured at start-up where the tiled family won, else by the device's
- * kind (where rows won, tiles serve only an explicit split-KV decode). */
-export function tileProfile(gpu: Gpu, use: AttentionUse = "train"): TileProfile {
-  const fallback = isCpuDevice(gpu) ? "tiled-cpu" : "tiled-gpu";
-  const w = tunedChoice(gpu, `attention.${use}.tiles`, ATTENTION_TUNE, fallback);
-  return w === "tiled-cpu" ? "cpu" : "gpu";
+/** The tiled family's profile for this use: as tuned, else by the device's kind (where rows won, tiles serve only an
+ * explicit split-KV decode). */
+export function tileProfile(gpu: Gpu, use: AttentionUse = "train", tuning?: AttentionTuning): TileProfile {
+  return tuning?.[use]?.profile ?? (isCpuDevice(gpu) ? "cpu" : "gpu");
 }
 
 /** Default rows (query tokens x heads) and keys per tile. */
@@ -213,6 +217,8 @@ export interface ForwardOptions {
   variant?: AttentionVariant;
   /** Tile profile of the tiled kernels; default tileProfile(gpu) for the use. */
   profile?: TileProfile;
+  /** Start-up tuning's choices, used where `variant` and `profile` are not given. */
+  tuning?: AttentionTuning;
 }
 
 const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec => ({
@@ -243,14 +249,17 @@ export function attentionForward(
     d,
     h / kv,
     opts.tiles,
-    opts.profile ?? tileProfile(gpu, kind === "decode" ? "decode" : "train"),
+    opts.profile ?? tileProfile(gpu, kind === "decode" ? "decode" : "train", opts.tuning),
   );
   const split = Math.max(1, Math.floor(opts.split ?? 1));
   const maxLen = Math.min(opts.maxLen ?? tmax, tmax);
   const chunk = opts.chunk ?? Math.ceil(Math.ceil(maxLen / split) / tiles.bk) * tiles.bk;
   const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale).u32(window);
   const { q, slotPos, k, v, o, lse } = bufs;
-  if (split === 1 && (opts.variant ?? (opts.kind === "decode" ? "tiled" : attentionVariant(gpu, d))) === "rows") {
+  if (
+    split === 1 &&
+    (opts.variant ?? (opts.kind === "decode" ? "tiled" : attentionVariant(gpu, d, "train", opts.tuning))) === "rows"
+  ) {
     rowsCheck(d);
     rec.dispatch(rowsForwardSpec(d), [q, slotPos, k, v, o, lse], gpu.grid(Math.ceil((n * h) / ROWS_WG)), params);
     return { tiles, split };
@@ -303,14 +312,15 @@ export function attentionDecode(
     tiles?: Partial<Tiles>;
     variant?: AttentionVariant;
     profile?: TileProfile;
+    tuning?: AttentionTuning;
   } = {},
 ): { tiles: Tiles; split: number } {
   // The rows kernel decodes too (no split): on SwiftShader 0.56 ms against the tiled kernel's 4.3 ms for 16
   // sequences at ~100 tokens (H=3, KV=1, D=32), 13.5 against 41.9 ms for 8 at 512 (H=14, KV=2, D=64).
-  if ((opts.variant ?? attentionVariant(gpu, dims.d, "decode")) === "rows" && (opts.split ?? 1) === 1) {
+  if ((opts.variant ?? attentionVariant(gpu, dims.d, "decode", opts.tuning)) === "rows" && (opts.split ?? 1) === 1) {
     return attentionForward(gpu, rec, bufs, dims, { variant: "rows", maxLen: dims.maxLen });
   }
-  const profile = opts.profile ?? tileProfile(gpu, "decode");
+  const profile = opts.profile ?? tileProfile(gpu, "decode", opts.tuning);
   const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles, profile);
   const target = decodeTarget(profile);
   const split = opts.split ?? decodeSplit(dims.maxLen, dims.n * (dims.h / tiles.gh), { target });
@@ -363,17 +373,23 @@ export function attentionBackward(
   rec: Recorder,
   bufs: BackwardBuffers,
   dims: BackwardDims,
-  opts: { dqTiles?: Partial<Tiles>; dkvTiles?: Partial<Tiles>; variant?: AttentionVariant; profile?: TileProfile } = {},
+  opts: {
+    dqTiles?: Partial<Tiles>;
+    dkvTiles?: Partial<Tiles>;
+    variant?: AttentionVariant;
+    profile?: TileProfile;
+    tuning?: AttentionTuning;
+  } = {},
 ): { dq: Tiles; dkv: Tiles } {
   const { b, t, h, kv, d, scale = 1 / Math.sqrt(d) } = dims;
   dimsCheck(h, kv, d);
   const g = h / kv;
-  const profile = opts.profile ?? tileProfile(gpu, "train");
+  const profile = opts.profile ?? tileProfile(gpu, "train", opts.tuning);
   const tq = chooseTiles(gpu, "dq", d, g, opts.dqTiles, profile);
   const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles, profile);
   const params = new Params().u32(b, t, h, kv).f32(scale).u32(windowParam(dims.window));
   const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
-  const rows = (opts.variant ?? attentionVariant(gpu, d)) === "rows";
+  const rows = (opts.variant ?? attentionVariant(gpu, d, "train", opts.tuning)) === "rows";
   if (rows) rowsCheck(d);
   const maxWgs = gpu.limits.maxComputeWorkgroupsPerDimension;
   if (!rows && b * Math.ceil(t / Math.min(tq.bq, tk.bk)) > maxWgs) {

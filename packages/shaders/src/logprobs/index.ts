@@ -10,10 +10,10 @@
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
-import { rowSpecs, rowThreads } from "../util/row-threads.ts";
+import { rowSpecs, rowThreads, type RowTuning } from "../util/row-threads.ts";
 
 const WG = 256;
-/** The chunk kernel with `wg` threads per row (a power of two, 8..256; default rowThreads(gpu, "logprobs")). */
+/** The chunk kernel with `wg` threads per row (a power of two, 8..256; default rowThreads(gpu, tuning)). */
 export const logprobsForwardSpec = rowSpecs("logprobs_forward", forward);
 export const logprobsFinalizeSpec: KernelSpec = { name: "logprobs_finalize", code: forward, overrides: { WG } };
 export const logprobsBackwardSpec: KernelSpec = { name: "logprobs_backward", code: backward, overrides: { WG } };
@@ -42,23 +42,26 @@ function chunkParams(N: number, c: LogprobsChunk, flag: number, temperature: num
   return new Params().u32(N, c.cols, ld, c.v0, flag).f32(temperature);
 }
 
+export interface LogprobsChunkBuffers {
+  logits: GPUBuffer; // (N, ld)
+  targets: GPUBuffer; // (N) u32
+  stats: GPUBuffer; // (N, 4) f32, running
+}
+
 /** Folds one chunk of logits (N, ld) into the running stats (N, 4); `first` starts them afresh. */
 export function logprobsChunk(
   gpu: Gpu,
   rec: Recorder,
-  logits: GPUBuffer, // (N, ld)
-  targets: GPUBuffer, // (N,) u32
-  stats: GPUBuffer, // (N, 4) f32
-  N: number,
-  chunk: LogprobsChunk,
-  opts: { first: boolean; temperature?: number; wg?: number },
+  { logits, targets, stats }: LogprobsChunkBuffers,
+  { N, ...chunk }: LogprobsChunk & { N: number },
+  opts: { first: boolean; temperature?: number; wg?: number; tuning?: RowTuning },
 ): void {
   const params = chunkParams(N, chunk, opts.first ? 1 : 0, opts.temperature ?? 1);
   need(logits, ((N - 1) * (chunk.ld ?? chunk.cols) + chunk.cols) * 4, "logprobsChunk logits");
   need(targets, N * 4, "logprobsChunk targets");
   need(stats, logprobsStatsBytes(N), "logprobsChunk stats");
   rec.dispatch(
-    logprobsForwardSpec(opts.wg ?? rowThreads(gpu, "logprobs")),
+    logprobsForwardSpec(opts.wg ?? rowThreads(gpu, opts.tuning)),
     [logits, targets, stats],
     gpu.grid(N),
     params,
@@ -69,11 +72,8 @@ export function logprobsChunk(
 export function logprobsFinalize(
   gpu: Gpu,
   rec: Recorder,
-  stats: GPUBuffer,
-  logprob: GPUBuffer,
-  entropy: GPUBuffer,
-  lse: GPUBuffer,
-  N: number,
+  { stats, logprob, entropy, lse }: { stats: GPUBuffer; logprob: GPUBuffer; entropy: GPUBuffer; lse: GPUBuffer },
+  { N }: { N: number },
 ): void {
   need(stats, logprobsStatsBytes(N), "logprobsFinalize stats");
   for (const [b, w] of [
@@ -90,18 +90,22 @@ export function logprobsFinalize(
  * Overwrites a chunk of logits (N, ld) with dlogits for upstream dlogp (N,) and, when given,
  * dentropy (N,). lse and entropy come from logprobsFinalize with the same temperature.
  */
+export interface LogprobsBackwardBuffers {
+  logits: GPUBuffer; // (N, ld) in: logits, out: dlogits
+  targets: GPUBuffer; // (N) u32
+  lse: GPUBuffer; // (N)
+  entropy: GPUBuffer; // (N)
+  dlogp: GPUBuffer; // (N)
+  /** (N): the entropy's upstream gradient, when it has one. */
+  dentropy?: GPUBuffer;
+}
+
 export function logprobsBackward(
   gpu: Gpu,
   rec: Recorder,
-  logits: GPUBuffer, // (N, ld) in: logits, out: dlogits
-  targets: GPUBuffer,
-  lse: GPUBuffer,
-  entropy: GPUBuffer,
-  dlogp: GPUBuffer,
-  dentropy: GPUBuffer | null,
-  N: number,
-  chunk: LogprobsChunk,
-  temperature = 1,
+  { logits, targets, lse, entropy, dlogp, dentropy }: LogprobsBackwardBuffers,
+  { N, ...chunk }: LogprobsChunk & { N: number },
+  { temperature = 1 }: { temperature?: number } = {},
 ): void {
   const params = chunkParams(N, chunk, dentropy ? 1 : 0, temperature);
   need(logits, ((N - 1) * (chunk.ld ?? chunk.cols) + chunk.cols) * 4, "logprobsBackward logits");

@@ -55,9 +55,15 @@ it.each(cases)("chunked forward and backward match the unchunked reference: %o",
     const { data, ld } = chunkOf(logits, c, v0, cols);
     const b = gpu.upload(data);
     chunks.push(b);
-    logprobsChunk(gpu, rec, b, bt, bstats, c.N, { v0, cols, ld }, { first: v0 === 0, temperature: c.T, wg: c.wg });
+    logprobsChunk(
+      gpu,
+      rec,
+      { logits: b, targets: bt, stats: bstats },
+      { N: c.N, v0, cols, ld },
+      { first: v0 === 0, temperature: c.T, wg: c.wg },
+    );
   }
-  logprobsFinalize(gpu, rec, bstats, blp, bent, blse, c.N);
+  logprobsFinalize(gpu, rec, { stats: bstats, logprob: blp, entropy: bent, lse: blse }, { N: c.N });
   const outs = [blp, bent, blse].map((b) => rec.read(b, c.N * 4));
   await rec.submit();
   const [lp, ent, lse] = (await Promise.all(outs)).map((b) => new Float32Array(b));
@@ -77,7 +83,8 @@ it.each(cases)("chunked forward and backward match the unchunked reference: %o",
       const cols = Math.min(c.Vc, c.V - v0);
       const { data, ld } = chunkOf(logits, c, v0, cols);
       gpu.write(b, data); // the engine recomputes the chunk's logits before its backward
-      logprobsBackward(gpu, rec2, b, bt, blse, bent, bd, withEnt ? bde : null, c.N, { v0, cols, ld }, c.T);
+      const bufs = { logits: b, targets: bt, lse: blse, entropy: bent, dlogp: bd, dentropy: withEnt ? bde : undefined };
+      logprobsBackward(gpu, rec2, bufs, { N: c.N, v0, cols, ld }, { temperature: c.T });
       reads.push(rec2.read(b, data.byteLength));
     });
     await rec2.submit();

@@ -3,7 +3,6 @@
 import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward_backward.wgsl";
 import { isCpuDevice } from "@webart/gpu";
-import { tunedChoice } from "../tune/index.ts";
 
 /** Workgroup shape of the strided matmul (see forward_backward.wgsl): threads along i, j (4 columns each), k. */
 export interface LoraTiling {
@@ -39,9 +38,14 @@ export const LORA_TILING_CPU: Record<LoraProduct, LoraTiling> = {
 export const LORA_LAYOUTS = ["cpu", "gpu"] as const;
 export type LoraLayout = (typeof LORA_LAYOUTS)[number];
 
-/** The set measured faster on this device at start-up (tune/kernels.ts), else the one for its kind. */
-export function loraLayout(gpu: Gpu): LoraLayout {
-  return tunedChoice(gpu, "lora.layout", LORA_LAYOUTS, isCpuDevice(gpu) ? "cpu" : "gpu");
+/** What start-up tuning (tune/kernels.ts) chooses for LoRA. */
+export interface LoraTuning {
+  layout: LoraLayout;
+}
+
+/** The set tuning measured faster on this device, else the one for its kind. */
+export function loraLayout(gpu: Gpu, tuning?: LoraTuning): LoraLayout {
+  return tuning?.layout ?? (isCpuDevice(gpu) ? "cpu" : "gpu");
 }
 
 /** The shapes of a layout (default: this device's), with any given per-product shapes on top. */
@@ -73,8 +77,9 @@ export interface LoraSlot {
 }
 
 export interface LoraOptions {
-  /** Which set of shapes (default: loraLayout(gpu)). */
+  /** Which set of shapes (default: loraLayout(gpu, tuning)). */
   layout?: LoraLayout;
+  tuning?: LoraTuning;
   /** Per-product shapes over the layout's. */
   tiling?: Partial<Record<LoraProduct, LoraTiling>>;
 }
@@ -144,20 +149,25 @@ function checkDims(d: LoraDims): void {
   if (!ints || d.R < 1 || d.in < 1 || d.out < 1) throw new Error(`lora: bad dims ${JSON.stringify(d)}`);
 }
 
+export interface LoraForwardBuffers {
+  /** The adapter's A and B. */
+  slot: LoraSlot;
+  x: Binding; // (N, in)
+  t: Binding; // (N, R) out, kept for the backward
+  y: Binding; // (N, out), added to
+}
+
 /** t = x·Aᵀ (N, R), written; y += s·t·Bᵀ (N, out). x is (N, in). */
 export function loraForward(
   gpu: Gpu,
   rec: Recorder,
+  { slot: w, x, t, y }: LoraForwardBuffers,
   d: LoraDims,
-  w: LoraSlot,
-  x: Binding,
-  t: Binding,
-  y: Binding,
   opts: LoraOptions = {},
 ): void {
   checkDims(d);
   const { N, R } = d;
-  const tl = loraTiling(gpu, opts.tiling, opts.layout);
+  const tl = loraTiling(gpu, opts.tiling, opts.layout ?? loraLayout(gpu, opts.tuning));
   const AT = { buf: w.buffer, off: w.a, su: 1, sv: d.in }; // Aᵀ (in, R)
   const BT = { buf: w.buffer, off: w.b, su: 1, sv: R }; // Bᵀ (R, out)
   const f = loraForwardSpec;
@@ -169,6 +179,9 @@ export function loraForward(
 const rows = (buf: Binding, width: number): Operand => ({ buf, off: 0, su: width, sv: 1 });
 
 export interface LoraBackwardBuffers {
+  /** The adapter's A and B, and where their gradients go. */
+  slot: LoraSlot;
+  grads: LoraSlot;
   x: Binding; // (N, in), the forward's input
   t: Binding; // (N, R), saved by the forward
   dy: Binding; // (N, out)
@@ -187,16 +200,15 @@ export interface LoraBackwardOptions extends LoraOptions {
 export function loraBackward(
   gpu: Gpu,
   rec: Recorder,
-  d: LoraDims,
-  w: LoraSlot,
-  g: LoraSlot,
   b: LoraBackwardBuffers,
+  d: LoraDims,
   opts: LoraBackwardOptions = {},
 ): void {
   checkDims(d);
   const { N, R } = d;
   if (N === 0) return;
-  const tl = loraTiling(gpu, opts.tiling, opts.layout);
+  const [w, g] = [b.slot, b.grads];
+  const tl = loraTiling(gpu, opts.tiling, opts.layout ?? loraLayout(gpu, opts.tuning));
   const acc = opts.accumulate ?? true;
   const f = loraBackwardSpec;
   const scratch = b.dt ? undefined : gpu.buffer(N * R * 4, "activations", "lora dt");

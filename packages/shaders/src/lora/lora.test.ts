@@ -42,10 +42,10 @@ async function check(g: Gpu, d: LoraDims, tiling: Tilings, accumulate: boolean, 
   const rec = g.recorder();
   const w = { buffer: bparams, a, b: bOff };
   const gs = { buffer: bgrads, a, b: bOff };
-  loraForward(g, rec, d, w, bx, bt, by, { tiling });
+  loraForward(g, rec, { slot: w, x: bx, t: bt, y: by }, d, { tiling });
   // The overwrite case also brings its own dt scratch buffer; the others take one from the pool.
   const bdt = accumulate ? undefined : g.buffer(N * R * 4);
-  loraBackward(g, rec, d, w, gs, { x: bx, t: bt, dy: bdy, dx: bdx, dt: bdt }, { tiling, accumulate });
+  loraBackward(g, rec, { slot: w, grads: gs, x: bx, t: bt, dy: bdy, dx: bdx, dt: bdt }, d, { tiling, accumulate });
   const reads = [bt, by, bgrads, bdx].map((buf, i) => rec.read(buf, [N * R, N * d.out, flat.length, N * d.in][i] * 4));
   await rec.submit();
   const [t, y, grads, dx] = (await Promise.all(reads)).map((v) => new Float32Array(v));
@@ -113,8 +113,8 @@ it("lora binds aligned windows of a flat buffer larger than one storage binding"
   );
   const bt = small.buffer(N * R * 4);
   const rec = small.recorder();
-  loraForward(small, rec, d, { buffer: bp, a, b }, bx, bt, by);
-  loraBackward(small, rec, d, { buffer: bp, a, b }, { buffer: bg, a, b }, { x: bx, t: bt, dy: bdy });
+  loraForward(small, rec, { slot: { buffer: bp, a, b }, x: bx, t: bt, y: by }, d);
+  loraBackward(small, rec, { slot: { buffer: bp, a, b }, grads: { buffer: bg, a, b }, x: bx, t: bt, dy: bdy }, d);
   const [y, grads] = [rec.read(by, N * d.out * 4), rec.read(bg)];
   await rec.submit();
   const ref = loraReference(d, x, A, B);

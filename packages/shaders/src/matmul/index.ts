@@ -2,7 +2,7 @@
 // strides (0 broadcasts), B in f32 or packed bf16/f16. Three variants, chosen per device by measuring.
 import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import { isCpuDevice } from "@webart/gpu";
-import { tune, tuned, type TuneOptions } from "../tune/index.ts";
+import { tune, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
@@ -16,11 +16,25 @@ export type WeightDtype = "f32" | "bf16" | "f16";
 export const MATMUL_VARIANTS = ["regblock", "tiled", "wide"] as const;
 export type MatmulVariant = (typeof MATMUL_VARIANTS)[number];
 
-export interface MatmulOptions {
+/** What start-up tuning (tune/kernels.ts) chooses for matmul: a variant per mode and B dtype, e.g. "nt.bf16". */
+export type MatmulTuning = Partial<Record<`${MatmulMode}.${WeightDtype}`, MatmulVariant>>;
+
+export interface MatmulBuffers {
+  a: GPUBuffer;
+  b: GPUBuffer;
+  c: GPUBuffer;
+  /** [N] f32 added to every row (once, after alpha). */
+  bias?: GPUBuffer;
+}
+
+export interface MatmulDims {
   /** C is (M, N); the reduction runs over K. */
   M: number;
   N: number;
   K: number;
+}
+
+export interface MatmulOptions {
   mode?: MatmulMode;
   bDtype?: WeightDtype;
   batch?: number;
@@ -36,14 +50,13 @@ export interface MatmulOptions {
   strideA?: number;
   strideB?: number;
   strideC?: number;
-  /** [N] f32 added to every row (once, after alpha). */
-  bias?: GPUBuffer;
   offsetBias?: number;
   /** C += result instead of C = result (gradient accumulation). */
   accumulate?: boolean;
   alpha?: number;
   /** Force a variant; otherwise the tuned one, else a default for the device's architecture. */
   variant?: MatmulVariant;
+  tuning?: MatmulTuning;
 }
 
 const B_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
@@ -79,39 +92,41 @@ export function defaultMatmulVariant(gpu: Gpu): MatmulVariant {
   return isCpuDevice(gpu) ? "regblock" : "tiled";
 }
 
-const tuneKey = (mode: MatmulMode, bDtype: WeightDtype) => `matmul.${mode}.${bDtype}`;
-
-/** The variant matmul() uses here: tuned for this mode and dtype, else tuned for nn/f32, else the default. */
-export function matmulVariant(gpu: Gpu, mode: MatmulMode = "nn", bDtype: WeightDtype = "f32"): MatmulVariant {
-  const t = tuned(gpu, tuneKey(mode, bDtype)) ?? tuned(gpu, tuneKey("nn", "f32"));
-  return (t as MatmulVariant | undefined) ?? defaultMatmulVariant(gpu);
+/** The variant matmul() uses: tuned for this mode and dtype, else tuned for nn/f32, else the device's default. */
+export function matmulVariant(
+  gpu: Gpu,
+  mode: MatmulMode = "nn",
+  bDtype: WeightDtype = "f32",
+  tuning?: MatmulTuning,
+): MatmulVariant {
+  return tuning?.[`${mode}.${bDtype}`] ?? tuning?.["nn.f32"] ?? defaultMatmulVariant(gpu);
 }
 
 /**
- * Times every variant once per device for each (mode, dtype) on a size×size×size problem and caches
- * the winners (see tune/). Returns them by tune key, e.g. { "matmul.nn.f32": "regblock" }.
+ * Times every variant on this device for each (mode, dtype) on a size×size×size problem and keeps the winners
+ * with the device (see tune/), under keys like "matmul.nn.f32@256". Returns them as matmul's tuning.
  */
 export async function tuneMatmul(
   gpu: Gpu,
   cases: { mode: MatmulMode; bDtype: WeightDtype }[] = [{ mode: "nn", bDtype: "f32" }],
   size = 256,
   opts: TuneOptions = {},
-): Promise<Record<string, MatmulVariant>> {
+): Promise<MatmulTuning> {
   const rng = new Rng(1);
   const values = rng.f32(size * size);
   const a = gpu.upload(values, "tune");
   const c = gpu.buffer(size * size * 4, "tune");
-  const out: Record<string, MatmulVariant> = {};
+  const out: MatmulTuning = {};
   try {
     for (const { mode, bDtype } of cases) {
       const b = gpu.upload(bDtype === "f32" ? values : packHalf(values, bDtype), "tune");
-      const o: MatmulOptions = { M: size, N: size, K: size, mode, bDtype };
+      const dims = { M: size, N: size, K: size };
       try {
-        out[tuneKey(mode, bDtype)] = await tune(
+        out[`${mode}.${bDtype}`] = await tune(
           gpu,
-          tuneKey(mode, bDtype),
+          `matmul.${mode}.${bDtype}@${size}`,
           MATMUL_VARIANTS,
-          (variant, rec) => matmul(gpu, rec, a, b, c, { ...o, variant }),
+          (variant, rec) => matmul(gpu, rec, { a, b, c }, dims, { mode, bDtype, variant }),
           opts,
         );
       } finally {
@@ -125,8 +140,14 @@ export async function tuneMatmul(
 }
 
 /** Records C = alpha·op(A)·op(B) (+ bias) (+ C). Checks every access against the buffers' sizes first. */
-export function matmul(gpu: Gpu, rec: Recorder, a: GPUBuffer, b: GPUBuffer, c: GPUBuffer, o: MatmulOptions): void {
-  const { M, N, K, mode = "nn", bDtype = "f32", batch = 1, alpha = 1 } = o;
+export function matmul(
+  gpu: Gpu,
+  rec: Recorder,
+  { a, b, c, bias }: MatmulBuffers,
+  { M, N, K }: MatmulDims,
+  o: MatmulOptions = {},
+): void {
+  const { mode = "nn", bDtype = "f32", batch = 1, alpha = 1 } = o;
   const tA = mode[0] === "t";
   const tB = mode[1] === "t";
   for (const [k, v] of Object.entries({ M, N, K, batch })) {
@@ -147,19 +168,19 @@ export function matmul(gpu: Gpu, rec: Recorder, a: GPUBuffer, b: GPUBuffer, c: G
   checkOperand("A", a, 4, offA, batch, sA, rowsA, lda, tA ? M : K);
   checkOperand("B", b, half ? 2 : 4, offB, batch, sB, rowsB, ldb, tB ? K : N);
   checkOperand("C", c, 4, offC, batch, sC, M, ldc, N);
-  if (o.bias) checkOperand("bias", o.bias, 4, offBias, 1, 0, 1, N, N);
-  if (c === a || c === b || c === o.bias) throw new Error("matmul: C must not alias A, B or bias");
+  if (bias) checkOperand("bias", bias, 4, offBias, 1, 0, 1, N, N);
+  if (c === a || c === b || c === bias) throw new Error("matmul: C must not alias A, B or bias");
 
-  const variant = o.variant ?? matmulVariant(gpu, mode, bDtype);
+  const variant = o.variant ?? matmulVariant(gpu, mode, bDtype, o.tuning);
   const g = GEOMETRY[variant];
   if (!g) throw new Error(`matmul: unknown variant "${variant}" (${MATMUL_VARIANTS.join(", ")})`);
   const wg: [number, number, number] = [Math.ceil(N / (g.WGN * g.TN)), Math.ceil(M / (g.WGM * g.TM)), batch];
   const max = gpu.limits.maxComputeWorkgroupsPerDimension;
   if (wg.some((x) => x > max)) throw new Error(`matmul: grid ${wg.join("×")} exceeds ${max} workgroups per dimension`);
-  const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (o.bias ? 4 : 0) | (o.accumulate ? 8 : 0);
+  const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (bias ? 4 : 0) | (o.accumulate ? 8 : 0);
   const params = new Params().u32(M, N, K, flags, lda, ldb, ldc).f32(alpha).u32(offA, offB, offC, offBias, sA, sB, sC);
   // Without a bias, A fills the binding (never read: both are read-only storage, so sharing is valid).
-  rec.dispatch(matmulSpec(variant, bDtype, tB), [a, b, o.bias ?? a, c], wg, params);
+  rec.dispatch(matmulSpec(variant, bDtype, tB), [a, b, bias ?? a, c], wg, params);
 }
 
 /** Checks that the highest element index of a strided, batched matrix fits the buffer and a u32. */
@@ -202,23 +223,27 @@ export interface WeightShard {
 export function matmulShards(
   gpu: Gpu,
   rec: Recorder,
-  a: GPUBuffer,
-  shards: WeightShard[],
-  c: GPUBuffer,
-  o: Omit<MatmulOptions, "N" | "mode" | "ldb" | "offsetB" | "strideB" | "batch">,
+  { a, shards, c, bias }: { a: GPUBuffer; shards: WeightShard[]; c: GPUBuffer; bias?: GPUBuffer },
+  { M, K }: Omit<MatmulDims, "N">,
+  o: Omit<MatmulOptions, "mode" | "ldb" | "offsetB" | "strideB" | "batch"> = {},
 ): void {
   const total = shards.reduce((s, x) => s + x.rows, 0);
   let n0 = 0;
   for (const s of shards) {
-    matmul(gpu, rec, a, s.buffer, c, {
-      ...o,
-      N: s.rows,
-      mode: "nt",
-      offsetB: s.offset ?? 0,
-      ldc: o.ldc ?? total,
-      offsetC: (o.offsetC ?? 0) + n0,
-      offsetBias: (o.offsetBias ?? 0) + n0,
-    });
+    matmul(
+      gpu,
+      rec,
+      { a, b: s.buffer, c, bias },
+      { M, N: s.rows, K },
+      {
+        ...o,
+        mode: "nt",
+        offsetB: s.offset ?? 0,
+        ldc: o.ldc ?? total,
+        offsetC: (o.offsetC ?? 0) + n0,
+        offsetBias: (o.offsetBias ?? 0) + n0,
+      },
+    );
     n0 += s.rows;
   }
 }

@@ -8,6 +8,7 @@ import {
   matmul,
   matmulShards,
   matmulVariant,
+  type MatmulDims,
   type MatmulOptions,
   type MatmulVariant,
 } from "./index.ts";
@@ -36,7 +37,7 @@ beforeAll(async () => void (gpu = await getDevice()));
 afterAll(() => expect(gpu.errors).toEqual([]));
 
 /** Builds random operands for `o` (with a few spare elements), runs the GPU and the reference, compares all of C. */
-async function check(g: Gpu, o: MatmulOptions & { variant: MatmulVariant }, seed: number, bias = false) {
+async function check(g: Gpu, o: MatmulDims & MatmulOptions & { variant: MatmulVariant }, seed: number, bias = false) {
   const rng = new Rng(seed);
   const { M, N, K, mode = "nn", bDtype = "f32", batch = 1 } = o;
   const [tA, tB] = [mode[0] === "t", mode[1] === "t"];
@@ -57,7 +58,8 @@ async function check(g: Gpu, o: MatmulOptions & { variant: MatmulVariant }, seed
   const bc = g.upload(cInit);
   const bbias = bias ? g.upload(biasVals) : undefined;
   const rec = g.recorder();
-  matmul(g, rec, ba, bb, bc, { ...o, bias: bbias });
+  const { M: _M, N: _N, K: _K, ...opts } = o;
+  matmul(g, rec, { a: ba, b: bb, c: bc, bias: bbias }, { M, N, K }, opts);
   const out = rec.read(bc, cInit.byteLength);
   await rec.submit();
   const got = new Float32Array(await out);
@@ -128,8 +130,8 @@ it("nt and tn give the gradients of nn (checked against f64 finite differences)"
   const [bdA, bdB] = [gpu.buffer(M * K * 4), gpu.buffer(K * N * 4)];
   for (const variant of MATMUL_VARIANTS) {
     const rec = gpu.recorder();
-    matmul(gpu, rec, bg, bb, bdA, { M, N: K, K: N, mode: "nt", variant }); // (M, N)·(K, N)ᵀ
-    matmul(gpu, rec, ba, bg, bdB, { M: K, N, K: M, mode: "tn", variant }); // (M, K)ᵀ·(M, N)
+    matmul(gpu, rec, { a: bg, b: bb, c: bdA }, { M, N: K, K: N }, { mode: "nt", variant }); // (M, N)·(K, N)ᵀ
+    matmul(gpu, rec, { a: ba, b: bg, c: bdB }, { M: K, N, K: M }, { mode: "tn", variant }); // (M, K)ᵀ·(M, N)
     const [ga, gb] = [rec.read(bdA, M * K * 4), rec.read(bdB, K * N * 4)];
     await rec.submit();
     // GPU f32 sums of ≤ 5 products against f64 differences.
@@ -157,7 +159,7 @@ it("matmulShards fills one wide C from row-range shards of a 16-bit weight", asy
   });
   const [bx, bc, bbias] = [gpu.upload(x), gpu.buffer(M * N * 4), gpu.upload(biasVals)];
   const rec = gpu.recorder();
-  matmulShards(gpu, rec, bx, shards, bc, { M, K, bDtype: "bf16", bias: bbias });
+  matmulShards(gpu, rec, { a: bx, shards, c: bc, bias: bbias }, { M, K }, { bDtype: "bf16" });
   const out = rec.read(bc, M * N * 4);
   await rec.submit();
   const want = matmulReference(x, roundHalf(w, "bf16"), new Float32Array(M * N), { M, N, K, transB: true }, biasVals);
@@ -177,9 +179,9 @@ it("the backward through a sharded weight: dx = dy·W accumulated over shards' K
   const shards = [w.subarray(0, rows[0] * C), w.subarray(rows[0] * C)].map((v) => gpu.upload(packHalf(v, "f16")));
   for (const variant of MATMUL_VARIANTS) {
     const rec = gpu.recorder();
-    matmul(gpu, rec, bdy, shards[0], bdx, { M, N: C, K: rows[0], lda: N, bDtype: "f16", variant });
-    const o = { M, N: C, K: rows[1], lda: N, offsetA: rows[0], bDtype: "f16" as const, accumulate: true, variant };
-    matmul(gpu, rec, bdy, shards[1], bdx, o);
+    matmul(gpu, rec, { a: bdy, b: shards[0], c: bdx }, { M, N: C, K: rows[0] }, { lda: N, bDtype: "f16", variant });
+    const o = { lda: N, offsetA: rows[0], bDtype: "f16" as const, accumulate: true, variant };
+    matmul(gpu, rec, { a: bdy, b: shards[1], c: bdx }, { M, N: C, K: rows[1] }, o);
     const out = rec.read(bdx, M * C * 4);
     await rec.submit();
     const want = matmulReference(dy, roundHalf(w, "f16"), new Float32Array(M * C), { M, N: C, K: N });
@@ -191,12 +193,12 @@ it("the backward through a sharded weight: dx = dy·W accumulated over shards' K
 it("refuses accesses past a buffer and bad strides, before recording anything", async () => {
   const [a, b, c] = [gpu.buffer(16 * 4), gpu.buffer(16 * 4), gpu.buffer(16 * 4)];
   const rec = gpu.recorder();
-  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 5 })).toThrow(/A needs 80 bytes/);
-  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 4, offsetC: 1 })).toThrow(/C needs/);
-  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 4, lda: 3 })).toThrow(/row stride 3/);
-  expect(() => matmul(gpu, rec, a, b, c, { M: 4, N: 4, K: 4, batch: 2, strideB: 0 })).toThrow(/A needs/);
-  expect(() => matmul(gpu, rec, a, b, a, { M: 4, N: 4, K: 4 })).toThrow(/alias/);
-  matmul(gpu, rec, a, b, c, { M: 2, N: 4, K: 8, bDtype: "f16" }); // 32 halves fit in 16 words
+  expect(() => matmul(gpu, rec, { a, b, c }, { M: 4, N: 4, K: 5 })).toThrow(/A needs 80 bytes/);
+  expect(() => matmul(gpu, rec, { a, b, c }, { M: 4, N: 4, K: 4 }, { offsetC: 1 })).toThrow(/C needs/);
+  expect(() => matmul(gpu, rec, { a, b, c }, { M: 4, N: 4, K: 4 }, { lda: 3 })).toThrow(/row stride 3/);
+  expect(() => matmul(gpu, rec, { a, b, c }, { M: 4, N: 4, K: 4 }, { batch: 2, strideB: 0 })).toThrow(/A needs/);
+  expect(() => matmul(gpu, rec, { a, b, c: a }, { M: 4, N: 4, K: 4 })).toThrow(/alias/);
+  matmul(gpu, rec, { a, b, c }, { M: 2, N: 4, K: 8 }, { bDtype: "f16" }); // 32 halves fit in 16 words
   expect(rec.dispatches).toBe(1);
   await rec.submit();
   gpu.release(a, b, c);

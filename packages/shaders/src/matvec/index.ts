@@ -5,15 +5,35 @@
 import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
-import { tune, tuned, type TuneOptions } from "../tune/index.ts";
+import { tune, type TuneOptions } from "../tune/index.ts";
 import common from "./common.wgsl";
 import forward from "./forward.wgsl";
 import subgroup from "./subgroup.wgsl";
 
-export interface MatvecOptions {
+export interface MatvecBuffers {
+  x: GPUBuffer; // (M, ldx)
+  /** W (N, K), f32 or packed 16-bit. */
+  w: GPUBuffer;
+  y: GPUBuffer; // (M, ldy) out
+  /** [N] f32 added to every row. */
+  bias?: GPUBuffer;
+  /** (K): RMSNorm folded into the read of x: each row of x is taken as x·rstd·norm, rstd over its K elements. */
+  norm?: GPUBuffer;
+  /** The LoRA terms' inputs: t (M, ldt) holds each segment's x·Aᵀ at its `tCol`; B is read from `loraParams`. */
+  loraT?: GPUBuffer;
+  loraParams?: GPUBuffer;
+}
+
+export interface MatvecDims {
   M: number;
   N: number;
   K: number;
+}
+
+/** What start-up tuning (tune/kernels.ts) chooses for the matvec: a variant per weight dtype. */
+export type MatvecTuning = Partial<Record<WeightDtype, MatvecVariant>>;
+
+export interface MatvecOptions {
   wDtype?: WeightDtype;
   /** Row strides of x and y in elements (defaults K and N); ldy > N with offsetY writes a column range. */
   ldx?: number;
@@ -22,15 +42,14 @@ export interface MatvecOptions {
   offsetX?: number;
   offsetW?: number;
   offsetY?: number;
-  /** [N] f32 added to every row. */
-  bias?: GPUBuffer;
   offsetBias?: number;
   /** Force a variant; otherwise the tuned one, else subgroup where available. */
   variant?: MatvecVariant;
+  tuning?: MatvecTuning;
   /** y += x·Wᵀ (the residual add) instead of y =. */
   accumulate?: boolean;
-  /** RMSNorm folded into the read of x: each row of x is taken as x·rstd·weight, rstd over its K elements. */
-  norm?: { weight: GPUBuffer; eps: number };
+  /** The folded RMSNorm's epsilon (required with buffers.norm). */
+  eps?: number;
   /**
    * W's rows in up to 3 segments, each at its own element offset (offsetW is then unused), their outputs side by
    * side in y in this order (N = the sum of their rows); each with its bias offset and LoRA term. With `gated`:
@@ -38,8 +57,8 @@ export interface MatvecOptions {
    */
   segments?: MatvecSegment[];
   gated?: GatedActivation;
-  /** The LoRA terms' inputs: t (M, ldt) holds each segment's x·Aᵀ at its `tCol`; B is read from `params`. */
-  lora?: { t: GPUBuffer; ldt: number; params: GPUBuffer };
+  /** Row stride of buffers.loraT (required with it). */
+  ldt?: number;
 }
 
 /** Rows of W at one offset, their bias, and optionally their LoRA term y += scale · t[:, tCol : tCol + rank] · Bᵀ. */
@@ -91,32 +110,33 @@ export function matvecVariants(gpu: Gpu): MatvecVariant[] {
   return MATVEC_VARIANTS.filter((v) => v !== "subgroup" || gpu.features.has("subgroups"));
 }
 
-/** The variant matvec() uses here: tuned for this dtype, else subgroup when the device has it. */
-export function matvecVariant(gpu: Gpu, wDtype: WeightDtype = "f32"): MatvecVariant {
-  const t = tuned(gpu, `matvec.${wDtype}`) as MatvecVariant | undefined;
+/** The variant matvec() uses: tuned for this dtype, else subgroup when the device has it. */
+export function matvecVariant(gpu: Gpu, wDtype: WeightDtype = "f32", tuning?: MatvecTuning): MatvecVariant {
+  const t = tuning?.[wDtype];
   return t && matvecVariants(gpu).includes(t) ? t : matvecVariants(gpu)[0];
 }
 
-/** Times the available variants on a (1, 4096) × (4096, 1024) problem per dtype and caches the winners. */
+/** Times the available variants on a (1, K) × (K, N) problem per dtype and keeps the winners with the device, under
+ * keys like "matvec.bf16@1024x4096". Returns them as matvec's tuning. */
 export async function tuneMatvec(
   gpu: Gpu,
   dtypes: WeightDtype[] = ["f32"],
   [N, K] = [1024, 4096],
   opts: TuneOptions = {},
-): Promise<Record<string, MatvecVariant>> {
+): Promise<MatvecTuning> {
   const rng = new Rng(2);
   const values = rng.f32(N * K);
   const [x, y] = [gpu.upload(values.subarray(0, K), "tune"), gpu.buffer(N * 4, "tune")];
-  const out: Record<string, MatvecVariant> = {};
+  const out: MatvecTuning = {};
   try {
     for (const wDtype of dtypes) {
       const w = gpu.upload(wDtype === "f32" ? values : packHalf(values, wDtype), "tune");
       try {
-        out[`matvec.${wDtype}`] = await tune(
+        out[wDtype] = await tune(
           gpu,
-          `matvec.${wDtype}`,
+          `matvec.${wDtype}@${N}x${K}`,
           matvecVariants(gpu),
-          (variant, rec) => matvec(gpu, rec, x, w, y, { M: 1, N, K, wDtype, variant }),
+          (variant, rec) => matvec(gpu, rec, { x, w, y }, { M: 1, N, K }, { wDtype, variant }),
           opts,
         );
       } finally {
@@ -130,14 +150,18 @@ export async function tuneMatvec(
 }
 
 /** Records y (=|+=) [norm](x)·Wᵀ (+ bias) (+ LoRA) [gated]. Checks every access against the buffers' sizes first. */
-export function matvec(gpu: Gpu, rec: Recorder, x: GPUBuffer, w: GPUBuffer, y: GPUBuffer, o: MatvecOptions): void {
-  const { M, K, wDtype = "f32" } = o;
-  const segs: MatvecSegment[] = o.segments ?? [{ rows: o.N, offsetW: o.offsetW ?? 0, offsetBias: o.offsetBias ?? 0 }];
+export function matvec(gpu: Gpu, rec: Recorder, b: MatvecBuffers, dims: MatvecDims, o: MatvecOptions = {}): void {
+  const { x, w, y, bias, norm } = b;
+  const { M, K } = dims;
+  const { wDtype = "f32" } = o;
+  const segs: MatvecSegment[] = o.segments ?? [
+    { rows: dims.N, offsetW: o.offsetW ?? 0, offsetBias: o.offsetBias ?? 0 },
+  ];
   if (segs.length < 1 || segs.length > 3) throw new Error(`matvec: ${segs.length} segments (1 to 3)`);
   if (o.gated && (segs.length !== 2 || segs[0].rows !== segs[1].rows))
     throw new Error("matvec: gated needs 2 segments of equal rows (gate, up)");
   const N = o.gated ? segs[0].rows : segs.reduce((a, s) => a + s.rows, 0);
-  if (o.N !== N) throw new Error(`matvec: N = ${o.N} but the segments give ${N} output columns`);
+  if (dims.N !== N) throw new Error(`matvec: N = ${dims.N} but the segments give ${N} output columns`);
   for (const [k, v] of Object.entries({ M, N, K, ...Object.fromEntries(segs.map((s, i) => [`rows${i}`, s.rows])) })) {
     if (!Number.isInteger(v) || v < 1) throw new Error(`matvec: ${k} = ${v} must be a positive integer`);
   }
@@ -147,12 +171,17 @@ export function matvec(gpu: Gpu, rec: Recorder, x: GPUBuffer, w: GPUBuffer, y: G
   const [offX, offY] = [o.offsetX ?? 0, o.offsetY ?? 0];
   check("x", x, 4, offX, M, ldx, K);
   check("y", y, 4, offY, M, ldy, N);
-  if (o.norm) check("norm weight", o.norm.weight, 4, 0, 1, K, K);
-  const lora = o.lora;
+  if (norm) {
+    check("norm weight", norm, 4, 0, 1, K, K);
+    if (o.eps === undefined) throw new Error("matvec: a norm weight needs options.eps");
+  }
+  if (b.loraT && (!b.loraParams || o.ldt === undefined))
+    throw new Error("matvec: buffers.loraT needs buffers.loraParams and options.ldt");
+  const lora = b.loraT && { t: b.loraT, params: b.loraParams!, ldt: o.ldt! };
   for (const [i, s] of segs.entries()) {
     const seg = o.segments ? ` segment ${i}` : "";
     check(`W${seg}`, w, wDtype === "f32" ? 4 : 2, s.offsetW, s.rows, K, K);
-    if (o.bias) check(`bias${seg}`, o.bias, 4, s.offsetBias ?? 0, 1, s.rows, s.rows);
+    if (bias) check(`bias${seg}`, bias, 4, s.offsetBias ?? 0, 1, s.rows, s.rows);
     const l = s.lora;
     if (!l) continue;
     if (!lora) throw new Error(`matvec: segment ${i} has a LoRA term but no lora inputs were given`);
@@ -160,18 +189,18 @@ export function matvec(gpu: Gpu, rec: Recorder, x: GPUBuffer, w: GPUBuffer, y: G
     check(`LoRA t segment ${i}`, lora.t, 4, l.tCol, M, lora.ldt, l.rank);
     check(`LoRA B segment ${i}`, lora.params, 4, l.b, 1, s.rows * l.rank, s.rows * l.rank);
   }
-  const reads = [x, w, o.bias, o.norm?.weight, lora?.t, lora?.params];
+  const reads = [x, w, bias, norm, lora?.t, lora?.params];
   if (reads.includes(y)) throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
-  const variant = o.variant ?? matvecVariant(gpu, wDtype);
+  const variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning);
   if (!matvecVariants(gpu).includes(variant)) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
   // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines.
   const MT = Math.min(2 ** Math.ceil(Math.log2(M)), MAX_MT[variant]);
-  const flags = (o.bias ? 1 : 0) | (o.accumulate ? 2 : 0);
+  const flags = (bias ? 1 : 0) | (o.accumulate ? 2 : 0);
   const params = new Params()
     .u32(M, N, K, flags, ldx, ldy, offY, offX, lora?.ldt ?? 0)
-    .f32(o.norm?.eps ?? 0)
+    .f32(norm ? o.eps! : 0)
     .u32(0, 0);
   let base = 0;
   for (let i = 0; i < 3; i++) {
@@ -190,8 +219,8 @@ export function matvec(gpu: Gpu, rec: Recorder, x: GPUBuffer, w: GPUBuffer, y: G
   // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the other.
   const perGroup = (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
   // Unused inputs are bound to x (never read; all are read-only storage).
-  const bindings = [x, w, o.bias ?? x, o.norm?.weight ?? x, lora?.t ?? x, lora?.params ?? x, y];
-  rec.dispatch(matvecSpec(variant, wDtype, MT, !!o.norm, o.gated), bindings, gpu.grid(Math.ceil(N / perGroup)), params);
+  const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
+  rec.dispatch(matvecSpec(variant, wDtype, MT, !!norm, o.gated), bindings, gpu.grid(Math.ceil(N / perGroup)), params);
 }
 
 function check(

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, type Tolerance } from "@webart/gpu/check";
-import { MATVEC_VARIANTS, matvec, matvecVariants, type MatvecOptions } from "./index.ts";
+import { MATVEC_VARIANTS, matvec, matvecVariants, type MatvecDims, type MatvecOptions } from "./index.ts";
 import { matvecFusedReference, matvecReference } from "./reference.ts";
 
 // The kernel sums K in WG interleaved partial sums and a tree, the reference left to right: for
@@ -28,7 +28,7 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 afterAll(() => expect(gpu.errors).toEqual([]));
 
-async function check(g: Gpu, o: MatvecOptions, seed: number, bias = false) {
+async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias = false) {
   const rng = new Rng(seed);
   const { M, N, K, wDtype = "f32" } = o;
   const [ldx, ldy] = [o.ldx ?? K, o.ldy ?? N];
@@ -39,7 +39,8 @@ async function check(g: Gpu, o: MatvecOptions, seed: number, bias = false) {
   const [bx, bw, by] = [g.upload(xVals), g.upload(wDtype === "f32" ? wVals : packHalf(wVals, wDtype)), g.upload(yInit)];
   const bb = bias ? g.upload(biasVals) : undefined;
   const rec = g.recorder();
-  matvec(g, rec, bx, bw, by, { ...o, bias: bb });
+  const { M: _M, N: _N, K: _K, ...opts } = o;
+  matvec(g, rec, { x: bx, w: bw, y: by, bias: bb }, { M, N, K }, opts);
   const out = rec.read(by, yInit.byteLength);
   await rec.submit();
   const got = new Float32Array(await out);
@@ -77,10 +78,12 @@ describe.each(MATVEC_VARIANTS)("matvec %s", (variant) => {
 it("refuses accesses past a buffer", async () => {
   const [x, w, y] = [gpu.buffer(8 * 4), gpu.buffer(16 * 4), gpu.buffer(8 * 4)];
   const rec = gpu.recorder();
-  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 3, K: 8 })).toThrow(/W needs 96 bytes/);
-  expect(() => matvec(gpu, rec, x, w, y, { M: 2, N: 2, K: 8, offsetX: 1 })).toThrow(/x needs/);
-  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 4, K: 8, wDtype: "bf16", offsetW: 1 })).toThrow(/W needs 68 bytes/);
-  matvec(gpu, rec, x, w, y, { M: 1, N: 4, K: 8, wDtype: "bf16" }); // 32 halves fit in 16 words
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 3, K: 8 })).toThrow(/W needs 96 bytes/);
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 2, N: 2, K: 8 }, { offsetX: 1 })).toThrow(/x needs/);
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 4, K: 8 }, { wDtype: "bf16", offsetW: 1 })).toThrow(
+    /W needs 68 bytes/,
+  );
+  matvec(gpu, rec, { x, w, y }, { M: 1, N: 4, K: 8 }, { wDtype: "bf16" }); // 32 halves fit in 16 words
   expect(rec.dispatches).toBe(1);
   await rec.submit();
   gpu.release(x, w, y);
@@ -95,7 +98,12 @@ it("gives the same results with Dawn's robustness on (as in browsers)", async ()
 });
 
 /** A fused call on random inputs: W holds the segments at their offsets (gaps between them stay random). */
-async function checkFused(g: Gpu, o: MatvecOptions, seed: number, opts: { norm?: boolean; R?: number } = {}) {
+async function checkFused(
+  g: Gpu,
+  o: MatvecDims & MatvecOptions & { bias?: boolean },
+  seed: number,
+  opts: { norm?: boolean; R?: number } = {},
+) {
   const rng = new Rng(seed);
   const { M, K, wDtype = "f32" } = o;
   const segs = o.segments!;
@@ -117,12 +125,14 @@ async function checkFused(g: Gpu, o: MatvecOptions, seed: number, opts: { norm?:
   const bn = opts.norm ? up(nw) : undefined;
   const [bt, bp] = R ? [up(tVals), up(params)] : [undefined, undefined];
   const rec = g.recorder();
-  matvec(g, rec, bx, bw, by, {
-    ...o,
-    bias: bb,
-    norm: bn && { weight: bn, eps: 1e-5 },
-    lora: bt && bp && { t: bt, ldt, params: bp },
-  });
+  const { M: _M, N: _N, K: _K, bias: _bias, ...rest } = o;
+  matvec(
+    g,
+    rec,
+    { x: bx, w: bw, y: by, bias: bb, norm: bn, loraT: bt, loraParams: bp },
+    { M, N: o.N, K },
+    { ...rest, eps: 1e-5, ldt },
+  );
   const out = rec.read(by, yInit.byteLength);
   await rec.submit();
   const got = new Float32Array(await out);
@@ -177,9 +187,8 @@ describe.each(MATVEC_VARIANTS)("fused matvec %s", (variant) => {
       [8, 96],
     ].entries()) {
       const segs = segments([24, 8, 9], K, [true, false, true], 3);
-      const o = { M, N: 41, K, wDtype, variant, segments: segs, bias: gpu.buffer(4) };
+      const o = { M, N: 41, K, wDtype, variant, segments: segs, bias: true };
       await checkFused(gpu, o, 210 + i, { norm: true, R: 3 });
-      gpu.release(o.bias);
     }
   });
 
@@ -215,11 +224,13 @@ it("refuses inconsistent fused options", () => {
     { rows: 2, offsetW: 0 },
     { rows: 3, offsetW: 16 },
   ];
-  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 4, K: 8, segments: segs })).toThrow(/segments give 5/);
-  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 2, K: 8, segments: segs, gated: "silu" })).toThrow(/equal rows/);
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 4, K: 8 }, { segments: segs })).toThrow(/segments give 5/);
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 2, K: 8 }, { segments: segs, gated: "silu" })).toThrow(
+    /equal rows/,
+  );
   const lora = [{ rows: 2, offsetW: 0, lora: { rank: 2, scale: 1, b: 0, tCol: 0 } }];
-  expect(() => matvec(gpu, rec, x, w, y, { M: 1, N: 2, K: 8, segments: lora })).toThrow(/no lora inputs/);
-  expect(() => matvec(gpu, rec, x, w, x, { M: 1, N: 2, K: 8 })).toThrow(/alias/);
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 2, K: 8 }, { segments: lora })).toThrow(/no lora inputs/);
+  expect(() => matvec(gpu, rec, { x, w, y: x }, { M: 1, N: 2, K: 8 })).toThrow(/alias/);
   expect(rec.dispatches).toBe(0);
   rec.abandon();
   gpu.release(x, w, y);

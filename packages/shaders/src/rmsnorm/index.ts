@@ -6,7 +6,6 @@ import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
 import backwardDwReduce from "./backward_dw_reduce.wgsl";
 import { isCpuDevice } from "@webart/gpu";
-import { tunedChoice } from "../tune/index.ts";
 
 const WG = 256;
 
@@ -31,9 +30,15 @@ export const rmsnormBackwardDwReduceSpec: KernelSpec = {
 export const RMSNORM_LAYOUTS = ["cpu", "gpu"] as const;
 export type RmsnormLayout = (typeof RMSNORM_LAYOUTS)[number];
 
+/** What start-up tuning (tune/kernels.ts) chooses for RMSNorm. */
+export interface RmsnormTuning {
+  layout: RmsnormLayout;
+}
+
 export interface RmsnormOptions {
-  /** The row layout (default: measured at start-up on this device, else by its kind); the two below override it. */
+  /** The row layout (default: the tuned one, else by the device's kind); the two below override it. */
   layout?: RmsnormLayout;
+  tuning?: RmsnormTuning;
   /** Threads sharing one row: a power of two up to the workgroup size. */
   threadsPerRow?: number;
   /** Threads per workgroup: a power of two up to 256. */
@@ -41,12 +46,12 @@ export interface RmsnormOptions {
 }
 
 /**
- * The row layout: as measured at start-up (tune/kernels.ts), else by device kind: on real GPUs about 4 elements
+ * The row layout: as chosen (tuned), else by device kind: on real GPUs about 4 elements
  * per thread and 256-thread workgroups; on CPU implementations (SwiftShader) one thread per row, where barriers cost
  * more than the sums they share.
  */
 export function rmsnormVariant(gpu: Gpu, C: number, opts: RmsnormOptions = {}): { tpr: number; wg: number } {
-  const layout = opts.layout ?? tunedChoice(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, isCpuDevice(gpu) ? "cpu" : "gpu");
+  const layout = opts.layout ?? opts.tuning?.layout ?? (isCpuDevice(gpu) ? "cpu" : "gpu");
   const cpu = layout === "cpu";
   const wg = opts.workgroupSize ?? (cpu ? 64 : WG);
   const tpr = opts.threadsPerRow ?? (cpu ? 1 : Math.min(wg, 2 ** Math.ceil(Math.log2(Math.max(1, Math.ceil(C / 4))))));
@@ -62,17 +67,24 @@ function need(what: string, b: Binding, bytes: number): void {
   if (size < bytes) throw new Error(`rmsnorm: ${what} holds ${size} bytes, needs ${bytes}`);
 }
 
+export interface RmsnormBuffers {
+  x: Binding; // (rows, C)
+  w: Binding; // (C)
+  y: Binding; // (rows, C) out
+  rstd: Binding; // (rows) out, for the backward
+}
+
+export interface RmsnormDims {
+  rows: number;
+  C: number;
+}
+
 /** y = x * rstd * w for x (rows, C), w (C); writes y (rows, C) and rstd (rows) for the backward. */
-export function rmsnorm(
+export function rmsnormForward(
   gpu: Gpu,
   rec: Recorder,
-  x: Binding,
-  w: Binding,
-  y: Binding,
-  rstd: Binding,
-  rows: number,
-  C: number,
-  eps: number,
+  { x, w, y, rstd }: RmsnormBuffers,
+  { rows, C, eps }: RmsnormDims & { eps: number },
   opts: RmsnormOptions = {},
 ): void {
   if (rows === 0) return;
@@ -107,8 +119,7 @@ export function rmsnormBackward(
   gpu: Gpu,
   rec: Recorder,
   b: RmsnormBackwardBuffers,
-  rows: number,
-  C: number,
+  { rows, C }: RmsnormDims,
   opts: RmsnormBackwardOptions = {},
 ): void {
   if (rows === 0) return;

@@ -1,7 +1,7 @@
 import { beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { rmsnorm, rmsnormBackward, rmsnormVariant } from "./index.ts";
+import { rmsnormForward, rmsnormBackward, rmsnormVariant } from "./index.ts";
 import { rmsnormBackwardReference, rmsnormReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -25,9 +25,9 @@ async function check(rows: number, C: number, tpr: number | undefined, wg: numbe
   const [by, brstd] = [gpu.buffer(rows * C * 4), gpu.buffer(rows * 4)];
   const [bdx, bdw] = [gpu.upload(dx0), gpu.upload(dw0)];
   const rec = gpu.recorder();
-  rmsnorm(gpu, rec, bx, bw, by, brstd, rows, C, EPS, opts);
+  rmsnormForward(gpu, rec, { x: bx, w: bw, y: by, rstd: brstd }, { rows, C, eps: EPS }, opts);
   const bufs = { x: bx, w: bw, rstd: brstd, dy: bdy, dx: bdx, dw: bdw };
-  rmsnormBackward(gpu, rec, bufs, rows, C, { ...opts, accumulate, accumulateDw: accumulate });
+  rmsnormBackward(gpu, rec, bufs, { rows, C }, { ...opts, accumulate, accumulateDw: accumulate });
   const reads = [by, brstd, bdx, bdw].map((b, i) => rec.read(b, [rows * C, rows, rows * C, C][i] * 4));
   await rec.submit();
   const [y, rstd, dx, dw] = (await Promise.all(reads)).map((a) => new Float32Array(a));

@@ -8,7 +8,7 @@
 // (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
 import { Params, type Gpu, type Recorder } from "@webart/gpu";
 import code from "./sample.wgsl";
-import { rowSpecs, rowThreads } from "../util/row-threads.ts";
+import { rowSpecs, rowThreads, type RowTuning } from "../util/row-threads.ts";
 
 /** The kernel at a workgroup size (a power of two, 8..256; one workgroup per row). */
 export const sampleSpec = rowSpecs("sample_forward", code);
@@ -67,29 +67,34 @@ function need(buf: GPUBuffer, bytes: number, what: string): void {
   if (buf.size < bytes) throw new RangeError(`${what}: buffer has ${buf.size} bytes, needs ${bytes}`);
 }
 
+export interface SampleBuffers {
+  logits: GPUBuffer; // (B, V) f32
+  rows: GPUBuffer; // packSampleRows
+  tokens: GPUBuffer; // (B) u32 out
+  logprobs: GPUBuffer; // (B) f32 out
+  /** (B, sampleMaskWords(V)) u32: the tokens each row may take (constrained decoding). */
+  mask?: GPUBuffer;
+}
+
 /** Samples one token per row; tokens (B,) u32 and logprobs (B,) f32 are written on the GPU. */
 export function sample(
   gpu: Gpu,
   rec: Recorder,
-  logits: GPUBuffer, // (B, V) f32
-  rows: GPUBuffer, // packSampleRows
-  tokens: GPUBuffer, // (B,) u32
-  logprobs: GPUBuffer, // (B,) f32
-  B: number,
-  V: number,
-  opts: { mask?: GPUBuffer; logprobAtTemperature?: boolean; wg?: number } = {},
+  { logits, rows, tokens, logprobs, mask }: SampleBuffers,
+  { B, V }: { B: number; V: number },
+  opts: { logprobAtTemperature?: boolean; wg?: number; tuning?: RowTuning } = {},
 ): void {
   if (B * V > 0xffffffff) throw new RangeError(`sample: B*V = ${B * V} passes 2^32`);
   need(logits, B * V * 4, "sample logits");
   need(rows, B * 24, "sample rows");
   need(tokens, B * 4, "sample tokens");
   need(logprobs, B * 4, "sample logprobs");
-  if (opts.mask) need(opts.mask, B * sampleMaskWords(V) * 4, "sample mask");
-  const params = new Params().u32(B, V, sampleMaskWords(V), opts.mask ? 1 : 0, opts.logprobAtTemperature ? 1 : 0);
+  if (mask) need(mask, B * sampleMaskWords(V) * 4, "sample mask");
+  const params = new Params().u32(B, V, sampleMaskWords(V), mask ? 1 : 0, opts.logprobAtTemperature ? 1 : 0);
   // Without a mask the kernel never reads binding 3; the rows buffer fills the slot.
   rec.dispatch(
-    sampleSpec(opts.wg ?? rowThreads(gpu, "sample")),
-    [logits, rows, opts.mask ?? rows, tokens, logprobs],
+    sampleSpec(opts.wg ?? rowThreads(gpu, opts.tuning)),
+    [logits, rows, mask ?? rows, tokens, logprobs],
     gpu.grid(B),
     params,
   );

@@ -29,7 +29,13 @@ async function run(
   const bm = mask ? gpu.upload(mask) : undefined;
   const [bt, bp] = [gpu.buffer(B * 4), gpu.buffer(B * 4)];
   const rec = gpu.recorder();
-  sample(gpu, rec, bl, br, bt, bp, B, V, { mask: bm, logprobAtTemperature, wg });
+  sample(
+    gpu,
+    rec,
+    { logits: bl, rows: br, tokens: bt, logprobs: bp, mask: bm },
+    { B, V },
+    { logprobAtTemperature, wg },
+  );
   const t = rec.read(bt, B * 4);
   const p = rec.read(bp, B * 4);
   await rec.submit();

@@ -1,14 +1,10 @@
-// Per-device kernel variant choice by measurement: times each candidate once per device and
-// problem key, caches the winner in memory, and exposes the table so it can be persisted.
-import type { Gpu, Recorder } from "@webart/gpu";
+// Kernel variant choice by measurement: times each candidate once per device and problem key, keeps the winner
+// with the device (Gpu.tuning), and turns a device's results into a table that can be persisted and loaded again.
+import type { Gpu, Recorder, TuneEntry } from "@webart/gpu";
 
-export interface TuneEntry {
-  winner: string;
-  /** Median ms per candidate, as measured. */
-  ms: Record<string, number>;
-}
+export type { TuneEntry } from "@webart/gpu";
 
-/** Full key (device key + "|" + problem key) → entry. */
+/** Full key (device key + "|" + problem key) → entry: a device's results as they are persisted. */
 export type TuneTable = Record<string, TuneEntry>;
 
 export interface TuneOptions {
@@ -26,12 +22,12 @@ export interface TuneOptions {
   ordered?: boolean;
 }
 
-const table = new Map<string, TuneEntry>();
 /** A candidate whose first timing is this many times the best first timing is not timed again. */
 const HOPELESS = 3;
 /** At most this many calls in one timed submit. */
 const MAX_COPIES = 64;
-const inflight = new Map<string, Promise<string>>();
+/** Measurements under way, per device and key, so concurrent loads of one model time each problem once. */
+const inflight = new WeakMap<Gpu, Map<string, Promise<string>>>();
 
 const keys = new WeakMap<Gpu, string>();
 
@@ -46,15 +42,9 @@ export function deviceKey(gpu: Gpu): string {
   return k;
 }
 
-/** The cached winner for a problem key on this device, if tuning has run. */
+/** The measured winner for a problem key on this device, if tuning has run (or a table was loaded). */
 export function tuned(gpu: Gpu, key: string): string | undefined {
-  return table.get(`${deviceKey(gpu)}|${key}`)?.winner;
-}
-
-/** The tuned winner for `key` when it is one of `choices` (a loaded table may hold anything), else `fallback`. */
-export function tunedChoice<C extends string>(gpu: Gpu, key: string, choices: readonly C[], fallback: C): C {
-  const w = tuned(gpu, key);
-  return w !== undefined && choices.includes(w as C) ? (w as C) : fallback;
+  return gpu.tuning.get(key)?.winner;
 }
 
 /**
@@ -70,20 +60,21 @@ export async function tune<C extends string>(
   opts: TuneOptions = {},
 ): Promise<C> {
   if (!candidates.length) throw new Error(`tune("${key}"): no candidates`);
-  const full = `${deviceKey(gpu)}|${key}`;
-  const hit = table.get(full);
+  const hit = gpu.tuning.get(key);
   if (hit && candidates.includes(hit.winner as C)) return hit.winner as C;
-  let p = inflight.get(full);
+  let running = inflight.get(gpu);
+  if (!running) inflight.set(gpu, (running = new Map()));
+  let p = running.get(key);
   if (!p) {
-    p = measure(gpu, full, candidates, runOne, opts).finally(() => inflight.delete(full));
-    inflight.set(full, p);
+    p = measure(gpu, key, candidates, runOne, opts).finally(() => running.delete(key));
+    running.set(key, p);
   }
   return (await p) as C;
 }
 
 async function measure<C extends string>(
   gpu: Gpu,
-  full: string,
+  key: string,
   candidates: readonly C[],
   runOne: (candidate: C, rec: Recorder) => void,
   opts: TuneOptions,
@@ -126,23 +117,26 @@ async function measure<C extends string>(
   const ms: Record<string, number> = {};
   for (const [c, ts] of times) ms[c] = [...ts].sort((x, y) => x - y)[Math.floor(ts.length / 2)];
   const winner = [...times.keys()].reduce((w, c) => (ms[c] < ms[w] ? c : w));
-  table.set(full, { winner, ms });
+  gpu.tuning.set(key, { winner, ms });
   return winner;
 }
 
-/** A copy of every tuning result so far (to persist, e.g. as JSON). */
-export function tuneTable(): TuneTable {
-  return Object.fromEntries([...table].map(([k, v]) => [k, { winner: v.winner, ms: { ...v.ms } }]));
+/** A copy of this device's tuning results, keyed for persisting (device key + "|" + problem key). */
+export function tuneTable(gpu: Gpu): TuneTable {
+  const dk = deviceKey(gpu);
+  return Object.fromEntries([...gpu.tuning].map(([k, v]) => [`${dk}|${k}`, { winner: v.winner, ms: { ...v.ms } }]));
 }
 
-/** Loads persisted results; entries for other devices are kept but never match this one. */
-export function loadTuneTable(t: TuneTable): void {
+/** Loads persisted results into this device: entries measured on another device (or settings) are skipped.
+ *  Returns how many were loaded. */
+export function loadTuneTable(gpu: Gpu, t: TuneTable): number {
+  const prefix = `${deviceKey(gpu)}|`;
+  let n = 0;
   for (const [k, v] of Object.entries(t)) {
     if (typeof v?.winner !== "string") throw new Error(`loadTuneTable: entry "${k}" has no winner`);
-    table.set(k, { winner: v.winner, ms: { ...(v.ms ?? {}) } });
+    if (!k.startsWith(prefix)) continue;
+    gpu.tuning.set(k.slice(prefix.length), { winner: v.winner, ms: { ...(v.ms ?? {}) } });
+    n++;
   }
-}
-
-export function clearTuneTable(): void {
-  table.clear();
+  return n;
 }

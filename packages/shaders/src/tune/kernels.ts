@@ -1,10 +1,11 @@
-// Start-up tuning: measures, once per device and process, every layout choice the engine's kernels make (matmul
+// Start-up tuning: measures, once per device and model shape, every layout choice the engine's kernels make (matmul
 // and matvec variants for the model's weight dtype, threads per row of sampling and logprobs, the attention family
-// and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The winners stay in tune/'s
-// table, which the kernels consult; until tuning has run they fall back to a default for the device's kind.
+// and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The results stay with the device
+// (Gpu.tuning, keyed by op and shape); tuneKernels returns them as a KernelTuning, which the model passes to each
+// kernel it runs. A kernel given no tuning uses a default for the device's kind.
 import type { Gpu, Recorder } from "@webart/gpu";
-import { defaultMatmulVariant, matmul, tuneMatmul, type WeightDtype } from "../matmul/index.ts";
-import { tuneMatvec } from "../matvec/index.ts";
+import { defaultMatmulVariant, matmul, tuneMatmul, type MatmulTuning, type WeightDtype } from "../matmul/index.ts";
+import { tuneMatvec, type MatvecTuning } from "../matvec/index.ts";
 import { packSampleRows, sample } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
 import {
@@ -13,13 +14,25 @@ import {
   attentionForward,
   trainingSlotPos,
   type AttentionTuneCandidate,
+  type AttentionTuning,
 } from "../attention/index.ts";
-import { LORA_LAYOUTS, loraBackward, loraForward } from "../lora/index.ts";
-import { RMSNORM_LAYOUTS, rmsnorm, rmsnormBackward } from "../rmsnorm/index.ts";
-import { ROW_THREADS } from "../util/row-threads.ts";
+import { LORA_LAYOUTS, loraBackward, loraForward, type LoraTuning } from "../lora/index.ts";
+import { RMSNORM_LAYOUTS, rmsnormBackward, rmsnormForward, type RmsnormTuning } from "../rmsnorm/index.ts";
+import { ROW_THREADS, type RowTuning } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
 import { tune, type TuneOptions } from "./index.ts";
+
+/** Every tuned kernel's choice for one model shape on one device; each op owns the type of its part. */
+export interface KernelTuning {
+  matmul?: MatmulTuning;
+  matvec?: MatvecTuning;
+  sample?: RowTuning;
+  logprobs?: RowTuning;
+  attention?: AttentionTuning;
+  lora?: LoraTuning;
+  rmsnorm?: RmsnormTuning;
+}
 
 /** What the measured problems are shaped like: the model's dims. */
 export interface TuneShape {
@@ -94,7 +107,8 @@ async function timeCalibration(gpu: Gpu): Promise<boolean> {
     let best = Infinity;
     for (let i = 0; i < 4; i++) {
       const rec = gpu.recorder();
-      for (let k = 0; k < 8; k++) matmul(gpu, rec, a, a, c, { M: n, N: n, K: n, variant: defaultMatmulVariant(gpu) });
+      for (let k = 0; k < 8; k++)
+        matmul(gpu, rec, { a, b: a, c }, { M: n, N: n, K: n }, { variant: defaultMatmulVariant(gpu) });
       const t0 = performance.now();
       await rec.submit();
       await gpu.sync();
@@ -152,34 +166,38 @@ async function tuneWith<C extends string>(
 const ORDERED = { ordered: true };
 
 /** Threads per row of the sampling and logprobs kernels, at the model's vocabulary (logprobs: one 8192 chunk). */
-export async function tuneRowThreads(gpu: Gpu, vocab: number, z: Sizes = CPU_SIZES): Promise<Record<string, string>> {
+export async function tuneRowThreads(
+  gpu: Gpu,
+  vocab: number,
+  z: Sizes = CPU_SIZES,
+): Promise<{ sample: RowTuning; logprobs: RowTuning }> {
   const V = Math.max(1, vocab);
   const sampleWinner = await tuneWith(
     gpu,
-    "sample.threads",
+    `sample.threads@V=${V}`,
     ROW_THREADS,
     (s) => {
       const B = z.sampleRows;
       const rows = packSampleRows(Array.from({ length: B }, (_, b) => ({ temperature: 1, seed: 1, step: b })));
       const [logits, r, tokens, lps] = [s.f32(B * V, -6, 6), s.u32(rows), s.zeros(B * 4), s.zeros(B * 4)];
-      return (c) => (rec) => sample(gpu, rec, logits, r, tokens, lps, B, V, { wg: Number(c) });
+      return (c) => (rec) => sample(gpu, rec, { logits, rows: r, tokens, logprobs: lps }, { B, V }, { wg: Number(c) });
     },
     ORDERED,
   );
   const cols = Math.min(V, 8192);
   const lpWinner = await tuneWith(
     gpu,
-    "logprobs.threads",
+    `logprobs.threads@cols=${cols}`,
     ROW_THREADS,
     (s) => {
       const N = z.logprobRows;
       const [logits, targets, stats] = [s.f32(N * cols, -4, 4), s.zeros(N * 4), s.zeros(logprobsStatsBytes(N))];
       return (c) => (rec) =>
-        logprobsChunk(gpu, rec, logits, targets, stats, N, { v0: 0, cols }, { first: true, wg: Number(c) });
+        logprobsChunk(gpu, rec, { logits, targets, stats }, { N, v0: 0, cols }, { first: true, wg: Number(c) });
     },
     ORDERED,
   );
-  return { "sample.threads": sampleWinner, "logprobs.threads": lpWinner };
+  return { sample: { threads: Number(sampleWinner) }, logprobs: { threads: Number(lpWinner) } };
 }
 
 /**
@@ -190,8 +208,9 @@ export async function tuneAttention(
   gpu: Gpu,
   dims: { heads: number; kvHeads: number; headDim: number },
   z: Sizes = CPU_SIZES,
-): Promise<Record<string, string>> {
+): Promise<AttentionTuning> {
   const { heads: h, kvHeads: kv, headDim: d } = dims;
+  const shape = `H=${h},KV=${kv},D=${d}`;
   const train = (s: Scratch) => {
     const n = z.tokens;
     const qs = n * h * d;
@@ -236,18 +255,18 @@ export async function tuneAttention(
   // The rows family against the tiled one at the device kind's profile; the other profile only where tiled wins
   // (in browsers each tiled pipeline takes seconds to build on a CPU device, as Dawn zero-fills workgroup memory).
   const tiledDefault: AttentionTuneCandidate = isCpuDevice(gpu) ? "tiled-cpu" : "tiled-gpu";
-  const out: Record<string, string> = {};
+  const out: AttentionTuning = {};
   for (const [use, setup] of [
     ["train", train],
     ["decode", decode],
   ] as const) {
     const family: AttentionTuneCandidate[] = d % 4 === 0 ? ["rows", tiledDefault] : [tiledDefault];
-    const w = family.length > 1 ? await tuneWith(gpu, `attention.${use}`, family, setup) : tiledDefault;
-    out[`attention.${use}`] = w;
-    if (w !== "rows") {
-      const tiles = await tuneWith(gpu, `attention.${use}.tiles`, ["tiled-cpu", "tiled-gpu"] as const, setup);
-      out[`attention.${use}.tiles`] = tiles;
-    }
+    const w = family.length > 1 ? await tuneWith(gpu, `attention.${use}@${shape}`, family, setup) : tiledDefault;
+    const tiles =
+      w === "rows"
+        ? tiledDefault
+        : await tuneWith(gpu, `attention.${use}.tiles@${shape}`, ["tiled-cpu", "tiled-gpu"] as const, setup);
+    out[use] = { variant: w === "rows" ? "rows" : "tiled", profile: tiles === "tiled-cpu" ? "cpu" : "gpu" };
   }
   return out;
 }
@@ -256,8 +275,8 @@ const splitCandidate = (c: AttentionTuneCandidate) =>
   c === "rows" ? (["rows", undefined] as const) : (["tiled", c === "tiled-cpu" ? "cpu" : "gpu"] as const);
 
 /** LoRA's layout (register blocking only, or threads sharing sums in workgroup memory): forward and backward. */
-export async function tuneLora(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<string> {
-  return tuneWith(gpu, "lora.layout", LORA_LAYOUTS, (s) => {
+export async function tuneLora(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<LoraTuning> {
+  const layout = await tuneWith(gpu, `lora.layout@C=${hidden}`, LORA_LAYOUTS, (s) => {
     const d = { N: z.tokens, in: hidden, out: hidden, R: LORA_RANK, scale: 2 };
     const size = LORA_RANK * hidden * 2;
     const [w, g, x, t, y, dy, dx] = [
@@ -272,15 +291,16 @@ export async function tuneLora(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): 
     const slot = { buffer: w, a: 0, b: LORA_RANK * hidden };
     const gslot = { buffer: g, a: 0, b: LORA_RANK * hidden };
     return (c) => (rec) => {
-      loraForward(gpu, rec, d, slot, x, t, y, { layout: c });
-      loraBackward(gpu, rec, d, slot, gslot, { x, t, dy, dx }, { layout: c });
+      loraForward(gpu, rec, { slot, x, t, y }, d, { layout: c });
+      loraBackward(gpu, rec, { slot, grads: gslot, x, t, dy, dx }, d, { layout: c });
     };
   });
+  return { layout };
 }
 
 /** RMSNorm's row layout: forward and backward (with the weight gradient) over the model's width. */
-export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<string> {
-  return tuneWith(gpu, "rmsnorm.layout", RMSNORM_LAYOUTS, (s) => {
+export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<RmsnormTuning> {
+  const layout = await tuneWith(gpu, `rmsnorm.layout@C=${hidden}`, RMSNORM_LAYOUTS, (s) => {
     const [rows, C] = [z.tokens, hidden];
     const [x, w, y, rstd, dy, dx, dw] = [
       s.f32(rows * C),
@@ -292,19 +312,20 @@ export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES
       s.zeros(C * 4),
     ];
     return (c) => (rec) => {
-      rmsnorm(gpu, rec, x, w, y, rstd, rows, C, 1e-6, { layout: c });
-      rmsnormBackward(gpu, rec, { x, w, rstd, dy, dx, dw }, rows, C, { layout: c });
+      rmsnormForward(gpu, rec, { x, w, y, rstd }, { rows, C, eps: 1e-6 }, { layout: c });
+      rmsnormBackward(gpu, rec, { x, w, rstd, dy, dx, dw }, { rows, C }, { layout: c });
     };
   });
+  return { layout };
 }
 
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA and RMSNorm.
- * Returns every winner by tune key. The keys name the device, not the shapes: the first model tuned in a process
- * decides for later ones on the same device.
+ * Each problem is measured once per device and shape (a second model of the same shape, or a loaded table, reuses
+ * the results); models of other shapes on the device measure their own.
  */
-export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<Record<string, string>> {
+export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTuning> {
   const { weights } = shape;
   const z = (await calibrate(gpu)) ? FAST_SIZES : CPU_SIZES;
   const cases = [
@@ -313,11 +334,11 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<Record<st
     ...(weights === "f32" ? [] : [{ mode: "nn" as const, bDtype: "f32" as const }]),
   ];
   return {
-    ...(await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 })),
-    ...(await tuneMatvec(gpu, [weights], z.matvec, { ...QUICK, minReps: 3 })),
+    matmul: await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 }),
+    matvec: await tuneMatvec(gpu, [weights], z.matvec, { ...QUICK, minReps: 3 }),
     ...(await tuneRowThreads(gpu, shape.vocab, z)),
-    ...(await tuneAttention(gpu, shape, z)),
-    "lora.layout": await tuneLora(gpu, shape.hidden, z),
-    "rmsnorm.layout": await tuneRmsnorm(gpu, shape.hidden, z),
+    attention: await tuneAttention(gpu, shape, z),
+    lora: await tuneLora(gpu, shape.hidden, z),
+    rmsnorm: await tuneRmsnorm(gpu, shape.hidden, z),
   };
 }

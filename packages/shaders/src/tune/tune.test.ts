@@ -1,11 +1,11 @@
-// Variant tuning: winners are measured on the device, cached per device and problem key, and
-// persisted through the table; matmul and matvec then use the tuned variant.
+// Variant tuning: winners are measured on the device and kept with it per problem key (op and shape), persisted
+// through the table; each kernel follows the tuning it is given.
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
-import { MATMUL_VARIANTS, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
+import { MATMUL_VARIANTS, defaultMatmulVariant, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
 import { matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
-import { deviceKey, clearTuneTable, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
-import { tuneKernels } from "./kernels.ts";
+import { deviceKey, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
+import { tuneKernels, tuneRowThreads } from "./kernels.ts";
 import { ROW_THREADS, rowThreads } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
@@ -15,10 +15,10 @@ import { rmsnormVariant } from "../rmsnorm/index.ts";
 let gpu: Gpu;
 beforeAll(async () => {
   gpu = await getDevice();
-  clearTuneTable();
+  gpu.tuning.clear();
 });
 afterAll(() => {
-  clearTuneTable();
+  gpu.tuning.clear();
   expect(gpu.errors).toEqual([]);
 });
 
@@ -27,10 +27,10 @@ it("times every candidate once, returns the fastest, and serves it from the cach
   const runs: Record<string, number> = {};
   const runOne = (v: (typeof MATMUL_VARIANTS)[number], rec: Recorder) => {
     runs[v] = (runs[v] ?? 0) + 1;
-    matmul(gpu, rec, a, b, c, { M: 64, N: 64, K: 64, variant: v });
+    matmul(gpu, rec, { a, b, c }, { M: 64, N: 64, K: 64 }, { variant: v });
   };
   const winner = await tune(gpu, "test.matmul64", MATMUL_VARIANTS, runOne, { minReps: 2, minMs: 0 });
-  const entry = tuneTable()[`${deviceKey(gpu)}|test.matmul64`];
+  const entry = tuneTable(gpu)[`${deviceKey(gpu)}|test.matmul64`];
   expect(Object.keys(entry.ms).sort()).toEqual([...MATMUL_VARIANTS].sort());
   expect(entry.ms[winner]).toBe(Math.min(...Object.values(entry.ms)));
   // One warm-up and two timed runs; one timed run for a candidate already 3x behind the best before it.
@@ -49,7 +49,7 @@ it("times calls shorter than minSubmitMs several to a submit", async () => {
   const runs: Record<string, number> = {};
   const runOne = (v: (typeof MATMUL_VARIANTS)[number], rec: Recorder) => {
     runs[v] = (runs[v] ?? 0) + 1;
-    matmul(gpu, rec, a, a, c, { M: 16, N: 16, K: 16, variant: v });
+    matmul(gpu, rec, { a, b: a, c }, { M: 16, N: 16, K: 16 }, { variant: v });
   };
   // A 16³ matmul takes far less than 10 s / 64, so every submit carries the maximum of 64 calls.
   await tune(gpu, "test.copies", MATMUL_VARIANTS, runOne, { minReps: 1, minMs: 0, maxReps: 1, minSubmitMs: 10_000 });
@@ -59,83 +59,103 @@ it("times calls shorter than minSubmitMs several to a submit", async () => {
   gpu.release(a, c);
 });
 
-it("keys results by device and settings: a robust device on the same GPU is tuned separately", async () => {
+it("keeps results with the device: another device (a robust one on the same GPU) neither sees nor loads them", async () => {
   const robust = await getDevice({ robustness: true });
   expect(deviceKey(robust)).not.toBe(deviceKey(gpu));
   expect(deviceKey(gpu)).toContain(gpu.kind.architecture);
   expect(tuned(robust, "test.matmul64")).toBeUndefined();
+  const saved = tuneTable(gpu);
+  expect(Object.keys(saved).every((k) => k.startsWith(`${deviceKey(gpu)}|`))).toBe(true);
+  expect(loadTuneTable(robust, saved)).toBe(0);
+  expect(robust.tuning.size).toBe(0);
 });
 
-it("tuneMatmul and tuneMatvec pick what matmul and matvec then use; the table round-trips", async () => {
+it("tuneMatmul and tuneMatvec return the tuning that matmul and matvec then use; the table round-trips", async () => {
   const mm = await tuneMatmul(gpu, [{ mode: "nt", bDtype: "bf16" }], 64);
-  expect(MATMUL_VARIANTS).toContain(mm["matmul.nt.bf16"]);
-  expect(matmulVariant(gpu, "nt", "bf16")).toBe(mm["matmul.nt.bf16"]);
+  expect(MATMUL_VARIANTS).toContain(mm["nt.bf16"]);
+  expect(matmulVariant(gpu, "nt", "bf16", mm)).toBe(mm["nt.bf16"]);
+  expect(matmulVariant(gpu, "nt", "bf16")).toBe(defaultMatmulVariant(gpu)); // untuned: the device's default
+  expect(tuned(gpu, "matmul.nt.bf16@64")).toBe(mm["nt.bf16"]);
   const mv = await tuneMatvec(gpu, ["f32"], [128, 256]);
-  expect(matvecVariants(gpu)).toContain(mv["matvec.f32"]);
-  expect(matvecVariant(gpu, "f32")).toBe(mv["matvec.f32"]);
+  expect(matvecVariants(gpu)).toContain(mv.f32);
+  expect(matvecVariant(gpu, "f32", mv)).toBe(mv.f32);
 
-  // Persist, clear, reload; then force the other matmul variant through a loaded entry.
-  const saved = JSON.parse(JSON.stringify(tuneTable()));
-  clearTuneTable();
-  expect(tuned(gpu, "matmul.nt.bf16")).toBeUndefined();
-  loadTuneTable(saved);
-  expect(matmulVariant(gpu, "nt", "bf16")).toBe(mm["matmul.nt.bf16"]);
-  const other = MATMUL_VARIANTS.find((v) => v !== mm["matmul.nt.bf16"])!;
-  loadTuneTable({ [`${deviceKey(gpu)}|matmul.nt.bf16`]: { winner: other, ms: {} } });
-  expect(matmulVariant(gpu, "nt", "bf16")).toBe(other);
-  expect(() => loadTuneTable({ x: { ms: {} } as never })).toThrow(/no winner/);
+  // Persist, clear, reload: the loaded entry is served without timing; one naming another winner is followed.
+  const saved = JSON.parse(JSON.stringify(tuneTable(gpu)));
+  gpu.tuning.clear();
+  expect(tuned(gpu, "matmul.nt.bf16@64")).toBeUndefined();
+  expect(loadTuneTable(gpu, saved)).toBe(Object.keys(saved).length);
+  expect(tuned(gpu, "matmul.nt.bf16@64")).toBe(mm["nt.bf16"]);
+  const other = MATMUL_VARIANTS.find((v) => v !== mm["nt.bf16"])!;
+  loadTuneTable(gpu, { [`${deviceKey(gpu)}|matmul.nt.bf16@64`]: { winner: other, ms: {} } });
+  expect((await tuneMatmul(gpu, [{ mode: "nt", bDtype: "bf16" }], 64))["nt.bf16"]).toBe(other);
+  expect(() => loadTuneTable(gpu, { x: { ms: {} } as never })).toThrow(/no winner/);
 });
 
-it("every layout choice follows a loaded table entry for its key, and ignores winners that are not candidates", () => {
-  const k = deviceKey(gpu);
-  const set = (key: string, winner: string, ms: Record<string, number> = {}) =>
-    loadTuneTable({ [`${k}|${key}`]: { winner, ms } });
-  for (const threads of ROW_THREADS) {
-    set("sample.threads", threads);
-    set("logprobs.threads", threads);
-    expect(rowThreads(gpu, "sample")).toBe(Number(threads));
-    expect(rowThreads(gpu, "logprobs")).toBe(Number(threads));
-  }
-  set("sample.threads", "512"); // not a candidate: the device kind's default
-  expect(rowThreads(gpu, "sample")).toBe(isCpuDevice(gpu) ? 8 : 256);
-
+it("each kernel follows its tuning where given and the device kind's default where not", () => {
+  const cpu = isCpuDevice(gpu);
+  expect(rowThreads(gpu)).toBe(cpu ? 8 : 256);
+  for (const threads of ROW_THREADS) expect(rowThreads(gpu, { threads: Number(threads) })).toBe(Number(threads));
   for (const use of ["train", "decode"] as const) {
-    set(`attention.${use}`, "tiled-cpu");
-    expect(attentionVariant(gpu, 64, use)).toBe("tiled");
-    for (const p of ["cpu", "gpu"] as const) {
-      set(`attention.${use}.tiles`, `tiled-${p}`);
-      expect(tileProfile(gpu, use)).toBe(p);
+    expect(attentionVariant(gpu, 64, use)).toBe(cpu ? "rows" : "tiled");
+    expect(tileProfile(gpu, use)).toBe(cpu ? "cpu" : "gpu");
+    for (const profile of ["cpu", "gpu"] as const) {
+      const tiled = { [use]: { variant: "tiled", profile } } as const;
+      expect(attentionVariant(gpu, 64, use, tiled)).toBe("tiled");
+      expect(tileProfile(gpu, use, tiled)).toBe(profile);
     }
-    set(`attention.${use}`, "rows");
-    expect(attentionVariant(gpu, 64, use)).toBe("rows");
-    expect(attentionVariant(gpu, 30, use)).toBe("tiled"); // rows need D % 4 == 0
+    const rows = { [use]: { variant: "rows", profile: "gpu" } } as const;
+    expect(attentionVariant(gpu, 64, use, rows)).toBe("rows");
+    expect(attentionVariant(gpu, 30, use, rows)).toBe("tiled"); // rows need D % 4 == 0
   }
-
+  expect(loraLayout(gpu)).toBe(cpu ? "cpu" : "gpu");
+  expect(rmsnormVariant(gpu, 896).wg).toBe(cpu ? 64 : 256);
   for (const layout of LORA_LAYOUTS) {
-    set("lora.layout", layout);
-    expect(loraLayout(gpu)).toBe(layout);
-    set("rmsnorm.layout", layout);
-    expect(rmsnormVariant(gpu, 896).wg).toBe(layout === "cpu" ? 64 : 256);
+    expect(loraLayout(gpu, { layout })).toBe(layout);
+    expect(rmsnormVariant(gpu, 896, { tuning: { layout } }).wg).toBe(layout === "cpu" ? 64 : 256);
   }
-  clearTuneTable();
 });
 
-it("tuneKernels times each choice on the model's shapes; the winners are the fastest measured", async () => {
+it("a loaded winner that is not a candidate is measured again", async () => {
+  const k = `sample.threads@V=300`;
+  loadTuneTable(gpu, { [`${deviceKey(gpu)}|${k}`]: { winner: "512", ms: {} } });
+  const { sample } = await tuneRowThreads(gpu, 300);
+  expect(ROW_THREADS.map(Number)).toContain(sample.threads);
+  expect(tuned(gpu, k)).toBe(String(sample.threads));
+});
+
+it("tuneKernels measures each choice on the model's shapes; another shape on the device gets its own", async () => {
   const shape = { weights: "bf16" as const, vocab: 300, hidden: 64, heads: 4, kvHeads: 2, headDim: 16 };
-  const winners = await tuneKernels(gpu, shape);
-  const table = tuneTable();
-  const keys = ["matmul.nt.bf16", "matmul.nn.bf16", "matmul.nn.f32", "matvec.bf16", "sample.threads"];
-  keys.push("logprobs.threads", "attention.train", "attention.decode", "lora.layout", "rmsnorm.layout");
-  // The tile profiles are ranked only where the tiled family won.
-  for (const use of ["train", "decode"])
-    if (winners[`attention.${use}`] !== "rows") keys.push(`attention.${use}.tiles`);
-  expect(Object.keys(winners).sort()).toEqual([...keys].sort());
-  for (const key of keys) {
-    const e = table[`${deviceKey(gpu)}|${key}`];
-    expect(winners[key], key).toBe(e.winner);
-    expect(Object.keys(e.ms).length, key).toBeGreaterThan(1);
+  gpu.tuning.clear(); // (earlier tests measured other sizes under the same op names)
+  const t = await tuneKernels(gpu, shape);
+  const keyOf = (prefix: string) => [...gpu.tuning.keys()].find((k) => k.startsWith(`${prefix}@`));
+  const chosen: [string, string | undefined][] = [
+    ["matmul.nt.bf16", t.matmul?.["nt.bf16"]],
+    ["matmul.nn.bf16", t.matmul?.["nn.bf16"]],
+    ["matmul.nn.f32", t.matmul?.["nn.f32"]],
+    ["matvec.bf16", t.matvec?.bf16],
+    ["sample.threads", String(t.sample?.threads)],
+    ["logprobs.threads", String(t.logprobs?.threads)],
+    ["lora.layout", t.lora?.layout],
+    ["rmsnorm.layout", t.rmsnorm?.layout],
+  ];
+  for (const use of ["train", "decode"] as const) {
+    const a = t.attention?.[use];
+    const family = gpu.tuning.get(`attention.${use}@H=4,KV=2,D=16`)!.winner;
+    expect(a?.variant).toBe(family === "rows" ? "rows" : "tiled");
+    // The tile profiles are ranked only where the tiled family won.
+    if (family !== "rows") chosen.push([`attention.${use}.tiles`, `tiled-${a?.profile}`]);
+  }
+  for (const [prefix, value] of chosen) {
+    const e = gpu.tuning.get(keyOf(prefix)!)!;
+    expect(value, prefix).toBe(e.winner);
+    expect(Object.keys(e.ms).length, prefix).toBeGreaterThan(1);
     expect(e.ms[e.winner]).toBe(Math.min(...Object.values(e.ms)));
   }
+  const other = await tuneKernels(gpu, { ...shape, hidden: 32 });
+  expect(gpu.tuning.has("rmsnorm.layout@C=64") && gpu.tuning.has("rmsnorm.layout@C=32")).toBe(true);
+  expect(other.rmsnorm?.layout).toBe(gpu.tuning.get("rmsnorm.layout@C=32")!.winner);
+  expect(t.rmsnorm?.layout).toBe(gpu.tuning.get("rmsnorm.layout@C=64")!.winner);
 });
 
 it("an ordered search stops at the first candidate 3x slower than the best so far", async () => {
@@ -149,11 +169,11 @@ it("an ordered search stops at the first candidate 3x slower than the best so fa
     (v, rec) => {
       runs[v] = (runs[v] ?? 0) + 1;
       const n = Number(v);
-      matmul(gpu, rec, a, a, c, { M: n, N: n, K: n, variant: MATMUL_VARIANTS[0] });
+      matmul(gpu, rec, { a, b: a, c }, { M: n, N: n, K: n }, { variant: MATMUL_VARIANTS[0] });
     },
     { minReps: 2, minMs: 0, ordered: true },
   );
-  const ms = tuneTable()[`${deviceKey(gpu)}|test.ordered`].ms;
+  const ms = tuneTable(gpu)[`${deviceKey(gpu)}|test.ordered`].ms;
   expect(runs["32"]).toBeUndefined();
   expect(Object.keys(ms)).toEqual(["16", "512"]);
   expect(winner).toBe("16");

@@ -1,20 +1,22 @@
 // Which kind of WebGPU implementation a device runs on, for the kernels' layout choices.
 import { isCpuDevice, type Gpu, type KernelSpec } from "@webart/gpu";
-import { tunedChoice } from "../tune/index.ts";
 
-/** The kernels that reduce each row in one workgroup. */
-export type RowKernel = "sample" | "logprobs";
 /** Threads per row they are measured at: fewer than 8 would leave each thread too long an f32 sum at V = 151936. */
 export const ROW_THREADS = ["8", "64", "256"] as const;
 
+/** What start-up tuning (tune/kernels.ts) chooses for a kernel that reduces each row in one workgroup. */
+export interface RowTuning {
+  /** Threads per row: one of ROW_THREADS. */
+  threads: number;
+}
+
 /**
- * Threads per row for a kernel that reduces each row in one workgroup (sampling, token logprobs): the count
- * measured fastest on this device at start-up (tuneRowThreads), else 256 on GPUs and 8 on CPU implementations,
- * where each barrier switches between the workgroup's SIMD groups (sampling 16 rows of 406 logits on SwiftShader:
- * 0.85 ms a call at 8 threads, 25.8 ms at 256; logprobs in a tic-tac-toe GRPO step: 23 against 576 ms a call).
+ * Threads per row for a kernel that reduces each row in one workgroup (sampling, token logprobs): the tuned count,
+ * else 256 on GPUs and 8 on CPU implementations, where each barrier switches between the workgroup's SIMD groups
+ * and costs more than the sums it shares.
  */
-export function rowThreads(gpu: Gpu, kernel: RowKernel): number {
-  return Number(tunedChoice(gpu, `${kernel}.threads`, ROW_THREADS, isCpuDevice(gpu) ? "8" : "256"));
+export function rowThreads(gpu: Gpu, tuning?: RowTuning): number {
+  return tuning?.threads ?? (isCpuDevice(gpu) ? 8 : 256);
 }
 
 /** A row kernel's spec at `wg` threads (a power of two, 8..256), one object per size so pipelines are found fast. */
