@@ -12,7 +12,7 @@ import {
   attentionBackward,
   attentionDecode,
   attentionForward,
-  embedding,
+  embeddingForward,
   tableViews,
   kvcacheWrite,
   loraBackward,
@@ -25,8 +25,8 @@ import {
   ropeForward,
   ropeInvFreq,
   ropeQkv,
-  swiglu,
   swigluBackward,
+  swigluForward,
   type KernelTuning,
   type MatvecSegment,
 } from "@webart/shaders";
@@ -229,7 +229,7 @@ export class Model {
     const c = this.config;
     const C = c.hiddenSize;
     let x = gpu.buffer(N * C * 4, "activations", "x"); // (N, C)
-    embedding(gpu, rec, this.weights.embed, ids, x, N, c.embedScale);
+    embeddingForward(gpu, rec, { W: this.weights.embed, ids, out: x }, { N }, { scale: c.embedScale });
     const layers: (Saved | LayerInput)[] = [];
     for (let l = 0; l < c.numLayers; l++) {
       if (save && !recompute) {
@@ -330,8 +330,8 @@ export class Model {
       }
     }
     const { invFreq, window } = this.attention(l);
-    ropeForward(gpu, rec, q, q, attend.slotPos, invFreq, { n: N, heads: H, d: D });
-    ropeForward(gpu, rec, k, k, attend.slotPos, invFreq, { n: N, heads: KV, d: D });
+    ropeForward(gpu, rec, { x: q, y: q, pos: attend.slotPos, invFreq }, { n: N, heads: H, d: D });
+    ropeForward(gpu, rec, { x: k, y: k, pos: attend.slotPos, invFreq }, { n: N, heads: KV, d: D });
     const o = buf(N * H * D, "o");
     const lse = buf(N * H, "lse");
     const scale = c.attnScale;
@@ -377,7 +377,7 @@ export class Model {
         { tuning: this.tuning.rmsnorm },
       );
       xMid = buf(N * C, "xMid");
-      add(gpu, rec, x, hA, xMid, N * C);
+      add(gpu, rec, { a: x, b: hA, y: xMid }, { n: N * C });
       gpu.release(hA);
       if (mode === "inplace") gpu.release(x);
       if (!save) {
@@ -409,7 +409,7 @@ export class Model {
     const tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
     const tu = this.loraFwd(rec, l, "up", h2, u, N, save);
     const a = buf(N * F, "a");
-    swiglu(gpu, rec, g, u, a, N * F, c.hiddenAct);
+    swigluForward(gpu, rec, { g, u, h: a }, { n: N * F }, { act: c.hiddenAct });
     let xOut = xMid;
     let mo: GPUBuffer | undefined, rstdM: GPUBuffer | undefined;
     let td: GPUBuffer | undefined;
@@ -427,7 +427,7 @@ export class Model {
         { tuning: this.tuning.rmsnorm },
       );
       xOut = buf(N * C, "xOut");
-      add(gpu, rec, xMid, hM, xOut, N * C);
+      add(gpu, rec, { a: xMid, b: hM, y: xOut }, { n: N * C });
       gpu.release(hM);
       if (!save) {
         gpu.release(xMid, mo, rstdM);
@@ -622,7 +622,7 @@ export class Model {
       { tuning: this.tuning.rmsnorm },
     );
     const out = this.gpu.buffer(N * C * 4, "activations", "residual");
-    add(this.gpu, rec, x, h, out, N * C);
+    add(this.gpu, rec, { a: x, b: h, y: out }, { n: N * C });
     this.gpu.release(h, rstd);
     return out;
   }
@@ -638,7 +638,7 @@ export class Model {
     let sel = x;
     if (rows) {
       sel = gpu.buffer(S * C * 4, "activations", "selected rows");
-      embedding(gpu, rec, tableViews(gpu, x, N, C, "f32"), rows, sel, S);
+      embeddingForward(gpu, rec, { W: tableViews(gpu, x, N, C, "f32"), ids: rows, out: sel }, { N: S });
     }
     if (S <= DECODE_ROWS) this.head(rec, sel, S, out, 0, V, V, this.weights.finalNorm);
     else {
@@ -827,7 +827,7 @@ export class Model {
       loraBack(l, "down", s.a, s.t.down, dmo, da);
       const dg = buf(N * F, "dg");
       const du = buf(N * F, "du");
-      swigluBackward(gpu, rec, s.g, s.u, da, dg, du, N * F, c.hiddenAct);
+      swigluBackward(gpu, rec, { g: s.g, u: s.u, dh: da, dg, du }, { n: N * F }, { act: c.hiddenAct });
       const dh2 = buf(N * C, "dh2");
       this.linearBack(rec, dg, L.gate, dh2, N, false);
       this.linearBack(rec, du, L.up, dh2, N, true);
@@ -866,8 +866,8 @@ export class Model {
       );
       // RoPE is a rotation: its backward rotates the gradient back (in place).
       const pos = acts.slotPos;
-      ropeBackward(gpu, rec, dq, dq, pos, invFreq, { n: N, heads: H, d: D });
-      ropeBackward(gpu, rec, dk, dk, pos, invFreq, { n: N, heads: KV, d: D });
+      ropeBackward(gpu, rec, { dy: dq, dx: dq, pos, invFreq }, { n: N, heads: H, d: D });
+      ropeBackward(gpu, rec, { dy: dk, dx: dk, pos, invFreq }, { n: N, heads: KV, d: D });
       let dqPre = dq;
       let dkPre = dk;
       if (c.qkNorm) {

@@ -341,14 +341,20 @@ function lossGradient(
   const perToken = gpu.buffer(N * 16, "activations", "per token");
   const seqStats = o.level === "sequence" ? gpu.buffer(grpoSeqStatsBytes(B), "activations") : undefined;
   const b = { lpNew: lp, lpOld: inp.old, lpRef: ref ?? null, meta: inp.meta, seqStats, dnew, perToken, totals };
-  grpoLoss(gpu, rec, b, N, B, {
-    loss: o.loss,
-    level: o.level,
-    epsilon: o.epsilon,
-    epsilonHigh: o.epsilonHigh,
-    beta: o.beta,
-    accumulate,
-  });
+  grpoLoss(
+    gpu,
+    rec,
+    b,
+    { N, S: B },
+    {
+      loss: o.loss,
+      level: o.level,
+      epsilon: o.epsilon,
+      epsilonHigh: o.epsilonHigh,
+      beta: o.beta,
+      accumulate,
+    },
+  );
   return { dnew, perToken, seqStats };
 }
 
@@ -431,9 +437,8 @@ export async function optimizerStep(
     gpu,
     rec,
     { weights: lora.params, grads: lora.grads!, m: lora.m!, v: lora.v!, parts, stats },
-    lora.size,
+    { n: lora.size, step },
     { lr: o.lr, beta1: o.beta1, beta2: o.beta2, eps: o.eps, weightDecay: o.weightDecay, maxNorm: o.maxGradNorm },
-    step,
   );
   const r = rec.read(stats, adamwStatsBytes);
   gpu.release(parts, stats);

@@ -100,7 +100,7 @@ function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): Weigh
     norm: (name, n) => ({ buffer: full.buffer, offset: full.offsets.get(name)! * 4, size: n * 4 }),
     embedding(rec, dx) {
       // dx is the gradient at the embedding's output: scatter-add it into the embedding rows.
-      embeddingBackward(gpu, rec, dx, ids, tableViews(gpu, full.buffer, c.vocabSize, C, "f32"));
+      embeddingBackward(gpu, rec, { dout: dx, dW: tableViews(gpu, full.buffer, c.vocabSize, C, "f32") }, { ids });
       gpu.release(ones);
     },
   };
@@ -262,7 +262,7 @@ export class FullTrainer {
     const parts = gpu.buffer(adamwPartsBytes, "optimizer");
     const stats = gpu.buffer(adamwStatsBytes, "optimizer");
     const rec = gpu.recorder();
-    gradNorm(gpu, rec, this.grads.buffer, parts, stats, this.grads.size, o.maxGradNorm);
+    gradNorm(gpu, rec, { grads: this.grads.buffer, parts, stats }, { n: this.grads.size, maxNorm: o.maxGradNorm });
     const cfg = {
       lr: o.lr,
       beta1: o.beta1,
@@ -278,14 +278,9 @@ export class FullTrainer {
       adamwUpdate(
         gpu,
         rec,
-        t.weight,
-        w(this.grads.buffer),
-        w(this.m),
-        w(this.v),
-        stats,
-        t.n,
+        { weights: t.weight, grads: w(this.grads.buffer), m: w(this.m), v: w(this.v), stats },
+        { n: t.n, step: this.step },
         { ...cfg, weightDecay: decay },
-        this.step,
       );
     }
     const sRead = rec.read(stats, adamwStatsBytes);

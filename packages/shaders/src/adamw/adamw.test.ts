@@ -27,7 +27,7 @@ async function compare(n: number, maxNorm: number, steps: number, seed: number):
     const grads = rng.f32(n, -0.1, 0.1);
     gpu.write(b.grads, grads);
     const rec = gpu.recorder();
-    adamwStep(gpu, rec, b, n, c, step);
+    adamwStep(gpu, rec, b, { n, step }, c);
     const reads = [b.weights, b.m, b.v].map((x) => rec.read(x, n * 4));
     const st = rec.read(b.stats, 16);
     await rec.submit();
@@ -79,7 +79,7 @@ it("a non-finite grad norm skips the step and says so", async () => {
       stats: gpu.buffer(adamwStatsBytes),
     };
     const rec = gpu.recorder();
-    adamwStep(gpu, rec, b, n, { ...base, maxNorm: 1 }, 3);
+    adamwStep(gpu, rec, b, { n, step: 3 }, { ...base, maxNorm: 1 });
     const reads = [b.weights, b.m, b.v].map((x) => rec.read(x, n * 4));
     const st = rec.read(b.stats, 16);
     await rec.submit();
@@ -99,7 +99,7 @@ it.each([0.25, 0])("scaleGrads multiplies by %f (0 clears NaN too)", async (scal
   g[7] = NaN;
   const bg = gpu.upload(g);
   const rec = gpu.recorder();
-  scaleGrads(gpu, rec, bg, n, scale);
+  scaleGrads(gpu, rec, { grads: bg }, { n, scale });
   const out = rec.read(bg, n * 4);
   await rec.submit();
   const expected = g.map((x) => (scale === 0 ? 0 : x * scale));

@@ -44,15 +44,18 @@ function params(n: number, parts: number, c?: AdamWConfig, step = 1, scale = 1):
     .f32(c?.lr ?? 0, c?.beta1 ?? 0, c?.beta2 ?? 0, c?.eps ?? 0, c?.weightDecay ?? 0, bc1, bc2, c?.maxNorm ?? 0, scale);
 }
 
+export interface GradNormBuffers {
+  grads: GPUBuffer; // (n,)
+  parts: GPUBuffer; // adamwPartsBytes of scratch
+  stats: GPUBuffer; // adamwStatsBytes out
+}
+
 /** Records the global grad norm of n grads into stats (norm, clip factor for maxNorm, finite, sumsq). */
 export function gradNorm(
   gpu: Gpu,
   rec: Recorder,
-  grads: GPUBuffer, // (n,)
-  parts: GPUBuffer, // adamwPartsBytes of scratch
-  stats: GPUBuffer, // adamwStatsBytes
-  n: number,
-  maxNorm: number,
+  { grads, parts, stats }: GradNormBuffers,
+  { n, maxNorm }: { n: number; maxNorm: number },
 ): void {
   need(grads, n * 4, "gradNorm grads");
   need(parts, adamwPartsBytes, "gradNorm parts");
@@ -63,18 +66,28 @@ export function gradNorm(
   rec.dispatch(adamwNorm, [parts, stats], 1, params(n, nparts, c));
 }
 
+export interface AdamWUpdateBuffers {
+  weights: Buf; // (n,)
+  grads: Buf; // (n,)
+  m: Buf; // (n,) first moment
+  v: Buf; // (n,) second moment
+  stats: GPUBuffer; // from gradNorm
+}
+
+export interface AdamWDims {
+  /** n parameters. */
+  n: number;
+  /** The optimizer step, 1-based (for the bias corrections). */
+  step: number;
+}
+
 /** Records the AdamW update for step `step` (1-based), scaling grads by the clip factor in stats. */
 export function adamwUpdate(
   gpu: Gpu,
   rec: Recorder,
-  weights: Buf, // (n,)
-  grads: Buf, // (n,)
-  m: Buf, // (n,) first moment
-  v: Buf, // (n,) second moment
-  stats: GPUBuffer, // from gradNorm
-  n: number,
+  { weights, grads, m, v, stats }: AdamWUpdateBuffers,
+  { n, step }: AdamWDims,
   config: AdamWConfig,
-  step: number,
 ): void {
   if (!(Number.isInteger(step) && step >= 1)) throw new RangeError(`adamwUpdate: step ${step} must be an integer >= 1`);
   for (const [b, w] of [
@@ -88,21 +101,28 @@ export function adamwUpdate(
   rec.dispatch(adamwForward, [weights, grads, m, v, stats], gpu.grid(Math.ceil(n / WG)), params(n, 1, config, step));
 }
 
+export interface AdamWBuffers {
+  weights: GPUBuffer; // (n,)
+  grads: GPUBuffer; // (n,)
+  m: GPUBuffer; // (n,) first moment
+  v: GPUBuffer; // (n,) second moment
+  parts: GPUBuffer; // adamwPartsBytes of scratch
+  stats: GPUBuffer; // adamwStatsBytes out
+}
+
 /** gradNorm + adamwUpdate: one optimizer step with global grad-norm clipping, no readback. */
-export function adamwStep(
-  gpu: Gpu,
-  rec: Recorder,
-  b: { weights: GPUBuffer; grads: GPUBuffer; m: GPUBuffer; v: GPUBuffer; parts: GPUBuffer; stats: GPUBuffer },
-  n: number,
-  config: AdamWConfig,
-  step: number,
-): void {
-  gradNorm(gpu, rec, b.grads, b.parts, b.stats, n, config.maxNorm);
-  adamwUpdate(gpu, rec, b.weights, b.grads, b.m, b.v, b.stats, n, config, step);
+export function adamwStep(gpu: Gpu, rec: Recorder, b: AdamWBuffers, dims: AdamWDims, config: AdamWConfig): void {
+  gradNorm(gpu, rec, b, { n: dims.n, maxNorm: config.maxNorm });
+  adamwUpdate(gpu, rec, b, dims, config);
 }
 
 /** grads *= scale (scale 0 writes exact zeros), e.g. to average accumulated micro-batch gradients. */
-export function scaleGrads(gpu: Gpu, rec: Recorder, grads: GPUBuffer, n: number, scale: number): void {
+export function scaleGrads(
+  gpu: Gpu,
+  rec: Recorder,
+  { grads }: { grads: GPUBuffer },
+  { n, scale }: { n: number; scale: number },
+): void {
   need(grads, n * 4, "scaleGrads grads");
   rec.dispatch(adamwScale, [grads], gpu.grid(Math.ceil(n / WG)), params(n, 1, undefined, 1, scale));
 }

@@ -13,7 +13,7 @@ it.each([1, 255, 257, 10_000])("add_forward matches the CPU reference for n=%i",
   const b = rng.f32(n);
   const [ba, bb, by] = [gpu.upload(a), gpu.upload(b), gpu.buffer(n * 4)];
   const rec = gpu.recorder();
-  add(gpu, rec, ba, bb, by, n);
+  add(gpu, rec, { a: ba, b: bb, y: by }, { n });
   const out = rec.read(by, n * 4);
   await rec.submit();
   assertClose("add", new Float32Array(await out), addReference(a, b), { atol: 0, rtol: 0 });

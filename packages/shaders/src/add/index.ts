@@ -4,8 +4,14 @@ import { Params, type Recorder, type Gpu, type KernelSpec } from "@webart/gpu";
 import code from "./forward.wgsl";
 
 const WG = 256;
-export const addForward: KernelSpec = { name: "add_forward", code, overrides: { WG } };
+export const addSpec: KernelSpec = { name: "add_forward", code, overrides: { WG } };
 
-export function add(gpu: Gpu, rec: Recorder, a: GPUBuffer, b: GPUBuffer, y: GPUBuffer, n: number): void {
-  rec.dispatch(addForward, [a, b, y], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
+/** y = a + b, all (n). */
+export function add(
+  gpu: Gpu,
+  rec: Recorder,
+  { a, b, y }: { a: GPUBuffer; b: GPUBuffer; y: GPUBuffer },
+  { n }: { n: number },
+): void {
+  rec.dispatch(addSpec, [a, b, y], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
 }

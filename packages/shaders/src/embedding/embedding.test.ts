@@ -3,8 +3,8 @@ import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
 import {
   allocTable,
-  embedding,
   embeddingBackward,
+  embeddingForward,
   embeddingShard,
   releaseTable,
   splitRows,
@@ -70,7 +70,7 @@ it.each([
   const bids = gpu.upload(ids);
   const bout = gpu.upload(new Float32Array(N * C).fill(SENTINEL));
   const rec = gpu.recorder();
-  embedding(gpu, rec, table, bids, bout, N);
+  embeddingForward(gpu, rec, { W: table, ids: bids, out: bout }, { N });
   const out = rec.read(bout, N * C * 4);
   await rec.submit();
   const Wq = dtype === "f32" ? W : roundHalf(W, dtype);
@@ -90,14 +90,16 @@ it("an embedding shard writes only the tokens whose id falls in its rows", async
   expect([mid.r0, mid.r1, mid.first]).toEqual([3, 6, 1]); // element 15 is the high half of its shard's word 0
   const [bids, bout] = [gpu.upload(ids), gpu.upload(new Float32Array(N * C).fill(SENTINEL))];
   const rec = gpu.recorder();
-  embeddingShard(gpu, rec, mid, "bf16", C, bids, bout, N);
+  embeddingShard(gpu, rec, { shard: mid, ids: bids, out: bout }, { N, C, dtype: "bf16" });
   const out = rec.read(bout, N * C * 4);
   await rec.submit();
   const ref = embeddingReference(roundHalf(W, "bf16"), ids, C);
   for (let n = 0; n < N; n++) if (ids[n] < mid.r0 || ids[n] >= mid.r1) ref.fill(SENTINEL, n * C, (n + 1) * C);
   assertClose("embedding out, one shard", new Float32Array(await out), ref, EXACT);
   const rec2 = gpu.recorder();
-  expect(() => embedding(gpu, rec2, { ...table, shards: [mid] }, bids, bout, N)).toThrow(/shard rows/);
+  expect(() => embeddingForward(gpu, rec2, { W: { ...table, shards: [mid] }, ids: bids, out: bout }, { N })).toThrow(
+    /shard rows/,
+  );
   await rec2.submit();
   releaseTable(gpu, table);
   gpu.release(bids, bout);
@@ -114,7 +116,7 @@ it.each(["f32", "bf16"] as const)("a scaled %s lookup (Gemma's sqrt(hidden_size)
   expect(table.shards.length).toBe(2);
   const [bids, bout] = [gpu.upload(ids), gpu.buffer(N * C * 4)];
   const rec = gpu.recorder();
-  embedding(gpu, rec, table, bids, bout, N, scale);
+  embeddingForward(gpu, rec, { W: table, ids: bids, out: bout }, { N }, { scale });
   const out = rec.read(bout, N * C * 4);
   await rec.submit();
   // One f32 multiply by the f32 scale: the f64 product of two f32 values rounded once is the same number.
@@ -177,7 +179,7 @@ it.each([
     return out;
   };
   const rec = gpu.recorder();
-  embeddingBackward(gpu, rec, bdout, ids, table);
+  embeddingBackward(gpu, rec, { dout: bdout, dW: table }, { ids });
   await rec.submit();
   const dW = await read();
   // Each row adds its tokens' sum (GPU) or each token in turn (CPU): f32 rounding differs slightly.
@@ -186,7 +188,7 @@ it.each([
   if (own[0]) gpu.write(own[0], dW0);
   else for (const s of table.shards) gpu.write(s.binding as GPUBuffer, dW0.subarray(s.r0 * C, s.r1 * C));
   const rec2 = gpu.recorder();
-  embeddingBackward(gpu, rec2, bdout, ids, table);
+  embeddingBackward(gpu, rec2, { dout: bdout, dW: table }, { ids });
   await rec2.submit();
   expect(await read()).toEqual(dW);
   release(table, own);
@@ -208,7 +210,9 @@ it("embedding backward rejects ids outside the vocabulary", async () => {
   const table = uploadTable(gpu, new Float32Array(12), 4, 3, "f32");
   const bdout = gpu.upload(new Float32Array(6));
   const rec = gpu.recorder();
-  expect(() => embeddingBackward(gpu, rec, bdout, [1, 4], table)).toThrow(/ids\[1\] = 4 is not in \[0, 4\)/);
+  expect(() => embeddingBackward(gpu, rec, { dout: bdout, dW: table }, { ids: [1, 4] })).toThrow(
+    /ids\[1\] = 4 is not in \[0, 4\)/,
+  );
   await rec.submit();
   releaseTable(gpu, table);
   gpu.release(bdout);
@@ -223,7 +227,7 @@ it("embedding backward into a zeroed dW of separate shard buffers (allocTable)",
   const rec = gpu.recorder();
   const dW = allocTable(gpu, rec, V, C, "f32", 5 * C * 4); // 5 rows per shard: 4 shards
   expect(dW.shards.length).toBe(4);
-  embeddingBackward(gpu, rec, bdout, ids, dW);
+  embeddingBackward(gpu, rec, { dout: bdout, dW }, { ids });
   const parts = dW.shards.map((s) => rec.read(s.binding as GPUBuffer, (s.r1 - s.r0) * C * 4));
   await rec.submit();
   const got = new Float32Array(V * C);

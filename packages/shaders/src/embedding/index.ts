@@ -153,31 +153,49 @@ function checkShards(t: EmbeddingTable): void {
   if (next !== t.V) throw new Error(`embedding: shards cover rows [0, ${next}) of V = ${t.V}`);
 }
 
+export interface EmbeddingBuffers {
+  W: EmbeddingTable; // (V, C) in row shards
+  ids: Binding; // (N) u32
+  out: Binding; // (N, C) out
+}
+
+export interface EmbeddingOptions {
+  /** Factor on every row read (Gemma: sqrt(C)); default 1. */
+  scale?: number;
+}
+
 /** out (N, C) = W[ids] * scale: one dispatch per shard. ids (N) u32 on the GPU; ids >= V leave their row unwritten. */
-export function embedding(
+export function embeddingForward(
   gpu: Gpu,
   rec: Recorder,
-  W: EmbeddingTable,
-  ids: Binding,
-  out: Binding,
-  N: number,
-  scale = 1,
+  { W, ids, out }: EmbeddingBuffers,
+  { N }: { N: number },
+  { scale = 1 }: EmbeddingOptions = {},
 ): void {
   checkShards(W);
-  for (const s of W.shards) embeddingShard(gpu, rec, s, W.dtype, W.C, ids, out, N, scale);
+  for (const shard of W.shards) embeddingShard(gpu, rec, { shard, ids, out }, { N, C: W.C, dtype: W.dtype }, { scale });
+}
+
+export interface EmbeddingShardBuffers {
+  shard: TableShard; // rows [r0, r1) of a (V, C) table
+  ids: Binding; // (N) u32
+  out: Binding; // (N, C) out
+}
+
+export interface EmbeddingShardDims {
+  N: number;
+  C: number;
+  /** The type of the shard's values. */
+  dtype: EmbeddingDtype;
 }
 
 /** out[n, :] = W[ids[n], :] * scale for the tokens whose id is in the shard's rows [r0, r1); other rows untouched. */
 export function embeddingShard(
   gpu: Gpu,
   rec: Recorder,
-  shard: TableShard,
-  dtype: EmbeddingDtype,
-  C: number,
-  ids: Binding,
-  out: Binding,
-  N: number,
-  scale = 1,
+  { shard, ids, out }: EmbeddingShardBuffers,
+  { N, C, dtype }: EmbeddingShardDims,
+  { scale = 1 }: EmbeddingOptions = {},
 ): void {
   if (N === 0) return;
   if (N * C > 0xffffffff) throw new Error(`embedding: N * C = ${N * C} exceeds the u32 index range`);
@@ -215,6 +233,16 @@ export function tokensById(
   return { uniq: Uint32Array.from(uniq), starts: Uint32Array.from(starts), tokens };
 }
 
+export interface EmbeddingBackwardBuffers {
+  dout: Binding; // (N, C)
+  dW: EmbeddingTable; // (V, C) f32, accumulated into
+}
+
+export interface EmbeddingBackwardDims {
+  /** (N) the forward's token ids, on the CPU (they say which rows each dispatch adds into, so N = ids.length). */
+  ids: ArrayLike<number>;
+}
+
 /**
  * dW (V, C) += scatter-add of dout (N, C) by `ids` (the same ids as the forward, on the CPU). dW is an f32
  * table (one buffer: tableViews; or shards); it is accumulated into, so clear it first if nothing is there.
@@ -222,9 +250,8 @@ export function tokensById(
 export function embeddingBackward(
   gpu: Gpu,
   rec: Recorder,
-  dout: Binding,
-  ids: ArrayLike<number>,
-  dW: EmbeddingTable,
+  { dout, dW }: EmbeddingBackwardBuffers,
+  { ids }: EmbeddingBackwardDims,
 ): void {
   const { C, V } = dW;
   const N = ids.length;

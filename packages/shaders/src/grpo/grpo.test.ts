@@ -44,7 +44,7 @@ async function runGpu(inp: GrpoInputs, o: GrpoOptions, withRef: boolean, times =
     totals: gpu.buffer(grpoTotalsBytes),
   };
   const rec = gpu.recorder();
-  for (let k = 0; k < times; k++) grpoLoss(gpu, rec, b, N, S, { ...o, accumulate: k > 0 });
+  for (let k = 0; k < times; k++) grpoLoss(gpu, rec, b, { N, S }, { ...o, accumulate: k > 0 });
   const reads = [rec.read(b.dnew, N * 4), rec.read(b.perToken, N * 16), rec.read(b.totals, grpoTotalsBytes)];
   await rec.submit();
   const [dnew, perToken, totals] = (await Promise.all(reads)).map((x) => new Float32Array(x));

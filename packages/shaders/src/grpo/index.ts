@@ -77,8 +77,15 @@ export interface GrpoBuffers {
   totals: GPUBuffer; // 8 f32, out
 }
 
+export interface GrpoDims {
+  /** N tokens. */
+  N: number;
+  /** S sequences (read at sequence level only). */
+  S: number;
+}
+
 /** Records the GRPO loss, its gradient dnew and the totals for N tokens in S sequences. */
-export function grpoLoss(gpu: Gpu, rec: Recorder, b: GrpoBuffers, N: number, S: number, o: GrpoOptions): void {
+export function grpoLoss(gpu: Gpu, rec: Recorder, b: GrpoBuffers, { N, S }: GrpoDims, o: GrpoOptions): void {
   const seqLevel = o.level === "sequence";
   const beta = o.beta ?? 0;
   if (N < 1) throw new RangeError(`grpoLoss: N = ${N} tokens; need at least 1`);

@@ -16,13 +16,16 @@ export interface KvCacheDims {
   tmax: number;
 }
 
+export interface KvCacheBuffers {
+  slotPos: GPUBuffer; // (N, 2) u32: each token's (slot, pos)
+  k: GPUBuffer; // (N, KV, D)
+  v: GPUBuffer; // (N, KV, D)
+  kc: GPUBuffer; // (S, Tmax, KV, D)
+  vc: GPUBuffer; // (S, Tmax, KV, D)
+}
+
 /** Scatters k, v (N, KV, D) into kc, vc (S, Tmax, KV, D); tokens with slot >= S or pos >= Tmax are skipped. */
-export function kvcacheWrite(
-  gpu: Gpu,
-  rec: Recorder,
-  bufs: { slotPos: GPUBuffer; k: GPUBuffer; v: GPUBuffer; kc: GPUBuffer; vc: GPUBuffer },
-  dims: KvCacheDims,
-): void {
+export function kvcacheWrite(gpu: Gpu, rec: Recorder, bufs: KvCacheBuffers, dims: KvCacheDims): void {
   const { n, kv, d, slots, tmax } = dims;
   if (slots * tmax * kv * d >= 2 ** 32)
     throw new Error(`kvcache: ${slots}x${tmax}x${kv}x${d} elements overflow u32 indexing`);

@@ -90,30 +90,28 @@ function record(
   );
 }
 
+export interface RopeForwardBuffers {
+  x: GPUBuffer; // (N, heads, D)
+  y: GPUBuffer; // (N, heads, D) out; may be x (in place)
+  pos: GPUBuffer; // (N, posStride) u32
+  invFreq: GPUBuffer; // (D/2)
+}
+
 /** y = rope(x) on (N, heads, D) rows; pass y === x to rotate in place. `pos` holds each token's position. */
-export function ropeForward(
-  gpu: Gpu,
-  rec: Recorder,
-  x: GPUBuffer,
-  y: GPUBuffer,
-  pos: GPUBuffer,
-  invFreq: GPUBuffer,
-  dims: RopeDims,
-): void {
-  record(gpu, rec, x, y, pos, invFreq, dims, false);
+export function ropeForward(gpu: Gpu, rec: Recorder, b: RopeForwardBuffers, dims: RopeDims): void {
+  record(gpu, rec, b.x, b.y, b.pos, b.invFreq, dims, false);
+}
+
+export interface RopeBackwardBuffers {
+  dy: GPUBuffer; // (N, heads, D)
+  dx: GPUBuffer; // (N, heads, D) out; may be dy (in place)
+  pos: GPUBuffer; // (N, posStride) u32
+  invFreq: GPUBuffer; // (D/2)
 }
 
 /** dx = rope(dy) by the negative angle (the transpose of the rotation); dx === dy works in place. */
-export function ropeBackward(
-  gpu: Gpu,
-  rec: Recorder,
-  dy: GPUBuffer,
-  dx: GPUBuffer,
-  pos: GPUBuffer,
-  invFreq: GPUBuffer,
-  dims: RopeDims,
-): void {
-  record(gpu, rec, dy, dx, pos, invFreq, dims, true);
+export function ropeBackward(gpu: Gpu, rec: Recorder, b: RopeBackwardBuffers, dims: RopeDims): void {
+  record(gpu, rec, b.dy, b.dx, b.pos, b.invFreq, dims, true);
 }
 
 export interface RopeQkvDims {

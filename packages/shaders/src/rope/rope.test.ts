@@ -38,8 +38,9 @@ async function runGpu(
   const [bx, bp, bi] = [gpu.upload(x), gpu.upload(pos), gpu.upload(inv)];
   const by = o.inplace ? bx : gpu.buffer(x.byteLength);
   const rec = gpu.recorder();
-  const f = o.backward ? ropeBackward : ropeForward;
-  f(gpu, rec, bx, by, bp, bi, { n, heads, d, posStride: o.stride });
+  const dims = { n, heads, d, posStride: o.stride };
+  if (o.backward) ropeBackward(gpu, rec, { dy: bx, dx: by, pos: bp, invFreq: bi }, dims);
+  else ropeForward(gpu, rec, { x: bx, y: by, pos: bp, invFreq: bi }, dims);
   const out = rec.read(by, x.byteLength);
   await rec.submit();
   gpu.release(bx, bp, bi, ...(o.inplace ? [] : [by]));

@@ -14,30 +14,37 @@ const specs = (name: string, code: string) =>
 export const swigluForwardSpecs = specs("swiglu_forward", forward);
 export const swigluBackwardSpecs = specs("swiglu_backward", backward);
 
+export interface SwigluOptions {
+  /** The gate's activation (default silu). */
+  act?: GatedActivation;
+}
+
 /** h = act(g) * u for n = N * F elements (act: silu by default). */
-export function swiglu(
+export function swigluForward(
   gpu: Gpu,
   rec: Recorder,
-  g: Binding,
-  u: Binding,
-  h: Binding,
-  n: number,
-  act: GatedActivation = "silu",
+  { g, u, h }: { g: Binding; u: Binding; h: Binding },
+  { n }: { n: number },
+  { act = "silu" }: SwigluOptions = {},
 ): void {
   rec.dispatch(swigluForwardSpecs[act], [g, u, h], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
+}
+
+export interface SwigluBackwardBuffers {
+  g: Binding; // (N, F)
+  u: Binding; // (N, F)
+  dh: Binding; // (N, F)
+  dg: Binding; // (N, F) out
+  du: Binding; // (N, F) out
 }
 
 /** dg = dh * d(act(g) * u)/dg and du = dh * act(g) for n elements (both written, not accumulated). */
 export function swigluBackward(
   gpu: Gpu,
   rec: Recorder,
-  g: Binding,
-  u: Binding,
-  dh: Binding,
-  dg: Binding,
-  du: Binding,
-  n: number,
-  act: GatedActivation = "silu",
+  { g, u, dh, dg, du }: SwigluBackwardBuffers,
+  { n }: { n: number },
+  { act = "silu" }: SwigluOptions = {},
 ): void {
   rec.dispatch(swigluBackwardSpecs[act], [g, u, dh, dg, du], gpu.grid(Math.ceil(n / WG)), new Params().u32(n));
 }

@@ -1,7 +1,7 @@
 import { beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { swiglu, swigluBackward, type GatedActivation } from "./index.ts";
+import { swigluBackward, swigluForward, type GatedActivation } from "./index.ts";
 import { swigluBackwardReference, swigluReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -31,8 +31,8 @@ it.each([
   const [bg, bu, bdh] = [gpu.upload(g), gpu.upload(u), gpu.upload(dh)];
   const [bh, bdg, bdu] = [gpu.buffer(n * 4), gpu.buffer(n * 4), gpu.buffer(n * 4)];
   const rec = gpu.recorder();
-  swiglu(gpu, rec, bg, bu, bh, n, act);
-  swigluBackward(gpu, rec, bg, bu, bdh, bdg, bdu, n, act);
+  swigluForward(gpu, rec, { g: bg, u: bu, h: bh }, { n }, { act });
+  swigluBackward(gpu, rec, { g: bg, u: bu, dh: bdh, dg: bdg, du: bdu }, { n }, { act });
   const [h, dg, du] = [rec.read(bh, n * 4), rec.read(bdg, n * 4), rec.read(bdu, n * 4)];
   await rec.submit();
   const ref = swigluBackwardReference(g, u, dh, act);
