@@ -3,7 +3,7 @@
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
 import { bucketSize } from "@webart/gpu";
-import { groupLayout, tensorShapes, weightGroups, type ModelConfig } from "./config/index.ts";
+import { EMBED, LM_HEAD, groupLayout, tensorShapes, weightGroups, type ModelConfig } from "./config/index.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
@@ -97,7 +97,7 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
     const b = exact(shape.length === 1 ? n * F32 : n * wb);
     bytes += b;
     // Embedding / LM head rows are split across bindings; other matrices are one binding each.
-    if (!name.includes("embed_tokens") && !name.startsWith("lm_head")) largest = Math.max(largest, b);
+    if (name !== EMBED && name !== LM_HEAD) largest = Math.max(largest, b);
   }
   return { bytes, largest };
 }

@@ -15,3 +15,4 @@ export {
   weightGroups,
   groupLayout,
 } from "./shapes.ts";
+export { EMBED, FINAL_NORM, LM_HEAD, PROJECTIONS, NORMS, layerModule, layerTensor } from "./names.ts";

@@ -2,40 +2,42 @@
 // summary. Shapes follow torch's nn.Linear layout: (out_features, in_features).
 
 import type { ModelConfig } from "./config.ts";
+import { EMBED, FINAL_NORM, LM_HEAD, NORMS, PROJECTIONS, layerTensor } from "./names.ts";
 
 /** HF weight name → shape, in checkpoint order (embedding, layers 0..L-1, final norm, lm_head). */
 export function tensorShapes(c: ModelConfig): Map<string, number[]> {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
+  const P = PROJECTIONS;
   const m = new Map<string, number[]>();
-  m.set("model.embed_tokens.weight", [V, C]);
+  m.set(EMBED, [V, C]);
   for (let i = 0; i < c.numLayers; i++) {
-    const p = `model.layers.${i}.`;
-    m.set(p + "input_layernorm.weight", [C]);
-    m.set(p + "self_attn.q_proj.weight", [H * D, C]);
-    m.set(p + "self_attn.k_proj.weight", [KV * D, C]);
-    m.set(p + "self_attn.v_proj.weight", [KV * D, C]);
+    const t = (module: string, kind: "weight" | "bias" = "weight") => layerTensor(i, module, kind);
+    m.set(t(NORMS.input), [C]);
+    m.set(t(P.q), [H * D, C]);
+    m.set(t(P.k), [KV * D, C]);
+    m.set(t(P.v), [KV * D, C]);
     if (c.qkvBias) {
-      m.set(p + "self_attn.q_proj.bias", [H * D]);
-      m.set(p + "self_attn.k_proj.bias", [KV * D]);
-      m.set(p + "self_attn.v_proj.bias", [KV * D]);
+      m.set(t(P.q, "bias"), [H * D]);
+      m.set(t(P.k, "bias"), [KV * D]);
+      m.set(t(P.v, "bias"), [KV * D]);
     }
     if (c.qkNorm) {
-      m.set(p + "self_attn.q_norm.weight", [D]);
-      m.set(p + "self_attn.k_norm.weight", [D]);
+      m.set(t(NORMS.q), [D]);
+      m.set(t(NORMS.k), [D]);
     }
-    m.set(p + "self_attn.o_proj.weight", [C, H * D]);
-    if (c.oBias) m.set(p + "self_attn.o_proj.bias", [C]);
-    m.set(p + "post_attention_layernorm.weight", [C]);
+    m.set(t(P.o), [C, H * D]);
+    if (c.oBias) m.set(t(P.o, "bias"), [C]);
+    m.set(t(NORMS.postAttention), [C]);
     if (c.sandwichNorms) {
-      m.set(p + "pre_feedforward_layernorm.weight", [C]);
-      m.set(p + "post_feedforward_layernorm.weight", [C]);
+      m.set(t(NORMS.preFeedforward), [C]);
+      m.set(t(NORMS.postFeedforward), [C]);
     }
-    m.set(p + "mlp.gate_proj.weight", [F, C]);
-    m.set(p + "mlp.up_proj.weight", [F, C]);
-    m.set(p + "mlp.down_proj.weight", [C, F]);
+    m.set(t(P.gate), [F, C]);
+    m.set(t(P.up), [F, C]);
+    m.set(t(P.down), [C, F]);
   }
-  m.set("model.norm.weight", [C]);
-  if (!c.tieWordEmbeddings) m.set("lm_head.weight", [V, C]);
+  m.set(FINAL_NORM, [C]);
+  if (!c.tieWordEmbeddings) m.set(LM_HEAD, [V, C]);
   return m;
 }
 
@@ -49,11 +51,10 @@ const SEGMENT_ALIGN = 256;
 export function weightGroups(c: ModelConfig): string[][] {
   const groups: string[][] = [];
   for (let i = 0; i < c.numLayers; i++) {
-    const p = `model.layers.${i}.`;
-    const qkv = ["q_proj", "k_proj", "v_proj"].map((t) => `${p}self_attn.${t}`);
-    groups.push(qkv.map((n) => n + ".weight"));
-    if (c.qkvBias) groups.push(qkv.map((n) => n + ".bias"));
-    groups.push(["gate_proj", "up_proj"].map((t) => `${p}mlp.${t}.weight`));
+    const qkv = [PROJECTIONS.q, PROJECTIONS.k, PROJECTIONS.v];
+    groups.push(qkv.map((m) => layerTensor(i, m)));
+    if (c.qkvBias) groups.push(qkv.map((m) => layerTensor(i, m, "bias")));
+    groups.push([PROJECTIONS.gate, PROJECTIONS.up].map((m) => layerTensor(i, m)));
   }
   return groups;
 }
@@ -79,7 +80,7 @@ export function groupLayout(sizes: number[], bytesPerElement: number): { offsets
  * inverse-frequency buffers some older exports saved. Loaders skip these instead of calling them extra.
  */
 export function isIgnorableTensor(c: ModelConfig, name: string): boolean {
-  return (c.tieWordEmbeddings && name === "lm_head.weight") || name.endsWith(".rotary_emb.inv_freq");
+  return (c.tieWordEmbeddings && name === LM_HEAD) || name.endsWith(".rotary_emb.inv_freq");
 }
 
 export function parameterCount(c: ModelConfig): number {

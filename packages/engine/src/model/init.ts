@@ -1,7 +1,7 @@
 // Seeded random weights for a Llama-form config (GPT-2-style init), as safetensors bytes: the embedded
 // model's starting point, and small models for tests and benchmarks.
 import { Rng, toBf16 } from "@webart/gpu";
-import { tensorShapes, type ModelConfig } from "../config/index.ts";
+import { EMBED, LM_HEAD, PROJECTIONS, tensorShapes, type ModelConfig } from "../config/index.ts";
 import { writeSafetensors, type TensorData } from "../weights/index.ts";
 
 export interface InitOptions {
@@ -16,6 +16,9 @@ export interface InitOptions {
   bf16?: boolean;
 }
 
+/** The projections that write into the residual stream: GPT-2's init scales them down by the depth. */
+const RESIDUAL_OUT = [PROJECTIONS.o, PROJECTIONS.down];
+
 export function randomWeights(c: ModelConfig, o: InitOptions = {}): Uint8Array {
   const rng = new Rng(o.seed ?? 1);
   const std = o.std ?? 0.02;
@@ -27,11 +30,11 @@ export function randomWeights(c: ModelConfig, o: InitOptions = {}): Uint8Array {
     else if (name.endsWith(".bias")) data.fill(0);
     else {
       const s =
-        name === "lm_head.weight"
+        name === LM_HEAD
           ? (o.headStd ?? o.embedStd ?? std)
-          : name.includes("embed_tokens")
+          : name === EMBED
             ? (o.embedStd ?? std)
-            : /o_proj|down_proj/.test(name)
+            : RESIDUAL_OUT.some((m) => name.endsWith(`.${m}.weight`))
               ? std / Math.sqrt(2 * c.numLayers)
               : std;
       for (let i = 0; i < n; i++) data[i] = rng.normal() * s;

@@ -6,9 +6,8 @@ import type { LoraSlot } from "@webart/shaders";
 import type { ModelConfig } from "../config/index.ts";
 import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import { tensorToF32, writeSafetensors, type WeightReader } from "../weights/index.ts";
-import { LORA_MODULES, moduleLora, writeAdapterConfig } from "./peft.ts";
-
-export { LORA_MODULES };
+import { layerModule, PROJECTIONS } from "../config/index.ts";
+import { moduleLora, writeAdapterConfig } from "./peft.ts";
 
 export interface LoraConfig {
   /** PEFT's r: the rank of every module no rankPattern key matches. */
@@ -164,7 +163,7 @@ export class LoraState {
   }
 
   static peftName(layer: number, t: LoraTarget, ab: "A" | "B"): string {
-    return `base_model.model.model.layers.${layer}.${LORA_MODULES[t]}.lora_${ab}.weight`;
+    return `base_model.model.${layerModule(layer, PROJECTIONS[t])}.lora_${ab}.weight`;
   }
 
   /** adapter_model.safetensors bytes, in PEFT's names: lora_A (R, in), lora_B (out, R). */

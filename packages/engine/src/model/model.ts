@@ -29,8 +29,9 @@ import {
   swigluForward,
   type KernelTuning,
   type MatvecSegment,
+  type RmsnormBuffers,
 } from "@webart/shaders";
-import type { ModelConfig } from "../config/index.ts";
+import { FINAL_NORM, NORMS, layerTensor, type ModelConfig } from "../config/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import { DECODE_ROWS } from "./decode-rows.ts";
 import type { KvCache } from "./kv.ts";
@@ -181,6 +182,12 @@ export class Model {
     }
   }
 
+  /** RMSNorm over rows of n (default C) with the model's eps and tuned layout: y and rstd (for the backward). */
+  private rmsnorm(rec: Recorder, b: RmsnormBuffers, rows: number, n = this.config.hiddenSize): void {
+    const dims = { rows, C: n, eps: this.config.rmsNormEps };
+    rmsnormForward(this.gpu, rec, b, dims, { tuning: this.tuning.rmsnorm });
+  }
+
   /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
     const o = { mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate, tuning: this.tuning.matmul };
@@ -251,13 +258,7 @@ export class Model {
     if (!save) return { x };
     const hN = gpu.buffer(N * C * 4, "activations", "hN");
     const rstdN = gpu.buffer(N * 4, "activations", "rstdN");
-    rmsnormForward(
-      gpu,
-      rec,
-      { x, w: this.weights.finalNorm, y: hN, rstd: rstdN },
-      { rows: N, C, eps: c.rmsNormEps },
-      { tuning: this.tuning.rmsnorm },
-    );
+    this.rmsnorm(rec, { x, w: this.weights.finalNorm, y: hN, rstd: rstdN }, N);
     return { x, acts: { N, layers, xL: x, hN, rstdN, slotPos: attend.slotPos, attend } };
   }
 
@@ -283,13 +284,7 @@ export class Model {
     // --- attention block
     const h1 = buf(N * C, "h1");
     const rstd1 = buf(N, "rstd1");
-    rmsnormForward(
-      gpu,
-      rec,
-      { x, w: L.inNorm, y: h1, rstd: rstd1 },
-      { rows: N, C, eps: c.rmsNormEps },
-      { tuning: this.tuning.rmsnorm },
-    );
+    this.rmsnorm(rec, { x, w: L.inNorm, y: h1, rstd: rstd1 }, N);
     let q = buf(N * H * D, "q"); // (N, H*D)
     let k = buf(N * KV * D, "k"); // (N, KV*D)
     const v = buf(N * KV * D, "v");
@@ -310,20 +305,8 @@ export class Model {
       k = buf(N * KV * D, "kn");
       rstdQ = buf(N * H, "rstdQ");
       rstdK = buf(N * KV, "rstdK");
-      rmsnormForward(
-        gpu,
-        rec,
-        { x: qPre, w: L.qNorm!, y: q, rstd: rstdQ },
-        { rows: N * H, C: D, eps: c.rmsNormEps },
-        { tuning: this.tuning.rmsnorm },
-      );
-      rmsnormForward(
-        gpu,
-        rec,
-        { x: kPre, w: L.kNorm!, y: k, rstd: rstdK },
-        { rows: N * KV, C: D, eps: c.rmsNormEps },
-        { tuning: this.tuning.rmsnorm },
-      );
+      this.rmsnorm(rec, { x: qPre, w: L.qNorm!, y: q, rstd: rstdQ }, N * H, D);
+      this.rmsnorm(rec, { x: kPre, w: L.kNorm!, y: k, rstd: rstdK }, N * KV, D);
       if (!save) {
         gpu.release(qPre, kPre, rstdQ, rstdK);
         qPre = kPre = rstdQ = rstdK = undefined;
@@ -369,13 +352,7 @@ export class Model {
       to = this.loraFwd(rec, l, "o", o, ao, N, save);
       const hA = buf(N * C, "hA");
       rstdA = buf(N, "rstdA");
-      rmsnormForward(
-        gpu,
-        rec,
-        { x: ao, w: L.attnOutNorm!, y: hA, rstd: rstdA },
-        { rows: N, C, eps: c.rmsNormEps },
-        { tuning: this.tuning.rmsnorm },
-      );
+      this.rmsnorm(rec, { x: ao, w: L.attnOutNorm!, y: hA, rstd: rstdA }, N);
       xMid = buf(N * C, "xMid");
       add(gpu, rec, { a: x, b: hA, y: xMid }, { n: N * C });
       gpu.release(hA);
@@ -395,13 +372,7 @@ export class Model {
     // --- MLP block
     const h2 = buf(N * C, "h2");
     const rstd2 = buf(N, "rstd2");
-    rmsnormForward(
-      gpu,
-      rec,
-      { x: xMid, w: L.mlpNorm, y: h2, rstd: rstd2 },
-      { rows: N, C, eps: c.rmsNormEps },
-      { tuning: this.tuning.rmsnorm },
-    );
+    this.rmsnorm(rec, { x: xMid, w: L.mlpNorm, y: h2, rstd: rstd2 }, N);
     const g = buf(N * F, "g");
     const u = buf(N * F, "u");
     this.linear(rec, h2, L.gate, g, N);
@@ -419,13 +390,7 @@ export class Model {
       td = this.loraFwd(rec, l, "down", a, mo, N, save);
       const hM = buf(N * C, "hM");
       rstdM = buf(N, "rstdM");
-      rmsnormForward(
-        gpu,
-        rec,
-        { x: mo, w: L.mlpOutNorm!, y: hM, rstd: rstdM },
-        { rows: N, C, eps: c.rmsNormEps },
-        { tuning: this.tuning.rmsnorm },
-      );
+      this.rmsnorm(rec, { x: mo, w: L.mlpOutNorm!, y: hM, rstd: rstdM }, N);
       xOut = buf(N * C, "xOut");
       add(gpu, rec, { a: xMid, b: hM, y: xOut }, { n: N * C });
       gpu.release(hM);
@@ -614,13 +579,7 @@ export class Model {
     const C = this.config.hiddenSize;
     const h = this.gpu.buffer(N * C * 4, "activations", "normed branch");
     const rstd = this.gpu.buffer(N * 4, "activations", "branch rstd");
-    rmsnormForward(
-      this.gpu,
-      rec,
-      { x: b, w, y: h, rstd },
-      { rows: N, C, eps: this.config.rmsNormEps },
-      { tuning: this.tuning.rmsnorm },
-    );
+    this.rmsnorm(rec, { x: b, w, y: h, rstd }, N);
     const out = this.gpu.buffer(N * C * 4, "activations", "residual");
     add(this.gpu, rec, { a: x, b: h, y: out }, { n: N * C });
     this.gpu.release(h, rstd);
@@ -633,7 +592,7 @@ export class Model {
    */
   logits(rec: Recorder, x: GPUBuffer, N: number, rows: GPUBuffer | undefined, S: number, out: GPUBuffer): void {
     const gpu = this.gpu;
-    const { hiddenSize: C, vocabSize: V, rmsNormEps } = this.config;
+    const { hiddenSize: C, vocabSize: V } = this.config;
     if (!rows && S !== N) throw new Error(`logits: ${S} rows of ${N} need their indices`);
     let sel = x;
     if (rows) {
@@ -644,13 +603,7 @@ export class Model {
     else {
       const hs = gpu.buffer(S * C * 4, "activations", "normed rows");
       const rstd = gpu.buffer(S * 4, "activations", "rstd");
-      rmsnormForward(
-        gpu,
-        rec,
-        { x: sel, w: this.weights.finalNorm, y: hs, rstd },
-        { rows: S, C, eps: rmsNormEps },
-        { tuning: this.tuning.rmsnorm },
-      );
+      this.rmsnorm(rec, { x: sel, w: this.weights.finalNorm, y: hs, rstd }, S);
       this.head(rec, hs, S, out, 0, V, V);
       gpu.release(hs, rstd);
     }
@@ -786,7 +739,7 @@ export class Model {
     rmsnormBackward(
       gpu,
       rec,
-      { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw("model.norm.weight", C) },
+      { x: acts.xL, w: w.finalNorm, rstd: acts.rstdN, dy: dhN, dx, ...fdw(FINAL_NORM, C) },
       { rows: N, C },
       { accumulateDw: true, tuning: this.tuning.rmsnorm },
     );
@@ -802,14 +755,14 @@ export class Model {
         s = r.saved!;
       }
       const L = w.layers[l];
-      const p = `model.layers.${l}.`;
+      const norm = (module: string) => layerTensor(l, module);
       // Gemma: a branch output y = norm(b) reaches the residual through its norm; db = norm's backward of dx.
       const branchGrad = (b: GPUBuffer, wn: GPUBuffer, rstd: GPUBuffer, name: string) => {
         const db = buf(N * C, "dbranch");
         rmsnormBackward(
           gpu,
           rec,
-          { x: b, w: wn, rstd, dy: dx, dx: db, ...fdw(p + name, C) },
+          { x: b, w: wn, rstd, dy: dx, dx: db, ...fdw(name, C) },
           { rows: N, C },
           {
             accumulateDw: true,
@@ -819,9 +772,7 @@ export class Model {
         return db;
       };
       // --- MLP block: xOut = xMid + down(a) (Gemma: + norm(down(a))); dx flows to xMid unchanged, plus the branch.
-      const dmo = c.sandwichNorms
-        ? branchGrad(s.mo!, L.mlpOutNorm!, s.rstdM!, "post_feedforward_layernorm.weight")
-        : dx;
+      const dmo = c.sandwichNorms ? branchGrad(s.mo!, L.mlpOutNorm!, s.rstdM!, norm(NORMS.postFeedforward)) : dx;
       const da = buf(N * F, "da");
       this.linearBack(rec, dmo, L.down, da, N, false);
       loraBack(l, "down", s.a, s.t.down, dmo, da);
@@ -833,11 +784,11 @@ export class Model {
       this.linearBack(rec, du, L.up, dh2, N, true);
       loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
       loraBack(l, "up", s.h2, s.t.up, du, dh2);
-      const mlpNorm = c.sandwichNorms ? "pre_feedforward_layernorm.weight" : "post_attention_layernorm.weight";
+      const mlpNorm = norm(c.sandwichNorms ? NORMS.preFeedforward : NORMS.postAttention);
       rmsnormBackward(
         gpu,
         rec,
-        { x: s.xMid, w: L.mlpNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(p + mlpNorm, C) },
+        { x: s.xMid, w: L.mlpNorm, rstd: s.rstd2, dy: dh2, dx, ...fdw(mlpNorm, C) },
         { rows: N, C },
         {
           accumulate: true,
@@ -848,7 +799,7 @@ export class Model {
       gpu.release(da, dg, du, dh2);
       if (dmo !== dx) gpu.release(dmo);
       // --- attention block: xMid = x + o_proj(o) (Gemma: + norm(o_proj(o))).
-      const dao = c.sandwichNorms ? branchGrad(s.ao!, L.attnOutNorm!, s.rstdA!, "post_attention_layernorm.weight") : dx;
+      const dao = c.sandwichNorms ? branchGrad(s.ao!, L.attnOutNorm!, s.rstdA!, norm(NORMS.postAttention)) : dx;
       const dO = buf(N * H * D, "do");
       this.linearBack(rec, dao, L.o, dO, N, false);
       loraBack(l, "o", s.o, s.t.o, dao, dO);
@@ -876,14 +827,14 @@ export class Model {
         rmsnormBackward(
           gpu,
           rec,
-          { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(p + "self_attn.q_norm.weight", D) },
+          { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(norm(NORMS.q), D) },
           { rows: N * H, C: D },
           { accumulateDw: true, tuning: this.tuning.rmsnorm },
         );
         rmsnormBackward(
           gpu,
           rec,
-          { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(p + "self_attn.k_norm.weight", D) },
+          { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(norm(NORMS.k), D) },
           { rows: N * KV, C: D },
           { accumulateDw: true, tuning: this.tuning.rmsnorm },
         );
@@ -898,7 +849,7 @@ export class Model {
       rmsnormBackward(
         gpu,
         rec,
-        { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx, ...fdw(p + "input_layernorm.weight", C) },
+        { x: s.x, w: L.inNorm, rstd: s.rstd1, dy: dh1, dx, ...fdw(norm(NORMS.input), C) },
         { rows: N, C },
         { accumulate: true, accumulateDw: true, tuning: this.tuning.rmsnorm },
       );

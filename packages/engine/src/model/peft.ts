@@ -2,23 +2,13 @@
 // every path that loads an adapter applies alike (`webart serve --adapter`, the web app's import, `webart eval` of
 // a checkpoint, a resumed run). What webart cannot represent is refused with the field and what to change, never
 // loaded differently from PEFT.
+import { layerModule, PROJECTIONS } from "../config/index.ts";
 import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import { validateLoraConfig, type LoraConfig } from "./lora.ts";
 
-/** The HF module path of each adaptable projection, inside `model.layers.{i}`. */
-export const LORA_MODULES: Record<LoraTarget, string> = {
-  q: "self_attn.q_proj",
-  k: "self_attn.k_proj",
-  v: "self_attn.v_proj",
-  o: "self_attn.o_proj",
-  gate: "mlp.gate_proj",
-  up: "mlp.up_proj",
-  down: "mlp.down_proj",
-};
-
 /** PEFT's module name (`q_proj`, ...) of each LoRA target. */
 export const PEFT_MODULES: Record<LoraTarget, string> = Object.fromEntries(
-  LORA_TARGETS.map((t) => [t, LORA_MODULES[t].split(".").at(-1)!]),
+  LORA_TARGETS.map((t) => [t, PROJECTIONS[t].split(".").at(-1)!]),
 ) as Record<LoraTarget, string>;
 const TARGET_OF = new Map(LORA_TARGETS.map((t) => [PEFT_MODULES[t], t]));
 
@@ -30,7 +20,7 @@ const show = (v: unknown) => JSON.stringify(v) ?? String(v);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
 
 /** The name PEFT matches rank_pattern / alpha_pattern against for a target in a layer. */
-export const peftModuleName = (layer: number, t: LoraTarget): string => `model.layers.${layer}.${LORA_MODULES[t]}`;
+export const peftModuleName = (layer: number, t: LoraTarget): string => layerModule(layer, PROJECTIONS[t]);
 
 /** PEFT's pattern lookup: the value of the first key (a regular expression) that matches the end of `module` after a
  *  dot or at its start (PEFT's get_pattern_key), or undefined. */

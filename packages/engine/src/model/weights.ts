@@ -6,7 +6,18 @@
 import type { Gpu } from "@webart/gpu";
 import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
-import { groupLayout, tensorShapes, weightGroups, type ModelConfig } from "../config/index.ts";
+import {
+  EMBED,
+  FINAL_NORM,
+  LM_HEAD,
+  NORMS,
+  PROJECTIONS,
+  groupLayout,
+  layerTensor,
+  tensorShapes,
+  weightGroups,
+  type ModelConfig,
+} from "../config/index.ts";
 import { tensorToF32, type Dtype } from "../weights/index.ts";
 import type { LoadProgress, Tensor } from "../weights/index.ts";
 
@@ -179,21 +190,21 @@ async function upload(
       dtype = "f32";
     }
     const [rows, cols] = t.shape;
-    if (name === "model.embed_tokens.weight" || name === "lm_head.weight") {
+    if (name === EMBED || name === LM_HEAD) {
       const words =
         dtype === "f32"
           ? new Float32Array(data.buffer, data.byteOffset, data.byteLength / 4)
           : new Uint32Array(pad4(data).buffer);
       const table = uploadTable(gpu, words, rows, cols, dtype as EmbeddingDtype);
       for (const sh of tableShards(table)) if (!buffers.includes(sh.buffer)) buffers.push(sh.buffer);
-      if (name === "lm_head.weight") head = table;
+      if (name === LM_HEAD) head = table;
       else embed = table;
     } else {
       mats.set(name, { ...place(name, dtype, pad4(data)), dtype, rows, cols });
     }
     bytes += data.byteLength;
   }
-  if (!embed) throw new Error("weights: model.embed_tokens.weight is missing");
+  if (!embed) throw new Error(`weights: ${EMBED} is missing`);
   const need = <T>(m: Map<string, T>, n: string): T => {
     const v = m.get(n);
     if (!v) throw new Error(`weights: tensor ${n} is missing`);
@@ -201,39 +212,41 @@ async function upload(
   };
   const layers: LayerWeights[] = [];
   for (let i = 0; i < config.numLayers; i++) {
-    const p = `model.layers.${i}.`;
+    const t = (module: string) => layerTensor(i, module);
+    const bias = (module: string) => biases.get(layerTensor(i, module, "bias"));
+    const P = PROJECTIONS;
     layers.push({
-      inNorm: need(vecs, p + "input_layernorm.weight"),
-      q: need(mats, p + "self_attn.q_proj.weight"),
-      k: need(mats, p + "self_attn.k_proj.weight"),
-      v: need(mats, p + "self_attn.v_proj.weight"),
-      o: need(mats, p + "self_attn.o_proj.weight"),
-      qBias: biases.get(p + "self_attn.q_proj.bias"),
-      kBias: biases.get(p + "self_attn.k_proj.bias"),
-      vBias: biases.get(p + "self_attn.v_proj.bias"),
-      oBias: biases.get(p + "self_attn.o_proj.bias"),
-      qNorm: vecs.get(p + "self_attn.q_norm.weight"),
-      kNorm: vecs.get(p + "self_attn.k_norm.weight"),
+      inNorm: need(vecs, t(NORMS.input)),
+      q: need(mats, t(P.q)),
+      k: need(mats, t(P.k)),
+      v: need(mats, t(P.v)),
+      o: need(mats, t(P.o)),
+      qBias: bias(P.q),
+      kBias: bias(P.k),
+      vBias: bias(P.v),
+      oBias: bias(P.o),
+      qNorm: vecs.get(t(NORMS.q)),
+      kNorm: vecs.get(t(NORMS.k)),
       ...(config.sandwichNorms
         ? {
-            attnOutNorm: need(vecs, p + "post_attention_layernorm.weight"),
-            mlpNorm: need(vecs, p + "pre_feedforward_layernorm.weight"),
-            mlpOutNorm: need(vecs, p + "post_feedforward_layernorm.weight"),
+            attnOutNorm: need(vecs, t(NORMS.postAttention)),
+            mlpNorm: need(vecs, t(NORMS.preFeedforward)),
+            mlpOutNorm: need(vecs, t(NORMS.postFeedforward)),
           }
-        : { mlpNorm: need(vecs, p + "post_attention_layernorm.weight") }),
-      gate: need(mats, p + "mlp.gate_proj.weight"),
-      up: need(mats, p + "mlp.up_proj.weight"),
-      down: need(mats, p + "mlp.down_proj.weight"),
+        : { mlpNorm: need(vecs, t(NORMS.postAttention)) }),
+      gate: need(mats, t(P.gate)),
+      up: need(mats, t(P.up)),
+      down: need(mats, t(P.down)),
     });
   }
   const headTable = config.tieWordEmbeddings ? embed : head;
-  if (!headTable) throw new Error("weights: lm_head.weight is missing and tie_word_embeddings is false");
+  if (!headTable) throw new Error(`weights: ${LM_HEAD} is missing and tie_word_embeddings is false`);
   return {
     embed,
     head: tableShards(headTable),
     headDtype: headTable.dtype,
     layers,
-    finalNorm: need(vecs, "model.norm.weight"),
+    finalNorm: need(vecs, FINAL_NORM),
     bytes,
     buffers,
   };

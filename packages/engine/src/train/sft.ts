@@ -11,8 +11,18 @@ import {
   tableViews,
   trainingSlotPos,
 } from "@webart/shaders";
-import { tensorShapes, type ModelConfig } from "../config/index.ts";
-import { LORA_MODULES } from "../model/lora.ts";
+import {
+  EMBED,
+  FINAL_NORM,
+  LM_HEAD,
+  NORMS,
+  PROJECTIONS,
+  layerModule,
+  layerTensor,
+  tensorShapes,
+  type ModelConfig,
+} from "../config/index.ts";
+import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import type { Model, WeightGrads } from "../model/model.ts";
 import { bindingOf } from "../model/weights.ts";
 import { microBatches, type OptimizerConfig } from "./grpo.ts";
@@ -52,6 +62,14 @@ export function fullGradLayout(c: ModelConfig): { offsets: Map<string, number>; 
  * The hook through which the head and layer backward of one micro-batch add every base weight's gradient into
  * `full`. The micro-batch's token ids are on the CPU: the embedding's backward groups its rows by id.
  */
+/** The layer weights' field holding each projection's bias, where it can have one. */
+const BIAS: Partial<Record<LoraTarget, "qBias" | "kBias" | "vBias" | "oBias">> = {
+  q: "qBias",
+  k: "kBias",
+  v: "vBias",
+  o: "oBias",
+};
+
 function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): WeightGrads {
   const gpu = model.gpu;
   const c = model.config;
@@ -60,7 +78,7 @@ function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): Weigh
   return {
     head(rec, dlogits, h, M, v0, v1) {
       // The embedding's rows when the head is tied to it.
-      const name = c.tieWordEmbeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+      const name = c.tieWordEmbeddings ? EMBED : LM_HEAD;
       matmul(
         gpu,
         rec,
@@ -77,7 +95,7 @@ function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): Weigh
     },
     linear(rec, l, t, x, dy, N) {
       const W = model.weights.layers[l][t];
-      const name = `model.layers.${l}.${LORA_MODULES[t]}`;
+      const name = layerModule(l, PROJECTIONS[t]);
       matmul(
         gpu,
         rec,
@@ -134,33 +152,23 @@ export class FullTrainer {
     if (w.embed.dtype !== "f32" || w.embed.shards.length !== 1)
       throw new Error("full fine-tuning needs f32 weights (load with weightsF32) and a single embedding shard");
     const e = w.embed.shards[0].binding;
-    byName.set("model.embed_tokens.weight", "buffer" in e ? (e as Win) : e);
+    byName.set(EMBED, "buffer" in e ? (e as Win) : e);
     w.layers.forEach((L, i) => {
-      const p = `model.layers.${i}.`;
-      for (const [k, t] of [
-        ["q", "self_attn.q_proj"],
-        ["k", "self_attn.k_proj"],
-        ["v", "self_attn.v_proj"],
-        ["o", "self_attn.o_proj"],
-        ["gate", "mlp.gate_proj"],
-        ["up", "mlp.up_proj"],
-        ["down", "mlp.down_proj"],
-      ] as const) {
-        if (L[k].dtype !== "f32")
-          throw new Error(`full fine-tuning needs f32 weights; ${p}${t}.weight is ${L[k].dtype}`);
-        byName.set(`${p}${t}.weight`, bindingOf(L[k]));
+      for (const t of LORA_TARGETS) {
+        const name = layerTensor(i, PROJECTIONS[t]);
+        if (L[t].dtype !== "f32") throw new Error(`full fine-tuning needs f32 weights; ${name} is ${L[t].dtype}`);
+        byName.set(name, bindingOf(L[t]));
+        const bk = BIAS[t];
+        const b = bk && L[bk];
+        if (b) byName.set(layerTensor(i, PROJECTIONS[t], "bias"), bindingOf(b));
       }
-      byName.set(p + "input_layernorm.weight", L.inNorm);
-      byName.set(p + "post_attention_layernorm.weight", L.mlpNorm);
-      if (L.qBias) byName.set(p + "self_attn.q_proj.bias", bindingOf(L.qBias));
-      if (L.kBias) byName.set(p + "self_attn.k_proj.bias", bindingOf(L.kBias));
-      if (L.vBias) byName.set(p + "self_attn.v_proj.bias", bindingOf(L.vBias));
-      if (L.oBias) byName.set(p + "self_attn.o_proj.bias", bindingOf(L.oBias));
-      if (L.qNorm) byName.set(p + "self_attn.q_norm.weight", L.qNorm);
-      if (L.kNorm) byName.set(p + "self_attn.k_norm.weight", L.kNorm);
+      byName.set(layerTensor(i, NORMS.input), L.inNorm);
+      byName.set(layerTensor(i, NORMS.postAttention), L.mlpNorm);
+      if (L.qNorm) byName.set(layerTensor(i, NORMS.q), L.qNorm);
+      if (L.kNorm) byName.set(layerTensor(i, NORMS.k), L.kNorm);
     });
-    byName.set("model.norm.weight", w.finalNorm);
-    if (!c.tieWordEmbeddings) byName.set("lm_head.weight", w.head[0].buffer);
+    byName.set(FINAL_NORM, w.finalNorm);
+    if (!c.tieWordEmbeddings) byName.set(LM_HEAD, w.head[0].buffer);
     for (const [name, shape] of tensorShapes(c)) {
       const weight = byName.get(name);
       if (!weight) throw new Error(`full fine-tuning: no GPU buffer for ${name}`);
