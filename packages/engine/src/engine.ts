@@ -59,8 +59,8 @@ export interface EngineOptions extends OpenModelOptions {
   onProgress?: (p: LoadProgress) => void;
   /** Constrained decoding for response_format and forced tool calls (default on). */
   constrained?: boolean;
-  /** Time the kernels' variants on this device before serving (default on; once per process: ~3 s for the tiny model,
-   *  ~6 s for Qwen2.5-0.5B's shapes on SwiftShader; see tune/kernels.ts). */
+  /** Time the kernels' variants on this device before serving (default on; once per device and model shape:
+   *  seconds on a CPU device, `npm run bench -- kernels` prints how long; see tune/kernels.ts). */
   tune?: boolean;
 }
 

@@ -46,8 +46,7 @@ function rowsCheck(d: number): void {
   if (d % 4 !== 0) throw new Error(`attention: the "rows" variant needs D % 4 == 0; got D=${d} (use "tiled")`);
 }
 /** Threads per workgroup of the rows kernels: SwiftShader spreads workgroups over its threads, so decode's few rows
- * (B x H) need small workgroups to use every core (B=16, H=3, D=32: 0.56 ms at 16 or 64 threads, but at B=8,
- * H=14, D=64: 13.7 ms at 16, 22.1 ms at 64). */
+ * (B x H) need small workgroups to use every core. */
 const ROWS_WG = 16;
 
 /** The rows forward at head dim d, one object per d (it runs every decode step on CPU devices, and the device
@@ -122,7 +121,7 @@ export function tileProfile(gpu: Gpu, use: AttentionUse = "train", tuning?: Atte
 function defaults(kind: TileKind, d: number, profile: TileProfile): { rows: number; keys: number } {
   if (profile === "cpu")
     // Measured on SwiftShader with workgroup zero-init off (the engine's Node default): larger tiles are
-    // ~2x faster for a training step than the 4x8 / 8x16 tiles needed when Dawn zero-fills workgroup memory.
+    // faster for a training step than the 4x8 / 8x16 tiles needed when Dawn zero-fills workgroup memory.
     return { rows: 16, keys: 32 };
   if (kind === "decode") return { rows: 16, keys: d <= 64 ? 64 : 32 };
   return { rows: 16, keys: kind === "dkv" || d > 64 ? 16 : 32 };
@@ -315,8 +314,8 @@ export function attentionDecode(
     tuning?: AttentionTuning;
   } = {},
 ): { tiles: Tiles; split: number } {
-  // The rows kernel decodes too (no split): on SwiftShader 0.56 ms against the tiled kernel's 4.3 ms for 16
-  // sequences at ~100 tokens (H=3, KV=1, D=32), 13.5 against 41.9 ms for 8 at 512 (H=14, KV=2, D=64).
+  // The rows kernel decodes too (no split), faster than the tiled one on CPU devices (`npm run bench -- kernels`:
+  // attention.decode.*.rows against .tiled).
   if ((opts.variant ?? attentionVariant(gpu, dims.d, "decode", opts.tuning)) === "rows" && (opts.split ?? 1) === 1) {
     return attentionForward(gpu, rec, bufs, dims, { variant: "rows", maxLen: dims.maxLen });
   }

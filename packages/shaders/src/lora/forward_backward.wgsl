@@ -34,7 +34,7 @@ fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
   let jj = min(vec4u(j0, j0 + WJ, j0 + 2u * WJ, j0 + 3u * WJ), vec4u(p.J - 1u));
   let qcol = p.qOff + jj * p.qj;
   // The TM rows are spelled out with constant indices: SwiftShader turns a private array indexed by a loop variable
-  // into per-lane gathers and scatters, which made this loop 3-9x slower there (TMAX = 4).
+  // into per-lane gathers and scatters, which made this loop several times slower there (TMAX = 4).
   let prow = p.pOff + min(i0 + vec4u(0u, 1u, 2u, 3u) * WI, vec4u(p.I - 1u)) * p.pi;
   var acc: array<vec4f, TMAX>;
   for (var k = wk; k < p.K; k += WK) {

@@ -46,7 +46,7 @@ export interface TuneShape {
 }
 
 /**
- * Problem sizes: small enough for a CPU device (~3 s of tuning in all on SwiftShader) and big enough to rank the
+ * Problem sizes: small enough for a CPU device (a few seconds of tuning in all on SwiftShader) and big enough to rank the
  * candidates; on a fast device (see calibrate) larger, shaped like real batches, since a GPU's ranking at a few
  * microseconds a call would say little about the sizes it runs.
  */
@@ -64,7 +64,7 @@ interface Sizes {
   decodeLen: number;
 }
 const CPU_SIZES: Sizes = {
-  // At 128 the wide variant is one workgroup, which once ranked it ahead of regblock by chance (it is 1.3x slower
+  // At 128 the wide variant is one workgroup, which once ranked it ahead of regblock by chance (it is slower
   // from 256 up on SwiftShader).
   matmul: 256,
   matvec: [512, 1024],
@@ -90,7 +90,7 @@ const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8, minSubmitMs: 2 };
 
 /**
  * True where a 128³ f32 matmul (the default variant, warm) takes under 0.5 ms, i.e. > 8 GFLOP/s: past what CPU
- * implementations of WebGPU reach (SwiftShader: 2-4 GFLOP/s on 2 cores), the first GPU size class.
+ * implementations of WebGPU reach, the first GPU size class.
  */
 async function calibrate(gpu: Gpu): Promise<boolean> {
   let fast = calibrated.get(gpu);
@@ -162,7 +162,7 @@ async function tuneWith<C extends string>(
 }
 
 /** Rising thread counts: once one is 3x slower than the best, more threads do not win either (and in browsers on CPU
- * devices the 256-thread pipelines alone take ~1 s each to build, as Dawn zero-fills their workgroup memory). */
+ * devices the 256-thread pipelines alone are slow to build, as Dawn zero-fills their workgroup memory). */
 const ORDERED = { ordered: true };
 
 /** Threads per row of the sampling and logprobs kernels, at the model's vocabulary (logprobs: one 8192 chunk). */
