@@ -16,6 +16,7 @@ import { lineChart, rollingMean } from "webart";
 import { engine, onEngineEvent } from "./engine.ts";
 import { defaultDraft, KEY_STORAGE, newRunName, validate, type SettingsDraft } from "./lib/settings.ts";
 import { Charts, SMOOTH } from "./components/Charts.tsx";
+import { EmailPlay } from "./components/EmailPlay.tsx";
 import { ChatPlay } from "./components/ChatPlay.tsx";
 import { Play2048 } from "./components/Play2048.tsx";
 import { GpuBanner, type Banner } from "./components/GpuBanner.tsx";
@@ -230,11 +231,11 @@ export function App() {
 
   const start = async () => {
     if (!settings) return;
-    if (settings.env === "custom" && settings.reward.kind !== "env") {
-      // The judge is asked once, as a step will ask it (the loaded model: checked to hold RULER's prompt), before
-      // anything is created.
+    if ((settings.env === "custom" && settings.reward.kind !== "env") || settings.env === "email") {
+      // The judge is asked once, as a step will ask it (the loaded model: checked to hold RULER's prompt), and the
+      // email agent's first turn is checked to fit the model's context, before anything is created.
       setJudgeChecking(true);
-      const problem = await api.checkJudge(settings, model).finally(() => setJudgeChecking(false));
+      const problem = await api.checkRun(settings, model).finally(() => setJudgeChecking(false));
       setJudgeError(problem);
       if (problem) return;
     }
@@ -426,6 +427,8 @@ export function App() {
                     <PlayBoard run={status.run} maxTokens={currentRun?.settings.maxTokens ?? 12} disabled={null} />
                   ) : runEnv === "2048" ? (
                     <Play2048 run={status.run} maxTokens={currentRun?.settings.maxTokens ?? 12} />
+                  ) : runEnv === "email" ? (
+                    <EmailPlay run={status.run} />
                   ) : (
                     <ChatPlay
                       run={status.run}

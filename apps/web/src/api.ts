@@ -3,7 +3,11 @@
 import type { DeviceKind } from "webart/engine";
 import type { CustomScenario } from "webart/envs";
 
-export type EnvName = "tictactoe" | "2048" | "custom";
+import type { MessageView } from "./lib/messages.ts";
+
+export type { MessageView, ToolCallView } from "./lib/messages.ts";
+
+export type EnvName = "tictactoe" | "2048" | "email" | "custom";
 
 /** Environment score, RULER (an LLM judge behind any OpenAI-compatible endpoint), or RULER with the loaded model
  *  itself as the judge. */
@@ -111,6 +115,10 @@ export interface StepRow {
   win?: number;
   /** 2048: mean largest tile. */
   maxTile?: number;
+  /** Email search: answers right (email and answer), episodes ended by a malformed reply, and mean turns. */
+  accuracy?: number;
+  malformed?: number;
+  turns?: number;
   /** Custom task, at validation steps: the judge's mean score of the base model and of the checkpoint. */
   valBase?: number;
   valModel?: number;
@@ -159,10 +167,21 @@ export interface TrajectoryView {
   metrics: Record<string, number | boolean>;
   metadata: Record<string, string | number | boolean | null>;
   logs: string[];
-  /** The main conversation: role and text of each message (assistant turns from the sampled choices). */
-  messages: { role: string; content: string }[];
+  /** The main conversation: role and text of each message (assistant turns from the sampled choices), with the
+   *  tool calls and tool results of an agent with tools. */
+  messages: MessageView[];
   /** 2048 keeps each move as its own short history; these are their messages, in order. */
-  extraHistories: { role: string; content: string }[][];
+  extraHistories: MessageView[][];
+}
+
+/** One email episode played from the Play tab. */
+export interface EmailPlayResult {
+  messages: MessageView[];
+  /** The inbox's own question is graded as in training; a question of the person's own is not (null). */
+  graded: { correct: boolean; rightMessage: boolean; reward: number } | null;
+  turns: number;
+  /** Why the episode ended without an answer (a malformed reply, the turn limit, a full context), or null. */
+  ending: string | null;
 }
 
 export interface GroupView {
@@ -206,9 +225,12 @@ export interface EngineApi {
     maxTokens: number,
     opts?: { base?: boolean },
   ): Promise<string>;
-  /** Asks the settings' RULER judge once, as a step will (or, for the loaded model as its own judge, checks that
-   *  RULER's prompt fits its context); resolves with why it cannot be used, or null. */
-  checkJudge(settings: TrainSettings, model: ModelChoice): Promise<string | null>;
+  /** Before a run: asks the settings' RULER judge once, as a step will (or, for the loaded model as its own judge,
+   *  checks that RULER's prompt fits its context); for the email agent, checks that its first turn fits the model's
+   *  context. Resolves with why the run cannot start, or null. */
+  checkRun(settings: TrainSettings, model: ModelChoice): Promise<string | null>;
+  /** An email episode on held-out inbox `index`: the run's checkpoint (or the base model) answers `question`. */
+  askEmail(run: string, index: number, question: string, opts?: { base?: boolean }): Promise<EmailPlayResult>;
   /** Every saved group of a run, one JSON line each with its split and step (ART's trajectory shape). */
   exportTrajectories(run: string): Promise<{ fileName: string; text: string }>;
   storage(): Promise<StorageInfo>;

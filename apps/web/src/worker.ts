@@ -72,7 +72,8 @@ const api: EngineApi = {
   },
   importAdapter,
   reply: trainer.reply,
-  checkJudge: trainer.checkRunJudge,
+  checkRun: trainer.checkRun,
+  askEmail: trainer.askEmail,
   exportTrajectories,
   async storage() {
     return (await freeBytes()) ?? { usage: 0, quota: 0 };

@@ -43,6 +43,23 @@ export function Charts(props: { rows: StepRow[]; env: EnvName; compare?: { name:
             { name: "checkpoint", color: "#1d8a4e", points: series((s) => s.valModel) },
           ]}
         />
+      ) : props.env === "email" ? (
+        <>
+          <LineChart
+            id="accuracy"
+            title="Answer accuracy"
+            smooth={SMOOTH}
+            points={series((s) => s.accuracy)}
+            color="#1d8a4e"
+          />
+          <LineChart
+            id="malformed"
+            title="Episodes ended by a malformed reply"
+            smooth={SMOOTH}
+            points={series((s) => s.malformed)}
+            color="#b03050"
+          />
+        </>
       ) : props.env === "2048" ? (
         <LineChart
           id="maxtile"

@@ -1,7 +1,8 @@
-// Replays a saved trajectory: pick a step, group and game; the board move by move beside the conversation,
-// with the game's reward, its advantage in the group, and the RULER judge's explanation when there is one.
+// Replays a saved trajectory: pick a step, group and game; the board move by move beside the conversation (an
+// agent with tools: each tool call with its arguments, each tool result), with the game's reward, its advantage in
+// the group, and the RULER judge's explanation when there is one.
 import { useEffect, useMemo, useState } from "react";
-import type { EnvName, GroupView, TrajectoryView } from "../api.ts";
+import type { EnvName, GroupView, MessageView, TrajectoryView } from "../api.ts";
 import { engine } from "../engine.ts";
 import { parseBoard, type Board } from "../lib/boards.ts";
 import { num } from "../lib/format.ts";
@@ -15,7 +16,37 @@ interface Frame {
   history: number;
 }
 
-type Msg = { role: string; content: string };
+type Msg = MessageView;
+
+/** Envs whose conversations are shown alone (no board to replay). */
+const chatOnly = (env: EnvName) => env === "custom" || env === "email";
+
+/** A message's body: its text, and an assistant turn's tool calls each with its arguments. */
+export function MessageBody({ m }: { m: Msg }) {
+  return (
+    <>
+      {m.content && <pre>{m.content}</pre>}
+      {m.toolCalls?.map((c, i) => (
+        <div key={i} className="tool-call" data-testid="tool-call">
+          <code className="tool-name">{c.name}</code>
+          <pre className="tool-args">{prettyArgs(c.arguments)}</pre>
+        </div>
+      ))}
+    </>
+  );
+}
+
+/** JSON arguments indented; anything else as the model wrote it. */
+function prettyArgs(a: string): string {
+  try {
+    return JSON.stringify(JSON.parse(a), null, 1);
+  } catch {
+    return a;
+  }
+}
+
+/** The role label: a tool result names its tool. */
+export const roleLabel = (m: Msg): string => (m.role === "tool" && m.toolName ? `tool · ${m.toolName}` : m.role);
 
 /** One frame per board the model saw, then the final position from the game's log. */
 function framesOf(env: EnvName, t: TrajectoryView): { frames: Frame[]; histories: Msg[][] } {
@@ -129,7 +160,7 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
           </select>
         </label>
         <label>
-          {props.env === "custom" ? "Rollout" : "Game"}{" "}
+          {props.env === "custom" ? "Rollout" : props.env === "email" ? "Episode" : "Game"}{" "}
           <select aria-label="Trajectory" value={t} onChange={(e) => (setT(Number(e.target.value)), setFrame(0))}>
             {(groups[g]?.trajectories ?? []).map((x, i) => (
               <option key={i} value={i}>
@@ -152,8 +183,8 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
           </p>
           {ruler && <p className="ruler-note">{ruler}</p>}
           {notes && <pre className="muted small">{notes}</pre>}
-          <div className={props.env === "custom" ? "replay chat-only" : "replay"}>
-            {props.env !== "custom" && (
+          <div className={chatOnly(props.env) ? "replay chat-only" : "replay"}>
+            {!chatOnly(props.env) && (
               <div className="replay-board">
                 <BoardView board={f?.board ?? null} label={`Board at move ${frame + 1}`} />
                 <div className="row">
@@ -201,8 +232,8 @@ export function RolloutViewer(props: { run: string | null; env: EnvName; version
                       className={`msg ${m.role}${simulated ? " simulated" : ""}${current ? " current" : ""}`}
                       aria-current={current ? "step" : undefined}
                     >
-                      <span className="role">{simulated ? "user (simulated)" : m.role}</span>
-                      <pre>{m.content}</pre>
+                      <span className="role">{simulated ? "user (simulated)" : roleLabel(m)}</span>
+                      <MessageBody m={m} />
                     </li>
                   );
                 }),

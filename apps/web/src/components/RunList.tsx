@@ -3,6 +3,7 @@
 import { useState } from "react";
 import type { RunSummary, StorageInfo } from "../api.ts";
 import { bytes, num } from "../lib/format.ts";
+import { ENV_LABELS } from "../lib/settings.ts";
 
 export function RunList(props: {
   runs: RunSummary[];
@@ -31,8 +32,7 @@ export function RunList(props: {
                 {r.name}
               </button>
               <span className="muted small">
-                {r.env === "tictactoe" ? "tic-tac-toe" : r.env === "custom" ? "custom task" : "2048"} · step{" "}
-                <span data-testid="run-step">{r.step}</span>/{r.target}
+                {ENV_LABELS[r.env]} · step <span data-testid="run-step">{r.step}</span>/{r.target}
                 {r.lastReward !== null && <> · reward {num(r.lastReward)}</>}
                 {r.importedFrom && <> · imported</>}
               </span>

@@ -3,7 +3,7 @@
 import type { ReactNode } from "react";
 import { scenarioFormatOf } from "webart/envs";
 import { DEFAULT_RUBRIC } from "webart/ruler";
-import type { DraftErrors, SettingsDraft } from "../lib/settings.ts";
+import { defaultMaxTokens, type DraftErrors, type SettingsDraft } from "../lib/settings.ts";
 
 function Field(props: {
   id: keyof SettingsDraft;
@@ -56,7 +56,8 @@ export function SettingsForm(props: {
 }) {
   const { draft: d, errors: e } = props;
   const set = <K extends keyof SettingsDraft>(k: K, v: SettingsDraft[K]) => props.onChange({ ...d, [k]: v });
-  // Under the judge's fields, or under Reward when the loaded model is the judge.
+  // Under the judge's fields, or under Reward when the loaded model is the judge; the email agent's context check
+  // under Environment.
   const judgeError = props.judgeError && (
     <p className="field-error" role="alert" data-testid="error-judge">
       {props.judgeError}
@@ -93,15 +94,19 @@ export function SettingsForm(props: {
                     : env === "2048" || d.reward === "self"
                       ? "env"
                       : d.reward;
-                props.onChange({ ...d, env, reward });
+                // A tool call takes far more tokens than a move: each env starts at its own reply budget.
+                const maxTokens = d.maxTokens === defaultMaxTokens(d.env) ? defaultMaxTokens(env) : d.maxTokens;
+                props.onChange({ ...d, env, reward, maxTokens });
               }}
             >
               <option value="tictactoe">Tic-tac-toe (vs. random)</option>
               <option value="2048">2048</option>
+              <option value="email">Email search (an agent with tools)</option>
               <option value="custom">Custom task (RULER)</option>
             </select>
           )}
         </Field>
+        {d.env === "email" && judgeError}
         <Field id="reward" label="Reward" error={e.reward}>
           {(a) => (
             <select
@@ -158,7 +163,7 @@ export function SettingsForm(props: {
                 />
               )}
             </Field>
-            {judgeError}
+            {d.env !== "email" && judgeError}
             <label className="check">
               <input type="checkbox" checked={d.rememberKey} onChange={(x) => set("rememberKey", x.target.checked)} />
               Remember the key on this device (browser storage)

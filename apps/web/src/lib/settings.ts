@@ -1,6 +1,7 @@
 // The training form's fields as typed text, their defaults, and validation into TrainSettings with one
 // message per field (shown next to it).
 import {
+  GAMES,
   parseOpponents,
   parseScenarios,
   splitScenarios,
@@ -51,6 +52,18 @@ export const KEY_STORAGE = "webart.rulerApiKey";
  *  memory a GPU has, and 4 GiB is what integrated GPUs and a tab commonly allow. */
 export const DEFAULT_BUDGET_GIB = 4;
 
+/** How the run list names each environment. */
+export const ENV_LABELS: Record<EnvName, string> = {
+  tictactoe: "tic-tac-toe",
+  "2048": "2048",
+  email: "email search",
+  custom: "custom task",
+};
+
+/** The form's reply budget for an env, as text: the game registry's tokens per turn (a move is a few tokens, a tool
+ *  call a hundred or more); a custom task starts from the form's default, as tic-tac-toe. */
+export const defaultMaxTokens = (env: EnvName): string => String(GAMES[env === "custom" ? "tictactoe" : env].maxTokens);
+
 export function newRunName(env: EnvName): string {
   const d = new Date();
   const p = (n: number) => String(n).padStart(2, "0");
@@ -82,7 +95,7 @@ export function defaultDraft(): SettingsDraft {
     learningRate: "1e-3",
     loraRank: "8",
     seed: "1",
-    maxTokens: "12",
+    maxTokens: defaultMaxTokens("tictactoe"),
     temperature: "1",
     opponents: "random",
     memoryBudget: String(DEFAULT_BUDGET_GIB),

@@ -19,7 +19,7 @@ import {
   type ModelConfig,
   type PlanSetup,
 } from "webart/engine";
-import type { EngineEvent, ModelChoice, ModelInfo, TrainSettings } from "../api.ts";
+import type { EngineEvent, EnvName, ModelChoice, ModelInfo, TrainSettings } from "../api.ts";
 
 const CACHE = "webart-models";
 /** Picked files live under this origin in the cache; `.invalid` never resolves, so nothing leaks to a network. */
@@ -182,7 +182,10 @@ export async function clearModelCache(): Promise<void> {
 
 /** Sequences held at once: every rollout of a step runs concurrently, within limits. */
 export const kvSlotsFor = (s: TrainSettings) => Math.min(32, Math.max(4, s.groupSize * s.groupsPerStep));
-export const maxContextFor = (c: ModelConfig) => Math.min(c.maxPositionEmbeddings, 1024);
+/** The context a run's engine gets: 1024 tokens for moves and chats, 2048 for the email agent (its tool definitions,
+ *  search results and emails fill a conversation), never past the model's own. */
+export const maxContextFor = (c: ModelConfig, env?: EnvName) =>
+  Math.min(c.maxPositionEmbeddings, env === "email" ? 2048 : 1024);
 /** The run's LoRA: rank from the settings, alpha twice the rank, the default targets. */
 export const loraFor = (s: TrainSettings) => validateLoraConfig({ rank: s.loraRank, alpha: 2 * s.loraRank });
 
@@ -190,7 +193,7 @@ export const loraFor = (s: TrainSettings) => validateLoraConfig({ rank: s.loraRa
 function engineSizes(s: TrainSettings, c: ModelConfig) {
   return {
     kvSlots: kvSlotsFor(s),
-    maxContext: maxContextFor(c),
+    maxContext: maxContextFor(c, s.env),
     prefillChunk: 256,
     memoryBudget:
       s.memoryBudgetGiB !== undefined

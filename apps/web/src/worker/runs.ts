@@ -1,10 +1,11 @@
 // Runs as the app keeps them in IndexedDB: the engine's files (model.json, history.jsonl, checkpoints/,
 // trajectories/) plus the app's own under webapp/ (settings without secrets, the environment's per-step
 // metrics). Listing, history for the charts, trajectories for the viewer, deletion.
-import { computeAdvantages, dec, isChoice, TrajectoryGroup, type MessageOrChoice } from "webart/engine";
+import { computeAdvantages, dec, TrajectoryGroup } from "webart/engine";
 import type { GroupView, ModelChoice, RunSummary, StepRow, TrainSettings } from "../api.ts";
 import { RunFiles, stepDir, type LoraConfig } from "./internals.ts";
 import { store } from "./store.ts";
+import { messageViews } from "../lib/messages.ts";
 
 /** The project every browser run belongs to (runs live under `web/models/{name}/`). */
 export const PROJECT = "web";
@@ -77,6 +78,11 @@ export function envRow(step: number, groups: TrajectoryGroup[]): Record<string, 
   const mean = (k: string) => ts.reduce((s, t) => s + Number(t.metrics[k] ?? 0), 0) / Math.max(1, ts.length);
   const row: Record<string, number> = { step, win: mean("win") };
   if (ts.some((t) => "maxTile" in t.metrics)) row.maxTile = mean("maxTile");
+  if (ts.some((t) => "correct" in t.metrics)) {
+    row.accuracy = mean("correct");
+    row.malformed = mean("malformed");
+    row.turns = mean("turns");
+  }
   return row;
 }
 
@@ -101,6 +107,9 @@ export function stepRow(h: Record<string, unknown>, e?: Record<string, number>):
     skipped: h["train/skipped"] === true,
     win: e?.win,
     maxTile: e?.maxTile,
+    accuracy: e?.accuracy,
+    malformed: e?.malformed,
+    turns: e?.turns,
     valBase: e?.valBase,
     valModel: e?.valModel,
   };
@@ -132,14 +141,6 @@ export async function trajectorySteps(name: string): Promise<number[]> {
   return steps.sort((a, b) => a - b);
 }
 
-function text(m: MessageOrChoice): { role: string; content: string } {
-  if (isChoice(m)) return { role: "assistant", content: m.message.content ?? "" };
-  const c = m.content;
-  const content =
-    typeof c === "string" ? c : Array.isArray(c) ? c.map((p) => ("text" in p ? p.text : "")).join("") : "";
-  return { role: m.role, content };
-}
-
 export async function trajectories(name: string, step: number): Promise<GroupView[]> {
   const f = runFiles(name);
   const b = await store.read(f.path(`trajectories/train/${stepDir(step)}.jsonl`));
@@ -158,8 +159,8 @@ export async function trajectories(name: string, step: number): Promise<GroupVie
       metrics: t.metrics,
       metadata: t.metadata,
       logs: t.logs,
-      messages: t.messagesAndChoices.map(text),
-      extraHistories: t.additionalHistories.map((h) => h.messagesAndChoices.map(text)),
+      messages: messageViews(t.messagesAndChoices),
+      extraHistories: t.additionalHistories.map((h) => messageViews(h.messagesAndChoices)),
     })),
   }));
 }

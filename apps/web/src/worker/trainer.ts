@@ -5,9 +5,19 @@
 import OpenAI from "openai";
 import { checkJudge, customStepGroups, gameStepGroups, rubricFor, validateCustomTask, type CustomJudge } from "webart";
 import { getDevice, type ChatMessage, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
-import { parseOpponents, scenarioNotes, splitScenarios } from "webart/envs";
+import {
+  EMAIL_TOOLS,
+  emailScenario,
+  emailSystemPrompt,
+  parseOpponents,
+  rolloutEmail,
+  scenarioNotes,
+  splitScenarios,
+  stepScenarios,
+} from "webart/envs";
 import { buildJudgePrompt, type JudgeAttempt } from "webart/ruler";
-import type { EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
+import type { EmailPlayResult, EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
+import { messageViews } from "../lib/messages.ts";
 import { serializeError } from "../errors.ts";
 import { LocalBackend, TrainableModel } from "./internals.ts";
 import {
@@ -140,7 +150,7 @@ async function selfJudgeProblem(model: ModelChoice, st: TrainSettings): Promise<
   const baseModel = baseModelOf(model);
   const [config, tok] = await Promise.all([readModelConfig(baseModel), readTokenizer(baseModel)]);
   if (!tok.hasChatTemplate) return `${baseModel} has no chat template, so it cannot be prompted as a judge.`;
-  const ctx = maxContextFor(config);
+  const ctx = maxContextFor(config, st.env);
   const first = c.scenarios[0];
   const shared: OpenAI.Chat.ChatCompletionMessageParam[] = [
     { role: "system", content: c.systemPrompt },
@@ -172,10 +182,40 @@ function explainSelfJudge(e: unknown, st: TrainSettings | undefined): unknown {
 }
 
 /**
- * Before a custom task's run starts: asks its judge endpoint once, or checks that the loaded model can hold
- * RULER's prompt; resolves with why the judge cannot be used, or null.
+ * Whether the model can play the email agent at all, from its config and tokenizer alone (nothing is loaded on the
+ * GPU): the first turn of the run's first scenario (the system prompt, the three tools and the question, as the
+ * chat template renders them) and a reply of the run's budget must fit the context the engine gives the model here.
+ * Later turns that outgrow it end their episode unanswered, as in Node.
  */
-export async function checkRunJudge(settings: TrainSettings, model: ModelChoice): Promise<string | null> {
+async function emailContextProblem(model: ModelChoice, st: TrainSettings): Promise<string | null> {
+  const baseModel = baseModelOf(model);
+  const [config, tok] = await Promise.all([readModelConfig(baseModel), readTokenizer(baseModel)]);
+  if (!tok.hasChatTemplate) return `${baseModel} has no chat template, so it cannot be offered the email tools.`;
+  const ctx = maxContextFor(config, "email");
+  const [[first]] = stepScenarios(0, { seed: st.seed, groupsPerStep: 1, groupSize: 1 });
+  const s = emailScenario("train", first.seed);
+  const messages: ChatMessage[] = [
+    { role: "system", content: emailSystemPrompt(s) },
+    { role: "user", content: s.question.text },
+  ];
+  const tokens = tok.encodeChat(messages, { tools: EMAIL_TOOLS, addGenerationPrompt: true }).length;
+  if (tokens + st.maxTokens <= ctx) return null;
+  return (
+    `${baseModel} cannot play the email agent here: its first turn (the system prompt, the three tools and the ` +
+    `question) takes ${tokens} tokens and a reply up to ${st.maxTokens} more, beyond the ${ctx}-token context the ` +
+    `model has here. Pick a model with a longer context whose tokenizer packs JSON into few tokens (e.g. a Qwen2.5 ` +
+    `or Qwen3 instruct model).`
+  );
+}
+
+/**
+ * Before a run starts: for the email agent, checks that the model's context holds its first turn; for a custom
+ * task, asks its judge endpoint once, or checks that the loaded model can hold RULER's prompt. Resolves with why
+ * the run cannot start, or null.
+ */
+export async function checkRun(settings: TrainSettings, model: ModelChoice): Promise<string | null> {
+  if (settings.env === "email") return emailContextProblem(model, settings).catch((e) => (e as Error).message);
+  if (settings.env !== "custom") return null;
   if (settings.reward.kind === "self") return selfJudgeProblem(model, settings).catch((e) => (e as Error).message);
   const judge = judgeOf(settings.reward, undefined);
   if (!judge) return null;
@@ -390,6 +430,42 @@ export async function reply(
       })
     ).choices[0]?.message.content ?? "";
   return opts.base ? withBaseModel(s, ask) : ask();
+}
+
+/**
+ * The Play tab's email episode: the run's latest checkpoint (or, with `base`, the base model) answers `question`
+ * about held-out inbox `index` with the tools, as a training rollout plays (the run's temperature and reply budget).
+ * Graded when the question is the inbox's own; a person's own question has no known answer.
+ */
+export async function askEmail(
+  name: string,
+  index: number,
+  question: string,
+  opts: { base?: boolean } = {},
+): Promise<EmailPlayResult> {
+  if (opts.base && busy)
+    throw new Error("a run is training; pause it to ask the base model (its adapter cannot be switched off meanwhile)");
+  const s = await open(name);
+  const scenario = emailScenario("eval", index);
+  const text = question.trim();
+  if (!text) throw new Error("ask a question about the inbox");
+  const own = text === scenario.question.text;
+  const play = () =>
+    rolloutEmail(s.model.openaiClient(), {
+      scenario: own ? scenario : { ...scenario, question: { ...scenario.question, text } },
+      model: s.name,
+      temperature: s.meta.settings.temperature,
+      maxTokens: s.meta.settings.maxTokens,
+    });
+  const t = await (opts.base ? withBaseModel(s, play) : play());
+  const m = t.metrics as Record<string, number | boolean>;
+  const ending = m.answered ? null : (t.logs.find((l) => !l.startsWith("answer ")) ?? "no answer");
+  return {
+    messages: messageViews(t.messagesAndChoices),
+    graded: own ? { correct: !!m.correct, rightMessage: !!m.rightMessage, reward: t.reward } : null,
+    turns: Number(m.turns),
+    ending,
+  };
 }
 
 export async function forget(name: string): Promise<void> {
