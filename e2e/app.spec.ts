@@ -527,6 +527,8 @@ test("email search: too short a context is refused by name; a longer one trains 
     await page.getByLabel("Environment").selectOption("email");
     await page.getByLabel("Max tokens per move").fill("24");
     await page.getByRole("button", { name: "Start" }).click();
+    // (The check of the model's context runs first; until it is done the status still shows the last run.)
+    await expect(page.getByTestId("status")).toContainText("email-e2e", { timeout: 60_000 });
     await expect(state()).toHaveText("finished", { timeout: 300_000 });
     await expect(step()).toHaveText("2");
     await expect(page.getByTestId("chart-accuracy")).toHaveAttribute("data-points", "2");

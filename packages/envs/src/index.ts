@@ -9,6 +9,7 @@ export * from "./players.ts";
 export * from "./rollout.ts";
 export * from "./evaluate.ts";
 export * from "./pretrain/transcripts.ts";
+export * from "./pretrain/email-transcripts.ts";
 export * from "./pretrain/bpe.ts";
 export * from "./pretrain/tokenizer-files.ts";
 export * from "./registry.ts";
