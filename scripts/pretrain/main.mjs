@@ -1,4 +1,5 @@
-// `npm run pretrain`: set-up, then `webart pretrain` writing the repo's models/webart-tiny (the embedded model's
+// `npm run pretrain`: set-up, then `webart pretrain` writing the repo's models/webart-tiny (with --task email,
+// models/webart-tools: the email agent's model) (the embedded model's
 // source, tracked by git, so --force there loses nothing git cannot restore); with an --out of your own, the
 // command's rule holds (a new or empty folder, or --force). npm also runs this script as the "pre" hook of
 // `npm run train` (hook.mjs); then it does nothing.
@@ -18,12 +19,15 @@ const root = join(dirname(fileURLToPath(import.meta.url)), "../..");
 const node = (args) => spawnSync(process.execPath, args, { cwd: root, stdio: "inherit" }).status ?? 1;
 const args = process.argv.slice(2);
 const ownOut = args.some((a) => a === "--out" || a.startsWith("--out="));
+// The email model is a second model (models/README.md): it never replaces webart-tiny.
+const email = args.some((a, i) => a === "--task=email" || (a === "--task" && args[i + 1] === "email"));
+const repoOut = email ? "models/webart-tools" : "models/webart-tiny";
 let rc = node([join(root, "scripts/setup.mjs")]);
 if (rc === 0) {
   rc = node([
     join(root, "packages/webart/bin/webart.js"),
     "pretrain",
-    ...(ownOut ? [] : ["--out", "models/webart-tiny", "--force"]),
+    ...(ownOut ? [] : ["--out", repoOut, "--force"]),
     ...args,
   ]);
 }

@@ -61,4 +61,29 @@ describe("webart pretrain", () => {
     expect(statSync(join(out, "model.safetensors")).size).toBeGreaterThan(4 * report.parameters);
     expect(r.out).toMatch(/\[pretrain [\d.]+m\] board eval: /);
   }, 300_000);
+
+  it("--task email: a model with its own tokenizer and a 2048-token context, trained on tool-call transcripts", () => {
+    const out = mkdtempSync(join(tmpdir(), "webart-pretrain-email-"));
+    const args = ["--task", "email", "--out", out, "--episodes", "4", "--batch", "2", "--minutes", "0.01"];
+    const r = webart(["pretrain", ...args, "--eval-games", "2", "--seed", "5"]);
+    expect(r.code, r.err).toBe(0);
+    const report = JSON.parse(readFileSync(join(out, "pretrain.json"), "utf8"));
+    expect(report).toMatchObject({ task: "email", seed: 5, context: 2048, episodes: 4, phases: [{ name: "tools" }] });
+    // One sequence per episode: every turn's context extends the one before, as the template renders the calls.
+    expect(report.phases[0].sequences).toBe(4);
+    const last = report.phases[0].last;
+    expect(last.wellFormed).toBeGreaterThanOrEqual(0);
+    expect(last.wellFormed).toBeLessThanOrEqual(1);
+    expect(last.turns).toBeGreaterThanOrEqual(1);
+    const config = JSON.parse(readFileSync(join(out, "config.json"), "utf8"));
+    expect(config.max_position_embeddings).toBe(2048);
+    expect(config.vocab_size).toBe(report.vocab);
+    const tc = JSON.parse(readFileSync(join(out, "tokenizer_config.json"), "utf8"));
+    expect(tc.model_max_length).toBe(2048);
+    expect(tc.chat_template).toContain("tool_call");
+    expect(r.out).toMatch(/tools eval: [\d.]+% well-formed tool calls/);
+    expect(webart(["pretrain", "--task", "chess", "--out", out, "--force"]).err).toContain(
+      '--task "chess" is not known',
+    );
+  }, 300_000);
 });

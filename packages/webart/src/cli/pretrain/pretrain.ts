@@ -8,6 +8,8 @@
 import { existsSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { num, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+import type { Message } from "@webart/engine";
+import { pretrainEmail } from "./email.ts";
 import { Sft, type PhaseResult } from "./sft.ts";
 import { writeStart } from "./start.ts";
 
@@ -47,6 +49,12 @@ export const PRETRAIN = {
       default: "0",
       help: "loss weight of the non-assistant tokens (0: assistant tokens only)",
     },
+    task: {
+      arg: "NAME",
+      default: "tictactoe",
+      help: "tictactoe (the embedded model), or email: a model for the email agent, pretrained on tool-call\ntranscripts of scripted searchers until --target well-formed calls or --minutes (--games, --skill and the\nskills phase are tic-tac-toe's)",
+    },
+    episodes: { arg: "N", default: "2000", help: "email: training episodes to pretrain on" },
   },
 } satisfies CommandSpec;
 
@@ -88,19 +96,24 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
   if (o.initFrom !== undefined && !existsSync(join(o.initFrom, "model.safetensors")))
     throw new UsageError(`--init-from ${o.initFrom}: no model.safetensors there`);
   checkOut(o.out, a.force);
+  if (a.task !== "tictactoe" && a.task !== "email")
+    throw new UsageError(`--task ${JSON.stringify(a.task)} is not known (tictactoe, email)`);
 
   const t0 = performance.now();
   const elapsedMin = () => (performance.now() - t0) / 60000;
   const log = (m: string) => console.log(`[pretrain ${elapsedMin().toFixed(1)}m] ${m}`);
+  if (a.task === "email") return pretrainEmail(o, num("episodes", a.episodes, { int: true, min: 1 }), log, elapsedMin);
   const start = await writeStart(o, log);
   const sft = await Sft.load(o.out, o, log);
   const phases: PhaseResult[] = [];
+  const chats = (cs: Message[][]) => cs.map((messages) => ({ messages }));
+  const measure = sft.ticTacToe(o.evalGames);
   if (o.initFrom === undefined)
-    phases.push(await sft.phase("board", [...start.board, ...start.g2048], o.minutes, o.target));
+    phases.push(await sft.phase("board", chats([...start.board, ...start.g2048]), o.minutes, o.target, measure));
   const skillMinutes = Math.min(o.skillMinutes, o.totalMinutes - elapsedMin());
   // The skills phase also ends at the target (80 steps for seed 1 from the committed board model).
   if (skillMinutes > 0)
-    phases.push(await sft.phase("skills", [...start.skills, ...start.g2048], skillMinutes, o.target));
+    phases.push(await sft.phase("skills", chats([...start.skills, ...start.g2048]), skillMinutes, o.target, measure));
 
   // Each phase ends right after an evaluation, which saved the weights.
   const final = await sft.evaluate(400, 7_000_000);

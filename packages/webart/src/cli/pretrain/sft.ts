@@ -1,6 +1,7 @@
 // Pretraining's third step: full-parameter supervised fine-tuning with the engine (f32 weights, every parameter
-// trained) on the assistant tokens of the transcripts, in phases that end at a legal-move target or a time limit;
-// the weights are written as f32 in HF names after every evaluation, so a stopped run leaves its latest model.
+// trained) on the assistant tokens of the transcripts (tool calls as the chat template writes them), in phases that
+// end at a target rate (tic-tac-toe: legal moves; email: well-formed tool calls) or a time limit; the weights are
+// written as f32 in HF names after every evaluation, so a stopped run leaves its latest model.
 import { join } from "node:path";
 import { writeFileSync } from "node:fs";
 import {
@@ -13,7 +14,7 @@ import {
   type SampledChoice,
   type SftSequence,
 } from "@webart/engine";
-import { rolloutTicTacToe, summarizeTicTacToe } from "@webart/envs";
+import { emailScenario, rolloutEmail, rolloutTicTacToe, summarizeTicTacToe, type Tool } from "@webart/envs";
 import { Rng } from "@webart/gpu";
 
 export interface SftOptions {
@@ -33,13 +34,30 @@ export interface Eval {
   invalid: number;
 }
 
-export interface PhaseResult {
+/** The email agent at temperature 1 on held-out inboxes: well-formed tool calls among all its turns, and its answers. */
+export interface EmailEval {
+  wellFormed: number;
+  turns: number;
+  accuracy: number;
+  rightMessage: number;
+}
+
+/** A conversation to train on, with the tools it was offered (none for the games). */
+export interface Transcript {
+  messages: Message[];
+  tools?: Tool[];
+}
+
+export interface PhaseResult<E = Eval> {
   name: string;
   steps: number;
   minutes: number;
   sequences: number;
-  last: Eval;
+  last: E;
 }
+
+/** How a phase measures the model: the rate its target is on, a log line, and what pretrain.json keeps. */
+type Measure<E> = (step: number) => Promise<{ rate: number; line: string; result: E }>;
 
 export class Sft {
   private readonly client: ReturnType<Engine["openaiClient"]>;
@@ -54,24 +72,51 @@ export class Sft {
     this.client = engine.openaiClient();
   }
 
-  /** Loads the model folder `out` (written by writeStart) with f32 weights for training. */
-  static async load(out: string, o: SftOptions, log: (m: string) => void): Promise<Sft> {
-    const engine = await Engine.load(out, { weightsF32: true, kvSlots: 64, maxContext: 512, name: "webart-tiny" });
+  /** Loads the model folder `out` (written by writeStart) with f32 weights for training; `maxContext` holds the
+   *  longest transcript and evaluation episode. */
+  static async load(
+    out: string,
+    o: SftOptions,
+    log: (m: string) => void,
+    { name = "webart-tiny", maxContext = 512 } = {},
+  ): Promise<Sft> {
+    const engine = await Engine.load(out, { weightsF32: true, kvSlots: 64, maxContext, name });
     return new Sft(engine, new FullTrainer(engine.model), out, o, log);
   }
 
+  /** The text of an assistant turn as the model writes it: its content, or its tool calls as the chat template
+   *  writes them (which is what the engine parses back into tool_calls when the model samples it). */
+  private assistantText(m: Message & { role: "assistant" }): string {
+    if (!m.tool_calls?.length) return String(m.content ?? "");
+    const tok = this.engine.tokenizer;
+    const open = "<|im_start|>assistant\n";
+    const rendered = tok.applyChatTemplate([{ role: "user", content: "." }, m], {});
+    const body = rendered.slice(rendered.lastIndexOf(open) + open.length);
+    const end = body.lastIndexOf("<|im_end|>");
+    if (end < 0)
+      throw new Error(`the chat template wrote no <|im_end|> after an assistant turn: ${JSON.stringify(body)}`);
+    return body.slice(0, end);
+  }
+
   /** Assistant messages become "sampled" turns (their ids + <|im_end|>), so SFT sees exactly the RL layout. */
-  private toSequences(conv: Message[]): SftSequence[] {
+  private toSequences({ messages, tools }: Transcript): SftSequence[] {
     const tok = this.engine.tokenizer;
     const imEnd = tok.inner.tokenToId("<|im_end|>")!;
-    const mc = conv.map((m) => {
+    const mc = messages.map((m) => {
       if (m.role !== "assistant") return m;
-      const ids = [...tok.encode(String(m.content)), imEnd];
+      const text = this.assistantText(m);
+      const ids = [...tok.encode(text), imEnd];
+      const calls = m.tool_calls?.length ? m.tool_calls : undefined;
       const c: SampledChoice = {
         index: 0,
-        finish_reason: "stop",
+        finish_reason: calls ? "tool_calls" : "stop",
         logprobs: null,
-        message: { role: "assistant", content: String(m.content), refusal: null },
+        message: {
+          role: "assistant",
+          content: calls ? null : text,
+          refusal: null,
+          ...(calls ? { tool_calls: calls } : {}),
+        },
         token_ids: ids,
         token_logprobs: ids.map(() => 0),
       };
@@ -80,10 +125,47 @@ export class Sft {
     // Assistant tokens weigh 1; every other token --context-weight. Tried at 0.1-0.25: the board tokens are
     // learned, but legality did not improve.
     const w = this.o.contextWeight;
-    return tokenizeHistory(tok, { messagesAndChoices: mc }).map((t) => ({
+    return tokenizeHistory(tok, { messagesAndChoices: mc, tools }).map((t) => ({
       ids: t.ids,
       mask: Array.from(t.mask, (m) => (m ? 1 : w)),
     }));
+  }
+
+  /** The phase measure of tic-tac-toe: legal moves over `games` games (the target's rate), and the results. */
+  ticTacToe(games: number): Measure<Eval> {
+    return async (step) => {
+      const e = await this.evaluate(games, 1_000_000 + step);
+      const line = `${(100 * e.legal).toFixed(1)}% legal moves; win ${e.win.toFixed(2)} draw ${e.draw.toFixed(2)} invalid games ${e.invalid.toFixed(2)}`;
+      return { rate: e.legal, line, result: e };
+    };
+  }
+
+  /** The phase measure of the email agent: well-formed tool calls over the turns of `episodes` held-out episodes
+   *  (temperature 1, 200 tokens a turn), and how many answers were right. */
+  email(episodes: number): Measure<EmailEval> {
+    return async () => {
+      this.engine.scheduler.invalidateCache();
+      const ts = await Promise.all(
+        Array.from({ length: episodes }, (_, i) =>
+          rolloutEmail(this.client, {
+            model: this.engine.name,
+            scenario: emailScenario("eval", i),
+            temperature: 1,
+            maxTokens: 200,
+          }),
+        ),
+      );
+      const sum = (k: string) => ts.reduce((s, t) => s + Number(t.metrics?.[k] ?? 0), 0);
+      const turns = sum("turns");
+      const e: EmailEval = {
+        wellFormed: turns ? (turns - sum("malformed")) / turns : 0,
+        turns: turns / episodes,
+        accuracy: sum("correct") / episodes,
+        rightMessage: sum("rightMessage") / episodes,
+      };
+      const line = `${(100 * e.wellFormed).toFixed(1)}% well-formed tool calls (${e.turns.toFixed(1)} turns an episode); right answers ${e.accuracy.toFixed(2)}, right emails ${e.rightMessage.toFixed(2)}`;
+      return { rate: e.wellFormed, line, result: e };
+    };
   }
 
   /** Legal-move rate and results of `games` games against the random opponent at temperature 1. */
@@ -122,7 +204,13 @@ export class Sft {
    * evaluation every 40 steps that saves the weights; it ends at an evaluation that reaches `target` or after
    * `minutes`. Each phase starts a fresh optimizer state and its own data order (seed + 2).
    */
-  async phase(name: string, convs: Message[][], minutes: number, target: number): Promise<PhaseResult> {
+  async phase<E>(
+    name: string,
+    convs: Transcript[],
+    minutes: number,
+    target: number,
+    measure: Measure<E>,
+  ): Promise<PhaseResult<E>> {
     const { log, o } = this;
     const data = convs.flatMap((c) => this.toSequences(c));
     log(
@@ -159,13 +247,11 @@ export class Sft {
         log(`${name} step ${step} loss ${r.loss.toFixed(4)} grad ${r.gradNorm.toFixed(3)} lr ${lr.toExponential(2)}`);
       const done = phaseMin() >= minutes;
       if (step % 40 === 0 || done) {
-        const e = await this.evaluate(o.evalGames, 1_000_000 + step);
-        log(
-          `${name} eval: ${(100 * e.legal).toFixed(1)}% legal moves; win ${e.win.toFixed(2)} draw ${e.draw.toFixed(2)} invalid games ${e.invalid.toFixed(2)}`,
-        );
+        const e = await measure(step);
+        log(`${name} eval: ${e.line}`);
         await this.save();
-        if (e.legal >= target || done)
-          return { name, steps: step, minutes: Number(phaseMin().toFixed(1)), sequences: data.length, last: e };
+        if (e.rate >= target || done)
+          return { name, steps: step, minutes: Number(phaseMin().toFixed(1)), sequences: data.length, last: e.result };
       }
     }
   }

@@ -11,6 +11,7 @@ import {
   tokenizerConfig,
   tokenizerJson,
   trainBpe,
+  type BpeTokenizer,
 } from "@webart/envs";
 
 export interface StartOptions {
@@ -51,18 +52,31 @@ export async function writeStart(o: StartOptions, log: (m: string) => void): Pro
     [...board, ...g2048].map((m) => renderChat(m)),
     { vocabSize: 2000, specialTokens: SPECIAL_TOKENS },
   );
+  const V = writeModelFiles(out, bpe, { seed, context: 1024, initFrom: o.initFrom });
+  log(
+    `${board.length} + ${skills.length} tic-tac-toe (board, skills) and ${g2048.length} 2048 conversations; tokenizer of ${V} ids`,
+  );
+  return { board, skills, g2048, vocab: V };
+}
+
+/**
+ * The model folder's files from a trained BPE: tokenizer.json, tokenizer_config.json (ChatML with tools, the given
+ * context), config.json (Llama form, ~0.43M parameters with tied embeddings: small enough to train on a CPU WebGPU),
+ * generation_config.json and the starting weights (seeded random, or `initFrom`'s). Returns the vocabulary size.
+ */
+export function writeModelFiles(
+  out: string,
+  bpe: BpeTokenizer,
+  o: { seed: number; context: number; initFrom?: string },
+): number {
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, "tokenizer.json"), JSON.stringify(tokenizerJson(bpe), null, 2) + "\n");
   writeFileSync(
     join(out, "tokenizer_config.json"),
-    JSON.stringify(tokenizerConfig(bpe, { modelMaxLength: 1024 }), null, 2) + "\n",
+    JSON.stringify(tokenizerConfig(bpe, { modelMaxLength: o.context }), null, 2) + "\n",
   );
   const V = bpe.vocab.size + bpe.specialTokens.length;
-  log(
-    `${board.length} + ${skills.length} tic-tac-toe (board, skills) and ${g2048.length} 2048 conversations; tokenizer of ${V} ids`,
-  );
 
-  // Llama form, tied embeddings, ~0.43M parameters: small enough to train on a CPU WebGPU.
   const special = (t: string) => V - bpe.specialTokens.length + SPECIAL_TOKENS.indexOf(t);
   const eos = special("<|im_end|>");
   const config = {
@@ -77,7 +91,7 @@ export async function writeStart(o: StartOptions, log: (m: string) => void): Pro
     hidden_size: 96,
     initializer_range: 0.02,
     intermediate_size: 256,
-    max_position_embeddings: 1024,
+    max_position_embeddings: o.context,
     mlp_bias: false,
     num_attention_heads: 3,
     num_hidden_layers: 4,
@@ -97,7 +111,7 @@ export async function writeStart(o: StartOptions, log: (m: string) => void): Pro
     JSON.stringify({ eos_token_id: [eos], bos_token_id: config.bos_token_id }, null, 2) + "\n",
   );
   const weights = join(out, "model.safetensors");
-  if (o.initFrom === undefined) writeFileSync(weights, randomWeights(parseConfig(config), { seed }));
+  if (o.initFrom === undefined) writeFileSync(weights, randomWeights(parseConfig(config), { seed: o.seed }));
   else {
     // Through a copy, so --init-from may name the --out folder itself.
     const tmp = `${weights}.init`;
@@ -105,5 +119,5 @@ export async function writeStart(o: StartOptions, log: (m: string) => void): Pro
     writeFileSync(weights, readFileSync(tmp));
     unlinkSync(tmp);
   }
-  return { board, skills, g2048, vocab: V };
+  return V;
 }
