@@ -1,6 +1,6 @@
-// `npm run pretrain`: set-up, then `webart pretrain` writing the repo's models/webart-tiny (with --task email,
-// models/webart-tools: the email agent's model) (the embedded model's
-// source, tracked by git, so --force there loses nothing git cannot restore); with an --out of your own, the
+// `npm run pretrain`: set-up, then `webart pretrain` writing the repo's models/webart-tiny (the embedded model's
+// source, tracked by git, so --force there loses nothing git cannot restore), or with --task email
+// models/webart-tools (the email agent's model, a second one); with an --out of your own, the
 // command's rule holds (a new or empty folder, or --force). npm also runs this script as the "pre" hook of
 // `npm run train` (hook.mjs); then it does nothing.
 import { spawnSync } from "node:child_process";
