@@ -28,7 +28,8 @@ export async function pretrainEmail(
   );
   const vocab = writeModelFiles(o.out, bpe, { seed: o.seed, context: CONTEXT });
   log(`${transcripts.length} email episodes (training inboxes, the naive searcher); tokenizer of ${vocab} ids`);
-  const sft = await Sft.load(o.out, o, log, { name: "webart-tools", maxContext: CONTEXT });
+  // A step here trains ~4x the tokens of a tic-tac-toe step, so the phase runs fewer steps: a shorter warm-up.
+  const sft = await Sft.load(o.out, { ...o, warmup: 10 }, log, { name: "webart-tools", maxContext: CONTEXT });
   const phase = await sft.phase("tools", transcripts, o.minutes, o.target, sft.email(o.evalGames));
   const report = {
     task: "email",

@@ -25,6 +25,8 @@ export interface SftOptions {
   evalGames: number;
   /** Weight of the non-assistant tokens (system prompt, boards) in the loss; 0: assistant tokens only. */
   contextWeight: number;
+  /** Steps of the learning-rate warm-up; default 50. */
+  warmup?: number;
 }
 
 export interface Eval {
@@ -200,7 +202,7 @@ export class Sft {
   }
 
   /**
-   * One phase: shuffled epochs of `convs`, AdamW with a 50-step warm-up and a cosine schedule over `minutes`, an
+   * One phase: shuffled epochs of `convs`, AdamW with a warm-up (default 50 steps) and a cosine schedule over `minutes`, an
    * evaluation every 40 steps that saves the weights; it ends at an evaluation that reaches `target` or after
    * `minutes`. Each phase starts a fresh optimizer state and its own data order (seed + 2).
    */
@@ -233,7 +235,7 @@ export class Sft {
       const seqs = order.splice(0, o.batch).map((i) => data[i]);
       step++;
       const frac = Math.min(1, phaseMin() / minutes);
-      const lr = o.lr * Math.min(1, step / 50) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
+      const lr = o.lr * Math.min(1, step / (o.warmup ?? 50)) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
       const r = await this.trainer.step_(seqs, {
         lr,
         beta1: 0.9,
