@@ -410,6 +410,14 @@ export const requestPause = () => void (control.pause = true);
 export const requestStop = () => void (control.stop = true);
 export const isBusy = () => busy;
 
+/** The run's session for the Play tab (loading it when it is not the one in memory); the base model (adapter off)
+ *  only while nothing trains. */
+async function openToAsk(name: string, opts: { base?: boolean }): Promise<Session> {
+  if (opts.base && busy)
+    throw new Error("a run is training; pause it to ask the base model (its adapter cannot be switched off meanwhile)");
+  return open(name);
+}
+
 /** The model's reply with the run's latest adapter (loads the run when it is not the one in memory). */
 export async function reply(
   name: string,
@@ -417,9 +425,7 @@ export async function reply(
   maxTokens: number,
   opts: { base?: boolean } = {},
 ): Promise<string> {
-  if (opts.base && busy)
-    throw new Error("a run is training; pause it to ask the base model (its adapter cannot be switched off meanwhile)");
-  const s = await open(name);
+  const s = await openToAsk(name, opts);
   const ask = async () =>
     (
       await s.model.openaiClient().chat.completions.create({
@@ -443,9 +449,7 @@ export async function askEmail(
   question: string,
   opts: { base?: boolean } = {},
 ): Promise<EmailPlayResult> {
-  if (opts.base && busy)
-    throw new Error("a run is training; pause it to ask the base model (its adapter cannot be switched off meanwhile)");
-  const s = await open(name);
+  const s = await openToAsk(name, opts);
   const scenario = emailScenario("eval", index);
   const text = question.trim();
   if (!text) throw new Error("ask a question about the inbox");
