@@ -9,7 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, wri
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
-import { embeddedModelModule, EMBEDDED_DIR } from "./embedded-model.mjs";
+import { embeddedModelModule, embeddedModelName, EMBEDDED_NAMES, MODELS_DIR } from "./embedded-model.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
 /** Build order: each package after those it imports. */
@@ -33,7 +33,7 @@ function isStale() {
   const built = statSync(STAMP).mtimeMs;
   const inputs = [
     ...PACKAGES.flatMap((p) => [join(root, "packages", p, "src"), join(root, "packages", p, "package.json")]),
-    fileURLToPath(EMBEDDED_DIR),
+    ...EMBEDDED_NAMES.map((n) => fileURLToPath(new URL(n, MODELS_DIR))).filter((p) => existsSync(p)),
     join(root, "scripts", "build.mjs"),
     join(root, "tsconfig.base.json"),
   ];
@@ -44,8 +44,13 @@ function isStale() {
 const embedded = {
   name: "webart-embedded-model",
   setup(b) {
-    b.onResolve({ filter: /^virtual:webart-tiny$/ }, (a) => ({ path: a.path, namespace: "webart" }));
-    b.onLoad({ filter: /.*/, namespace: "webart" }, () => ({ contents: embeddedModelModule(), loader: "js" }));
+    b.onResolve({ filter: /^virtual:webart-/ }, (a) =>
+      embeddedModelName(a.path) ? { path: a.path, namespace: "webart" } : undefined,
+    );
+    b.onLoad({ filter: /.*/, namespace: "webart" }, (a) => ({
+      contents: embeddedModelModule(embeddedModelName(a.path)),
+      loader: "js",
+    }));
   },
 };
 
@@ -80,7 +85,7 @@ async function buildPackage(name) {
   // The embedded model's chunk is data: a source map of it would only repeat its 2 MB of base64.
   const chunks = join(dir, "dist", "chunks");
   if (existsSync(chunks))
-    for (const f of readdirSync(chunks).filter((f) => /^embedded-files-.*\.js$/.test(f))) {
+    for (const f of readdirSync(chunks).filter((f) => /^embedded-(tools-)?files-.*\.js$/.test(f))) {
       rmSync(join(chunks, f + ".map"), { force: true });
       const code = readFileSync(join(chunks, f), "utf8").replace(/\n\/\/# sourceMappingURL=.*\n?$/, "\n");
       writeFileSync(join(chunks, f), code);

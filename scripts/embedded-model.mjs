@@ -1,16 +1,28 @@
-// The module that `virtual:webart-tiny` stands for: every file of models/webart-tiny as bytes, base64 in the
-// source and decoded once when the module is first imported (the engine imports it only for "webart-tiny").
-import { readdirSync, readFileSync, statSync } from "node:fs";
+// The modules that `virtual:webart-tiny` and `virtual:webart-tools` stand for: every file of models/<name> as
+// bytes, base64 in the source and decoded once when the module is first imported (the engine imports one only
+// when that model is asked for). A folder that is missing gives an empty module: the engine then says how to make it.
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 
-export const EMBEDDED_DIR = new URL("../models/webart-tiny/", import.meta.url);
+/** The embedded models: webart-tiny (the default, tic-tac-toe and 2048) and webart-tools (the email agent's). */
+export const EMBEDDED_NAMES = ["webart-tiny", "webart-tools"];
+export const MODELS_DIR = new URL("../models/", import.meta.url);
 
-export function embeddedModelModule() {
-  const names = readdirSync(EMBEDDED_DIR)
-    .filter((f) => statSync(new URL(f, EMBEDDED_DIR)).isFile() && f !== "pretrain.json")
-    .sort();
+/** `virtual:<name>` for an embedded model's name, else null. */
+export function embeddedModelName(id) {
+  const name = id.startsWith("virtual:") ? id.slice("virtual:".length) : null;
+  return name && EMBEDDED_NAMES.includes(name) ? name : null;
+}
+
+export function embeddedModelModule(name) {
+  if (!EMBEDDED_NAMES.includes(name)) throw new Error(`no embedded model ${name} (${EMBEDDED_NAMES.join(", ")})`);
+  const dir = new URL(`${name}/`, MODELS_DIR);
+  const names = existsSync(dir)
+    ? readdirSync(dir)
+        .filter((f) => statSync(new URL(f, dir)).isFile() && f !== "pretrain.json" && f !== "README.md")
+        .sort()
+    : [];
   const entries = names.map(
-    (f) =>
-      `  ${JSON.stringify(f)}: bytes(${JSON.stringify(readFileSync(new URL(f, EMBEDDED_DIR)).toString("base64"))}),`,
+    (f) => `  ${JSON.stringify(f)}: bytes(${JSON.stringify(readFileSync(new URL(f, dir)).toString("base64"))}),`,
   );
   return [
     "const bytes = (b64) => {",

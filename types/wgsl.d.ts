@@ -10,3 +10,8 @@ declare module "virtual:webart-tiny" {
   const files: Record<string, Uint8Array>;
   export default files;
 }
+
+declare module "virtual:webart-tools" {
+  const files: Record<string, Uint8Array>;
+  export default files;
+}

@@ -18,9 +18,10 @@ const sizes = process.argv.slice(2).map(Number);
 const train = await emailTranscripts({ episodes: 400, perfect: 0.5, seed: 1 });
 const held = await emailTranscripts({ episodes: 100, start: 100_000, perfect: 0.5, seed: 2 });
 const games = await generateTranscripts({ game: "tictactoe", games: 2000, seed: 1, skill: 0.5, ordered: 1 });
+const compactTools = process.env.COMPACT === "1";
 const firstTurn = (t: (typeof held)[number]) =>
-  renderChat(t.messages.slice(0, 2), { tools: t.tools, addGenerationPrompt: true });
-const whole = (t: (typeof held)[number]) => renderChat(t.messages, { tools: t.tools });
+  renderChat(t.messages.slice(0, 2), { tools: t.tools, addGenerationPrompt: true, compactTools });
+const whole = (t: (typeof held)[number]) => renderChat(t.messages, { tools: t.tools, compactTools });
 const stats = (count: (s: string) => number) => {
   const first = held.map((t) => count(firstTurn(t)));
   const all = held.map((t) => count(whole(t)));

@@ -173,6 +173,22 @@ export function App() {
     // planKey stands for the settings the plan depends on, so typing in other fields does not re-plan.
   }, [api, device, model, planKey]);
 
+  // Each env starts on its embedded model: email on webart-tools (its tokenizer and context fit tool calls), the
+  // others on webart-tiny. A model the person picked (a URL, a repo, files) stays.
+  useEffect(() => {
+    setModel((m) =>
+      m.kind !== "embedded"
+        ? m
+        : draft.env === "email"
+          ? m.name === "webart-tools"
+            ? m
+            : { kind: "embedded", name: "webart-tools" }
+          : m.name
+            ? { kind: "embedded" }
+            : m,
+    );
+  }, [draft.env]);
+
   // A judge refused at Start is asked again once its settings change (for the loaded model as the judge: the
   // model, and what RULER's prompt holds).
   useEffect(

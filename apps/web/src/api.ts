@@ -62,7 +62,8 @@ export interface TrainSettings {
 
 /** Where the base model comes from. */
 export type ModelChoice =
-  | { kind: "embedded" }
+  /** A model inside the app: webart-tiny (no name) or webart-tools, the email agent's. */
+  | { kind: "embedded"; name?: "webart-tools" }
   | { kind: "url"; url: string }
   | { kind: "hub"; repo: string }
   /** Files picked on this machine, copied into the browser's model cache under `id`. */

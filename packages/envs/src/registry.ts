@@ -34,6 +34,11 @@ export interface Game {
   maxTokens: number;
   /** The context an engine for this game is loaded with; undefined: the engine's default (the model's, at most 2048). */
   maxContext?: number;
+  /** The embedded model train and eval use unless told otherwise: webart-tiny for the games; webart-tools, whose
+   *  tokenizer and context fit tool calls, for email. */
+  model: "webart-tiny" | "webart-tools";
+  /** `webart train`'s defaults for this game: steps, rollouts per group, groups per step. */
+  train: { steps: number; groupSize: number; groupsPerStep: number };
 }
 
 const numbers = (o: object): Record<string, number> =>
@@ -55,6 +60,8 @@ export const GAMES: Record<GameName, Game> = {
     scoreName: "win+draw",
     maxTokens: 12,
     maxContext: 512,
+    model: "webart-tiny",
+    train: { steps: 250, groupSize: 8, groupsPerStep: 4 },
   },
   "2048": {
     name: "2048",
@@ -64,6 +71,8 @@ export const GAMES: Record<GameName, Game> = {
     scoreName: "max tile",
     maxTokens: 12,
     maxContext: 512,
+    model: "webart-tiny",
+    train: { steps: 250, groupSize: 8, groupsPerStep: 4 },
   },
   email: {
     name: "email",
@@ -73,6 +82,9 @@ export const GAMES: Record<GameName, Game> = {
     score: (t) => summarizeEmail(t).accuracy,
     scoreName: "accuracy",
     maxTokens: 200,
+    model: "webart-tools",
+    // An episode is ~800 tokens (a game ~130): fewer, smaller groups a step, so 45 minutes hold enough steps.
+    train: { steps: 30, groupSize: 8, groupsPerStep: 2 },
   },
 };
 

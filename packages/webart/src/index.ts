@@ -48,6 +48,7 @@ export {
   retry,
   type RetryOptions,
   EMBEDDED_MODEL,
+  EMBEDDED_TOOLS_MODEL,
   parseBytes,
   PlanError,
 } from "@webart/engine";

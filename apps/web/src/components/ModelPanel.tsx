@@ -26,6 +26,7 @@ export function ModelPanel(props: {
   const [url, setUrl] = useState(props.choice.kind === "url" ? props.choice.url : "");
   const [repo, setRepo] = useState(props.choice.kind === "hub" ? props.choice.repo : "");
   const kind = props.choice.kind;
+  const embeddedName = props.choice.kind === "embedded" ? props.choice.name : undefined;
   const online = typeof navigator === "undefined" || navigator.onLine;
   const hasPicker = typeof window !== "undefined" && "showDirectoryPicker" in window;
   const pickFolder = async () => {
@@ -58,10 +59,19 @@ export function ModelPanel(props: {
           <input
             type="radio"
             name="model"
-            checked={kind === "embedded"}
+            checked={kind === "embedded" && !embeddedName}
             onChange={() => props.onChoose({ kind: "embedded" })}
           />
           webart-tiny, embedded (ships with the app)
+        </label>
+        <label className="choice">
+          <input
+            type="radio"
+            name="model"
+            checked={kind === "embedded" && embeddedName === "webart-tools"}
+            onChange={() => props.onChoose({ kind: "embedded", name: "webart-tools" })}
+          />
+          webart-tools, embedded (the email agent's: tool calls, a 2048-token context)
         </label>
         <label className="choice">
           <input

@@ -5,6 +5,7 @@
 import {
   DEFAULT_TRAIN_CONFIG,
   EMBEDDED_MODEL,
+  EMBEDDED_TOOLS_MODEL,
   defaultMemoryBudget,
   getDevice,
   modelFiles,
@@ -36,8 +37,8 @@ export const setModelEvents = (f: (e: EngineEvent) => void) => void (emit = f);
 export function baseModelOf(m: ModelChoice): string {
   switch (m.kind) {
     case "embedded":
-      // The model inside the webart package: loaded from memory, no files served.
-      return EMBEDDED_MODEL;
+      // A model inside the webart package: loaded from memory, no files served.
+      return m.name ?? EMBEDDED_MODEL;
     case "url":
       return m.url.trim().replace(/\/+$/, "");
     case "hub":
@@ -48,13 +49,14 @@ export function baseModelOf(m: ModelChoice): string {
 }
 
 export function labelOf(m: ModelChoice): string {
-  return m.kind === "embedded" ? "webart-tiny (embedded)" : m.kind === "local" ? m.label : baseModelOf(m);
+  return m.kind === "embedded" ? `${baseModelOf(m)} (embedded)` : m.kind === "local" ? m.label : baseModelOf(m);
 }
 
 /** The choice a recorded base-model string came from. */
 export function choiceOf(baseModel: string, label?: string): ModelChoice {
   // Runs made before the model shipped inside the package recorded the path it was served at.
   if (baseModel === EMBEDDED_MODEL || /(^|\/)models\/webart-tiny$/.test(baseModel)) return { kind: "embedded" };
+  if (baseModel === EMBEDDED_TOOLS_MODEL) return { kind: "embedded", name: EMBEDDED_TOOLS_MODEL };
   if (baseModel.startsWith(LOCAL_ORIGIN))
     return { kind: "local", id: baseModel.slice(LOCAL_ORIGIN.length), label: label ?? baseModel };
   if (/^https?:\/\//i.test(baseModel)) return { kind: "url", url: baseModel };

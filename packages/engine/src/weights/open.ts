@@ -15,10 +15,10 @@ import {
 import { hubFiles, isRepoId, type HubOptions } from "./hub.ts";
 import { WeightReader, type StreamOptions, type Tensor } from "./reader.ts";
 import { nodeFs, type UrlSourceOptions } from "./source.ts";
-import { EMBEDDED_MODEL, embeddedModelFiles } from "../model/embedded.ts";
+import { embeddedModelFiles, isEmbeddedModel } from "../model/embedded.ts";
 
 /**
- * Where a model is. "webart-tiny" (EMBEDDED_MODEL) is the model shipped inside the package. A string is a URL when it starts with http(s)://, else (in Node) a folder when one exists
+ * Where a model is. "webart-tiny" (EMBEDDED_MODEL) and "webart-tools" are the models shipped inside the package. A string is a URL when it starts with http(s)://, else (in Node) a folder when one exists
  * at that path, else a hub repo id ("org/name[@rev]"); in the browser a non-repo string is a URL relative to
  * the page. The object forms say which explicitly.
  */
@@ -65,7 +65,7 @@ export async function modelFiles(source: ModelSource, opts: OpenModelOptions = {
   const urlOpts: UrlSourceOptions = { fetch: opts.fetch, noRange: opts.noRange };
   if (source instanceof URL) return urlFiles(source.href, urlOpts);
   if (typeof source === "string") {
-    if (source === EMBEDDED_MODEL) return embeddedModelFiles();
+    if (isEmbeddedModel(source)) return embeddedModelFiles(source);
     if (/^https?:\/\//i.test(source)) return urlFiles(source, urlOpts);
     if (isNode()) {
       const isDir = await (await nodeFs()).stat(source).then(

@@ -11,15 +11,37 @@ const NOT_SPECIAL = new Set(["<tool_call>", "</tool_call>"]);
 
 /**
  * ChatML: `<|im_start|>role\ncontent<|im_end|>\n` per message; a generation prompt `<|im_start|>assistant\n`.
- * Tools go in the system message as one JSON line each inside <tools>, with a one-line calling convention;
- * assistant tool calls render as `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` and tool
- * results as user turns wrapped in <tool_response>, as Qwen2.5/Qwen3 do (so the same parser works).
+ * Tools go in the system message, with a one-line calling convention: as one JSON line each inside <tools> (as
+ * Qwen2.5/Qwen3 write them), or, with `compactTools`, as one signature line each (`read_email(message_id: string)`,
+ * an optional argument marked `?`): a small model's context cannot spend ~500 tokens on JSON Schema every turn.
+ * Assistant tool calls render as `<tool_call>\n{"name": ..., "arguments": ...}\n</tool_call>` and tool results as
+ * user turns wrapped in <tool_response>, as Qwen does (so the same parser works).
  */
-export const CHAT_TEMPLATE = `{%- set sys = messages[0].content if messages and messages[0].role == 'system' else '' -%}
-{%- if tools -%}
-{{- '<|im_start|>system\\n' + (sys + '\\n\\n' if sys else '') + '# Tools\\n<tools>' -}}
+export function chatTemplate(opts: { compactTools?: boolean } = {}): string {
+  const tools = opts.compactTools
+    ? `{{- '<|im_start|>system\\n' + (sys + '\\n\\n' if sys else '') + '# Tools' -}}
+{%- for tool in tools -%}
+{%- set f = tool.function -%}
+{%- set params = f.parameters if f.parameters is defined and f.parameters else {} -%}
+{%- set required = params.required if params.required is defined else [] -%}
+{{- '\\n' + f.name + '(' -}}
+{%- if params.properties is defined -%}
+{%- for k, v in params.properties.items() -%}
+{{- (', ' if not loop.first else '') + k + ('' if k in required else '?') + (': ' + v.type if v.type is defined else '') -}}
+{%- endfor -%}
+{%- endif -%}
+{{- ')' -}}
+{%- endfor -%}`
+    : `{{- '<|im_start|>system\\n' + (sys + '\\n\\n' if sys else '') + '# Tools\\n<tools>' -}}
 {%- for tool in tools %}{{ '\\n' + tool | tojson }}{% endfor -%}
-{{- '\\n</tools>\\nTo call a tool, answer <tool_call>\\n{"name": <name>, "arguments": <json object>}\\n</tool_call><|im_end|>\\n' -}}
+{{- '\\n</tools>' -}}`;
+  return TEMPLATE.replace("TOOLS", tools);
+}
+
+const TEMPLATE = `{%- set sys = messages[0].content if messages and messages[0].role == 'system' else '' -%}
+{%- if tools -%}
+TOOLS
+{{- '\\nTo call a tool, answer <tool_call>\\n{"name": <name>, "arguments": <json object>}\\n</tool_call><|im_end|>\\n' -}}
 {%- elif sys -%}
 {{- '<|im_start|>system\\n' + sys + '<|im_end|>\\n' -}}
 {%- endif -%}
@@ -44,12 +66,20 @@ export const CHAT_TEMPLATE = `{%- set sys = messages[0].content if messages and 
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}`;
 
-let template: Template | null = null;
+/** The template with tools as JSON lines (webart-tiny's). */
+export const CHAT_TEMPLATE = chatTemplate();
+
+const templates = new Map<boolean, Template>();
 
 /** The chat template applied to messages (string contents), as the engine will apply it. */
-export function renderChat(messages: Message[], opts: { tools?: Tool[]; addGenerationPrompt?: boolean } = {}): string {
-  template ??= new Template(CHAT_TEMPLATE);
-  return template.render({ messages, tools: opts.tools, add_generation_prompt: opts.addGenerationPrompt ?? false });
+export function renderChat(
+  messages: Message[],
+  opts: { tools?: Tool[]; addGenerationPrompt?: boolean; compactTools?: boolean } = {},
+): string {
+  const compact = opts.compactTools ?? false;
+  let t = templates.get(compact);
+  if (!t) templates.set(compact, (t = new Template(chatTemplate({ compactTools: compact }))));
+  return t.render({ messages, tools: opts.tools, add_generation_prompt: opts.addGenerationPrompt ?? false });
 }
 
 const byteLevel = { type: "ByteLevel", add_prefix_space: false, trim_offsets: false, use_regex: false };
@@ -95,7 +125,10 @@ export function tokenizerJson(tok: BpeTokenizer): Record<string, unknown> {
 }
 
 /** tokenizer_config.json: eos `<|im_end|>`, pad `<|endoftext|>`, no bos, the ChatML template. */
-export function tokenizerConfig(tok: BpeTokenizer, opts: { modelMaxLength?: number } = {}): Record<string, unknown> {
+export function tokenizerConfig(
+  tok: BpeTokenizer,
+  opts: { modelMaxLength?: number; compactTools?: boolean } = {},
+): Record<string, unknown> {
   const decoder = Object.fromEntries(
     tok.specialTokens.map(({ id, content }) => [
       String(id),
@@ -115,7 +148,7 @@ export function tokenizerConfig(tok: BpeTokenizer, opts: { modelMaxLength?: numb
     added_tokens_decoder: decoder,
     additional_special_tokens: ["<|im_start|>", "<|im_end|>"],
     bos_token: null,
-    chat_template: CHAT_TEMPLATE,
+    chat_template: chatTemplate({ compactTools: opts.compactTools }),
     clean_up_tokenization_spaces: false,
     eos_token: "<|im_end|>",
     errors: "replace",

@@ -167,6 +167,36 @@ describe("chat template", () => {
     expect(tokenizer.decode(ids, { skip_special_tokens: false })).toBe(ours);
   });
 
+  it("writes tools as signature lines with compactTools, and every turn after the system turn as before", () => {
+    const more: Tool[] = [
+      ...tools,
+      {
+        type: "function",
+        function: {
+          name: "search",
+          parameters: {
+            type: "object",
+            properties: { words: { type: "array" }, from: { type: "string" }, x: {} },
+            required: ["words"],
+          },
+        },
+      },
+      { type: "function", function: { name: "now" } },
+    ];
+    const compact = String(tokenizerConfig(bpe, { compactTools: true }).chat_template);
+    const ours = render(compact, withTools, { tools: more });
+    const system = ours.slice(0, ours.indexOf("<|im_end|>\n") + 11);
+    expect(system).toBe(
+      "<|im_start|>system\nYou help.\n\n# Tools\nget_weather(city?: string)\nsearch(words: array, from?: string, x?)\n" +
+        'now()\nTo call a tool, answer <tool_call>\n{"name": <name>, "arguments": <json object>}\n</tool_call><|im_end|>\n',
+    );
+    const full = render(String(config.chat_template), withTools, { tools: more });
+    expect(ours.slice(system.length)).toBe(full.slice(full.indexOf("<|im_end|>\n") + 11));
+    expect(renderChat(withTools, { tools: more, compactTools: true, addGenerationPrompt: true })).toBe(ours);
+    // The default stays the JSON form.
+    expect(tokenizerConfig(bpe).chat_template).toBe(config.chat_template);
+  });
+
   it("renders an assistant turn with text before its tool call", () => {
     const msgs: Message[] = [
       { role: "user", content: "Hi" },

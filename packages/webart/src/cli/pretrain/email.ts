@@ -2,8 +2,9 @@
 //  1. tool-call transcripts of training inboxes played by the naive scripted searcher (the question's first content
 //     word searched, the newest result read, its sentence closest to the question answered): legal, unskilled calls,
 //     as rolloutEmail records them (envs' emailTranscripts);
-//  2. a byte-level BPE of 1024 ids on them as the chat template renders them, tools included (a tokenizer that has
-//     seen tool JSON and email text halves an episode's tokens: models/README.md), a 2048-token context;
+//  2. a byte-level BPE of 1024 ids on them as the chat template renders them, the tools as one signature line each
+//     (a tokenizer that has seen tool JSON and email text, and tools without JSON Schema, take ~700 tokens an
+//     episode where webart-tiny's takes ~2400: models/README.md), a 2048-token context;
 //  3. full-parameter SFT on the assistant turns (the tool calls as the template writes them) until --target of the
 //     model's own calls are well-formed on held-out inboxes, or --minutes.
 import { writeFileSync } from "node:fs";
@@ -16,21 +17,42 @@ import { writeModelFiles } from "./start.ts";
 const CONTEXT = 2048;
 
 export async function pretrainEmail(
-  o: SftOptions & { out: string; minutes: number; target: number },
+  o: SftOptions & {
+    out: string;
+    minutes: number;
+    firstMinutes: number;
+    target: number;
+    perfect: number;
+    initFrom?: string;
+  },
   episodes: number,
   log: (m: string) => void,
   elapsedMin: () => number,
 ): Promise<number> {
-  const transcripts = await emailTranscripts({ episodes, seed: o.seed });
+  const transcripts = await emailTranscripts({ episodes, seed: o.seed, perfect: o.perfect });
   const bpe = trainBpe(
-    transcripts.map((t) => renderChat(t.messages, { tools: t.tools })),
+    transcripts.map((t) => renderChat(t.messages, { tools: t.tools, compactTools: true })),
     { vocabSize: 1024, specialTokens: SPECIAL_TOKENS },
   );
-  const vocab = writeModelFiles(o.out, bpe, { seed: o.seed, context: CONTEXT });
-  log(`${transcripts.length} email episodes (training inboxes, the naive searcher); tokenizer of ${vocab} ids`);
+  const vocab = writeModelFiles(o.out, bpe, {
+    seed: o.seed,
+    context: CONTEXT,
+    compactTools: true,
+    initFrom: o.initFrom,
+  });
+  log(
+    `${transcripts.length} email episodes (training inboxes; the perfect searcher plays ${o.perfect}, the naive one the rest); tokenizer of ${vocab} ids`,
+  );
   // A step here trains ~4x the tokens of a tic-tac-toe step, so the phase runs fewer steps: a shorter warm-up.
   const sft = await Sft.load(o.out, { ...o, warmup: 10 }, log, { name: "webart-tools", maxContext: CONTEXT });
-  const phase = await sft.phase("tools", transcripts, o.minutes, o.target, sft.email(o.evalGames));
+  const measure = sft.email(o.evalGames);
+  const phases = [];
+  // First the first call alone (system prompt, tools, question, the search), ~200-token sequences that train ~4x
+  // faster a token than whole episodes: the call format is learned there; then whole episodes, where reading and
+  // answering are learned in their long contexts.
+  const first = transcripts.map((t) => ({ ...t, messages: t.messages.slice(0, 3) }));
+  if (o.firstMinutes > 0) phases.push(await sft.phase("first call", first, o.firstMinutes, o.target, measure));
+  phases.push(await sft.phase("episodes", transcripts, o.minutes, o.target, measure));
   const report = {
     task: "email",
     seed: o.seed,
@@ -39,7 +61,9 @@ export async function pretrainEmail(
     context: CONTEXT,
     parameters: sft.trainer.tensors.reduce((s, t) => s + t.n, 0),
     episodes,
-    phases: [phase],
+    perfect: o.perfect,
+    init_from: o.initFrom ?? null,
+    phases,
   };
   writeFileSync(join(o.out, "pretrain.json"), JSON.stringify(report, null, 2) + "\n");
   await sft.close();

@@ -64,14 +64,22 @@ describe("webart pretrain", () => {
 
   it("--task email: a model with its own tokenizer and a 2048-token context, trained on tool-call transcripts", () => {
     const out = mkdtempSync(join(tmpdir(), "webart-pretrain-email-"));
-    const args = ["--task", "email", "--out", out, "--episodes", "4", "--batch", "2", "--minutes", "0.01"];
+    const args = ["--task", "email", "--out", out, "--episodes", "4", "--batch", "2", "--perfect", "0.5"];
+    args.push("--first-minutes", "0.01", "--minutes", "0.01");
     const r = webart(["pretrain", ...args, "--eval-games", "2", "--seed", "5"]);
     expect(r.code, r.err).toBe(0);
     const report = JSON.parse(readFileSync(join(out, "pretrain.json"), "utf8"));
-    expect(report).toMatchObject({ task: "email", seed: 5, context: 2048, episodes: 4, phases: [{ name: "tools" }] });
+    expect(report).toMatchObject({
+      task: "email",
+      seed: 5,
+      context: 2048,
+      episodes: 4,
+      perfect: 0.5,
+      phases: [{ name: "first call" }, { name: "episodes" }],
+    });
     // One sequence per episode: every turn's context extends the one before, as the template renders the calls.
-    expect(report.phases[0].sequences).toBe(4);
-    const last = report.phases[0].last;
+    expect(report.phases.map((p: { sequences: number }) => p.sequences)).toEqual([4, 4]);
+    const last = report.phases[1].last;
     expect(last.wellFormed).toBeGreaterThanOrEqual(0);
     expect(last.wellFormed).toBeLessThanOrEqual(1);
     expect(last.turns).toBeGreaterThanOrEqual(1);
@@ -81,7 +89,10 @@ describe("webart pretrain", () => {
     const tc = JSON.parse(readFileSync(join(out, "tokenizer_config.json"), "utf8"));
     expect(tc.model_max_length).toBe(2048);
     expect(tc.chat_template).toContain("tool_call");
-    expect(r.out).toMatch(/tools eval: [\d.]+% well-formed tool calls/);
+    // The tools as signature lines (compactTools), not JSON Schema.
+    expect(tc.chat_template).toContain("params.properties.items()");
+    expect(r.out).toMatch(/first call eval: [\d.]+% well-formed tool calls/);
+    expect(r.out).toMatch(/episodes eval: [\d.]+% well-formed tool calls/);
     expect(webart(["pretrain", "--task", "chess", "--out", out, "--force"]).err).toContain(
       '--task "chess" is not known',
     );

@@ -34,7 +34,7 @@ export const PRETRAIN = {
     target: { arg: "P", default: "0.95", help: "a phase ends at an evaluation with this legal-move rate" },
     "init-from": {
       arg: "DIR",
-      help: "skip the board phase: start the skills phase from DIR's model.safetensors\n(same tokenizer and config: the same --seed and --games)",
+      help: "start from DIR's model.safetensors (same tokenizer and config: the same --seed and --games, or for\nemail --episodes and --perfect); tic-tac-toe skips the board phase",
     },
     skill: { arg: "P", default: "0.25", help: "skills phase: chance that the player takes a win it has" },
     block: { arg: "P", default: "0.25", help: "skills phase: chance that the player blocks the opponent's win" },
@@ -55,6 +55,16 @@ export const PRETRAIN = {
       help: "tictactoe (the embedded model), or email: a model for the email agent, pretrained on tool-call\ntranscripts of scripted searchers until --target well-formed calls or --minutes (--games, --skill and the\nskills phase are tic-tac-toe's)",
     },
     episodes: { arg: "N", default: "2000", help: "email: training episodes to pretrain on" },
+    "first-minutes": {
+      arg: "M",
+      default: "10",
+      help: "email: the first-call phase's limit (the first tool call alone, before whole episodes for --minutes)",
+    },
+    perfect: {
+      arg: "P",
+      default: "0",
+      help: "email: share of the episodes played by the perfect searcher (the rest by the naive one)",
+    },
   },
 } satisfies CommandSpec;
 
@@ -73,7 +83,7 @@ function checkOut(out: string, force: boolean): void {
 
 export async function pretrainCommand(argv: string[]): Promise<number> {
   const a = parseOptions(PRETRAIN, argv);
-  const p = (k: "skill" | "block" | "board-block" | "ordered" | "target" | "context-weight") =>
+  const p = (k: "skill" | "block" | "board-block" | "ordered" | "target" | "context-weight" | "perfect") =>
     num(k, a[k], { min: 0, max: 1 });
   const o = {
     out: a.out,
@@ -102,7 +112,11 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
   const t0 = performance.now();
   const elapsedMin = () => (performance.now() - t0) / 60000;
   const log = (m: string) => console.log(`[pretrain ${elapsedMin().toFixed(1)}m] ${m}`);
-  if (a.task === "email") return pretrainEmail(o, num("episodes", a.episodes, { int: true, min: 1 }), log, elapsedMin);
+  if (a.task === "email") {
+    const episodes = num("episodes", a.episodes, { int: true, min: 1 });
+    const firstMinutes = num("first-minutes", a["first-minutes"], { min: 0 });
+    return pretrainEmail({ ...o, perfect: p("perfect"), firstMinutes }, episodes, log, elapsedMin);
+  }
   const start = await writeStart(o, log);
   const sft = await Sft.load(o.out, o, log);
   const phases: PhaseResult[] = [];

@@ -67,13 +67,13 @@ export async function writeStart(o: StartOptions, log: (m: string) => void): Pro
 export function writeModelFiles(
   out: string,
   bpe: BpeTokenizer,
-  o: { seed: number; context: number; initFrom?: string },
+  o: { seed: number; context: number; initFrom?: string; compactTools?: boolean },
 ): number {
   mkdirSync(out, { recursive: true });
   writeFileSync(join(out, "tokenizer.json"), JSON.stringify(tokenizerJson(bpe), null, 2) + "\n");
   writeFileSync(
     join(out, "tokenizer_config.json"),
-    JSON.stringify(tokenizerConfig(bpe, { modelMaxLength: o.context }), null, 2) + "\n",
+    JSON.stringify(tokenizerConfig(bpe, { modelMaxLength: o.context, compactTools: o.compactTools }), null, 2) + "\n",
   );
   const V = bpe.vocab.size + bpe.specialTokens.length;
 

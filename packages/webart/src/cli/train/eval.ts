@@ -1,6 +1,6 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
 // player; perfect minimax for tic-tac-toe; perfect and naive scripted searchers for email), as one table.
-import { EMBEDDED_MODEL, Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
+import { Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import {
   emailScenario,
   evaluate2048,
@@ -29,7 +29,10 @@ export const EVAL = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     games: { arg: "N", default: "100", help: "games per player" },
     checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
-    model: { arg: "DIR|URL|ID", default: EMBEDDED_MODEL, help: "base model" },
+    model: {
+      arg: "DIR|URL|ID",
+      help: "base model (default: the embedded webart-tiny, or webart-tools for email)",
+    },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
     project: { arg: "NAME", help: "project (default: the env)" },
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
@@ -56,7 +59,8 @@ export async function evalCommand(argv: string[]): Promise<number> {
     throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
   const project = a.project || env;
   const rows: Row[] = [];
-  const engine = await Engine.load(a.model, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
+  const baseModel = a.model ?? GAMES[env].model;
+  const engine = await Engine.load(baseModel, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
   const play = async (label: string) => {
     const client = engine.openaiClient();
     const opts = { model: "eval", temperature, maxTokens };
@@ -76,7 +80,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
     }
     rows.push({ player: label, ...GAMES[env].summarize(trajs) });
   };
-  if (!a["no-base"]) await play(`base model (${a.model.split("/").pop()})`);
+  if (!a["no-base"]) await play(`base model (${baseModel.split("/").pop()})`);
   if (checkpoint !== "none") {
     const files = new RunFiles(await FsStore.open(a.runs), project, a.name);
     const latest = await files.latestStep();

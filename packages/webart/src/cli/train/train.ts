@@ -4,7 +4,7 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { EMBEDDED_MODEL, LocalBackend, TrainableModel } from "@webart/engine";
+import { LocalBackend, TrainableModel } from "@webart/engine";
 import { GAME_NAMES, GAMES, TICTACTOE_OPPONENTS, type GameName, type TicTacToeOpponentName } from "@webart/envs";
 import { gameStepGroups } from "../../games.ts";
 import { trainingChart } from "./chart.ts";
@@ -23,13 +23,15 @@ export const TRAIN = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     steps: {
       arg: "N",
-      default: "250",
-      help: "train until this step (250 tic-tac-toe steps: ~28 min on 2 CPU cores, models/README.md)",
+      help: "train until this step (default 250 for the games: ~28 min of tic-tac-toe on 2 CPU cores; 30 for email)",
     },
-    "group-size": { arg: "N", default: "8", help: "rollouts per group (same scenario)" },
-    "groups-per-step": { arg: "N", default: "4", help: "groups per step" },
+    "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
+    "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
-    model: { arg: "DIR|URL|ID", default: EMBEDDED_MODEL, help: "base model: folder, URL or Hugging Face id" },
+    model: {
+      arg: "DIR|URL|ID",
+      help: "base model: folder, URL or Hugging Face id (default: the embedded webart-tiny, or webart-tools for email)",
+    },
     reward: { arg: "env|ruler", default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
     "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
     "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
@@ -72,12 +74,12 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const a = parseOptions(TRAIN, argv);
   const env = oneOf("env", a.env, ENVS);
   oneOf("reward", a.reward, ["env", "ruler"]);
-  const steps = num("steps", a.steps, { int: true, min: 1 });
-  const G = num("group-size", a["group-size"], { int: true, min: 2 });
-  const K = num("groups-per-step", a["groups-per-step"], { int: true, min: 1 });
+  const game = GAMES[env];
+  const steps = num("steps", a.steps ?? String(game.train.steps), { int: true, min: 1 });
+  const G = num("group-size", a["group-size"] ?? String(game.train.groupSize), { int: true, min: 2 });
+  const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
   const lr = num("lr", a.lr, { min: 0 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
-  const game = GAMES[env];
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
@@ -99,7 +101,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
     path: a.runs,
     engine: { kvSlots: Math.min(64, G * K), maxContext: game.maxContext, memoryBudget },
   });
-  const model = new TrainableModel({ name: a.name, project, baseModel: a.model, seed, lora: { rank } });
+  const model = new TrainableModel({ name: a.name, project, baseModel: a.model ?? game.model, seed, lora: { rank } });
   await model.register(backend);
   let step = await model.getStep();
   if (step > 0 && !a.resume) {
