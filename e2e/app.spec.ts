@@ -1,9 +1,7 @@
 // The app end to end in Chromium (WebGPU on SwiftShader), one page kept across the tests so runs persist in
 // IndexedDB as they would for a person: train, reload and resume, replay, play, export and import, RULER,
 // device loss, narrow window. Screens are saved under test-results/screens/.
-import { copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { existsSync, readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { expect, test, type Browser, type Page } from "@playwright/test";
 import { unzipSync } from "fflate";
@@ -502,57 +500,50 @@ test("2048: a step trains and the viewer draws the tiles", async () => {
   expect(problems).toEqual([]);
 });
 
-test("email search: too short a context is refused by name; a longer one trains 2 steps, and Play asks it about an inbox", async () => {
-  // The embedded model's 1024 tokens do not hold the three tools' definitions: refused before anything starts.
+test("email search: the env picks webart-tools; webart-tiny is refused by name; webart-tools trains 2 steps, and Play asks it about an inbox", async () => {
   await tiny({ name: "email-tiny-e2e", steps: 1 });
   await page.getByLabel("Environment").selectOption("email");
   await expect(page.getByLabel("Max tokens per move")).toHaveValue("200");
+  // The env starts on its own embedded model, whose tokenizer and context fit the tools.
+  const tools = page.getByLabel("webart-tools, embedded (the email agent's: tool calls, a 2048-token context)");
+  await expect(tools).toBeChecked();
+  // webart-tiny's 1024 tokens do not hold the three tools' definitions: refused before anything starts.
+  await page.getByLabel("webart-tiny, embedded (ships with the app)").check();
   await page.getByRole("button", { name: "Start" }).click();
   await expect(page.getByTestId("error-judge")).toContainText(
     /cannot play the email agent here: .* takes \d+ tokens .* beyond the 1024-token context/,
   );
   await expect(page.getByTestId("run-email-tiny-e2e")).toHaveCount(0); // nothing was created
-  // The same weights with a 4096-token config, from a model host: the engine gives the email agent 2048.
-  const tinyDir = fileURLToPath(new URL("../models/webart-tiny/", import.meta.url));
-  const dir = mkdtempSync(join(tmpdir(), "webart-long-"));
-  for (const f of readdirSync(tinyDir)) copyFileSync(join(tinyDir, f), join(dir, f));
-  const config = JSON.parse(readFileSync(join(dir, "config.json"), "utf8"));
-  writeFileSync(join(dir, "config.json"), JSON.stringify({ ...config, max_position_embeddings: 4096 }));
-  const server = await serveModel(dir, "/m/webart-tiny-long/");
-  try {
-    await page.getByLabel("Model URL").fill(server.url);
-    await page.getByRole("button", { name: "Use URL" }).click();
-    await expect(page.getByTestId("model-info")).toContainText(server.url.replace(/\/$/, ""), { timeout: 60_000 });
-    await tiny({ name: "email-e2e", steps: 2 });
-    await page.getByLabel("Environment").selectOption("email");
-    await page.getByLabel("Max tokens per move").fill("24");
-    await page.getByRole("button", { name: "Start" }).click();
-    // (The check of the model's context runs first; until it is done the status still shows the last run.)
-    await expect(page.getByTestId("status")).toContainText("email-e2e", { timeout: 60_000 });
-    await expect(state()).toHaveText("finished", { timeout: 300_000 });
-    await expect(step()).toHaveText("2");
-    await expect(page.getByTestId("chart-accuracy")).toHaveAttribute("data-points", "2");
-    // The episode as the model saw it: its question, then its replies (this model was never taught the tools).
-    await page.getByRole("tab", { name: "Rollouts" }).click();
-    const conversation = page.getByRole("list", { name: "Conversation" });
-    await expect(conversation.locator(".msg.user")).toContainText("?");
-    await expect(conversation.locator(".msg.assistant")).not.toHaveCount(0);
-    await shot("rollouts-email");
-    // Play: a held-out inbox and its own question; the checkpoint and the base model each play an episode.
-    await page.getByRole("tab", { name: "Play" }).click();
-    await expect(page.getByTestId("inbox").locator(":scope > li")).not.toHaveCount(0);
-    const question = await page.getByLabel("Question").inputValue();
-    expect(question).toMatch(/\?$/);
-    await page.getByRole("button", { name: "Ask" }).click();
-    await expect(page.getByTestId("email-outcome-model")).toContainText(/\d+ turns?/, { timeout: 120_000 });
-    await expect(page.getByTestId("email-outcome-base")).toContainText(/\d+ turns?/, { timeout: 120_000 });
-    await expect(page.getByTestId("email-model").locator(".msg.user")).toContainText(question);
-    await shot("play-email");
-  } finally {
-    await server.close();
-  }
-  await page.getByLabel("webart-tiny, embedded (ships with the app)").check();
+  await tools.check();
+  await expect(page.getByTestId("model-info")).toContainText("webart-tools", { timeout: 60_000 });
+  await tiny({ name: "email-e2e", steps: 2 });
+  await page.getByLabel("Environment").selectOption("email");
+  await expect(tools).toBeChecked();
+  await page.getByRole("button", { name: "Start" }).click();
+  // (The check of the model's context runs first; until it is done the status still shows the last run.)
+  await expect(page.getByTestId("status")).toContainText("email-e2e", { timeout: 60_000 });
+  await expect(state()).toHaveText("finished", { timeout: 300_000 });
+  await expect(step()).toHaveText("2");
+  await expect(page.getByTestId("chart-accuracy")).toHaveAttribute("data-points", "2");
+  // The episode as the model saw it: its question, then its tool calls with their arguments.
+  await page.getByRole("tab", { name: "Rollouts" }).click();
+  const conversation = page.getByRole("list", { name: "Conversation" });
+  await expect(conversation.locator(".msg.user")).toContainText("?");
+  await expect(conversation.locator(".msg.assistant")).not.toHaveCount(0);
+  await shot("rollouts-email");
+  // Play: a held-out inbox and its own question; the checkpoint and the base model each play an episode.
+  await page.getByRole("tab", { name: "Play" }).click();
+  await expect(page.getByTestId("inbox").locator(":scope > li")).not.toHaveCount(0);
+  const question = await page.getByLabel("Question").inputValue();
+  expect(question).toMatch(/\?$/);
+  await page.getByRole("button", { name: "Ask" }).click();
+  await expect(page.getByTestId("email-outcome-model")).toContainText(/\d+ turns?/, { timeout: 120_000 });
+  await expect(page.getByTestId("email-outcome-base")).toContainText(/\d+ turns?/, { timeout: 120_000 });
+  await expect(page.getByTestId("email-model").locator(".msg.user")).toContainText(question);
+  await shot("play-email");
+  // Back to tic-tac-toe: the env's own model again.
   await page.getByLabel("Environment").selectOption("tictactoe");
+  await expect(page.getByLabel("webart-tiny, embedded (ships with the app)")).toBeChecked();
   expect(problems).toEqual([]);
 });
 

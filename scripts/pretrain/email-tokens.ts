@@ -2,6 +2,7 @@
 // the first turn (system prompt, the three tools, the question) and whole episodes of the scripted searchers, under
 // webart-tiny's tokenizer and under byte-level BPEs trained on tool transcripts (held-out episodes are counted).
 // Run: node --import tsx --conditions webart-source scripts/pretrain/email-tokens.ts [vocab sizes...]
+// With COMPACT=1 the tools are rendered as webart-tools' template writes them (one signature line each).
 import { readFileSync } from "node:fs";
 import { Tokenizer } from "@huggingface/tokenizers";
 import {

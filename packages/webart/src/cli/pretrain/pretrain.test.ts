@@ -83,6 +83,8 @@ describe("webart pretrain", () => {
     expect(last.wellFormed).toBeGreaterThanOrEqual(0);
     expect(last.wellFormed).toBeLessThanOrEqual(1);
     expect(last.turns).toBeGreaterThanOrEqual(1);
+    expect(last.fromQuestion).toBeGreaterThanOrEqual(0);
+    expect(last.fromQuestion).toBeLessThanOrEqual(1);
     const config = JSON.parse(readFileSync(join(out, "config.json"), "utf8"));
     expect(config.max_position_embeddings).toBe(2048);
     expect(config.vocab_size).toBe(report.vocab);
@@ -92,7 +94,7 @@ describe("webart pretrain", () => {
     // The tools as signature lines (compactTools), not JSON Schema.
     expect(tc.chat_template).toContain("params.properties.items()");
     expect(r.out).toMatch(/first call eval: [\d.]+% well-formed tool calls/);
-    expect(r.out).toMatch(/episodes eval: [\d.]+% well-formed tool calls/);
+    expect(r.out).toMatch(/episodes eval: [\d.]+% well-formed tool calls .*; first searches from the question [\d.]+/);
     expect(webart(["pretrain", "--task", "chess", "--out", out, "--force"]).err).toContain(
       '--task "chess" is not known',
     );

@@ -39,6 +39,8 @@ export interface Eval {
 /** The email agent at temperature 1 on held-out inboxes: well-formed tool calls among all its turns, and its answers. */
 export interface EmailEval {
   wellFormed: number;
+  /** Episodes whose first call searches only words of the question (any case): whether the model reads it. */
+  fromQuestion: number;
   turns: number;
   accuracy: number;
   rightMessage: number;
@@ -159,13 +161,30 @@ export class Sft {
       );
       const sum = (k: string) => ts.reduce((s, t) => s + Number(t.metrics?.[k] ?? 0), 0);
       const turns = sum("turns");
+      const fromQuestion = ts.filter((t) => {
+        const first = t.messagesAndChoices.find((m) => "message" in m);
+        const call = first && "message" in first ? first.message.tool_calls?.[0] : undefined;
+        if (call?.type !== "function" || call.function.name !== "search_inbox") return false;
+        try {
+          const kw = (JSON.parse(call.function.arguments) as { keywords?: unknown }).keywords;
+          const q = String(t.metadata?.question ?? "").toLowerCase();
+          return (
+            Array.isArray(kw) &&
+            kw.length > 0 &&
+            kw.every((k) => typeof k === "string" && k && q.includes(k.toLowerCase()))
+          );
+        } catch {
+          return false;
+        }
+      }).length;
       const e: EmailEval = {
         wellFormed: turns ? (turns - sum("malformed")) / turns : 0,
+        fromQuestion: fromQuestion / episodes,
         turns: turns / episodes,
         accuracy: sum("correct") / episodes,
         rightMessage: sum("rightMessage") / episodes,
       };
-      const line = `${(100 * e.wellFormed).toFixed(1)}% well-formed tool calls (${e.turns.toFixed(1)} turns an episode); right answers ${e.accuracy.toFixed(2)}, right emails ${e.rightMessage.toFixed(2)}`;
+      const line = `${(100 * e.wellFormed).toFixed(1)}% well-formed tool calls (${e.turns.toFixed(1)} turns an episode); first searches from the question ${e.fromQuestion.toFixed(2)}; right answers ${e.accuracy.toFixed(2)}, right emails ${e.rightMessage.toFixed(2)}`;
       return { rate: e.wellFormed, line, result: e };
     };
   }

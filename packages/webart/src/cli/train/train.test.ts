@@ -159,6 +159,27 @@ describe("webart train / eval", () => {
     for (const row of ["base model", "checkpoint 3", "random legal", "minimax (perfect)"]) expect(table).toContain(row);
   });
 
+  it("--env email: 2 steps on the embedded webart-tools by default, then eval's table with both scripted searchers", async () => {
+    const args = ["--env", "email", "--name", "mail", "--group-size", "2", "--groups-per-step", "1", "--runs", runs];
+    expect(await trainCommand([...args, "--steps", "2", "--max-tokens", "64"])).toBe(0);
+    const dir = join(runs, "email/models/mail");
+    expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("2");
+    const lines = readFileSync(join(dir, "trajectories/train/0001.jsonl"), "utf8").trim().split("\n");
+    const t = (JSON.parse(lines[0]) as { trajectories: { tools?: { function: { name: string } }[] }[] }).trajectories;
+    expect(t[0].tools?.map((x) => x.function.name)).toEqual(["search_inbox", "read_email", "return_final_answer"]);
+    const out: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => out.push(String(s));
+    try {
+      expect(await evalCommand(["--env", "email", "--games", "2", "--name", "mail", "--runs", runs])).toBe(0);
+    } finally {
+      console.log = log;
+    }
+    const table = out.join("\n");
+    for (const row of ["base model (webart-tools)", "checkpoint 2", "perfect searcher", "naive searcher"])
+      expect(table).toContain(row);
+  }, 600_000);
+
   it("eval replays: the same --seed gives the same table, another seed another one", async () => {
     const table = async (seed: string) => {
       const lines: string[] = [];
