@@ -2,7 +2,14 @@
 // the question, how often exactly the naive searcher's word, and the words it uses most (models/README.md).
 // Run: node --import tsx scripts/pretrain/email-first-search.ts MODEL_DIR [questions, default 40]
 import { Engine } from "webart/engine";
-import { emailScenario, emailSystemPrompt, EMAIL_TOOLS, firstContentWord } from "webart/envs";
+import {
+  emailScenario,
+  emailSystemPrompt,
+  EMAIL_TOOLS,
+  firstContentWord,
+  searchesQuestion,
+  searchKeywords,
+} from "webart/envs";
 
 const dir = process.argv[2];
 if (!dir) throw new Error("usage: email-first-search.ts MODEL_DIR [questions]");
@@ -23,21 +30,12 @@ const firsts = await Promise.all(
       max_completion_tokens: 60,
     });
     const call = r.choices[0].message.tool_calls?.[0];
-    let keywords: string[] = [];
-    try {
-      const k =
-        call?.type === "function" ? (JSON.parse(call.function.arguments) as { keywords?: unknown }).keywords : [];
-      if (Array.isArray(k)) keywords = k.map(String);
-    } catch {
-      // not JSON: no keywords
-    }
+    const keywords = call?.type === "function" ? searchKeywords(call.function.arguments) : [];
     return { question: s.question.text.toLowerCase(), keywords, naive: firstContentWord(s.question.text) };
   }),
 );
 await engine.close();
-const fromQuestion = firsts.filter(
-  (f) => f.keywords.length && f.keywords.every((k) => f.question.includes(k.toLowerCase())),
-);
+const fromQuestion = firsts.filter((f) => searchesQuestion(f.keywords, f.question));
 const naive = firsts.filter((f) => f.keywords.length === 1 && f.keywords[0] === f.naive);
 const counts = new Map<string, number>();
 for (const f of firsts)

@@ -176,17 +176,11 @@ export function App() {
   // Each env starts on its embedded model: email on webart-tools (its tokenizer and context fit tool calls), the
   // others on webart-tiny. A model the person picked (a URL, a repo, files) stays.
   useEffect(() => {
-    setModel((m) =>
-      m.kind !== "embedded"
-        ? m
-        : draft.env === "email"
-          ? m.name === "webart-tools"
-            ? m
-            : { kind: "embedded", name: "webart-tools" }
-          : m.name
-            ? { kind: "embedded" }
-            : m,
-    );
+    setModel((m) => {
+      if (m.kind !== "embedded") return m;
+      const name = draft.env === "email" ? "webart-tools" : undefined;
+      return m.name === name ? m : name ? { kind: "embedded", name } : { kind: "embedded" };
+    });
   }, [draft.env]);
 
   // A judge refused at Start is asked again once its settings change (for the loaded model as the judge: the

@@ -59,6 +59,22 @@ export function firstContentWord(question: string): string {
   return words.find((w) => !STOPWORDS.has(w)) ?? words[0];
 }
 
+/** The keywords of a search_inbox call's arguments (a JSON string), or [] when they cannot be read. */
+export function searchKeywords(args: string): string[] {
+  try {
+    const kw = (JSON.parse(args) as { keywords?: unknown }).keywords;
+    return Array.isArray(kw) && kw.every((k) => typeof k === "string") ? kw : [];
+  } catch {
+    return [];
+  }
+}
+
+/** Whether a search is made of the question's own words (any case): some keywords, each non-empty and in it. */
+export function searchesQuestion(keywords: string[], question: string): boolean {
+  const q = question.toLowerCase();
+  return keywords.length > 0 && keywords.every((k) => k && q.includes(k.toLowerCase()));
+}
+
 export function naiveSearcher(): ScriptedPolicy {
   return (messages) => {
     const r = lastResult(messages);

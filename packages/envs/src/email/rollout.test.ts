@@ -5,7 +5,7 @@ import OpenAI from "openai";
 import { describe, expect, it } from "vitest";
 import { scriptedOpenAI, type ScriptedPolicy, type ScriptedReply } from "../scripted.ts";
 import { isChoice, type Message, type TrajectoryLike } from "../types.ts";
-import { firstContentWord, naiveSearcher, perfectSearcher } from "./baselines.ts";
+import { firstContentWord, naiveSearcher, perfectSearcher, searchesQuestion, searchKeywords } from "./baselines.ts";
 import { EMAIL_REWARD, summarizeEmail } from "./grade.ts";
 import { emailScenario, type EmailScenario } from "./inbox.ts";
 import { EMAIL_MAX_TURNS, emailSystemPrompt, rolloutEmail } from "./rollout.ts";
@@ -100,6 +100,11 @@ describe("rolloutEmail", () => {
     expect(naive.malformed).toBe(0);
     expect(firstContentWord("When is the dentist appointment Dana mentioned?")).toBe("dentist");
     expect(firstContentWord("What time does Dana's flight to Oslo leave?")).toBe("dana");
+    expect(searchKeywords('{"keywords": ["Dentist", "dana"]}')).toEqual(["Dentist", "dana"]);
+    expect(searchKeywords('{"keywords": ["dentist"')).toEqual([]);
+    expect(searchesQuestion(["Dentist", "dana"], "When is the dentist appointment Dana mentioned?")).toBe(true);
+    expect(searchesQuestion(["dentist", "oslo"], "When is the dentist appointment Dana mentioned?")).toBe(false);
+    expect(searchesQuestion([], "When is it?")).toBe(false);
   });
 
   it("a reply without a tool call, an unknown tool or unusable arguments scores -1 and ends the episode", async () => {

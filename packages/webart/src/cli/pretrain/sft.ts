@@ -14,7 +14,15 @@ import {
   type SampledChoice,
   type SftSequence,
 } from "@webart/engine";
-import { emailScenario, rolloutEmail, rolloutTicTacToe, summarizeTicTacToe, type Tool } from "@webart/envs";
+import {
+  emailScenario,
+  rolloutEmail,
+  rolloutTicTacToe,
+  searchesQuestion,
+  searchKeywords,
+  summarizeTicTacToe,
+  type Tool,
+} from "@webart/envs";
 import { Rng } from "@webart/gpu";
 
 export interface SftOptions {
@@ -165,17 +173,7 @@ export class Sft {
         const first = t.messagesAndChoices.find((m) => "message" in m);
         const call = first && "message" in first ? first.message.tool_calls?.[0] : undefined;
         if (call?.type !== "function" || call.function.name !== "search_inbox") return false;
-        try {
-          const kw = (JSON.parse(call.function.arguments) as { keywords?: unknown }).keywords;
-          const q = String(t.metadata?.question ?? "").toLowerCase();
-          return (
-            Array.isArray(kw) &&
-            kw.length > 0 &&
-            kw.every((k) => typeof k === "string" && k && q.includes(k.toLowerCase()))
-          );
-        } catch {
-          return false;
-        }
+        return searchesQuestion(searchKeywords(call.function.arguments), String(t.metadata?.question ?? ""));
       }).length;
       const e: EmailEval = {
         wellFormed: turns ? (turns - sum("malformed")) / turns : 0,
