@@ -5,7 +5,15 @@
  * Punctuation stays one mark per piece so board cells (`|`, `_`, `.`) remain separate tokens. Written for
  * both JS and the Oniguruma engine of HF tokenizers (same meaning in both). */
 export const SPLIT_PATTERN = String.raw` ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]|\s+(?!\S)|\s+`;
-const splitRegex = new RegExp(SPLIT_PATTERN, "gu");
+/** The same with every digit a piece of its own (as Qwen's tokenizers split numbers): "m2762" is always m|2|7|6|2,
+ *  so a model copies an id digit by digit, where digit-run merges cut each id differently (m|27|62, m|3|9|6|9). */
+export const SPLIT_PATTERN_DIGITS = String.raw` ?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]|\s+(?!\S)|\s+`;
+const regexes = new Map<string, RegExp>();
+const splitRegexOf = (pattern: string) => {
+  let r = regexes.get(pattern);
+  if (!r) regexes.set(pattern, (r = new RegExp(pattern, "gu")));
+  return r;
+};
 
 export interface BpeOptions {
   /** Vocabulary size including the special tokens; training stops earlier when no pair repeats. */
@@ -14,6 +22,8 @@ export interface BpeOptions {
   specialTokens: string[];
   /** A pair must occur at least this often to be merged; default 2. */
   minFrequency?: number;
+  /** Every digit its own piece (SPLIT_PATTERN_DIGITS); default false (digit runs). */
+  splitDigits?: boolean;
 }
 
 export interface BpeTokenizer {
@@ -21,6 +31,8 @@ export interface BpeTokenizer {
   vocab: Map<string, number>;
   merges: [string, string][];
   specialTokens: { id: number; content: string }[];
+  /** The pre-tokenization regex (SPLIT_PATTERN when absent). */
+  splitPattern?: string;
 }
 
 /** GPT-2's reversible map from bytes to printable characters (so a token is a plain string). */
@@ -40,8 +52,13 @@ export function byteLevel(s: string): string {
 }
 
 /** Pieces of text: special tokens whole (as `{ special }`), the rest split by SPLIT_PATTERN (not yet byte-level). */
-export function pretokenize(text: string, specialTokens: readonly string[]): (string | { special: string })[] {
+export function pretokenize(
+  text: string,
+  specialTokens: readonly string[],
+  pattern = SPLIT_PATTERN,
+): (string | { special: string })[] {
   const out: (string | { special: string })[] = [];
+  const splitRegex = splitRegexOf(pattern);
   const pushWords = (s: string) => {
     for (const m of s.matchAll(splitRegex)) out.push(m[0]);
   };
@@ -69,9 +86,10 @@ export function trainBpe(texts: Iterable<string>, opts: BpeOptions): BpeTokenize
   if (target < 256) throw new Error(`trainBpe: vocabSize ${opts.vocabSize} leaves no room for the 256 bytes`);
 
   // Unique words with their counts, each as a list of token ids.
+  const splitPattern = opts.splitDigits ? SPLIT_PATTERN_DIGITS : SPLIT_PATTERN;
   const wordCounts = new Map<string, number>();
   for (const text of texts)
-    for (const p of pretokenize(text, opts.specialTokens))
+    for (const p of pretokenize(text, opts.specialTokens, splitPattern))
       if (typeof p === "string") wordCounts.set(p, (wordCounts.get(p) ?? 0) + 1);
   const words = [...wordCounts.keys()].map((w) => Array.from(utf8.encode(w))); // byte b has token id b
   const freqs = [...wordCounts.values()];
@@ -128,6 +146,7 @@ export function trainBpe(texts: Iterable<string>, opts: BpeOptions): BpeTokenize
     vocab: new Map(tokens.map((t, i) => [t, i])),
     merges,
     specialTokens: opts.specialTokens.map((content, i) => ({ id: tokens.length + i, content })),
+    ...(opts.splitDigits ? { splitPattern } : {}),
   };
 }
 
@@ -139,7 +158,7 @@ export function encodeBpe(tok: BpeTokenizer, text: string): number[] {
   if (!rank) ranks.set(tok, (rank = new Map(tok.merges.map(([a, b], i) => [`${a} ${b}`, i]))));
   const specialId = new Map(tok.specialTokens.map((s) => [s.content, s.id]));
   const ids: number[] = [];
-  for (const p of pretokenize(text, [...specialId.keys()])) {
+  for (const p of pretokenize(text, [...specialId.keys()], tok.splitPattern)) {
     if (typeof p !== "string") {
       ids.push(specialId.get(p.special)!);
       continue;

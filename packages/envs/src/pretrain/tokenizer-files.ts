@@ -103,7 +103,7 @@ export function tokenizerJson(tok: BpeTokenizer): Record<string, unknown> {
     pre_tokenizer: {
       type: "Sequence",
       pretokenizers: [
-        { type: "Split", pattern: { Regex: SPLIT_PATTERN }, behavior: "Isolated", invert: false },
+        { type: "Split", pattern: { Regex: tok.splitPattern ?? SPLIT_PATTERN }, behavior: "Isolated", invert: false },
         byteLevel,
       ],
     },

@@ -77,6 +77,25 @@ describe("trained byte-level BPE", () => {
     expect(tokenizer.encode("").ids).toEqual(encodeBpe(bpe, ""));
   });
 
+  it("with splitDigits, every digit is a token and @huggingface/tokenizers still encodes as the trainer", () => {
+    const d = trainBpe(texts.slice(0, 100).concat(["m2762 m6710 2024-10-26 $525 ids 31337"]), {
+      vocabSize: 600,
+      specialTokens: SPECIAL_TOKENS,
+      splitDigits: true,
+    });
+    const hf = new Tokenizer(JSON.parse(JSON.stringify(tokenizerJson(d))), config);
+    for (const text of [...texts.slice(0, 20), ...UNSEEN, '{"message_id":"m2762"} 2024-10-26 12345']) {
+      const ids = hf.encode(text).ids;
+      expect(ids).toEqual(encodeBpe(d, text));
+      expect(hf.decode(ids, { skip_special_tokens: false })).toBe(text);
+    }
+    const pieces = (t: string) => hf.encode(t).ids.map((i) => hf.decode([i], { skip_special_tokens: false }));
+    expect(pieces('"m2762"')).toEqual(['"', "m", "2", "7", "6", "2", '"']);
+    // Without it, digit runs merge (the default tokenizer has multi-digit tokens).
+    expect([...bpe.vocab.keys()].some((k) => /^\d{2,}$/.test(k))).toBe(true);
+    expect([...d.vocab.keys()].some((k) => /\d\D|\D\d|\d\d/.test(k))).toBe(false);
+  });
+
   it("maps each special token to one id, inside text too", () => {
     for (const { id, content } of bpe.specialTokens) {
       expect(tokenizer.token_to_id(content)).toBe(id);

@@ -10,7 +10,7 @@
 import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { emailTranscripts, renderChat, SPECIAL_TOKENS, trainBpe } from "@webart/envs";
-import { Sft, type SftOptions } from "./sft.ts";
+import { Sft, type SftOptions, type Transcript } from "./sft.ts";
 import { writeModelFiles } from "./start.ts";
 
 /** Context of the email model: the longest measured episode of the scripted searchers takes ~1700 of its tokens. */
@@ -24,6 +24,10 @@ export async function pretrainEmail(
     target: number;
     perfect: number;
     initFrom?: string;
+    /** Train the phases in PyTorch (torch.ts). */
+    torch: boolean;
+    /** Every digit a token (message ids are copied digit by digit). */
+    splitDigits: boolean;
   },
   episodes: number,
   log: (m: string) => void,
@@ -32,7 +36,7 @@ export async function pretrainEmail(
   const transcripts = await emailTranscripts({ episodes, seed: o.seed, perfect: o.perfect });
   const bpe = trainBpe(
     transcripts.map((t) => renderChat(t.messages, { tools: t.tools, compactTools: true })),
-    { vocabSize: 1024, specialTokens: SPECIAL_TOKENS },
+    { vocabSize: 1024, specialTokens: SPECIAL_TOKENS, splitDigits: o.splitDigits },
   );
   const vocab = writeModelFiles(o.out, bpe, {
     seed: o.seed,
@@ -50,9 +54,16 @@ export async function pretrainEmail(
   // First the first call alone (system prompt, tools, question, the search), ~200-token sequences that train ~4x
   // faster a token than whole episodes: the call format is learned there; then whole episodes, where reading and
   // answering are learned in their long contexts.
-  const first = transcripts.map((t) => ({ ...t, messages: t.messages.slice(0, 3) }));
-  if (o.firstMinutes > 0) phases.push(await sft.phase("first call", first, o.firstMinutes, o.target, measure));
-  phases.push(await sft.phase("episodes", transcripts, o.minutes, o.target, measure));
+  const firstCall = (ts: Transcript[]) => ts.map((t) => ({ ...t, messages: t.messages.slice(0, 3) }));
+  // --trainer torch: 200 episodes of other training inboxes held out for the validation loss.
+  const held = o.torch
+    ? await emailTranscripts({ episodes: 200, seed: o.seed, perfect: o.perfect, start: 1_000_000 })
+    : [];
+  const phase = (name: string, ts: Transcript[], val: Transcript[], minutes: number) =>
+    o.torch ? sft.torchPhase(name, ts, val, minutes, measure) : sft.phase(name, ts, minutes, o.target, measure);
+  if (o.firstMinutes > 0)
+    phases.push(await phase("first call", firstCall(transcripts), firstCall(held), o.firstMinutes));
+  if (o.minutes > 0) phases.push(await phase("episodes", transcripts, held, o.minutes));
   const report = {
     task: "email",
     seed: o.seed,
@@ -63,6 +74,8 @@ export async function pretrainEmail(
     episodes,
     perfect: o.perfect,
     init_from: o.initFrom ?? null,
+    trainer: o.torch ? "torch" : "engine",
+    split_digits: o.splitDigits,
     phases,
   };
   writeFileSync(join(o.out, "pretrain.json"), JSON.stringify(report, null, 2) + "\n");

@@ -3,12 +3,15 @@
 //  2. a small Llama-form config and random weights (start.ts);
 //  3. full-parameter SFT on the assistant tokens, in two phases (sft.ts): "board" (a player whose move is a function
 //     of the board, which this model learns to read) until the legal-move target or --minutes, then "skills" (a
-//     player that also blocks and takes wins a quarter of the time) until the target again or --skill-minutes.
+//     player that also blocks and takes wins a quarter of the time) until the target again or --skill-minutes;
+//     with --skilled-minutes, a phase between them on a player that always takes its wins and blocks;
+//     with --trainer torch, each phase runs in PyTorch (torch.ts) and the engine measures the result.
 // The repo's `npm run pretrain` runs it with --out models/webart-tiny (scripts/pretrain/main.mjs).
 import { existsSync, readdirSync, statSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { num, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 import type { Message } from "@webart/engine";
+import { generateTranscripts } from "@webart/envs";
 import { pretrainEmail } from "./email.ts";
 import { Sft, type PhaseResult } from "./sft.ts";
 import { writeStart } from "./start.ts";
@@ -24,6 +27,11 @@ export const PRETRAIN = {
     out: { arg: "DIR", default: "./webart-tiny", help: "the model folder to write (HF layout)" },
     force: { flag: true, help: "write into --out even if it already holds files (its model files are replaced)" },
     minutes: { arg: "M", default: "50", help: "the board phase's limit (it stops earlier at --target)" },
+    "skilled-minutes": {
+      arg: "M",
+      default: "0",
+      help: "a phase before skills (0 skips it) on a player that always takes its wins and blocks: a deterministic\ntarget, from which the model learns to read threats; the skills phase then runs at half --lr",
+    },
     "skill-minutes": { arg: "M", default: "20", help: "the skills phase's limit (0 skips it)" },
     "total-minutes": { arg: "M", default: "58", help: "the skills phase is cut so that both end within this" },
     seed: { arg: "N", default: "1", help: "seed of the transcripts, the tokenizer, the weights and the data order" },
@@ -65,6 +73,15 @@ export const PRETRAIN = {
       default: "0",
       help: "email: share of the episodes played by the perfect searcher (the rest by the naive one)",
     },
+    trainer: {
+      arg: "NAME",
+      default: "engine",
+      help: "engine (the WebGPU trainer), or torch: the same phases and recipe in PyTorch on the CPU (python3 with\ntorch; ~50x faster on 2 CPU cores), each phase then measured once by the engine; --target is not used",
+    },
+    "split-digits": {
+      flag: true,
+      help: "email: a tokenizer with every digit a token of its own (message ids copy digit by digit)",
+    },
   },
 } satisfies CommandSpec;
 
@@ -94,6 +111,7 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
     evalGames: num("eval-games", a["eval-games"], { int: true, min: 1 }),
     minutes: num("minutes", a.minutes, { min: 0 }),
     skillMinutes: num("skill-minutes", a["skill-minutes"], { min: 0 }),
+    skilledMinutes: num("skilled-minutes", a["skilled-minutes"], { min: 0 }),
     totalMinutes: num("total-minutes", a["total-minutes"], { min: 0 }),
     target: p("target"),
     skill: p("skill"),
@@ -108,6 +126,9 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
   checkOut(o.out, a.force);
   if (a.task !== "tictactoe" && a.task !== "email")
     throw new UsageError(`--task ${JSON.stringify(a.task)} is not known (tictactoe, email)`);
+  if (a.trainer !== "engine" && a.trainer !== "torch")
+    throw new UsageError(`--trainer ${JSON.stringify(a.trainer)} is not known (engine, torch)`);
+  const torch = a.trainer === "torch";
 
   const t0 = performance.now();
   const elapsedMin = () => (performance.now() - t0) / 60000;
@@ -115,19 +136,49 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
   if (a.task === "email") {
     const episodes = num("episodes", a.episodes, { int: true, min: 1 });
     const firstMinutes = num("first-minutes", a["first-minutes"], { min: 0 });
-    return pretrainEmail({ ...o, perfect: p("perfect"), firstMinutes }, episodes, log, elapsedMin);
+    const e = { ...o, perfect: p("perfect"), firstMinutes, torch, splitDigits: a["split-digits"] };
+    return pretrainEmail(e, episodes, log, elapsedMin);
   }
   const start = await writeStart(o, log);
   const sft = await Sft.load(o.out, o, log);
   const phases: PhaseResult[] = [];
   const chats = (cs: Message[][]) => cs.map((messages) => ({ messages }));
   const measure = sft.ticTacToe(o.evalGames);
+  // --trainer torch: each phase in PyTorch, with 300 games of other seeds held out for its validation loss.
+  const held = async (skill: number, block: number) =>
+    chats(
+      await generateTranscripts({
+        game: "tictactoe",
+        games: 300,
+        seed: o.seed + 1000,
+        skill,
+        block,
+        ordered: o.ordered,
+      }),
+    );
+  const phase = async (name: string, convs: Message[][], minutes: number, skill: number, block: number, lr = 1) =>
+    torch
+      ? sft.torchPhase(name, chats(convs), await held(skill, block), minutes, measure, lr)
+      : sft.phase(name, chats(convs), minutes, o.target, measure, lr);
   if (o.initFrom === undefined)
-    phases.push(await sft.phase("board", chats([...start.board, ...start.g2048]), o.minutes, o.target, measure));
+    phases.push(await phase("board", [...start.board, ...start.g2048], o.minutes, 0.5, o.boardBlock));
+  if (o.skilledMinutes > 0) {
+    // Every win taken and every threat blocked: the answer is again a function of the board (models/README.md).
+    const skilled = await generateTranscripts({
+      game: "tictactoe",
+      games: o.games,
+      seed: o.seed + 7,
+      skill: 1,
+      block: 1,
+      ordered: o.ordered,
+    });
+    phases.push(await phase("skilled", [...skilled, ...start.g2048], o.skilledMinutes, 1, 1));
+  }
   const skillMinutes = Math.min(o.skillMinutes, o.totalMinutes - elapsedMin());
   // The skills phase also ends at the target (80 steps for seed 1 from the committed board model).
+  const skillsLr = o.skilledMinutes > 0 ? 0.5 : 1;
   if (skillMinutes > 0)
-    phases.push(await sft.phase("skills", chats([...start.skills, ...start.g2048]), skillMinutes, o.target, measure));
+    phases.push(await phase("skills", [...start.skills, ...start.g2048], skillMinutes, o.skill, o.block, skillsLr));
 
   // Each phase ends right after an evaluation, which saved the weights.
   const final = await sft.evaluate(400, 7_000_000);
@@ -137,8 +188,10 @@ export async function pretrainCommand(argv: string[]): Promise<number> {
     vocab: start.vocab,
     parameters: sft.trainer.tensors.reduce((s, t) => s + t.n, 0),
     init_from: o.initFrom ?? null,
+    trainer: a.trainer,
     players: {
       board: { skill: 0.5, block: o.boardBlock },
+      ...(o.skilledMinutes > 0 ? { skilled: { skill: 1, block: 1 } } : {}),
       skills: { skill: o.skill, block: o.block },
       ordered: o.ordered,
     },

@@ -3,7 +3,7 @@
 // end at a target rate (tic-tac-toe: legal moves; email: well-formed tool calls) or a time limit; the weights are
 // written as f32 in HF names after every evaluation, so a stopped run leaves its latest model.
 import { join } from "node:path";
-import { writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import {
   Engine,
   FullTrainer,
@@ -24,6 +24,7 @@ import {
   type Tool,
 } from "@webart/envs";
 import { Rng } from "@webart/gpu";
+import { runTorchPhase, writeSequences } from "./torch.ts";
 
 export interface SftOptions {
   seed: number;
@@ -72,14 +73,15 @@ export interface PhaseResult<E = Eval> {
 type Measure<E> = (step: number) => Promise<{ rate: number; line: string; result: E }>;
 
 export class Sft {
-  private readonly client: ReturnType<Engine["openaiClient"]>;
+  private client: ReturnType<Engine["openaiClient"]>;
 
   private constructor(
-    private readonly engine: Engine,
-    readonly trainer: FullTrainer,
+    private engine: Engine,
+    public trainer: FullTrainer,
     private readonly out: string,
     private readonly o: SftOptions,
     private readonly log: (m: string) => void,
+    private readonly loadOpts: { name: string; maxContext: number },
   ) {
     this.client = engine.openaiClient();
   }
@@ -93,7 +95,73 @@ export class Sft {
     { name = "webart-tiny", maxContext = 512 } = {},
   ): Promise<Sft> {
     const engine = await Engine.load(out, { weightsF32: true, kvSlots: 64, maxContext, name });
-    return new Sft(engine, new FullTrainer(engine.model), out, o, log);
+    return new Sft(engine, new FullTrainer(engine.model), out, o, log, { name, maxContext });
+  }
+
+  /** Loads the folder's weights again (after another trainer wrote them). */
+  private async reload(): Promise<void> {
+    await this.engine.close();
+    const { name, maxContext } = this.loadOpts;
+    this.engine = await Engine.load(this.out, { weightsF32: true, kvSlots: 64, maxContext, name });
+    this.trainer = new FullTrainer(this.engine.model);
+    this.client = this.engine.openaiClient();
+  }
+
+  /**
+   * One phase trained by PyTorch (`--trainer torch`, torch.ts): the same sequences and recipe as `phase`, from the
+   * folder's current weights, for `minutes`; `val` is held out for its loss. The engine then loads the result and
+   * measures it once.
+   */
+  async torchPhase<E>(
+    name: string,
+    convs: Transcript[],
+    val: Transcript[],
+    minutes: number,
+    measure: Measure<E>,
+    lrScale = 1,
+  ): Promise<PhaseResult<E> & { torch: unknown }> {
+    const data = convs.flatMap((c) => this.toSequences(c));
+    const dir = join(this.out, ".pretrain");
+    mkdirSync(dir, { recursive: true });
+    const file = (k: string) => join(dir, `${name.replace(/\W+/g, "-")}-${k}`);
+    writeSequences(file("train.bin"), data);
+    writeSequences(
+      file("val.bin"),
+      val.flatMap((c) => this.toSequences(c)),
+    );
+    this.log(
+      `${name} phase (torch): ${data.length} sequences, ${data.reduce((s, q) => s + q.ids.length, 0)} tokens, ${minutes.toFixed(1)} min`,
+    );
+    const { seed, batch, lr } = this.o;
+    const p0 = performance.now();
+    await runTorchPhase(
+      {
+        dir: this.out,
+        data: file("train.bin"),
+        val: file("val.bin"),
+        report: file("report.json"),
+        minutes,
+        batch,
+        lr: lr * lrScale,
+        seed,
+        warmup: this.o.warmup ?? 50,
+      },
+      this.log,
+    );
+    const report = JSON.parse(readFileSync(file("report.json"), "utf8")) as { steps: number };
+    rmSync(dir, { recursive: true, force: true });
+    await this.reload();
+    const e = await measure(report.steps);
+    this.log(`${name} eval: ${e.line}`);
+    const phaseMin = (performance.now() - p0) / 60000;
+    return {
+      name,
+      steps: report.steps,
+      minutes: Number(phaseMin.toFixed(1)),
+      sequences: data.length,
+      last: e.result,
+      torch: report,
+    };
   }
 
   /** The text of an assistant turn as the model writes it: its content, or its tool calls as the chat template
@@ -111,7 +179,7 @@ export class Sft {
   }
 
   /** Assistant messages become "sampled" turns (their ids + <|im_end|>), so SFT sees exactly the RL layout. */
-  private toSequences({ messages, tools }: Transcript): SftSequence[] {
+  toSequences({ messages, tools }: Transcript): SftSequence[] {
     const tok = this.engine.tokenizer;
     const imEnd = tok.inner.tokenToId("<|im_end|>")!;
     const mc = messages.map((m) => {
@@ -221,7 +289,7 @@ export class Sft {
   /**
    * One phase: shuffled epochs of `convs`, AdamW with a warm-up (default 50 steps) and a cosine schedule over `minutes`, an
    * evaluation every 40 steps that saves the weights; it ends at an evaluation that reaches `target` or after
-   * `minutes`. Each phase starts a fresh optimizer state and its own data order (seed + 2).
+   * `minutes`. Each phase starts a fresh optimizer state and its own data order (seed + 2); `lrScale` scales --lr.
    */
   async phase<E>(
     name: string,
@@ -229,6 +297,7 @@ export class Sft {
     minutes: number,
     target: number,
     measure: Measure<E>,
+    lrScale = 1,
   ): Promise<PhaseResult<E>> {
     const { log, o } = this;
     const data = convs.flatMap((c) => this.toSequences(c));
@@ -252,7 +321,8 @@ export class Sft {
       const seqs = order.splice(0, o.batch).map((i) => data[i]);
       step++;
       const frac = Math.min(1, phaseMin() / minutes);
-      const lr = o.lr * Math.min(1, step / (o.warmup ?? 50)) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
+      const lr =
+        lrScale * o.lr * Math.min(1, step / (o.warmup ?? 50)) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
       const r = await this.trainer.step_(seqs, {
         lr,
         beta1: 0.9,
