@@ -309,20 +309,21 @@ test("RULER reward: a judge behind an OpenAI-compatible endpoint scores each gro
   try {
     await page.getByRole("tab", { name: "Charts" }).click();
     await tiny({ name: "ruler-e2e", steps: 1, reward: "ruler" });
-    // The embedded model plays almost deterministically at temperature 1; at 2 the group's two games differ,
-    // so the judge sees both (identical trajectories are judged once).
+    // The embedded model plays almost deterministically at temperature 1; at 2, among a group of 6 games some
+    // differ, and the judge sees each distinct one once (identical trajectories are judged once).
     await page.getByLabel("Temperature").fill("2");
+    await page.getByLabel("Group size").fill("6");
     await page.getByLabel("Judge base URL").fill(judge.baseURL);
     await page.getByLabel("Judge model").fill("judge-1");
     await page.getByLabel("API key").fill("sk-test-e2e-key");
     await page.getByRole("button", { name: "Start" }).click();
     await expect(state()).toHaveText("finished", { timeout: 120_000 });
     expect(judge.requests.length).toBe(1);
-    expect(judge.requests[0]).toMatchObject({
-      model: "judge-1",
-      authorization: "Bearer sk-test-e2e-key",
-      ids: ["1", "2"],
-    });
+    expect(judge.requests[0]).toMatchObject({ model: "judge-1", authorization: "Bearer sk-test-e2e-key" });
+    const ids = judge.requests[0].ids;
+    expect(ids.length).toBeGreaterThanOrEqual(2);
+    expect(new Set(ids).size).toBe(ids.length);
+    expect(ids.every((id) => /^[1-6]$/.test(id))).toBe(true);
     // Different scores in the group: a real update (non-zero gradient), not a skipped step.
     const gradNorm = Number(await page.getByTestId("chart-gradnorm").locator(".chart-last").textContent());
     expect(gradNorm).toBeGreaterThan(0);

@@ -61,7 +61,7 @@ export const GAMES: Record<GameName, Game> = {
     maxTokens: 12,
     maxContext: 512,
     model: "webart-tiny",
-    train: { steps: 140, groupSize: 8, groupsPerStep: 4 },
+    train: { steps: 120, groupSize: 8, groupsPerStep: 4 },
   },
   "2048": {
     name: "2048",

@@ -89,7 +89,7 @@ export function defaultDraft(): SettingsDraft {
     userPrompt: "You are a user who asked the assistant for help. Reply in one or two sentences, as that user would.",
     valEvery: "5",
     // npm run train's defaults: the recipe measured to teach tic-tac-toe (models/README.md).
-    steps: "140",
+    steps: "120",
     groupSize: "8",
     groupsPerStep: "4",
     learningRate: "1e-3",

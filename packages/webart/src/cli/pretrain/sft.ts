@@ -26,6 +26,16 @@ import {
 import { Rng } from "@webart/gpu";
 import { runTorchPhase, writeSequences } from "./torch.ts";
 
+/** The optimizer of every pretraining phase but its learning rate (python/torch_sft.py uses the same). */
+export const SFT_ADAMW = {
+  beta1: 0.9,
+  beta2: 0.99,
+  eps: 1e-8,
+  weightDecay: 0.01,
+  maxGradNorm: 1,
+  microBatchTokens: 2048,
+};
+
 export interface SftOptions {
   seed: number;
   /** Sequences per step, peak learning rate, games per evaluation. */
@@ -134,22 +144,27 @@ export class Sft {
     );
     const { seed, batch, lr } = this.o;
     const p0 = performance.now();
-    await runTorchPhase(
-      {
-        dir: this.out,
-        data: file("train.bin"),
-        val: file("val.bin"),
-        report: file("report.json"),
-        minutes,
-        batch,
-        lr: lr * lrScale,
-        seed,
-        warmup: this.o.warmup ?? 50,
-      },
-      this.log,
-    );
-    const report = JSON.parse(readFileSync(file("report.json"), "utf8")) as { steps: number };
-    rmSync(dir, { recursive: true, force: true });
+    let report: { steps: number };
+    try {
+      await runTorchPhase(
+        {
+          dir: this.out,
+          data: file("train.bin"),
+          val: file("val.bin"),
+          report: file("report.json"),
+          minutes,
+          batch,
+          lr: lr * lrScale,
+          seed,
+          warmup: this.o.warmup ?? 50,
+        },
+        this.log,
+      );
+      report = JSON.parse(readFileSync(file("report.json"), "utf8")) as { steps: number };
+    } finally {
+      // The sequences are rebuilt from the transcripts each run; a failed phase leaves its last saved weights.
+      rmSync(dir, { recursive: true, force: true });
+    }
     await this.reload();
     const e = await measure(report.steps);
     this.log(`${name} eval: ${e.line}`);
@@ -323,15 +338,7 @@ export class Sft {
       const frac = Math.min(1, phaseMin() / minutes);
       const lr =
         lrScale * o.lr * Math.min(1, step / (o.warmup ?? 50)) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
-      const r = await this.trainer.step_(seqs, {
-        lr,
-        beta1: 0.9,
-        beta2: 0.99,
-        eps: 1e-8,
-        weightDecay: 0.01,
-        maxGradNorm: 1,
-        microBatchTokens: 2048,
-      });
+      const r = await this.trainer.step_(seqs, { lr, ...SFT_ADAMW });
       if (step % 5 === 0)
         log(`${name} step ${step} loss ${r.loss.toFixed(4)} grad ${r.gradNorm.toFixed(3)} lr ${lr.toExponential(2)}`);
       const done = phaseMin() >= minutes;

@@ -7,6 +7,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { Engine, FullTrainer, Rng, type SftSequence } from "@webart/engine";
+import { SFT_ADAMW } from "./sft.ts";
 import { torchScript, writeSequences } from "./torch.ts";
 
 const PYTHON = process.env.WEBART_PYTHON ?? "python3";
@@ -65,15 +66,7 @@ describe.skipIf(missing !== null)("torch_sft.py against the engine's FullTrainer
       // torch_sft.py's schedule with --steps: warm-up, then cosine from 1 to 0.1 over the steps.
       const frac = (step - 1) / hp.steps;
       const lr = hp.lr * Math.min(1, step / hp.warmup) * (0.1 + 0.9 * 0.5 * (1 + Math.cos(Math.PI * frac)));
-      await tr.step_(seqs, {
-        lr,
-        beta1: 0.9,
-        beta2: 0.99,
-        eps: 1e-8,
-        weightDecay: 0.01,
-        maxGradNorm: 1,
-        microBatchTokens: 2048,
-      });
+      await tr.step_(seqs, { lr, ...SFT_ADAMW });
     }
     const w1 = await tr.readWeights();
     await engine.close();

@@ -23,7 +23,7 @@ export const TRAIN = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     steps: {
       arg: "N",
-      help: "train until this step (default 140 for tic-tac-toe: ~28 min on 2 CPU cores; 250 for 2048; 30 for email)",
+      help: "train until this step (default 120 for tic-tac-toe: ~28 min on 2 CPU cores; 250 for 2048; 30 for email)",
     },
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
     "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
