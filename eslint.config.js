@@ -10,6 +10,8 @@ export default tseslint.config(
       "packages/*/dist",
       ".cache",
       ".tsbuild",
+      ".devbundle",
+      ".gl",
       "test-results",
       "playwright-report",
       "bench/results",

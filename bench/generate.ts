@@ -207,15 +207,23 @@ async function timed(f: () => Promise<void>): Promise<number> {
  * model's decode steps alternating with abD of one dispatch per op (Model.fuseDecode off), each timed alone, so the two
  * compare under the same load.
  */
-async function run(
+export async function decodeRun(
   gpu: Gpu,
   model: Model,
   B: number,
   P: number,
   D: number,
   abD = 0,
-): Promise<{ prefill: number; decode: number; ab?: { fused: number; perOp: number } }> {
-  const runner = new ModelRunner(model, B, P + D + 2 * abD + 2);
+): Promise<{
+  prefill: number;
+  decode: number;
+  dispatches: number;
+  /** Per decode step: its wall time and the host time until its submit, in ms. */
+  stepMs: number;
+  encodeMs: number;
+  ab?: { fused: number; perOp: number };
+}> {
+  const runner = new ModelRunner(model, B, P + D + 2 * abD + 4);
   const rng = new Rng(B);
   const V = model.config.vocabSize;
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
@@ -252,8 +260,14 @@ async function run(
     last = r.ids;
     at++;
   };
+  // Two untimed decode steps first: the decode kernels' pipelines compile in the first.
+  if (D) for (let d = 0; d < 2; d++) await step();
+  let encodeMs = 0;
   const decode = await timed(async () => {
-    for (let d = 0; d < D; d++) await step();
+    for (let d = 0; d < D; d++) {
+      await step();
+      encodeMs += runner.lastEncodeMs;
+    }
   });
   let ab: { fused: number; perOp: number } | undefined;
   if (abD) {
@@ -267,9 +281,17 @@ async function run(
     model.fuseDecode = true;
     ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
   }
+  const dispatches = runner.lastDispatches;
   runner.kv.dispose();
   gpu.pool.trim();
-  return { prefill: (B * P) / prefill, decode: (B * D) / decode, ab };
+  return {
+    prefill: (B * P) / prefill,
+    decode: (B * D) / decode,
+    dispatches,
+    stepMs: (1000 * decode) / D,
+    encodeMs: encodeMs / D,
+    ab,
+  };
 }
 
 export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
@@ -296,7 +318,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const D = ctx.quick ? 3 : 8;
     let base = 0;
     for (const B of [1, 8, 32]) {
-      const r = await run(gpu, model, B, P, D, D);
+      const r = await decodeRun(gpu, model, B, P, D, D);
       if (B === 1) base = r.decode;
       out.push({ id: `generate.${id}.prefill.b${B}`, value: r.prefill, unit: "tok/s", note: `${P}-token prompts` });
       out.push({
@@ -352,7 +374,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
       note: `planned ${(expected / 2 ** 20).toFixed(0)} MiB (weights ${(plan.weights / 2 ** 20).toFixed(0)} + KV ${(plan.kvCache / 2 ** 20).toFixed(0)})`,
     });
     for (const B of [1, 8]) {
-      const r = await run(gpu, model, B, 8, 3, 2);
+      const r = await decodeRun(gpu, model, B, 8, 3, 2);
       out.push({ id: `generate.qwen05b.decode.b${B}`, value: r.decode, unit: "tok/s" });
       const ab = r.ab!;
       out.push({

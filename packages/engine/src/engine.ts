@@ -22,7 +22,7 @@ import {
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { tuneKernels, type KernelTuning } from "@webart/shaders";
+import { coopConfig, tuneKernels, type KernelTuning } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -62,6 +62,9 @@ export interface EngineOptions extends OpenModelOptions {
   /** Time the kernels' variants on this device before serving (default on; once per device and model shape:
    *  seconds on a CPU device, `npm run bench -- kernels` prints how long; see tune/kernels.ts). */
   tune?: boolean;
+  /** Forward products with weights (prefill, training's forward, the LM head's logits) on tensor cores, operands
+   *  rounded to f16, where the device has them (Dawn's subgroup matrices; default on). Gradients stay f32. */
+  tensorCores?: boolean;
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
@@ -205,6 +208,7 @@ export class Engine {
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
+    model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
     return new Engine(

@@ -62,7 +62,22 @@ const UNIFORM_CHUNK = 64 * 1024;
 const STORAGE = 0x80 | 0x04 | 0x08; // STORAGE | COPY_SRC | COPY_DST (GPUBufferUsage values, usable before globals exist)
 
 /** Features the engine uses when the device has them. */
-const WANTED_FEATURES: GPUFeatureName[] = ["shader-f16", "subgroups", "timestamp-query"];
+const WANTED_FEATURES = [
+  "shader-f16",
+  "subgroups",
+  "timestamp-query",
+  // Dawn's experimental tensor-core matrices (Vulkan cooperative matrix, Metal simdgroup matrix): the coop matmul.
+  "chromium-experimental-subgroup-matrix",
+] as GPUFeatureName[];
+
+/** One matrix-multiply shape the device's subgroup matrices support (GPUSubgroupMatrixConfig). */
+export interface SubgroupMatrixConfig {
+  componentType: string;
+  resultComponentType: string;
+  M: number;
+  N: number;
+  K: number;
+}
 
 /** What a device runs on: the WebGPU adapter's info, the runtime, and whether robust buffer access is on. The
  *  kernels' layout defaults and the tuning table key on it. */
@@ -105,6 +120,16 @@ export class Gpu {
   private scopes = new Set<GpuScope>();
   pipelineCacheHits = 0;
   pipelineCacheMisses = 0;
+  /** Bind groups by pipeline and resources: a decode step binds the same pooled buffers as the last one, and
+   *  creating a bind group costs more host time than the rest of a dispatch. Cleared when the pool destroys. */
+  private bindGroups = new Map<string, GPUBindGroup>();
+  private objectIds = new WeakMap<object, number>();
+  private nextObjectId = 1;
+  bindGroupHits = 0;
+  /** The shapes of the adapter's subgroup matrices, where the device has the feature (else empty). */
+  subgroupMatrixConfigs: SubgroupMatrixConfig[] = [];
+  /** The adapter's largest subgroup (0 where it does not say): a workgroup using subgroup matrices is a multiple. */
+  subgroupMaxSize = 0;
 
   constructor(
     readonly device: GPUDevice,
@@ -120,6 +145,7 @@ export class Gpu {
     );
     this.maxBufferSize = Math.min(device.limits.maxBufferSize, opts.limitOverrides?.maxBufferSize ?? Infinity);
     this.pool = new BufferPool(device, this.maxBufferSize);
+    this.pool.onTrim = () => this.bindGroups.clear();
     this.profiling = !!opts.profile && this.features.has("timestamp-query");
     this.lost = device.lost.then((info) => {
       const err = new DeviceLostError(info.reason ?? "unknown", info.message || "(no message)");
@@ -305,6 +331,30 @@ export class Gpu {
     await rec.submit();
   }
 
+  private objectId(o: object): number {
+    let id = this.objectIds.get(o);
+    if (id === undefined) this.objectIds.set(o, (id = this.nextObjectId++));
+    return id;
+  }
+
+  /** @internal A bind group of `pipeline` over these buffer bindings, made once and reused. */
+  _bindGroup(pipeline: GPUComputePipeline, label: string, entries: GPUBindGroupEntry[]): GPUBindGroup {
+    let key = `${this.objectId(pipeline)}`;
+    for (const e of entries) {
+      const r = e.resource as GPUBufferBinding;
+      key += `|${this.objectId(r.buffer)}:${r.offset ?? 0}:${r.size ?? -1}`;
+    }
+    let bg = this.bindGroups.get(key);
+    if (bg) {
+      this.bindGroupHits++;
+      return bg;
+    }
+    if (this.bindGroups.size >= 8192) this.bindGroups.clear();
+    bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries, label });
+    this.bindGroups.set(key, bg);
+    return bg;
+  }
+
   /** Waits for all submitted work. */
   async sync(): Promise<void> {
     await this.guard(this.device.queue.onSubmittedWorkDone());
@@ -429,11 +479,7 @@ export class Recorder {
       const r = "buffer" in x ? x : { buffer: x };
       entries.push({ binding: b++, resource: r as GPUBufferBinding });
     }
-    const bindGroup = this.gpu.device.createBindGroup({
-      layout: pipeline.getBindGroupLayout(0),
-      entries,
-      label: spec.name,
-    });
+    const bindGroup = this.gpu._bindGroup(pipeline, spec.name, entries);
     const [x, y = 1, z = 1] = typeof workgroups === "number" ? [workgroups] : workgroups;
     if (x === 0 || y === 0 || z === 0) return;
     let pass: GPUComputePassEncoder;
@@ -651,5 +697,18 @@ export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
     runtime,
     robustness: runtime === "browser" ? true : robustness,
   };
-  return new Gpu(device, summary, notes, opts);
+  const gpu = new Gpu(device, summary, notes, opts);
+  gpu.subgroupMaxSize = (info as unknown as { subgroupMaxSize?: number }).subgroupMaxSize ?? 0;
+  if (gpu.features.has("chromium-experimental-subgroup-matrix")) {
+    const configs = (info as unknown as { subgroupMatrixConfigs?: Iterable<SubgroupMatrixConfig> })
+      .subgroupMatrixConfigs;
+    gpu.subgroupMatrixConfigs = [...(configs ?? [])].map((c) => ({
+      componentType: c.componentType,
+      resultComponentType: c.resultComponentType,
+      M: c.M,
+      N: c.N,
+      K: c.K,
+    }));
+  }
+  return gpu;
 }

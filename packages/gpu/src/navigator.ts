@@ -51,7 +51,9 @@ function dawnFlags(opts: GpuApiOptions): string[] {
   // allow_unsafe_apis: timestamp queries without quantisation. disable_workgroup_init: Dawn zero-fills
   // workgroup memory otherwise, which costs seconds of pipeline creation on SwiftShader; the engine's
   // kernels write workgroup memory before reading it (browsers keep the zero-fill, so both are tested).
-  const enable = ["allow_unsafe_apis"];
+  // vulkan_enable_f16_on_nvidia: Dawn hides shader-f16 on NVIDIA's Vulkan driver unless asked; the coop matmul
+  // (tensor cores) needs it, and its output is checked like every kernel's.
+  const enable = ["allow_unsafe_apis", "vulkan_enable_f16_on_nvidia"];
   if (opts.robustness === false) enable.push("disable_robustness", "disable_workgroup_init");
   return [`enable-dawn-features=${enable.join(",")}`, ...(opts.dawnFlags ?? [])];
 }

@@ -113,6 +113,9 @@ export class BufferPool {
     this.stats.peakByTag = { ...this.stats.byTag };
   }
 
+  /** Called after trim() destroys buffers (the device drops what refers to them, e.g. cached bind groups). */
+  onTrim?: () => void;
+
   /** Destroys every free pooled buffer, giving the memory back to the device. */
   trim(): void {
     // Pending releases may still sit in an unsubmitted encoder, so they are left for later.
@@ -123,6 +126,7 @@ export class BufferPool {
       }
     }
     this.free.clear();
+    this.onTrim?.();
   }
 
   isLive(buf: GPUBuffer): boolean {

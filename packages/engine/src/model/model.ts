@@ -115,6 +115,9 @@ export class Model {
   /** Inference over at most DECODE_ROWS tokens runs decodeLayer (the same math in fewer dispatches); off: every
    *  op its own dispatch, as training's forward (to compare the two). */
   fuseDecode = true;
+  /** Forward products with the weights (x·Wᵀ past DECODE_ROWS rows, the LM head's logits) run the coop matmul:
+   *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them; gradients stay f32. */
+  tensorCores = false;
 
   constructor(
     readonly gpu: Gpu,
@@ -174,10 +177,7 @@ export class Model {
         rec,
         { a: x, b: W.buffer, c: y, bias: bias?.buffer },
         { M, N: W.rows, K: W.cols },
-        {
-          ...o,
-          tuning: this.tuning.matmul,
-        },
+        { ...o, tuning: this.tuning.matmul, variant: this.tensorCores ? "coop" : undefined },
       );
     }
   }
@@ -654,7 +654,15 @@ export class Model {
             rec,
             { a: h, b: s.buffer, c: out },
             { M, N: b - a, K: C },
-            { mode: "nt", bDtype: dt, offsetB: offW, ldc: ld, offsetC: a - v0, tuning: this.tuning.matmul },
+            {
+              mode: "nt",
+              bDtype: dt,
+              offsetB: offW,
+              ldc: ld,
+              offsetC: a - v0,
+              tuning: this.tuning.matmul,
+              variant: this.tensorCores ? "coop" : undefined,
+            },
           );
       }
       r0 += s.rows;

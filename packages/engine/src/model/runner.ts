@@ -11,6 +11,8 @@ export class ModelRunner implements StepModel {
   readonly vocabSize: number;
   /** Compute dispatches the last step() recorded (its forward, logits and sampling: one Recorder). */
   lastDispatches = 0;
+  /** Host time of the last step() until its submit (encoding its forward, logits and sampling), in ms. */
+  lastEncodeMs = 0;
 
   constructor(
     readonly model: Model,
@@ -30,6 +32,7 @@ export class ModelRunner implements StepModel {
     samples: SampleSpec[],
   ): Promise<{ ids: Uint32Array; logprobs: Float32Array; top?: { tokenId: number; logprob: number }[][] }> {
     const gpu: Gpu = this.model.gpu;
+    const t0 = performance.now();
     const N = tokens.ids.length;
     const V = this.vocabSize;
     const sp = new Uint32Array(2 * N);
@@ -93,6 +96,7 @@ export class ModelRunner implements StepModel {
     }
     gpu.release(...temp);
     this.lastDispatches = rec.dispatches;
+    this.lastEncodeMs = performance.now() - t0;
     await rec.submit();
     if (!S) return { ids: new Uint32Array(0), logprobs: new Float32Array(0) };
     const [idsBuf, lpBuf] = await Promise.all(out);

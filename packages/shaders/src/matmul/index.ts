@@ -6,6 +6,9 @@ import { tune, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
+import { coopBlock, coopGeometry, coopSpec, type CoopShape } from "./coop.ts";
+
+export { COOP_FEATURE, COOP_SHAPES, coopConfig, coopGeometry, type CoopGeometry, type CoopShape } from "./coop.ts";
 
 /** Letters say whether A and B are transposed: "nt" is x·Wᵀ with W [N, K], "tn" is Aᵀ·B. */
 export type MatmulMode = "nn" | "nt" | "tn" | "tt";
@@ -14,7 +17,9 @@ export type WeightDtype = "f32" | "bf16" | "f16";
 /** regblock: registers only, no workgroup memory (CPU devices); tiled: 64 x 64 blocks through workgroup memory,
  * 4 x 4 a thread; wide: 128 x 128 blocks, 8 x 8 a thread read as vec4 from workgroup memory (large GPU problems). */
 export const MATMUL_VARIANTS = ["regblock", "tiled", "wide"] as const;
-export type MatmulVariant = (typeof MATMUL_VARIANTS)[number];
+/** The f32 variants, which tuning ranks, and coop: products on tensor cores (subgroup matrices) with operands
+ *  rounded to f16, used only where a caller asks for it (it changes the numbers), on devices that have them. */
+export type MatmulVariant = (typeof MATMUL_VARIANTS)[number] | "coop";
 
 /** What start-up tuning (tune/kernels.ts) chooses for matmul: a variant per mode and B dtype, e.g. "nt.bf16". */
 export type MatmulTuning = Partial<Record<`${MatmulMode}.${WeightDtype}`, MatmulVariant>>;
@@ -57,11 +62,13 @@ export interface MatmulOptions {
   /** Force a variant; otherwise the tuned one, else a default for the device's architecture. */
   variant?: MatmulVariant;
   tuning?: MatmulTuning;
+  /** coop only: the workgroup's shape (COOP_SHAPES). */
+  coopShape?: CoopShape;
 }
 
 const B_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
 /** Threads per workgroup (WGN, WGM) and C elements per thread (TN, TM) of each variant. */
-const GEOMETRY: Record<MatmulVariant, { WGN: number; WGM: number; TN: number; TM: number }> = {
+const GEOMETRY: Record<(typeof MATMUL_VARIANTS)[number], { WGN: number; WGM: number; TN: number; TM: number }> = {
   regblock: { WGN: 4, WGM: 4, TN: 8, TM: 8 },
   tiled: { WGN: 16, WGM: 16, TN: 4, TM: 4 },
   wide: { WGN: 16, WGM: 16, TN: 8, TM: 8 },
@@ -69,7 +76,11 @@ const GEOMETRY: Record<MatmulVariant, { WGN: number; WGM: number; TN: number; TM
 
 const specs = new Map<string, KernelSpec>();
 
-export function matmulSpec(variant: MatmulVariant, bDtype: WeightDtype = "f32", transB = false): KernelSpec {
+export function matmulSpec(
+  variant: (typeof MATMUL_VARIANTS)[number],
+  bDtype: WeightDtype = "f32",
+  transB = false,
+): KernelSpec {
   // Register blocking with 16-bit B in (K, N) layout gives each thread adjacent column pairs (one word).
   const pairN = variant === "regblock" && bDtype !== "f32" && !transB;
   const key = `${variant}.${bDtype}.${pairN}`;
@@ -172,15 +183,25 @@ export function matmul(
   if (c === a || c === b || c === bias) throw new Error("matmul: C must not alias A, B or bias");
 
   const variant = o.variant ?? matmulVariant(gpu, mode, bDtype, o.tuning);
-  const g = GEOMETRY[variant];
-  if (!g) throw new Error(`matmul: unknown variant "${variant}" (${MATMUL_VARIANTS.join(", ")})`);
-  const wg: [number, number, number] = [Math.ceil(N / (g.WGN * g.TN)), Math.ceil(M / (g.WGM * g.TM)), batch];
+  let spec: KernelSpec;
+  let wg: [number, number, number];
+  if (variant === "coop") {
+    const cg = coopGeometry(gpu, o.coopShape);
+    const { BM, BN } = coopBlock(cg);
+    spec = coopSpec(cg, B_KIND[bDtype], !gpu.kind.robustness);
+    wg = [Math.ceil(N / BN), Math.ceil(M / BM), batch];
+  } else {
+    const g = GEOMETRY[variant];
+    if (!g) throw new Error(`matmul: unknown variant "${variant}" (${[...MATMUL_VARIANTS, "coop"].join(", ")})`);
+    spec = matmulSpec(variant, bDtype, tB);
+    wg = [Math.ceil(N / (g.WGN * g.TN)), Math.ceil(M / (g.WGM * g.TM)), batch];
+  }
   const max = gpu.limits.maxComputeWorkgroupsPerDimension;
   if (wg.some((x) => x > max)) throw new Error(`matmul: grid ${wg.join("×")} exceeds ${max} workgroups per dimension`);
   const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (bias ? 4 : 0) | (o.accumulate ? 8 : 0);
   const params = new Params().u32(M, N, K, flags, lda, ldb, ldc).f32(alpha).u32(offA, offB, offC, offBias, sA, sB, sC);
   // Without a bias, A fills the binding (never read: both are read-only storage, so sharing is valid).
-  rec.dispatch(matmulSpec(variant, bDtype, tB), [a, b, bias ?? a, c], wg, params);
+  rec.dispatch(spec, [a, b, bias ?? a, c], wg, params);
 }
 
 /** Checks that the highest element index of a strided, batched matrix fits the buffer and a u32. */

@@ -4,6 +4,9 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, f64, finiteDiff, type Tolerance } from "@webart/gpu/check";
 import {
+  COOP_SHAPES,
+  coopConfig,
+  type CoopShape,
   MATMUL_VARIANTS,
   matmul,
   matmulShards,
@@ -52,7 +55,13 @@ async function check(g: Gpu, o: MatmulDims & MatmulOptions & { variant: MatmulVa
   const bVals = rng.f32(size(o.offsetB, sB, tB ? N : K, ldb));
   const cInit = rng.f32(size(o.offsetC, sC, M, ldc));
   const biasVals = rng.f32((o.offsetBias ?? 0) + N + 1);
-  const bRef = bDtype === "f32" ? bVals : roundHalf(bVals, bDtype);
+  // coop multiplies f16 operands: the reference gets them rounded so.
+  const coop = o.variant === "coop";
+  const bRef = coop
+    ? roundHalf(bDtype === "f32" ? bVals : roundHalf(bVals, bDtype), "f16")
+    : bDtype === "f32"
+      ? bVals
+      : roundHalf(bVals, bDtype);
   const ba = g.upload(aVals);
   const bb = g.upload(bDtype === "f32" ? bVals : packHalf(bVals, bDtype));
   const bc = g.upload(cInit);
@@ -65,13 +74,19 @@ async function check(g: Gpu, o: MatmulDims & MatmulOptions & { variant: MatmulVa
   const got = new Float32Array(await out);
   g.release(ba, bb, bc, bbias);
   const want = matmulReference(
-    aVals,
+    coop ? roundHalf(aVals, "f16") : aVals,
     bRef,
     cInit.slice(),
     { ...o, transA: tA, transB: tB },
     bias ? biasVals : undefined,
   );
-  assertClose(`matmul ${o.variant} ${mode} ${bDtype} ${M}x${N}x${K}`, got, want, TOL);
+  // Tensor cores may round their f32 sums more coarsely than f32 FMA chains.
+  assertClose(
+    `matmul ${o.variant} ${mode} ${bDtype} ${M}x${N}x${K}`,
+    got,
+    want,
+    coop ? { atol: 1e-3, rtol: 1e-3 } : TOL,
+  );
 }
 
 describe.each(MATMUL_VARIANTS)("matmul %s", (variant) => {
@@ -215,4 +230,36 @@ it("gives the same results with Dawn's robustness on (as in browsers)", async ()
     await check(robust, { M: 33, N: 65, K: 17, mode: "nt", bDtype: "bf16", variant }, 70, true);
   }
   expect(robust.errors).toEqual([]);
+});
+
+// The tensor-core variant runs only where the device has f16 subgroup matrices (Dawn's experimental feature on
+// NVIDIA's and Apple's GPUs); SwiftShader has none, so there it must refuse clearly. `npm run bench -- gpu` checks it
+// on such a GPU with the same kind of reference before timing it.
+describe("matmul coop (tensor cores)", () => {
+  it("agrees with the reference on f16-rounded operands where the device has them, else names what is missing", async () => {
+    const [a, b, c] = [gpu.buffer(64 * 4), gpu.buffer(64 * 4), gpu.buffer(64 * 4)];
+    if (!coopConfig(gpu)) {
+      const rec = gpu.recorder();
+      expect(() => matmul(gpu, rec, { a, b, c }, { M: 8, N: 8, K: 8 }, { variant: "coop" })).toThrow(
+        /chromium-experimental-subgroup-matrix and shader-f16/,
+      );
+      rec.abandon();
+      gpu.release(a, b, c);
+      return;
+    }
+    gpu.release(a, b, c);
+    for (const coopShape of Object.keys(COOP_SHAPES) as CoopShape[]) {
+      for (const mode of ["nn", "nt", "tn"] as const) {
+        for (const [i, [M, N, K]] of SIZES.entries())
+          await check(gpu, { M, N, K, mode, variant: "coop", coopShape }, 80 + i);
+      }
+      await check(gpu, { M: 140, N: 131, K: 40, mode: "nt", bDtype: "bf16", variant: "coop", coopShape }, 90, true);
+      await check(
+        gpu,
+        { M: 128, N: 256, K: 64, mode: "nt", bDtype: "bf16", variant: "coop", coopShape, accumulate: true },
+        91,
+      );
+      await check(gpu, { M: 9, N: 35, K: 6, batch: 3, strideB: 0, mode: "nt", variant: "coop", coopShape }, 92, true);
+    }
+  });
 });

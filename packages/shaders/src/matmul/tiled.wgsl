@@ -53,18 +53,19 @@ fn matmul_forward_tiled(
       let q = select(l % BK, l / BM, tA); // k within the tile
       let m = mBlock + r;
       let k = k0 + q;
-      var v = 0.0;
-      if (m < p.M && k < p.K) { v = a[aBase + select(m * p.lda + k, k * p.lda + m, tA)]; }
-      As[q * AS + r] = v;
+      // A clamped address and a select, not a branch: the loads of a thread overlap.
+      let mc = min(m, p.M - 1u);
+      let kc = min(k, p.K - 1u);
+      As[q * AS + r] = select(0.0, a[aBase + select(mc * p.lda + kc, kc * p.lda + mc, tA)], m < p.M && k < p.K);
     }
     for (var l = tid; l < BN * BK; l += WGN * WGM) {
       let r = select(l % BN, l / BK, tB); // column n within the tile
       let q = select(l / BN, l % BK, tB);
       let n = nBlock + r;
       let k = k0 + q;
-      var v = 0.0;
-      if (n < p.N && k < p.K) { v = loadB(bBase + select(k * p.ldb + n, n * p.ldb + k, tB)); }
-      Bs[q * BS + r] = v;
+      let nc = min(n, p.N - 1u);
+      let kc = min(k, p.K - 1u);
+      Bs[q * BS + r] = select(0.0, loadB(bBase + select(kc * p.ldb + nc, nc * p.ldb + kc, tB)), n < p.N && k < p.K);
     }
     workgroupBarrier();
     for (var q = 0u; q < BK; q++) {

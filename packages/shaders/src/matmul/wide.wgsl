@@ -31,14 +31,17 @@ fn loadB(e: u32) -> f32 {
   return select(h.y, h.x, (e & 1u) == 0u);
 }
 
-// op(A)[m, k] and op(B)[k, n], 0 outside the matrices.
+// op(A)[m, k] and op(B)[k, n], 0 outside the matrices: loaded from a clamped address and selected, without a
+// branch, so a thread's loads are in flight together.
 fn loadA(base: u32, m: u32, k: u32, tA: bool) -> f32 {
-  if (m >= p.M || k >= p.K) { return 0.0; }
-  return a[base + select(m * p.lda + k, k * p.lda + m, tA)];
+  let mc = min(m, p.M - 1u);
+  let kc = min(k, p.K - 1u);
+  return select(0.0, a[base + select(mc * p.lda + kc, kc * p.lda + mc, tA)], m < p.M && k < p.K);
 }
 fn loadBk(base: u32, n: u32, k: u32, tB: bool) -> f32 {
-  if (n >= p.N || k >= p.K) { return 0.0; }
-  return loadB(base + select(k * p.ldb + n, n * p.ldb + k, tB));
+  let nc = min(n, p.N - 1u);
+  let kc = min(k, p.K - 1u);
+  return select(0.0, loadB(base + select(kc * p.ldb + nc, nc * p.ldb + kc, tB)), n < p.N && k < p.K);
 }
 
 // acc[2r + h]: row r (0..3: 4·ty + r, 4..7: 4·WGM + 4·ty + r - 4), columns of half h (4·tx.., 4·WGN + 4·tx..)
@@ -53,6 +56,21 @@ fn fma8(a0: vec4f, a1: vec4f, b0: vec4f, b1: vec4f) {
   acc[10] += a1.y * b0; acc[11] += a1.y * b1;
   acc[12] += a1.z * b0; acc[13] += a1.z * b1;
   acc[14] += a1.w * b0; acc[15] += a1.w * b1;
+}
+
+// Row m of C at columns n0..n0+3 (lo) and n1..n1+3 (hi), with alpha, bias and accumulate.
+fn storeRow(cBase: u32, m: u32, n0: u32, n1: u32, lo: vec4f, hi: vec4f) {
+  if (m >= p.M) { return; }
+  for (var j = 0u; j < 8u; j++) {
+    let n = select(n0 + j, n1 + j - 4u, j >= 4u);
+    if (n < p.N) {
+      let idx = cBase + m * p.ldc + n;
+      var v = p.alpha * select(lo[j & 3u], hi[j & 3u], j >= 4u);
+      if ((p.flags & 4u) != 0u) { v += bias[p.offBias + n]; }
+      if ((p.flags & 8u) != 0u) { v += c[idx]; }
+      c[idx] = v;
+    }
+  }
 }
 
 @compute @workgroup_size(WGN, WGM)
@@ -102,19 +120,18 @@ fn matmul_forward_wide(
     }
     workgroupBarrier();
   }
+  // Constant indices into acc only (a computed one would move the whole array out of registers).
   let cBase = p.offC + wid.z * p.sC;
-  for (var i = 0u; i < 8u; i++) {
-    let m = mBlock + select(4u * lid.y + i, 4u * WGM + 4u * lid.y + i - 4u, i >= 4u);
-    if (m >= p.M) { continue; }
-    for (var j = 0u; j < 8u; j++) {
-      let n = nBlock + select(4u * lid.x + j, 4u * WGN + 4u * lid.x + j - 4u, j >= 4u);
-      if (n < p.N) {
-        let idx = cBase + m * p.ldc + n;
-        var v = p.alpha * acc[2u * i + j / 4u][j % 4u];
-        if ((p.flags & 4u) != 0u) { v += bias[p.offBias + n]; }
-        if ((p.flags & 8u) != 0u) { v += c[idx]; }
-        c[idx] = v;
-      }
-    }
-  }
+  let r0 = mBlock + 4u * lid.y;
+  let r1 = mBlock + 4u * WGM + 4u * lid.y;
+  let n0 = nBlock + 4u * lid.x;
+  let n1 = nBlock + 4u * WGN + 4u * lid.x;
+  storeRow(cBase, r0, n0, n1, acc[0], acc[1]);
+  storeRow(cBase, r0 + 1u, n0, n1, acc[2], acc[3]);
+  storeRow(cBase, r0 + 2u, n0, n1, acc[4], acc[5]);
+  storeRow(cBase, r0 + 3u, n0, n1, acc[6], acc[7]);
+  storeRow(cBase, r1, n0, n1, acc[8], acc[9]);
+  storeRow(cBase, r1 + 1u, n0, n1, acc[10], acc[11]);
+  storeRow(cBase, r1 + 2u, n0, n1, acc[12], acc[13]);
+  storeRow(cBase, r1 + 3u, n0, n1, acc[14], acc[15]);
 }

@@ -1,0 +1,533 @@
+// `npm run bench -- gpu`: the problems a real GPU is judged on, each checked before it is timed.
+// - matmul 4096³ (f32 B in nn, bf16 B in nt as the model's projections run), every variant this device has,
+//   as a fraction of the probe's FMA peak; the tensor-core (coop) variant against the best f32 one;
+// - real model shapes at full depth with random bf16 weights (Qwen2.5-0.5B, Qwen3-0.6B, Qwen2.5-1.5B): decode
+//   tokens/s at batch 1, 8 and 32 (batch 1 against the copy-bandwidth roofline: weight bytes a token over the
+//   probe's copy bandwidth), prefill tokens/s, and a LoRA GRPO step of 8 × 512 tokens (time, tokens/s, peak memory).
+// WEBART_BENCH_MODELS=a,b picks models; --quick runs small sizes (a CPU device gets those anyway).
+import {
+  Engine,
+  LORA_TARGETS,
+  measureGrpoStep,
+  ModelRunner,
+  parseConfig,
+  planMemory,
+  tensorShapes,
+  type Model,
+} from "@webart/engine";
+import { writeSafetensors } from "@webart/engine";
+import { isCpuDevice, packHalf, roundHalf, Rng, toBf16, type Gpu } from "@webart/gpu";
+import {
+  add,
+  COOP_SHAPES,
+  coopConfig,
+  type CoopShape,
+  MATMUL_VARIANTS,
+  matmul,
+  type MatmulMode,
+  type MatmulVariant,
+  type WeightDtype,
+} from "@webart/shaders";
+import { matmulReference } from "@webart/shaders/reference";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { decodeRun } from "./generate.ts";
+import { timeGpu, type BenchContext, type BenchResult, type Suite } from "./harness.ts";
+
+const TINY = join(fileURLToPath(new URL(".", import.meta.url)), "../models/webart-tiny");
+const GiB = 2 ** 30;
+
+/** ‖got − want‖ / ‖want‖. */
+function relErr(got: Float32Array, want: Float32Array): number {
+  let d = 0;
+  let w = 0;
+  for (let i = 0; i < want.length; i++) {
+    if (!Number.isFinite(got[i])) return Infinity;
+    d += (got[i] - want[i]) ** 2;
+    w += want[i] ** 2;
+  }
+  return Math.sqrt(d / w);
+}
+
+interface Case {
+  mode: MatmulMode;
+  bDtype: WeightDtype;
+}
+
+/** Checks one variant on an odd-sized problem (edges, poisoned C) against the CPU reference; returns the error. */
+type Shape = CoopShape | undefined;
+
+async function checkVariant(
+  gpu: Gpu,
+  variant: MatmulVariant,
+  { mode, bDtype }: Case,
+  coopShape: Shape,
+): Promise<number> {
+  const [M, N, K] = [131, 197, 160];
+  const rng = new Rng(11);
+  const tB = mode[1] === "t";
+  const av = rng.f32(M * K);
+  const bv = rng.f32(N * K);
+  const bias = rng.f32(N);
+  // The reference sees the operands as the kernel does: B rounded to its storage, and for coop A and B in f16.
+  const coop = variant === "coop";
+  const bEff = bDtype === "f32" ? bv : roundHalf(bv, bDtype);
+  const want = matmulReference(
+    coop ? roundHalf(av, "f16") : av,
+    coop ? roundHalf(bEff, "f16") : bEff,
+    new Float32Array(M * N),
+    { M, N, K, transB: tB },
+    bias,
+  );
+  const a = gpu.upload(av, "bench");
+  const b = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "bench");
+  const bb = gpu.upload(bias, "bench");
+  const c = gpu.upload(new Float32Array(M * N).fill(NaN), "bench");
+  try {
+    const rec = gpu.recorder();
+    matmul(gpu, rec, { a, b, c, bias: bb }, { M, N, K }, { mode, bDtype, variant, coopShape });
+    const out = rec.read(c, M * N * 4);
+    await rec.submit();
+    return relErr(new Float32Array(await out), want);
+  } finally {
+    gpu.release(a, b, bb, c);
+  }
+}
+
+/** An aligned problem through the accumulate path (C += A·B), which coop stores straight from its matrices. */
+async function checkAccumulate(
+  gpu: Gpu,
+  variant: MatmulVariant,
+  { mode, bDtype }: Case,
+  coopShape: Shape,
+): Promise<number> {
+  const [M, N, K] = [128, 256, 96];
+  const rng = new Rng(12);
+  const tB = mode[1] === "t";
+  const av = rng.f32(M * K);
+  const bv = rng.f32(N * K);
+  const c0 = rng.f32(M * N);
+  const coop = variant === "coop";
+  const bEff = bDtype === "f32" ? bv : roundHalf(bv, bDtype);
+  const want = matmulReference(coop ? roundHalf(av, "f16") : av, coop ? roundHalf(bEff, "f16") : bEff, c0.slice(), {
+    M,
+    N,
+    K,
+    transB: tB,
+    accumulate: true,
+  });
+  const a = gpu.upload(av, "bench");
+  const b = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "bench");
+  const c = gpu.upload(c0, "bench");
+  try {
+    const rec = gpu.recorder();
+    matmul(gpu, rec, { a, b, c }, { M, N, K }, { mode, bDtype, variant, accumulate: true, coopShape });
+    const out = rec.read(c, M * N * 4);
+    await rec.submit();
+    return relErr(new Float32Array(await out), want);
+  } finally {
+    gpu.release(a, b, c);
+  }
+}
+
+async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
+  const gpu = ctx.gpu;
+  const n = ctx.quick || isCpuDevice(gpu) ? 256 : 4096;
+  const reps = n >= 2048 ? 4 : 1;
+  const variants: [MatmulVariant, Shape][] = MATMUL_VARIANTS.filter((v) => !(n >= 2048 && v === "regblock")).map(
+    (v) => [v, undefined],
+  );
+  const coop = coopConfig(gpu);
+  ctx.log(`subgroup matrices: ${JSON.stringify(gpu.subgroupMatrixConfigs)}; subgroupMaxSize ${gpu.subgroupMaxSize}`);
+  if (coop) for (const shape of Object.keys(COOP_SHAPES) as CoopShape[]) variants.push(["coop", shape]);
+  else ctx.log(`coop: not available on this device (features: ${[...gpu.features].sort().join(", ")})`);
+  const rng = new Rng(3);
+  const av = rng.f32(n * n);
+  const bv = rng.f32(n * n);
+  for (const cs of [
+    { mode: "nn", bDtype: "f32" },
+    { mode: "nt", bDtype: "bf16" },
+  ] as Case[]) {
+    const a = gpu.upload(av, "bench");
+    const b = gpu.upload(cs.bDtype === "f32" ? bv : packHalf(bv, cs.bDtype), "bench");
+    const c = gpu.buffer(n * n * 4, "bench");
+    let bestF32 = 0;
+    try {
+      for (const [variant, coopShape] of variants) {
+        const id = `gpu.matmul.${cs.mode}.${cs.bDtype}.${n}.${variant}${coopShape ? `.${coopShape}` : ""}`;
+        let err: number;
+        let errAcc: number;
+        try {
+          err = await checkVariant(gpu, variant, cs, coopShape);
+          errAcc = await checkAccumulate(gpu, variant, cs, coopShape);
+        } catch (e) {
+          ctx.log(`${id}: failed: ${(e as Error).message}`);
+          continue;
+        }
+        // f32 variants differ from the reference only in summation order; coop's reference has its f16 operands,
+        // and tensor cores may round their f32 sums more coarsely.
+        const tol = variant === "coop" ? 1e-3 : 1e-5;
+        if (!(err < tol && errAcc < tol)) {
+          ctx.log(`${id}: WRONG (relative error ${err.toExponential(2)}, accumulate ${errAcc.toExponential(2)})`);
+          out.push({ id, value: 0, unit: "GFLOP/s", note: `wrong: relative error ${err.toExponential(2)}` });
+          continue;
+        }
+        const ms =
+          (await timeGpu(
+            gpu,
+            (rec) => {
+              for (let r = 0; r < reps; r++)
+                matmul(gpu, rec, { a, b, c }, { M: n, N: n, K: n }, { ...cs, variant, coopShape });
+            },
+            { minMs: 300, maxReps: 20 },
+          )) / reps;
+        const gf = (2 * n ** 3) / (ms * 1e6);
+        if (variant !== "coop") bestF32 = Math.max(bestF32, gf);
+        out.push({
+          id,
+          value: gf,
+          unit: "GFLOP/s",
+          ...(variant === "coop"
+            ? { vs: { id: `best f32 variant`, ratio: gf / bestF32 } }
+            : { fraction_of_peak: gf / ctx.peak.fma_gflops }),
+          note: `${ms.toFixed(3)} ms; checked: relative error ${err.toExponential(1)} (${variant === "coop" ? "f16 operands" : "f32"})`,
+        });
+        ctx.log(`${id}: ${gf.toFixed(0)} GFLOP/s (${ms.toFixed(3)} ms), error ${err.toExponential(1)}`);
+      }
+    } finally {
+      gpu.release(a, b, c);
+    }
+  }
+}
+
+/** The fixed cost of a step: 150 tiny dispatches (as many as a decode step of a 24-layer model) in one submit,
+ *  then a 4-byte read back, timed on the host from the first dispatch recorded to the read resolved. */
+async function overheadPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
+  const gpu = ctx.gpu;
+  const n = 256;
+  const [a, b, y] = [
+    gpu.upload(new Float32Array(n).fill(1)),
+    gpu.upload(new Float32Array(n).fill(2)),
+    gpu.buffer(n * 4),
+  ];
+  const D = 150;
+  const once = async () => {
+    const t0 = performance.now();
+    const rec = gpu.recorder();
+    for (let i = 0; i < D; i++) add(gpu, rec, { a, b, y }, { n });
+    const enc = performance.now() - t0;
+    const r = rec.read(y, 4);
+    await rec.submit();
+    await r;
+    return { enc, total: performance.now() - t0 };
+  };
+  for (let i = 0; i < 3; i++) await once();
+  const runs: { enc: number; total: number }[] = [];
+  for (let i = 0; i < 20; i++) runs.push(await once());
+  const med = (f: (x: { enc: number; total: number }) => number) => runs.map(f).sort((x, z) => x - z)[10];
+  gpu.release(a, b, y);
+  const total = med((r) => r.total);
+  const enc = med((r) => r.enc);
+  out.push({
+    id: "gpu.step_overhead.150_dispatches",
+    value: total,
+    unit: "ms",
+    note: `${enc.toFixed(2)} ms encoding (${((1000 * enc) / D).toFixed(1)} us a dispatch), the rest submit, GPU and read back`,
+  });
+  ctx.log(`150 tiny dispatches + read back: ${total.toFixed(2)} ms, of which ${enc.toFixed(2)} ms encoding`);
+}
+
+/** Real configs (their config.json's fields that matter here). */
+const REAL: Record<string, Record<string, unknown>> = {
+  "qwen2.5-0.5b": {
+    architectures: ["Qwen2ForCausalLM"],
+    model_type: "qwen2",
+    hidden_size: 896,
+    intermediate_size: 4864,
+    num_attention_heads: 14,
+    num_hidden_layers: 24,
+    num_key_value_heads: 2,
+    rope_theta: 1e6,
+  },
+  "qwen3-0.6b": {
+    architectures: ["Qwen3ForCausalLM"],
+    model_type: "qwen3",
+    hidden_size: 1024,
+    intermediate_size: 3072,
+    num_attention_heads: 16,
+    num_hidden_layers: 28,
+    num_key_value_heads: 8,
+    head_dim: 128,
+    rope_theta: 1e6,
+  },
+  "qwen2.5-1.5b": {
+    architectures: ["Qwen2ForCausalLM"],
+    model_type: "qwen2",
+    hidden_size: 1536,
+    intermediate_size: 8960,
+    num_attention_heads: 12,
+    num_hidden_layers: 28,
+    num_key_value_heads: 2,
+    rope_theta: 1e6,
+  },
+};
+
+/** A model folder in memory: the config, the embedded model's tokenizer, random bf16 weights (a random block of
+ *  2^20 values, uniform like N(0, 0.02), repeated at a rotating offset: random-looking data at no per-value cost). */
+function randomModel(json: Record<string, unknown>): Map<string, Blob> {
+  const c = parseConfig(json);
+  const rng = new Rng(7);
+  const block = new Uint16Array(1 << 20);
+  for (let i = 0; i < block.length; i++) block[i] = toBf16((rng.next() * 2 - 1) * 0.035);
+  let rot = 0;
+  const tensors = [...tensorShapes(c)].map(([name, shape]: [string, number[]]) => {
+    const n = shape.reduce((x: number, y: number) => x * y, 1);
+    if (shape.length === 1)
+      return { name, dtype: "F32" as const, shape, data: new Float32Array(n).fill(name.endsWith("bias") ? 0 : 1) };
+    const u = new Uint16Array(n);
+    rot = (rot + 7919) % block.length;
+    for (let o = 0; o < n; o += block.length - rot)
+      u.set(block.subarray(rot, rot + Math.min(block.length - rot, n - o)), o);
+    return { name, dtype: "BF16" as const, shape, data: u };
+  });
+  const files = new Map<string, Blob>();
+  files.set("config.json", new Blob([JSON.stringify(json)]));
+  for (const f of ["tokenizer.json", "tokenizer_config.json"]) files.set(f, new Blob([readFileSync(join(TINY, f))]));
+  files.set("model.safetensors", new Blob([writeSafetensors(tensors, { format: "pt" })]));
+  return files;
+}
+
+/** The top-20 logprobs after 4 random prompts of 64 tokens, with tensor cores on and off: the largest difference. */
+async function tensorCoreLogprobs(model: Model): Promise<number> {
+  const V = model.config.vocabSize;
+  const [B, P] = [4, 64];
+  const rng = new Rng(5);
+  const ids = new Uint32Array(B * P).map(() => rng.int(V));
+  const run = async (on: boolean) => {
+    const before = model.tensorCores;
+    model.tensorCores = on;
+    const runner = new ModelRunner(model, B, P + 1);
+    try {
+      const r = await runner.step(
+        {
+          ids,
+          slots: new Uint32Array(B * P).map((_, i) => Math.floor(i / P)),
+          pos: new Uint32Array(B * P).map((_, i) => i % P),
+        },
+        Array.from({ length: B }, (_, b) => ({
+          row: b * P + P - 1,
+          temperature: 1,
+          topK: 0,
+          topP: 1,
+          seed: b,
+          step: 0,
+          stream: b,
+          mask: null,
+          top: 20,
+        })),
+      );
+      return r.top!;
+    } finally {
+      runner.kv.dispose();
+      model.tensorCores = before;
+    }
+  };
+  const [on, off] = [await run(true), await run(false)];
+  let worst = 0;
+  for (let b = 0; b < B; b++) {
+    const ref = new Map(off[b].map((t) => [t.tokenId, t.logprob]));
+    for (const t of on[b]) {
+      const r = ref.get(t.tokenId);
+      if (r !== undefined) worst = Math.max(worst, Math.abs(t.logprob - r));
+    }
+  }
+  return worst;
+}
+
+async function modelPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
+  const small = ctx.quick || isCpuDevice(ctx.gpu);
+  const only = process.env.WEBART_BENCH_MODELS?.split(",").map((s) => s.trim());
+  const names = Object.keys(REAL).filter((n) => (only ? only.includes(n) : small ? n === "qwen2.5-0.5b" : true));
+  const [B, T] = small ? [2, 32] : [8, 512];
+  for (const name of names) {
+    const json = {
+      hidden_act: "silu",
+      max_position_embeddings: 32768,
+      torch_dtype: "bfloat16",
+      rms_norm_eps: 1e-6,
+      tie_word_embeddings: true,
+      vocab_size: 151936,
+      bos_token_id: 1,
+      eos_token_id: 2,
+      ...REAL[name],
+      ...(small ? { num_hidden_layers: 2 } : {}),
+    };
+    try {
+      await oneModel(ctx, out, name, json, small, B, T);
+    } catch (e) {
+      ctx.log(`${name}: failed: ${(e as Error).stack ?? e}`);
+    }
+  }
+}
+
+async function oneModel(
+  ctx: BenchContext,
+  out: BenchResult[],
+  name: string,
+  json: Record<string, unknown>,
+  small: boolean,
+  B: number,
+  T: number,
+): Promise<void> {
+  const gpu = ctx.gpu;
+  {
+    const c = parseConfig(json);
+    const t0 = performance.now();
+    const files = randomModel(json);
+    const engine = await Engine.load(files, { gpu, kvSlots: 1, maxContext: 1024, prefillChunk: 512, name });
+    const loadS = (performance.now() - t0) / 1000;
+    const plan = planMemory(c, { weightBytes: 2, kvSlots: 1, kvContext: 1024, prefillChunk: 512, vocabChunk: 8192 });
+    const roofline = (ctx.peak.copy_gbps * 1e9) / plan.weights;
+    ctx.log(
+      `${name}: ${c.numLayers} layers, ${(plan.weights / GiB).toFixed(2)} GiB of weights, loaded in ${loadS.toFixed(1)} s; ` +
+        `batch-1 roofline ${roofline.toFixed(0)} tok/s`,
+    );
+    try {
+      let base = 0;
+      for (const b of [1, 8, 32]) {
+        const r = await decodeRun(gpu, engine.model, b, 16, small ? 3 : 16);
+        if (b === 1) base = r.decode;
+        out.push({
+          id: `gpu.${name}.decode.b${b}`,
+          value: r.decode,
+          unit: "tok/s",
+          ...(b === 1
+            ? { vs: { id: "copy-bandwidth roofline", ratio: r.decode / roofline } }
+            : { vs: { id: `gpu.${name}.decode.b1`, ratio: r.decode / base } }),
+          note: `${r.dispatches} dispatches a step; ${r.stepMs.toFixed(2)} ms a step, ${r.encodeMs.toFixed(2)} ms of it encoding`,
+        });
+        ctx.log(
+          `${name} decode b${b}: ${r.decode.toFixed(1)} tok/s, ${r.dispatches} dispatches a step, ` +
+            `${r.stepMs.toFixed(2)} ms a step of which ${r.encodeMs.toFixed(2)} ms encoding on the host`,
+        );
+      }
+      const model = engine.model;
+      // With tensor cores (where the engine turned them on) and without, alternating: their ratio.
+      const cores = model.tensorCores;
+      const modes = cores ? [true, false] : [false];
+      if (cores) {
+        const d = await tensorCoreLogprobs(model);
+        out.push({
+          id: `gpu.${name}.tensor_cores.logprob_diff`,
+          value: d,
+          unit: "nats",
+          note: "largest difference of a top-20 logprob, tensor cores on vs off (4 prompts of 64 random tokens)",
+        });
+        ctx.log(`${name} tensor cores on vs off: top-20 logprobs differ by at most ${d.toExponential(2)}`);
+      }
+      const [PB, PT] = small ? [2, 32] : [8, 512];
+      const prefill: Record<string, number> = {};
+      for (const on of modes) {
+        model.tensorCores = on;
+        prefill[String(on)] = (await decodeRun(gpu, model, PB, PT, 0)).prefill;
+      }
+      model.tensorCores = cores;
+      out.push({
+        id: `gpu.${name}.prefill`,
+        value: prefill[String(cores)],
+        unit: "tok/s",
+        ...(cores ? { vs: { id: "tensor cores off", ratio: prefill.true / prefill.false } } : {}),
+        note: `${PB} prompts of ${PT} tokens in one step${cores ? `; ${prefill.false.toFixed(0)} tok/s without tensor cores` : ""}`,
+      });
+      ctx.log(`${name} prefill: ${JSON.stringify(prefill)} tok/s (by tensor cores on)`);
+      engine.attachLora({ rank: 8, targets: [...LORA_TARGETS] });
+      const o = { batch: B, length: T, microBatchTokens: B * T, recompute: false, vocabChunk: 8192 };
+      await measureGrpoStep(engine, o); // allocates the optimizer state, compiles
+      const grpo: Record<string, { ms: number; peak: number }> = {};
+      for (const on of modes) {
+        model.tensorCores = on;
+        if (on !== cores) await measureGrpoStep(engine, o); // compiles the other variant's pipelines
+        grpo[String(on)] = await measureGrpoStep(engine, o);
+      }
+      model.tensorCores = cores;
+      const m = grpo[String(cores)];
+      out.push({
+        id: `gpu.${name}.grpo_${B}x${T}`,
+        value: m.ms / 1000,
+        unit: "s",
+        ...(cores ? { vs: { id: "tensor cores off", ratio: grpo.false.ms / m.ms } } : {}),
+        note:
+          `${((B * T) / (m.ms / 1000)).toFixed(0)} training tok/s, peak ${(m.peak / GiB).toFixed(2)} GiB, LoRA rank 8 on all targets` +
+          (cores ? `; ${(grpo.false.ms / 1000).toFixed(2)} s without tensor cores` : ""),
+      });
+      ctx.log(
+        `${name} GRPO ${B}x${T}: ${(m.ms / 1000).toFixed(2)} s, ${((B * T) / (m.ms / 1000)).toFixed(0)} tok/s, peak ${(m.peak / GiB).toFixed(2)} GiB` +
+          (cores ? ` (without tensor cores ${(grpo.false.ms / 1000).toFixed(2)} s)` : ""),
+      );
+    } finally {
+      await engine.close();
+      gpu.pool.trim();
+    }
+  }
+}
+
+/** GPU time by kernel (timestamps around every dispatch, on a second device) for a decode step at batch 1, a
+ *  prefill of 8 x 512 and a GRPO step: where the time goes. Printed, not reported. */
+async function profilePart(ctx: BenchContext, name: string): Promise<void> {
+  const gpu = await ctx.device({ profile: true });
+  if (!gpu.profiling) {
+    ctx.log("profile: this device has no timestamp queries");
+    return;
+  }
+  const json = { hidden_act: "silu", torch_dtype: "bfloat16", rms_norm_eps: 1e-6, tie_word_embeddings: true };
+  const files = randomModel({ ...json, max_position_embeddings: 32768, vocab_size: 151936, ...REAL[name] });
+  const engine = await Engine.load(files, { gpu, kvSlots: 1, maxContext: 1024, prefillChunk: 512, name });
+  const show = (what: string, steps: number) => {
+    const rows = gpu.profileTable();
+    const total = rows.reduce((t, r) => t + r.ms, 0);
+    ctx.log(`profile ${name} ${what}: ${(total / steps).toFixed(3)} ms of GPU time a step`);
+    for (const r of rows.slice(0, 12)) {
+      ctx.log(
+        `  ${r.name.padEnd(32)} ${(r.ms / steps).toFixed(3).padStart(9)} ms  ${(r.count / steps).toFixed(0).padStart(5)} calls  ${((100 * r.ms) / total).toFixed(1)}%`,
+      );
+    }
+    gpu.profile.clear();
+  };
+  for (const [k, v] of gpu.tuning) ctx.log(`tuning ${k}: ${JSON.stringify(v)}`);
+  try {
+    await decodeRun(gpu, engine.model, 1, 16, 2);
+    gpu.profile.clear();
+    await decodeRun(gpu, engine.model, 1, 16, 8);
+    show("decode b1 (with its prefill of 16)", 8);
+    await decodeRun(gpu, engine.model, 8, 16, 8);
+    show("decode b8 (with its prefill of 8 x 16)", 8);
+    await decodeRun(gpu, engine.model, 8, 512, 0);
+    show("prefill 8 x 512 (with a warm-up step)", 1);
+    engine.attachLora({ rank: 8, targets: [...LORA_TARGETS] });
+    const o = { batch: 8, length: 512, microBatchTokens: 4096, recompute: false, vocabChunk: 8192 };
+    try {
+      await measureGrpoStep(engine, o);
+      gpu.profile.clear();
+      await measureGrpoStep(engine, o);
+      show("GRPO 8 x 512", 1);
+    } catch (e) {
+      ctx.log(`profile GRPO: ${(e as Error).message}`);
+    }
+  } finally {
+    await engine.close();
+    gpu.destroy();
+  }
+}
+
+export const gpuSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
+  const out: BenchResult[] = [];
+  const parts = (process.env.WEBART_BENCH_PARTS ?? "overhead,matmul,models").split(",");
+  if (parts.includes("overhead")) await overheadPart(ctx, out);
+  if (parts.includes("matmul")) await matmulPart(ctx, out);
+  if (parts.includes("models")) await modelPart(ctx, out);
+  if (parts.includes("profile"))
+    await profilePart(ctx, process.env.WEBART_BENCH_MODELS?.split(",")[0] ?? "qwen2.5-0.5b");
+  return out;
+};
+export default gpuSuite;

@@ -1,0 +1,224 @@
+// The tensor-core matmul: same contract and bindings as the other variants (C = alpha·op(A)·op(B) (+ bias) (+ C)),
+// its products on the device's subgroup matrices (Dawn's chromium_experimental_subgroup_matrix: Vulkan cooperative
+// matrices, Metal simdgroup matrices) with f16 operands and f32 accumulation. A workgroup of WM × WN subgroups owns
+// a BM × BN block of C; each subgroup keeps TM × TN result matrices of SM × SN. BK-deep slices of op(A) and op(B) are
+// converted to f16 in workgroup memory ([m][k] and [n][k], k contiguous), where the subgroup matrices load them.
+// The code is generated: the matrices' shapes must be constants, and the TM × TN accumulators are unrolled so that
+// they stay in registers. Operands are rounded to f16 (11-bit mantissa, |x| ≤ 65504), so callers opt in.
+import type { Gpu, KernelSpec, SubgroupMatrixConfig } from "@webart/gpu";
+
+export const COOP_FEATURE = "chromium-experimental-subgroup-matrix";
+
+export interface CoopGeometry {
+  /** One subgroup matrix product: (SM × SK) · (SK × SN). */
+  SM: number;
+  SN: number;
+  SK: number;
+  /** Subgroups along m and n, and result matrices per subgroup along m and n. */
+  WM: number;
+  WN: number;
+  TM: number;
+  TN: number;
+  BK: number;
+  /** Lanes per subgroup (the adapter's largest subgroup size). */
+  SG: number;
+}
+
+/** The f16 → f32 subgroup-matrix shape this device offers (preferring 16 × 16 × 16), or undefined. */
+export function coopConfig(gpu: Gpu): SubgroupMatrixConfig | undefined {
+  if (!gpu.features.has(COOP_FEATURE) || !gpu.features.has("shader-f16") || !gpu.subgroupMaxSize) return undefined;
+  const ok = gpu.subgroupMatrixConfigs.filter((c) => c.componentType === "f16" && c.resultComponentType === "f32");
+  return ok.find((c) => c.M === 16 && c.N === 16 && c.K === 16) ?? ok[0];
+}
+
+/** Workgroup shapes: subgroups (WM × WN) and result matrices per subgroup (TM × TN). */
+export const COOP_SHAPES = {
+  "4x2x2": { WM: 2, WN: 2, TM: 2, TN: 2 }, // 128 threads, 64 × 64 of C
+  "8x2x2": { WM: 2, WN: 4, TM: 2, TN: 2 }, // 256 threads, 64 × 128
+  "8x4x2": { WM: 2, WN: 4, TM: 4, TN: 2 }, // 256 threads, 128 × 128
+} as const;
+export type CoopShape = keyof typeof COOP_SHAPES;
+
+export function coopGeometry(gpu: Gpu, shape: CoopShape = "8x4x2"): CoopGeometry {
+  const c = coopConfig(gpu);
+  if (!c) {
+    throw new Error(
+      `matmul: the coop variant needs the ${COOP_FEATURE} and shader-f16 features with an f16 -> f32 subgroup ` +
+        `matrix shape; this device has ${gpu.subgroupMatrixConfigs.length ? JSON.stringify(gpu.subgroupMatrixConfigs) : "none"}`,
+    );
+  }
+  const s = COOP_SHAPES[shape];
+  if (!s) throw new Error(`matmul: unknown coop shape "${shape}" (${Object.keys(COOP_SHAPES).join(", ")})`);
+  return { SM: c.M, SN: c.N, SK: c.K, ...s, BK: Math.max(32, c.K), SG: gpu.subgroupMaxSize };
+}
+
+const specs = new Map<string, KernelSpec>();
+
+/** The kernel for a geometry and B's storage (0 f32, 1 bf16, 2 f16). `direct`: whole blocks load and store C
+ *  straight from the subgroup matrices (off where robust buffer access may clamp a matrix's whole span). */
+export function coopSpec(g: CoopGeometry, bKind: number, direct: boolean): KernelSpec {
+  const key = `${JSON.stringify(g)}.${bKind}.${direct}`;
+  let s = specs.get(key);
+  if (!s) {
+    s = { name: "matmul_forward_coop", code: coopCode(g, bKind, direct) };
+    specs.set(key, s);
+  }
+  return s;
+}
+
+function coopCode(g: CoopGeometry, bKind: number, direct: boolean): string {
+  const { SM, SN, SK, WM, WN, TM, TN, BK, SG } = g;
+  const BM = WM * TM * SM;
+  const BN = WN * TN * SN;
+  const T = SG * WM * WN; // threads
+  const LDS = BK + 8; // rows of the staged slices, padded (16 bytes) against bank conflicts
+  const NA = (BM * BK) / T; // elements of each slice a thread stages
+  const NB = (BN * BK) / T;
+  if (!Number.isInteger(NA) || !Number.isInteger(NB))
+    throw new Error(`coop: ${BM}x${BN}x${BK} does not split over ${T}`);
+  const L = `subgroup_matrix_left<f16, ${SK}, ${SM}>`;
+  const R = `subgroup_matrix_right<f16, ${SN}, ${SK}>`;
+  const RES = `subgroup_matrix_result<f32, ${SN}, ${SM}>`;
+  const ij: [number, number][] = [];
+  for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) ij.push([i, j]);
+  const lines = (n: number, f: (i: number) => string) => Array.from({ length: n }, (_, i) => f(i)).join("\n");
+  // Element i of a thread's share: its row (m or n) and k within the slice; consecutive threads walk each operand's
+  // unit-stride axis, so global loads coalesce.
+  const aIdx = (i: number) =>
+    `let l = tid + ${i * T}u; let m = select(l / ${BK}u, l % ${BM}u, tA); let k = select(l % ${BK}u, l / ${BM}u, tA);`;
+  const bIdx = (i: number) =>
+    `let l = tid + ${i * T}u; let n = select(l % ${BN}u, l / ${BK}u, tB); let k = select(l / ${BN}u, l % ${BK}u, tB);`;
+  // Branch-free loads from clamped addresses, so a thread's loads are all in flight at once.
+  const prefetch = [
+    lines(
+      NA,
+      (i) =>
+        `    { ${aIdx(i)} let gm = mBlock + m; let gk = kn + k; let gmc = min(gm, p.M - 1u); let gkc = min(gk, p.K - 1u);\n` +
+        `      pa${i} = select(0.0, a[aBase + select(gmc * p.lda + gkc, gkc * p.lda + gmc, tA)], gm < p.M && gk < p.K); }`,
+    ),
+    lines(
+      NB,
+      (i) =>
+        `    { ${bIdx(i)} let gn = nBlock + n; let gk = kn + k; let gnc = min(gn, p.N - 1u); let gkc = min(gk, p.K - 1u);\n` +
+        `      pb${i} = select(0.0, loadB(bBase + select(gkc * p.ldb + gnc, gnc * p.ldb + gkc, tB)), gn < p.N && gk < p.K); }`,
+    ),
+  ].join("\n");
+  const stage = [
+    lines(NA, (i) => `    { ${aIdx(i)} As[m * ${LDS}u + k] = f16(pa${i}); }`),
+    lines(NB, (i) => `    { ${bIdx(i)} Bs[n * ${LDS}u + k] = f16(pb${i}); }`),
+  ].join("\n");
+  const step = [
+    lines(
+      TM,
+      (i) => `      let l${i} = subgroupMatrixLoad<${L}>(&As, (m0 + ${i * SM}u) * ${LDS}u + kk, false, ${LDS}u);`,
+    ),
+    lines(
+      TN,
+      (j) => `      let r${j} = subgroupMatrixLoad<${R}>(&Bs, (n0 + ${j * SN}u) * ${LDS}u + kk, true, ${LDS}u);`,
+    ),
+    ij.map(([i, j]) => `      acc${i}${j} = subgroupMatrixMultiplyAccumulate(l${i}, r${j}, acc${i}${j});`).join("\n"),
+  ].join("\n");
+  const at = (i: number, j: number) => `cBase + (mBlock + m0 + ${i * SM}u) * p.ldc + nBlock + n0 + ${j * SN}u`;
+  const loadC = ij.map(([i, j]) => `    acc${i}${j} = subgroupMatrixLoad<${RES}>(&c, ${at(i, j)}, false, p.ldc);`);
+  const storeC = ij.map(([i, j]) => `    subgroupMatrixStore(&c, ${at(i, j)}, acc${i}${j}, false, p.ldc);`);
+  // Partial blocks, a bias or alpha: each matrix goes through the subgroup's own ${SM} x ${SN} of workgroup memory.
+  const staged = ij
+    .map(
+      ([i, j]) => `  subgroupMatrixStore(&Cs, sg * ${SM * SN}u, acc${i}${j}, false, ${SN}u);
+  workgroupBarrier();
+  epilogue(m0 + ${i * SM}u, n0 + ${j * SN}u, sg, lane, mBlock, nBlock, cBase);
+  workgroupBarrier();`,
+    )
+    .join("\n");
+  return `enable f16;
+enable chromium_experimental_subgroup_matrix;
+// Offsets depend on the subgroup's index, which the analysis cannot see is uniform within a subgroup.
+diagnostic(off, chromium.subgroup_matrix_uniformity);
+
+struct Params {
+  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
+  lda: u32, ldb: u32, ldc: u32, alpha: f32,
+  offA: u32, offB: u32, offC: u32, offBias: u32,
+  sA: u32, sB: u32, sC: u32,
+}
+@group(0) @binding(0) var<uniform> p: Params;
+@group(0) @binding(1) var<storage, read> a: array<f32>;
+@group(0) @binding(2) var<storage, read> b: array<u32>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;
+@group(0) @binding(4) var<storage, read_write> c: array<f32>;
+
+var<workgroup> As: array<f16, ${BM * LDS}>; // [m][k]
+var<workgroup> Bs: array<f16, ${BN * LDS}>; // [n][k]
+var<workgroup> Cs: array<f32, ${WM * WN * SM * SN}>; // one result matrix per subgroup
+
+fn loadB(e: u32) -> f32 {
+  if (${bKind}u == 0u) { return bitcast<f32>(b[e]); }
+  let w = b[e >> 1u];
+  if (${bKind}u == 1u) { return select(bitcast<f32>(w & 0xffff0000u), bitcast<f32>(w << 16u), (e & 1u) == 0u); }
+  let h = unpack2x16float(w);
+  return select(h.y, h.x, (e & 1u) == 0u);
+}
+
+// The subgroup's staged matrix (rows r0.., columns c0.. of the block) into C, with alpha, bias and accumulate.
+fn epilogue(r0: u32, c0: u32, sg: u32, lane: u32, mBlock: u32, nBlock: u32, cBase: u32) {
+  for (var e = lane; e < ${SM * SN}u; e += ${SG}u) {
+    let m = mBlock + r0 + e / ${SN}u;
+    let n = nBlock + c0 + e % ${SN}u;
+    if (m < p.M && n < p.N) {
+      let idx = cBase + m * p.ldc + n;
+      var v = p.alpha * Cs[sg * ${SM * SN}u + e];
+      if ((p.flags & 4u) != 0u) { v += bias[p.offBias + n]; }
+      if ((p.flags & 8u) != 0u) { v += c[idx]; }
+      c[idx] = v;
+    }
+  }
+}
+
+@compute @workgroup_size(${T})
+fn matmul_forward_coop(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3u) {
+  let tA = (p.flags & 1u) != 0u;
+  let tB = (p.flags & 2u) != 0u;
+  let mBlock = wid.y * ${BM}u;
+  let nBlock = wid.x * ${BN}u;
+  let aBase = p.offA + wid.z * p.sA;
+  let bBase = p.offB + wid.z * p.sB;
+  let cBase = p.offC + wid.z * p.sC;
+  let sg = tid / ${SG}u;
+  let lane = tid % ${SG}u;
+  let m0 = (sg / ${WN}u) * ${TM * SM}u;
+  let n0 = (sg % ${WN}u) * ${TN * SN}u;
+  // A whole block with no bias and alpha 1 loads C (to accumulate) and stores it straight from the matrices.
+  let full = ${direct} && mBlock + ${BM}u <= p.M && nBlock + ${BN}u <= p.N && (p.flags & 4u) == 0u && p.alpha == 1.0 &&
+    p.ldc % 4u == 0u && cBase % 4u == 0u;
+${ij.map(([i, j]) => `  var acc${i}${j} = ${RES}();`).join("\n")}
+  if (full && (p.flags & 8u) != 0u) {
+${loadC.join("\n")}
+  }
+${lines(NA, (i) => `  var pa${i} = 0.0;`)}
+${lines(NB, (i) => `  var pb${i} = 0.0;`)}
+  var kn = 0u;
+${prefetch}
+  for (var k0 = 0u; k0 < p.K; k0 += ${BK}u) {
+${stage}
+    workgroupBarrier();
+    // The next slice's loads are in flight while this one multiplies.
+    kn = k0 + ${BK}u;
+${prefetch}
+    for (var kk = 0u; kk < ${BK}u; kk += ${SK}u) {
+${step}
+    }
+    workgroupBarrier();
+  }
+  if (full) {
+${storeC.join("\n")}
+    return;
+  }
+${staged}
+}
+`;
+}
+
+/** Threads per workgroup along n and m, and C elements per workgroup along each (for the grid). */
+export function coopBlock(g: CoopGeometry): { BM: number; BN: number } {
+  return { BM: g.WM * g.TM * g.SM, BN: g.WN * g.TN * g.SN };
+}
