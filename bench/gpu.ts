@@ -19,8 +19,8 @@ import { writeSafetensors } from "@webart/engine";
 import { isCpuDevice, packHalf, roundHalf, Rng, toBf16, type Gpu } from "@webart/gpu";
 import {
   add,
-  COOP_SHAPES,
   coopConfig,
+  coopShapes,
   type CoopShape,
   MATMUL_VARIANTS,
   matmul,
@@ -140,7 +140,7 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
   );
   const coop = coopConfig(gpu);
   ctx.log(`subgroup matrices: ${JSON.stringify(gpu.subgroupMatrixConfigs)}; subgroupMaxSize ${gpu.subgroupMaxSize}`);
-  if (coop) for (const shape of Object.keys(COOP_SHAPES) as CoopShape[]) variants.push(["coop", shape]);
+  if (coop) for (const shape of coopShapes(gpu)) variants.push(["coop", shape]);
   else ctx.log(`coop: not available on this device (features: ${[...gpu.features].sort().join(", ")})`);
   const rng = new Rng(3);
   const av = rng.f32(n * n);

@@ -19,6 +19,27 @@ export interface KernelSpec {
   overrides?: Record<string, number>;
 }
 
+const canonical = new Map<string, Map<string, KernelSpec>>();
+
+/**
+ * The one spec object for this kernel: the device finds a pipeline by its spec's identity at no cost, and by name,
+ * overrides and code otherwise (a few microseconds a dispatch). Kernels whose overrides vary per call take theirs here.
+ */
+export function kernelSpec(
+  name: string,
+  code: string,
+  overrides: Record<string, number> = {},
+  entryPoint?: string,
+): KernelSpec {
+  let byKey = canonical.get(code);
+  if (!byKey) canonical.set(code, (byKey = new Map()));
+  let key = `${name}|${entryPoint ?? ""}`;
+  for (const k in overrides) key += `|${k}=${overrides[k]}`;
+  let s = byKey.get(key);
+  if (!s) byKey.set(key, (s = { name, code, overrides, ...(entryPoint ? { entryPoint } : {}) }));
+  return s;
+}
+
 export type Binding = GPUBuffer | { buffer: GPUBuffer; offset?: number; size?: number };
 
 export interface DeviceOptions extends GpuApiOptions {

@@ -2,7 +2,7 @@
 // plus its reduce) and the FlashAttention-2 backward in the training layout; tile sizes chosen per head dim,
 // group size and the device's workgroup memory. Shapes: N tokens, H heads, KV kv-heads (H % KV == 0), D head dim
 // (even, <= 256), S slots x Tmax rows of cache; training: B sequences of T tokens, token i <-> (i / T, i % T).
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { kernelSpec, Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forwardCode from "./forward.wgsl";
 import reduceCode from "./reduce.wgsl";
 import dqCode from "./backward.wgsl";
@@ -220,12 +220,13 @@ export interface ForwardOptions {
   tuning?: AttentionTuning;
 }
 
-const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec => ({
-  name: split ? "attention_forward_split" : "attention_forward",
-  entryPoint: "attention_forward",
-  code: forwardCode,
-  overrides: { D: d, BQ: t.bq, GH: t.gh, BK: t.bk, WG: t.wg, SPLIT: split ? 1 : 0 },
-});
+const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec =>
+  kernelSpec(
+    split ? "attention_forward_split" : "attention_forward",
+    forwardCode,
+    { D: d, BQ: t.bq, GH: t.gh, BK: t.bk, WG: t.wg, SPLIT: split ? 1 : 0 },
+    "attention_forward",
+  );
 
 /**
  * o, lse = causal attention of each token (slot, pos) over cache rows 0..pos of its slot. Tokens with a slot or
@@ -277,7 +278,7 @@ export function attentionForward(
   const ml = gpu.buffer(split * n * h * 2 * 4, "activations", "attention partial max/sum");
   rec.dispatch(forwardSpec(tiles, d, true), [q, slotPos, k, v, part, ml], grid, params);
   const wg = 256;
-  const reduce: KernelSpec = { name: "attention_reduce", code: reduceCode, overrides: { D: d, WG: wg } };
+  const reduce = kernelSpec("attention_reduce", reduceCode, { D: d, WG: wg });
   rec.dispatch(reduce, [part, ml, o, lse], gpu.grid(Math.ceil((n * h * d) / wg)), new Params().u32(n * h, split));
   gpu.release(part, ml); // reusable only after this recorder is submitted
   return { tiles, split };
@@ -399,16 +400,16 @@ export function attentionBackward(
   const delta = gpu.buffer(b * t * h * 4, "activations", "attention delta");
   if (rows) {
     const ov = { D: d, WG: ROWS_WG };
-    const dqRows: KernelSpec = { name: "attention_backward_dq_rows", code: rowsDqCode, overrides: ov };
-    const dkvRows: KernelSpec = { name: "attention_backward_dkv_rows", code: rowsDkvCode, overrides: ov };
+    const dqRows = kernelSpec("attention_backward_dq_rows", rowsDqCode, ov);
+    const dkvRows = kernelSpec("attention_backward_dkv_rows", rowsDkvCode, ov);
     rec.dispatch(dqRows, [q, k, v, o, dout, lse, dq, delta], gpu.grid(Math.ceil((b * t * h) / ROWS_WG)), params);
     rec.dispatch(dkvRows, [q, k, v, dout, lse, delta, dk, dv], gpu.grid(Math.ceil((b * t * kv) / ROWS_WG)), params);
     gpu.release(delta);
     return { dq: tq, dkv: tk };
   }
   const ov = (x: Tiles) => ({ D: d, BQ: x.bq, GH: x.gh, BK: x.bk, WG: x.wg });
-  const dqSpec: KernelSpec = { name: "attention_backward_dq", code: dqCode, overrides: ov(tq) };
-  const dkvSpec: KernelSpec = { name: "attention_backward_dkv", code: dkvCode, overrides: ov(tk) };
+  const dqSpec = kernelSpec("attention_backward_dq", dqCode, ov(tq));
+  const dkvSpec = kernelSpec("attention_backward_dkv", dkvCode, ov(tk));
   rec.dispatch(dqSpec, [q, k, v, o, dout, lse, dq, delta], [b * Math.ceil(t / tq.bq), h / tq.gh], params);
   rec.dispatch(dkvSpec, [q, k, v, dout, lse, delta, dk, dv], [b * Math.ceil(t / tk.bk), kv], params);
   gpu.release(delta);

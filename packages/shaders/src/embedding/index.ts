@@ -1,6 +1,6 @@
 // Token embedding: out (N, C) = W[ids] with W (V, C) f32 or 16-bit packed, split into shards of rows when
 // the table exceeds one storage binding; backward scatter-adds into dW (V, C, f32) without atomics.
-import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { kernelSpec, Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 
@@ -8,11 +8,8 @@ const WG = 256;
 const DTYPES = { f32: 0, bf16: 1, f16: 2 } as const;
 export type EmbeddingDtype = keyof typeof DTYPES;
 
-export const embeddingForwardSpec = (dtype: EmbeddingDtype): KernelSpec => ({
-  name: "embedding_forward",
-  code: forward,
-  overrides: { WG, DTYPE: DTYPES[dtype] },
-});
+export const embeddingForwardSpec = (dtype: EmbeddingDtype): KernelSpec =>
+  kernelSpec("embedding_forward", forward, { WG, DTYPE: DTYPES[dtype] });
 export const embeddingBackwardSpec: KernelSpec = { name: "embedding_backward", code: backward, overrides: { WG } };
 
 /** Rows [r0, r1) of a (V, C) table in one binding; row r0 starts at element `first` of that binding. */

@@ -1,6 +1,6 @@
 // LoRA on a linear layer over N tokens: forward y += s·(x·Aᵀ)·Bᵀ keeping t = x·Aᵀ, backward dt, dB, dA, dx.
 // A (R, in) and B (out, R) sit at element offsets in one flat f32 buffer of every adapter (gradients likewise).
-import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { kernelSpec, Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward_backward.wgsl";
 import { isCpuDevice } from "@webart/gpu";
 
@@ -57,8 +57,8 @@ export function loraTiling(
   return { ...(layout === "cpu" ? LORA_TILING_CPU : LORA_TILING_GPU), ...over };
 }
 
-export const loraForwardSpec = (t: LoraTiling): KernelSpec => ({ name: "lora_forward", code, overrides: { ...t } });
-export const loraBackwardSpec = (t: LoraTiling): KernelSpec => ({ name: "lora_backward", code, overrides: { ...t } });
+export const loraForwardSpec = (t: LoraTiling): KernelSpec => kernelSpec("lora_forward", code, { ...t });
+export const loraBackwardSpec = (t: LoraTiling): KernelSpec => kernelSpec("lora_backward", code, { ...t });
 
 export interface LoraDims {
   N: number;

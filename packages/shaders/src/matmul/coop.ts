@@ -36,6 +36,8 @@ export const COOP_SHAPES = {
   "4x2x2": { WM: 2, WN: 2, TM: 2, TN: 2 }, // 128 threads, 64 × 64 of C
   "8x2x2": { WM: 2, WN: 4, TM: 2, TN: 2 }, // 256 threads, 64 × 128
   "8x4x2": { WM: 2, WN: 4, TM: 4, TN: 2 }, // 256 threads, 128 × 128
+  "16x2x2": { WM: 4, WN: 4, TM: 2, TN: 2 }, // 512 threads, 128 × 128
+  "8x4x4": { WM: 2, WN: 4, TM: 4, TN: 4 }, // 256 threads, 128 × 256
 } as const;
 export type CoopShape = keyof typeof COOP_SHAPES;
 
@@ -49,7 +51,35 @@ export function coopGeometry(gpu: Gpu, shape: CoopShape = "8x4x2"): CoopGeometry
   }
   const s = COOP_SHAPES[shape];
   if (!s) throw new Error(`matmul: unknown coop shape "${shape}" (${Object.keys(COOP_SHAPES).join(", ")})`);
-  return { SM: c.M, SN: c.N, SK: c.K, ...s, BK: Math.max(32, c.K), SG: gpu.subgroupMaxSize };
+  const g = { SM: c.M, SN: c.N, SK: c.K, ...s, BK: Math.max(32, c.K), SG: gpu.subgroupMaxSize };
+  const threads = g.SG * g.WM * g.WN;
+  const bytes = coopWorkgroupBytes(g);
+  if (threads > gpu.limits.maxComputeInvocationsPerWorkgroup || bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
+    throw new Error(
+      `matmul: coop shape ${shape} needs ${threads} threads and ${bytes} bytes of workgroup memory; this device allows ` +
+        `${gpu.limits.maxComputeInvocationsPerWorkgroup} and ${gpu.limits.maxComputeWorkgroupStorageSize}`,
+    );
+  }
+  return g;
+}
+
+/** The coop shapes this device can run. */
+export function coopShapes(gpu: Gpu): CoopShape[] {
+  if (!coopConfig(gpu)) return [];
+  return (Object.keys(COOP_SHAPES) as CoopShape[]).filter((s) => {
+    try {
+      coopGeometry(gpu, s);
+      return true;
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** Workgroup memory of a geometry: the two staged slices (f16, padded rows) and one f32 result matrix a subgroup. */
+function coopWorkgroupBytes(g: CoopGeometry): number {
+  const LDS = g.BK + 8;
+  return (g.WM * g.TM * g.SM + g.WN * g.TN * g.SN) * LDS * 2 + g.WM * g.WN * g.SM * g.SN * 4;
 }
 
 const specs = new Map<string, KernelSpec>();
@@ -110,21 +140,21 @@ function coopCode(g: CoopGeometry, bKind: number, direct: boolean): string {
   const step = [
     lines(
       TM,
-      (i) => `      let l${i} = subgroupMatrixLoad<${L}>(&As, (m0 + ${i * SM}u) * ${LDS}u + kk, false, ${LDS}u);`,
+      (i) => `      let l${i} = subgroupMatrixLoad<${L}, row_major>(&As, (m0 + ${i * SM}u) * ${LDS}u + kk, ${LDS}u);`,
     ),
     lines(
       TN,
-      (j) => `      let r${j} = subgroupMatrixLoad<${R}>(&Bs, (n0 + ${j * SN}u) * ${LDS}u + kk, true, ${LDS}u);`,
+      (j) => `      let r${j} = subgroupMatrixLoad<${R}, col_major>(&Bs, (n0 + ${j * SN}u) * ${LDS}u + kk, ${LDS}u);`,
     ),
     ij.map(([i, j]) => `      acc${i}${j} = subgroupMatrixMultiplyAccumulate(l${i}, r${j}, acc${i}${j});`).join("\n"),
   ].join("\n");
   const at = (i: number, j: number) => `cBase + (mBlock + m0 + ${i * SM}u) * p.ldc + nBlock + n0 + ${j * SN}u`;
-  const loadC = ij.map(([i, j]) => `    acc${i}${j} = subgroupMatrixLoad<${RES}>(&c, ${at(i, j)}, false, p.ldc);`);
-  const storeC = ij.map(([i, j]) => `    subgroupMatrixStore(&c, ${at(i, j)}, acc${i}${j}, false, p.ldc);`);
+  const loadC = ij.map(([i, j]) => `    acc${i}${j} = subgroupMatrixLoad<${RES}, row_major>(&c, ${at(i, j)}, p.ldc);`);
+  const storeC = ij.map(([i, j]) => `    subgroupMatrixStore<row_major>(&c, ${at(i, j)}, acc${i}${j}, p.ldc);`);
   // Partial blocks, a bias or alpha: each matrix goes through the subgroup's own ${SM} x ${SN} of workgroup memory.
   const staged = ij
     .map(
-      ([i, j]) => `  subgroupMatrixStore(&Cs, sg * ${SM * SN}u, acc${i}${j}, false, ${SN}u);
+      ([i, j]) => `  subgroupMatrixStore<row_major>(&Cs, sg * ${SM * SN}u, acc${i}${j}, ${SN}u);
   workgroupBarrier();
   epilogue(m0 + ${i * SM}u, n0 + ${j * SN}u, sg, lane, mBlock, nBlock, cBase);
   workgroupBarrier();`,

@@ -6,9 +6,17 @@ import { tune, type TuneOptions } from "../tune/index.ts";
 import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
-import { coopBlock, coopGeometry, coopSpec, type CoopShape } from "./coop.ts";
+import { coopBlock, coopGeometry, coopShapes, coopSpec, type CoopShape } from "./coop.ts";
 
-export { COOP_FEATURE, COOP_SHAPES, coopConfig, coopGeometry, type CoopGeometry, type CoopShape } from "./coop.ts";
+export {
+  COOP_FEATURE,
+  COOP_SHAPES,
+  coopConfig,
+  coopGeometry,
+  coopShapes,
+  type CoopGeometry,
+  type CoopShape,
+} from "./coop.ts";
 
 /** Letters say whether A and B are transposed: "nt" is x·Wᵀ with W [N, K], "tn" is Aᵀ·B. */
 export type MatmulMode = "nn" | "nt" | "tn" | "tt";
@@ -21,8 +29,9 @@ export const MATMUL_VARIANTS = ["regblock", "tiled", "wide"] as const;
  *  rounded to f16, used only where a caller asks for it (it changes the numbers), on devices that have them. */
 export type MatmulVariant = (typeof MATMUL_VARIANTS)[number] | "coop";
 
-/** What start-up tuning (tune/kernels.ts) chooses for matmul: a variant per mode and B dtype, e.g. "nt.bf16". */
-export type MatmulTuning = Partial<Record<`${MatmulMode}.${WeightDtype}`, MatmulVariant>>;
+/** What start-up tuning (tune/kernels.ts) chooses for matmul: a variant per mode and B dtype, e.g. "nt.bf16", and
+ *  where the device has tensor cores, the coop variant's workgroup shape. */
+export type MatmulTuning = Partial<Record<`${MatmulMode}.${WeightDtype}`, MatmulVariant>> & { coop?: CoopShape };
 
 export interface MatmulBuffers {
   a: GPUBuffer;
@@ -144,6 +153,24 @@ export async function tuneMatmul(
         gpu.release(b);
       }
     }
+    // The coop variant's workgroup shape, on the linear layers' problem (the first case).
+    const shapes = coopShapes(gpu);
+    if (shapes.length) {
+      const { mode, bDtype } = cases[0];
+      const b = gpu.upload(bDtype === "f32" ? values : packHalf(values, bDtype), "tune");
+      try {
+        out.coop = await tune(
+          gpu,
+          `matmul.coop.${mode}.${bDtype}@${size}`,
+          shapes,
+          (coopShape, rec) =>
+            matmul(gpu, rec, { a, b, c }, { M: size, N: size, K: size }, { mode, bDtype, variant: "coop", coopShape }),
+          opts,
+        );
+      } finally {
+        gpu.release(b);
+      }
+    }
   } finally {
     gpu.release(a, c);
   }
@@ -186,7 +213,7 @@ export function matmul(
   let spec: KernelSpec;
   let wg: [number, number, number];
   if (variant === "coop") {
-    const cg = coopGeometry(gpu, o.coopShape);
+    const cg = coopGeometry(gpu, o.coopShape ?? o.tuning?.coop);
     const { BM, BN } = coopBlock(cg);
     spec = coopSpec(cg, B_KIND[bDtype], !gpu.kind.robustness);
     wg = [Math.ceil(N / BN), Math.ceil(M / BM), batch];

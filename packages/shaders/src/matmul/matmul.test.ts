@@ -4,9 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, f64, finiteDiff, type Tolerance } from "@webart/gpu/check";
 import {
-  COOP_SHAPES,
   coopConfig,
-  type CoopShape,
+  coopShapes,
   MATMUL_VARIANTS,
   matmul,
   matmulShards,
@@ -248,7 +247,7 @@ describe("matmul coop (tensor cores)", () => {
       return;
     }
     gpu.release(a, b, c);
-    for (const coopShape of Object.keys(COOP_SHAPES) as CoopShape[]) {
+    for (const coopShape of coopShapes(gpu)) {
       for (const mode of ["nn", "nt", "tn"] as const) {
         for (const [i, [M, N, K]] of SIZES.entries())
           await check(gpu, { M, N, K, mode, variant: "coop", coopShape }, 80 + i);

@@ -1,6 +1,6 @@
 // RMSNorm (y = x * rstd * w over rows of length C, saving rstd) and its backward (dx, optional dw),
 // also used per head for Qwen3's q_norm/k_norm as rows (N*H, D) with weight (D).
-import { Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { kernelSpec, Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
 import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
@@ -9,16 +9,10 @@ import { isCpuDevice } from "@webart/gpu";
 
 const WG = 256;
 
-export const rmsnormForwardSpec = (tpr: number, wg = WG): KernelSpec => ({
-  name: "rmsnorm_forward",
-  code: forward,
-  overrides: { WG: wg, TPR: tpr },
-});
-export const rmsnormBackwardSpec = (tpr: number, wg = WG): KernelSpec => ({
-  name: "rmsnorm_backward",
-  code: backward,
-  overrides: { WG: wg, TPR: tpr },
-});
+export const rmsnormForwardSpec = (tpr: number, wg = WG): KernelSpec =>
+  kernelSpec("rmsnorm_forward", forward, { WG: wg, TPR: tpr });
+export const rmsnormBackwardSpec = (tpr: number, wg = WG): KernelSpec =>
+  kernelSpec("rmsnorm_backward", backward, { WG: wg, TPR: tpr });
 export const rmsnormBackwardDwSpec: KernelSpec = { name: "rmsnorm_backward_dw", code: backwardDw, overrides: { WG } };
 export const rmsnormBackwardDwReduceSpec: KernelSpec = {
   name: "rmsnorm_backward_dw_reduce",
