@@ -23,6 +23,7 @@ import {
 } from "@webart/engine";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
+import { configJson } from "./models.ts";
 
 const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
   parseConfig({
@@ -42,23 +43,7 @@ const llama = (C: number, L: number, H: number, KV: number, F: number, V: number
     torch_dtype: "float32",
   });
 
-const QWEN25_05B = parseConfig({
-  architectures: ["Qwen2ForCausalLM"],
-  model_type: "qwen2",
-  hidden_act: "silu",
-  hidden_size: 896,
-  intermediate_size: 4864,
-  max_position_embeddings: 32768,
-  num_attention_heads: 14,
-  num_hidden_layers: 24,
-  num_key_value_heads: 2,
-  rms_norm_eps: 1e-6,
-  rope_theta: 1e6,
-  tie_word_embeddings: true,
-  torch_dtype: "bfloat16",
-  vocab_size: 151936,
-  use_sliding_window: false,
-});
+const QWEN25_05B = parseConfig(configJson("qwen2.5-0.5b"));
 
 /** Random weights streamed straight to the loader (no file): f32, or bf16 bytes. */
 async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGenerator<Tensor> {
@@ -91,6 +76,12 @@ async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGen
 /** The embedded model's config (models/webart-tiny): its shape, with random weights. */
 const TINY = parseConfig(readFileSync(new URL("../models/webart-tiny/config.json", import.meta.url), "utf8"));
 
+/** Sampling at temperature 1 from `row` of the step's logits, for stream b (seeded by b) at decode step `step`;
+ *  `top` logprobs read back. */
+export function sampleSpec(row: number, b: number, step: number, top = 0) {
+  return { row, temperature: 1, topK: 0, topP: 1, seed: b, step, stream: b, mask: null, top };
+}
+
 /**
  * Compute dispatches of one decode step (after a prefill of 8 tokens a sequence) at batch 1 and 8, without and
  * with a LoRA adapter on every target (rank 8), and of one GRPO step (gradient and optimizer) on 2 sequences of
@@ -100,17 +91,7 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
   const out: BenchResult[] = [];
   const V = model.config.vocabSize;
   const P = 8;
-  const sample = (row: number, b: number) => ({
-    row,
-    temperature: 1,
-    topK: 0,
-    topP: 1,
-    seed: b,
-    step: 0,
-    stream: b,
-    mask: null,
-    top: 0,
-  });
+  const sample = (row: number, b: number) => sampleSpec(row, b, 0);
   const decodeStep = async (B: number) => {
     const runner = new ModelRunner(model, B, P + 2);
     const n = B * P;
@@ -229,17 +210,7 @@ export async function decodeRun(
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
   const slots = new Uint32Array(B * P).map((_, i) => Math.floor(i / P));
   const pos = new Uint32Array(B * P).map((_, i) => i % P);
-  const sample = (row: number, b: number, step: number) => ({
-    row,
-    temperature: 1,
-    topK: 0,
-    topP: 1,
-    seed: b,
-    step,
-    stream: b,
-    mask: null,
-    top: 0,
-  });
+  const sample = sampleSpec;
   // Warm-up (pipelines compile once).
   await runner.step({ ids: ids.subarray(0, 2), slots: new Uint32Array(2), pos: new Uint32Array([0, 1]) }, [
     sample(1, 0, 0),

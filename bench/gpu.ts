@@ -12,11 +12,9 @@ import {
   ModelRunner,
   parseConfig,
   planMemory,
-  tensorShapes,
   type Model,
 } from "@webart/engine";
-import { writeSafetensors } from "@webart/engine";
-import { isCpuDevice, packHalf, roundHalf, Rng, toBf16, type Gpu } from "@webart/gpu";
+import { isCpuDevice, packHalf, roundHalf, Rng, type Gpu } from "@webart/gpu";
 import {
   add,
   coopConfig,
@@ -29,13 +27,12 @@ import {
   type WeightDtype,
 } from "@webart/shaders";
 import { matmulReference } from "@webart/shaders/reference";
-import { readFileSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
-import { decodeRun } from "./generate.ts";
+import { decodeRun, sampleSpec } from "./generate.ts";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "./harness.ts";
+import { configJson, randomModelFiles } from "./models.ts";
 
-const TINY = join(fileURLToPath(new URL(".", import.meta.url)), "../models/webart-tiny");
+/** The real shapes this suite runs at full depth (REAL in models.ts). */
+const MODELS = ["qwen2.5-0.5b", "qwen3-0.6b", "qwen2.5-1.5b"];
 const GiB = 2 ** 30;
 
 /** ‖got − want‖ / ‖want‖. */
@@ -55,79 +52,48 @@ interface Case {
   bDtype: WeightDtype;
 }
 
-/** Checks one variant on an odd-sized problem (edges, poisoned C) against the CPU reference; returns the error. */
 type Shape = CoopShape | undefined;
 
+/**
+ * Checks one variant against the CPU reference on an odd-sized problem with a bias and a poisoned C (edges, the
+ * staged epilogue), or with `accumulate` on an aligned one (C += A·B: coop's whole blocks load and store C straight
+ * from the matrices). The reference sees the operands as the kernel does: B rounded to its storage, for coop A and B
+ * in f16. Returns ‖got − want‖ / ‖want‖.
+ */
 async function checkVariant(
   gpu: Gpu,
   variant: MatmulVariant,
   { mode, bDtype }: Case,
   coopShape: Shape,
+  accumulate: boolean,
 ): Promise<number> {
-  const [M, N, K] = [131, 197, 160];
-  const rng = new Rng(11);
-  const tB = mode[1] === "t";
+  const [M, N, K] = accumulate ? [128, 256, 96] : [131, 197, 160];
+  const rng = new Rng(accumulate ? 12 : 11);
   const av = rng.f32(M * K);
   const bv = rng.f32(N * K);
-  const bias = rng.f32(N);
-  // The reference sees the operands as the kernel does: B rounded to its storage, and for coop A and B in f16.
+  const c0 = accumulate ? rng.f32(M * N) : new Float32Array(M * N).fill(NaN);
+  const bias = accumulate ? undefined : rng.f32(N);
   const coop = variant === "coop";
   const bEff = bDtype === "f32" ? bv : roundHalf(bv, bDtype);
   const want = matmulReference(
     coop ? roundHalf(av, "f16") : av,
     coop ? roundHalf(bEff, "f16") : bEff,
-    new Float32Array(M * N),
-    { M, N, K, transB: tB },
+    accumulate ? c0.slice() : new Float32Array(M * N),
+    { M, N, K, transB: mode[1] === "t", accumulate },
     bias,
   );
   const a = gpu.upload(av, "bench");
   const b = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "bench");
-  const bb = gpu.upload(bias, "bench");
-  const c = gpu.upload(new Float32Array(M * N).fill(NaN), "bench");
+  const bb = bias && gpu.upload(bias, "bench");
+  const c = gpu.upload(c0, "bench");
   try {
     const rec = gpu.recorder();
-    matmul(gpu, rec, { a, b, c, bias: bb }, { M, N, K }, { mode, bDtype, variant, coopShape });
+    matmul(gpu, rec, { a, b, c, bias: bb }, { M, N, K }, { mode, bDtype, variant, coopShape, accumulate });
     const out = rec.read(c, M * N * 4);
     await rec.submit();
     return relErr(new Float32Array(await out), want);
   } finally {
     gpu.release(a, b, bb, c);
-  }
-}
-
-/** An aligned problem through the accumulate path (C += A·B), which coop stores straight from its matrices. */
-async function checkAccumulate(
-  gpu: Gpu,
-  variant: MatmulVariant,
-  { mode, bDtype }: Case,
-  coopShape: Shape,
-): Promise<number> {
-  const [M, N, K] = [128, 256, 96];
-  const rng = new Rng(12);
-  const tB = mode[1] === "t";
-  const av = rng.f32(M * K);
-  const bv = rng.f32(N * K);
-  const c0 = rng.f32(M * N);
-  const coop = variant === "coop";
-  const bEff = bDtype === "f32" ? bv : roundHalf(bv, bDtype);
-  const want = matmulReference(coop ? roundHalf(av, "f16") : av, coop ? roundHalf(bEff, "f16") : bEff, c0.slice(), {
-    M,
-    N,
-    K,
-    transB: tB,
-    accumulate: true,
-  });
-  const a = gpu.upload(av, "bench");
-  const b = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "bench");
-  const c = gpu.upload(c0, "bench");
-  try {
-    const rec = gpu.recorder();
-    matmul(gpu, rec, { a, b, c }, { M, N, K }, { mode, bDtype, variant, accumulate: true, coopShape });
-    const out = rec.read(c, M * N * 4);
-    await rec.submit();
-    return relErr(new Float32Array(await out), want);
-  } finally {
-    gpu.release(a, b, c);
   }
 }
 
@@ -159,8 +125,8 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
         let err: number;
         let errAcc: number;
         try {
-          err = await checkVariant(gpu, variant, cs, coopShape);
-          errAcc = await checkAccumulate(gpu, variant, cs, coopShape);
+          err = await checkVariant(gpu, variant, cs, coopShape, false);
+          errAcc = await checkVariant(gpu, variant, cs, coopShape, true);
         } catch (e) {
           ctx.log(`${id}: failed: ${(e as Error).message}`);
           continue;
@@ -238,66 +204,6 @@ async function overheadPart(ctx: BenchContext, out: BenchResult[]): Promise<void
   ctx.log(`150 tiny dispatches + read back: ${total.toFixed(2)} ms, of which ${enc.toFixed(2)} ms encoding`);
 }
 
-/** Real configs (their config.json's fields that matter here). */
-const REAL: Record<string, Record<string, unknown>> = {
-  "qwen2.5-0.5b": {
-    architectures: ["Qwen2ForCausalLM"],
-    model_type: "qwen2",
-    hidden_size: 896,
-    intermediate_size: 4864,
-    num_attention_heads: 14,
-    num_hidden_layers: 24,
-    num_key_value_heads: 2,
-    rope_theta: 1e6,
-  },
-  "qwen3-0.6b": {
-    architectures: ["Qwen3ForCausalLM"],
-    model_type: "qwen3",
-    hidden_size: 1024,
-    intermediate_size: 3072,
-    num_attention_heads: 16,
-    num_hidden_layers: 28,
-    num_key_value_heads: 8,
-    head_dim: 128,
-    rope_theta: 1e6,
-  },
-  "qwen2.5-1.5b": {
-    architectures: ["Qwen2ForCausalLM"],
-    model_type: "qwen2",
-    hidden_size: 1536,
-    intermediate_size: 8960,
-    num_attention_heads: 12,
-    num_hidden_layers: 28,
-    num_key_value_heads: 2,
-    rope_theta: 1e6,
-  },
-};
-
-/** A model folder in memory: the config, the embedded model's tokenizer, random bf16 weights (a random block of
- *  2^20 values, uniform like N(0, 0.02), repeated at a rotating offset: random-looking data at no per-value cost). */
-function randomModel(json: Record<string, unknown>): Map<string, Blob> {
-  const c = parseConfig(json);
-  const rng = new Rng(7);
-  const block = new Uint16Array(1 << 20);
-  for (let i = 0; i < block.length; i++) block[i] = toBf16((rng.next() * 2 - 1) * 0.035);
-  let rot = 0;
-  const tensors = [...tensorShapes(c)].map(([name, shape]: [string, number[]]) => {
-    const n = shape.reduce((x: number, y: number) => x * y, 1);
-    if (shape.length === 1)
-      return { name, dtype: "F32" as const, shape, data: new Float32Array(n).fill(name.endsWith("bias") ? 0 : 1) };
-    const u = new Uint16Array(n);
-    rot = (rot + 7919) % block.length;
-    for (let o = 0; o < n; o += block.length - rot)
-      u.set(block.subarray(rot, rot + Math.min(block.length - rot, n - o)), o);
-    return { name, dtype: "BF16" as const, shape, data: u };
-  });
-  const files = new Map<string, Blob>();
-  files.set("config.json", new Blob([JSON.stringify(json)]));
-  for (const f of ["tokenizer.json", "tokenizer_config.json"]) files.set(f, new Blob([readFileSync(join(TINY, f))]));
-  files.set("model.safetensors", new Blob([writeSafetensors(tensors, { format: "pt" })]));
-  return files;
-}
-
 /** The top-20 logprobs after 4 random prompts of 64 tokens, with tensor cores on and off: the largest difference. */
 async function tensorCoreLogprobs(model: Model): Promise<number> {
   const V = model.config.vocabSize;
@@ -315,17 +221,7 @@ async function tensorCoreLogprobs(model: Model): Promise<number> {
           slots: new Uint32Array(B * P).map((_, i) => Math.floor(i / P)),
           pos: new Uint32Array(B * P).map((_, i) => i % P),
         },
-        Array.from({ length: B }, (_, b) => ({
-          row: b * P + P - 1,
-          temperature: 1,
-          topK: 0,
-          topP: 1,
-          seed: b,
-          step: 0,
-          stream: b,
-          mask: null,
-          top: 20,
-        })),
+        Array.from({ length: B }, (_, b) => sampleSpec(b * P + P - 1, b, 0, 20)),
       );
       return r.top!;
     } finally {
@@ -348,21 +244,10 @@ async function tensorCoreLogprobs(model: Model): Promise<number> {
 async function modelPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
   const small = ctx.quick || isCpuDevice(ctx.gpu);
   const only = process.env.WEBART_BENCH_MODELS?.split(",").map((s) => s.trim());
-  const names = Object.keys(REAL).filter((n) => (only ? only.includes(n) : small ? n === "qwen2.5-0.5b" : true));
+  const names = MODELS.filter((n) => (only ? only.includes(n) : small ? n === "qwen2.5-0.5b" : true));
   const [B, T] = small ? [2, 32] : [8, 512];
   for (const name of names) {
-    const json = {
-      hidden_act: "silu",
-      max_position_embeddings: 32768,
-      torch_dtype: "bfloat16",
-      rms_norm_eps: 1e-6,
-      tie_word_embeddings: true,
-      vocab_size: 151936,
-      bos_token_id: 1,
-      eos_token_id: 2,
-      ...REAL[name],
-      ...(small ? { num_hidden_layers: 2 } : {}),
-    };
+    const json = configJson(name, small ? 2 : undefined);
     try {
       await oneModel(ctx, out, name, json, small, B, T);
     } catch (e) {
@@ -384,7 +269,7 @@ async function oneModel(
   {
     const c = parseConfig(json);
     const t0 = performance.now();
-    const files = randomModel(json);
+    const files = randomModelFiles(json);
     const engine = await Engine.load(files, { gpu, kvSlots: 1, maxContext: 1024, prefillChunk: 512, name });
     const loadS = (performance.now() - t0) / 1000;
     const plan = planMemory(c, { weightBytes: 2, kvSlots: 1, kvContext: 1024, prefillChunk: 512, vocabChunk: 8192 });
@@ -480,8 +365,7 @@ async function profilePart(ctx: BenchContext, name: string): Promise<void> {
     ctx.log("profile: this device has no timestamp queries");
     return;
   }
-  const json = { hidden_act: "silu", torch_dtype: "bfloat16", rms_norm_eps: 1e-6, tie_word_embeddings: true };
-  const files = randomModel({ ...json, max_position_embeddings: 32768, vocab_size: 151936, ...REAL[name] });
+  const files = randomModelFiles(configJson(name));
   const engine = await Engine.load(files, { gpu, kvSlots: 1, maxContext: 1024, prefillChunk: 512, name });
   const show = (what: string, steps: number) => {
     const rows = gpu.profileTable();

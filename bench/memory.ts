@@ -3,9 +3,6 @@
 // targets), with recompute off and on, and the step time with recompute on over off. Real shapes (full width
 // and vocabulary, random bf16 weights) run with 2 layers; the plan's per-layer term extrapolates to full depth.
 // On a CPU device (SwiftShader) the GRPO step is 2 x 64 tokens instead of 8 x 512 (too slow otherwise).
-import { readFileSync } from "node:fs";
-import { fileURLToPath } from "node:url";
-import { join } from "node:path";
 import {
   Engine,
   LORA_TARGETS,
@@ -13,125 +10,13 @@ import {
   measureInference,
   parseConfig,
   planMemory,
-  tensorShapes,
-  writeSafetensors,
   type PlanSetup,
 } from "@webart/engine";
 import { isCpuDevice } from "@webart/gpu";
-import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
+import { configJson, randomModelFiles, TINY } from "./models.ts";
 
-const TINY = join(fileURLToPath(new URL(".", import.meta.url)), "../models/webart-tiny");
 const GiB = 2 ** 30;
-
-/** Real configs (from their config.json), with the layer count the bench runs. */
-const REAL: Record<string, Record<string, unknown>> = {
-  "qwen2.5-0.5b": {
-    architectures: ["Qwen2ForCausalLM"],
-    model_type: "qwen2",
-    hidden_size: 896,
-    intermediate_size: 4864,
-    num_attention_heads: 14,
-    num_hidden_layers: 24,
-    num_key_value_heads: 2,
-    rms_norm_eps: 1e-6,
-    rope_theta: 1e6,
-    tie_word_embeddings: true,
-    vocab_size: 151936,
-  },
-  "qwen3-0.6b": {
-    architectures: ["Qwen3ForCausalLM"],
-    model_type: "qwen3",
-    hidden_size: 1024,
-    intermediate_size: 3072,
-    num_attention_heads: 16,
-    num_hidden_layers: 28,
-    num_key_value_heads: 8,
-    head_dim: 128,
-    rms_norm_eps: 1e-6,
-    rope_theta: 1e6,
-    tie_word_embeddings: true,
-    vocab_size: 151936,
-  },
-  "llama-3.2-1b": {
-    architectures: ["LlamaForCausalLM"],
-    model_type: "llama",
-    hidden_size: 2048,
-    intermediate_size: 8192,
-    num_attention_heads: 32,
-    num_hidden_layers: 16,
-    num_key_value_heads: 8,
-    head_dim: 64,
-    rms_norm_eps: 1e-5,
-    rope_theta: 500000,
-    tie_word_embeddings: true,
-    vocab_size: 128256,
-    rope_scaling: {
-      rope_type: "llama3",
-      factor: 32,
-      low_freq_factor: 1,
-      high_freq_factor: 4,
-      original_max_position_embeddings: 8192,
-    },
-  },
-  "qwen2.5-1.5b": {
-    architectures: ["Qwen2ForCausalLM"],
-    model_type: "qwen2",
-    hidden_size: 1536,
-    intermediate_size: 8960,
-    num_attention_heads: 12,
-    num_hidden_layers: 28,
-    num_key_value_heads: 2,
-    rms_norm_eps: 1e-6,
-    rope_theta: 1e6,
-    tie_word_embeddings: true,
-    vocab_size: 151936,
-  },
-  "webart-20m": {
-    architectures: ["LlamaForCausalLM"],
-    model_type: "llama",
-    hidden_size: 384,
-    intermediate_size: 1024,
-    num_attention_heads: 6,
-    num_hidden_layers: 8,
-    num_key_value_heads: 2,
-    rms_norm_eps: 1e-5,
-    rope_theta: 10000,
-    tie_word_embeddings: true,
-    vocab_size: 16384,
-  },
-};
-
-function configJson(name: string, layers?: number): Record<string, unknown> {
-  const j = {
-    hidden_act: "silu",
-    max_position_embeddings: 32768,
-    torch_dtype: "bfloat16",
-    bos_token_id: 1,
-    eos_token_id: 2,
-    ...REAL[name],
-  };
-  return layers ? { ...j, num_hidden_layers: layers } : j;
-}
-
-/** A model folder in memory: the config, the embedded model's tokenizer, random bf16 weights (uniform, scaled like N(0, 0.02)). */
-function memoryModel(json: Record<string, unknown>): Map<string, Blob> {
-  const c = parseConfig(json);
-  const rng = new Rng(7);
-  const tensors = [...tensorShapes(c)].map(([name, shape]: [string, number[]]) => {
-    const n = shape.reduce((a: number, b: number) => a * b, 1);
-    if (shape.length === 1)
-      return { name, dtype: "F32" as const, shape, data: new Float32Array(n).fill(name.endsWith("bias") ? 0 : 1) };
-    const u = new Uint16Array(n);
-    for (let i = 0; i < n; i++) u[i] = toBf16((rng.next() * 2 - 1) * 0.035);
-    return { name, dtype: "BF16" as const, shape, data: u };
-  });
-  const files = new Map<string, Blob>();
-  files.set("config.json", new Blob([JSON.stringify(json)]));
-  for (const f of ["tokenizer.json", "tokenizer_config.json"]) files.set(f, new Blob([readFileSync(join(TINY, f))]));
-  files.set("model.safetensors", new Blob([writeSafetensors(tensors, { format: "pt" })]));
-  return files;
-}
 
 export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const out: BenchResult[] = [];
@@ -152,7 +37,7 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
   );
   for (const name of names) {
     const real = name !== "webart-tiny" && name !== "webart-20m";
-    const source = name === "webart-tiny" ? TINY : memoryModel(configJson(name, real ? 2 : undefined));
+    const source = name === "webart-tiny" ? TINY : randomModelFiles(configJson(name, real ? 2 : undefined));
     const engine = await Engine.load(source, { gpu: ctx.gpu, kvSlots, maxContext, prefillChunk, name });
     try {
       engine.attachLora({ rank: 8, targets: [...LORA_TARGETS] });

@@ -6,6 +6,7 @@
 // The code is generated: the matrices' shapes must be constants, and the TM × TN accumulators are unrolled so that
 // they stay in registers. Operands are rounded to f16 (11-bit mantissa, |x| ≤ 65504), so callers opt in.
 import type { Gpu, KernelSpec, SubgroupMatrixConfig } from "@webart/gpu";
+import params from "./params.wgsl";
 
 export const COOP_FEATURE = "chromium-experimental-subgroup-matrix";
 
@@ -90,13 +91,13 @@ export function coopSpec(g: CoopGeometry, bKind: number, direct: boolean): Kerne
   const key = `${JSON.stringify(g)}.${bKind}.${direct}`;
   let s = specs.get(key);
   if (!s) {
-    s = { name: "matmul_forward_coop", code: coopCode(g, bKind, direct) };
+    s = { name: "matmul_forward_coop", code: coopCode(g, direct), overrides: { B_KIND: bKind } };
     specs.set(key, s);
   }
   return s;
 }
 
-function coopCode(g: CoopGeometry, bKind: number, direct: boolean): string {
+function coopCode(g: CoopGeometry, direct: boolean): string {
   const { SM, SN, SK, WM, WN, TM, TN, BK, SG } = g;
   const BM = WM * TM * SM;
   const BN = WN * TN * SN;
@@ -165,29 +166,10 @@ enable chromium_experimental_subgroup_matrix;
 // Offsets depend on the subgroup's index, which the analysis cannot see is uniform within a subgroup.
 diagnostic(off, chromium.subgroup_matrix_uniformity);
 
-struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
-  lda: u32, ldb: u32, ldc: u32, alpha: f32,
-  offA: u32, offB: u32, offC: u32, offBias: u32,
-  sA: u32, sB: u32, sC: u32,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<u32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> c: array<f32>;
-
+${params}
 var<workgroup> As: array<f16, ${BM * LDS}>; // [m][k]
 var<workgroup> Bs: array<f16, ${BN * LDS}>; // [n][k]
 var<workgroup> Cs: array<f32, ${WM * WN * SM * SN}>; // one result matrix per subgroup
-
-fn loadB(e: u32) -> f32 {
-  if (${bKind}u == 0u) { return bitcast<f32>(b[e]); }
-  let w = b[e >> 1u];
-  if (${bKind}u == 1u) { return select(bitcast<f32>(w & 0xffff0000u), bitcast<f32>(w << 16u), (e & 1u) == 0u); }
-  let h = unpack2x16float(w);
-  return select(h.y, h.x, (e & 1u) == 0u);
-}
 
 // The subgroup's staged matrix (rows r0.., columns c0.. of the block) into C, with alpha, bias and accumulate.
 fn epilogue(r0: u32, c0: u32, sg: u32, lane: u32, mBlock: u32, nBlock: u32, cBase: u32) {

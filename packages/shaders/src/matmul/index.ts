@@ -3,6 +3,7 @@
 import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import { isCpuDevice } from "@webart/gpu";
 import { tune, type TuneOptions } from "../tune/index.ts";
+import params from "./params.wgsl";
 import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
@@ -99,10 +100,14 @@ export function matmulSpec(
     const kind = B_KIND[bDtype];
     s =
       variant === "regblock"
-        ? { name: "matmul_forward", code: regblockCode, overrides: { B_KIND: kind, PAIR_N: pairN ? 1 : 0, WGN, WGM } }
+        ? {
+            name: "matmul_forward",
+            code: params + regblockCode,
+            overrides: { B_KIND: kind, PAIR_N: pairN ? 1 : 0, WGN, WGM },
+          }
         : variant === "tiled"
-          ? { name: "matmul_forward_tiled", code: tiledCode, overrides: { B_KIND: kind, WGN, WGM, BK: 16 } }
-          : { name: "matmul_forward_wide", code: wideCode, overrides: { B_KIND: kind, WGN, WGM, BK: 8 } };
+          ? { name: "matmul_forward_tiled", code: params + tiledCode, overrides: { B_KIND: kind, WGN, WGM, BK: 16 } }
+          : { name: "matmul_forward_wide", code: params + wideCode, overrides: { B_KIND: kind, WGN, WGM, BK: 8 } };
     specs.set(key, s);
   }
   return s;

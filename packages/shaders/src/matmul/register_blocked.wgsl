@@ -1,18 +1,7 @@
 // Register-blocked matmul C = alpha·op(A)·op(B) (+ bias) (+ C), no workgroup memory: each thread
 // keeps 8 rows × 8 columns of C in registers. The variant that wins where workgroup memory is slow.
-struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
-  lda: u32, ldb: u32, ldc: u32, alpha: f32,
-  offA: u32, offB: u32, offC: u32, offBias: u32, // element offsets (B's in 16-bit elements when packed)
-  sA: u32, sB: u32, sC: u32, // batch strides in elements; 0 broadcasts
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<u32>; // f32 bits, or two bf16/f16 per word
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> c: array<f32>;
+// Parameters, bindings, B_KIND and loadB: params.wgsl (prepended).
 
-override B_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override PAIR_N: bool = false; // 16-bit B not transposed: a thread owns pairs of adjacent columns (one word)
 override WGN: u32 = 4u; // threads along N; SwiftShader runs 4 consecutive invocations as one SIMD row
 override WGM: u32 = 4u; // threads along M
@@ -20,24 +9,10 @@ override WGM: u32 = 4u; // threads along M
 var<private> acc: array<vec4f, 16>; // row i: columns j = 0..3 at 2i, j = 4..7 at 2i + 1
 var<private> ar: array<vec4u, 2>; // offsets of the thread's 8 rows of A
 
-// On SwiftShader every dynamically indexed load is a 4-lane gather and per-lane shifts are
-// scalarised, so the 16-bit paths below load one word per two elements and avoid shifts.
-fn lo(w: u32) -> f32 {
-  if (B_KIND == 1u) { return bitcast<f32>(w * 0x10000u); }
-  return unpack2x16float(w).x;
-}
-fn hi(w: u32) -> f32 {
-  if (B_KIND == 1u) { return bitcast<f32>(w & 0xffff0000u); }
-  return unpack2x16float(w).y;
-}
+// On SwiftShader every dynamically indexed load is a 4-lane gather, so the 16-bit paths below load one word per two
+// elements (lo and hi: params.wgsl).
 fn lo4(w: vec4u) -> vec4f { return vec4f(lo(w.x), lo(w.y), lo(w.z), lo(w.w)); }
 fn hi4(w: vec4u) -> vec4f { return vec4f(hi(w.x), hi(w.y), hi(w.z), hi(w.w)); }
-// Element e of B, any dtype (the slow general path for 16-bit layouts that are not word aligned).
-fn loadB(e: u32) -> f32 {
-  if (B_KIND == 0u) { return bitcast<f32>(b[e]); }
-  let w = b[e >> 1u];
-  return select(hi(w), lo(w), (e & 1u) == 0u);
-}
 
 // acc += A[rows, k] ⊗ (b0, b1), with ka the offset of k along A.
 fn rank1(ka: u32, b0: vec4f, b1: vec4f) {

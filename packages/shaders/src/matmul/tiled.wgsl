@@ -1,18 +1,7 @@
 // Workgroup-memory tiled matmul, same contract and bindings as register_blocked.wgsl: the workgroup stages
 // BK-deep slices of op(A) and op(B) in workgroup memory and each thread computes 4 × 4 of C. For GPUs.
-struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
-  lda: u32, ldb: u32, ldc: u32, alpha: f32,
-  offA: u32, offB: u32, offC: u32, offBias: u32,
-  sA: u32, sB: u32, sC: u32,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<u32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> c: array<f32>;
+// Parameters, bindings, B_KIND and loadB: params.wgsl (prepended).
 
-override B_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WGN: u32 = 16u;
 override WGM: u32 = 16u;
 override BK: u32 = 16u;
@@ -20,14 +9,6 @@ override BK: u32 = 16u;
 // k-major tiles; rows padded by one so column-wise stores do not hit one bank.
 var<workgroup> As: array<f32, BK * (WGM * 4u + 1u)>; // (BK, BM + 1)
 var<workgroup> Bs: array<f32, BK * (WGN * 4u + 1u)>; // (BK, BN + 1)
-
-fn loadB(e: u32) -> f32 {
-  if (B_KIND == 0u) { return bitcast<f32>(b[e]); }
-  let w = b[e >> 1u];
-  if (B_KIND == 1u) { return select(bitcast<f32>(w & 0xffff0000u), bitcast<f32>(w << 16u), (e & 1u) == 0u); }
-  let h = unpack2x16float(w);
-  return select(h.y, h.x, (e & 1u) == 0u);
-}
 
 @compute @workgroup_size(WGN, WGM)
 fn matmul_forward_tiled(

@@ -2,19 +2,8 @@
 // (8·WGM) × (8·WGN) block of C and stages BK-deep slices of op(A) and op(B) in workgroup memory, k-major, read back
 // as vec4; each thread keeps 8 × 8 of C in registers, rows {4·ty + i, 4·WGM + 4·ty + i} and the same for columns,
 // so a step over k is 4 vec4 reads from workgroup memory for 64 multiply-adds.
-struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
-  lda: u32, ldb: u32, ldc: u32, alpha: f32,
-  offA: u32, offB: u32, offC: u32, offBias: u32,
-  sA: u32, sB: u32, sC: u32,
-}
-@group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> a: array<f32>;
-@group(0) @binding(2) var<storage, read> b: array<u32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> c: array<f32>;
+// Parameters, bindings, B_KIND and loadB: params.wgsl (prepended).
 
-override B_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WGN: u32 = 16u;
 override WGM: u32 = 16u;
 override BK: u32 = 8u;
@@ -22,14 +11,6 @@ override BK: u32 = 8u;
 // (BK, BM) and (BK, BN) as vec4 along m and n: BM = 8·WGM, so a k-row of As holds 2·WGM vec4.
 var<workgroup> As: array<vec4f, BK * WGM * 2u>;
 var<workgroup> Bs: array<vec4f, BK * WGN * 2u>;
-
-fn loadB(e: u32) -> f32 {
-  if (B_KIND == 0u) { return bitcast<f32>(b[e]); }
-  let w = b[e >> 1u];
-  if (B_KIND == 1u) { return select(bitcast<f32>(w & 0xffff0000u), bitcast<f32>(w << 16u), (e & 1u) == 0u); }
-  let h = unpack2x16float(w);
-  return select(h.y, h.x, (e & 1u) == 0u);
-}
 
 // op(A)[m, k] and op(B)[k, n], 0 outside the matrices: loaded from a clamped address and selected, without a
 // branch, so a thread's loads are in flight together.
