@@ -91,7 +91,6 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
   const out: BenchResult[] = [];
   const V = model.config.vocabSize;
   const P = 8;
-  const sample = (row: number, b: number) => sampleSpec(row, b, 0);
   const decodeStep = async (B: number) => {
     const runner = new ModelRunner(model, B, P + 2);
     const n = B * P;
@@ -101,7 +100,7 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
         slots: new Uint32Array(n).map((_, i) => Math.floor(i / P)),
         pos: new Uint32Array(n).map((_, i) => i % P),
       },
-      Array.from({ length: B }, (_, b) => sample(b * P + P - 1, b)),
+      Array.from({ length: B }, (_, b) => sampleSpec(b * P + P - 1, b, 0)),
     );
     await runner.step(
       {
@@ -109,7 +108,7 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
         slots: Uint32Array.from({ length: B }, (_, b) => b),
         pos: new Uint32Array(B).fill(P),
       },
-      Array.from({ length: B }, (_, b) => sample(b, b)),
+      Array.from({ length: B }, (_, b) => sampleSpec(b, b, 0)),
     );
     runner.kv.dispose();
     return runner.lastDispatches;
@@ -210,15 +209,14 @@ export async function decodeRun(
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
   const slots = new Uint32Array(B * P).map((_, i) => Math.floor(i / P));
   const pos = new Uint32Array(B * P).map((_, i) => i % P);
-  const sample = sampleSpec;
   // Warm-up (pipelines compile once).
   await runner.step({ ids: ids.subarray(0, 2), slots: new Uint32Array(2), pos: new Uint32Array([0, 1]) }, [
-    sample(1, 0, 0),
+    sampleSpec(1, 0, 0),
   ]);
   const prefill = await timed(async () => {
     await runner.step(
       { ids, slots, pos },
-      Array.from({ length: B }, (_, b) => sample(b * P + P - 1, b, 0)),
+      Array.from({ length: B }, (_, b) => sampleSpec(b * P + P - 1, b, 0)),
     );
   });
   let last: Uint32Array = new Uint32Array(B).map(() => rng.int(V));
@@ -226,7 +224,7 @@ export async function decodeRun(
   const step = async () => {
     const r = await runner.step(
       { ids: last, slots: Uint32Array.from({ length: B }, (_, b) => b), pos: new Uint32Array(B).fill(at) },
-      Array.from({ length: B }, (_, b) => sample(b, b, at - P + 1)),
+      Array.from({ length: B }, (_, b) => sampleSpec(b, b, at - P + 1)),
     );
     last = r.ids;
     at++;

@@ -49,18 +49,9 @@ function rowsCheck(d: number): void {
  * (B x H) need small workgroups to use every core. */
 const ROWS_WG = 16;
 
-/** The rows forward at head dim d, one object per d (it runs every decode step on CPU devices, and the device
- * finds a pipeline fastest by its spec object). */
-const rowsForwardSpecs = new Map<number, KernelSpec>();
-function rowsForwardSpec(d: number): KernelSpec {
-  let s = rowsForwardSpecs.get(d);
-  if (!s)
-    rowsForwardSpecs.set(
-      d,
-      (s = { name: "attention_forward_rows", code: rowsForwardCode, overrides: { D: d, WG: ROWS_WG } }),
-    );
-  return s;
-}
+/** The rows forward at head dim d (it runs every decode step on CPU devices). */
+const rowsForwardSpec = (d: number): KernelSpec =>
+  kernelSpec("attention_forward_rows", rowsForwardCode, { D: d, WG: ROWS_WG });
 
 /** Per-thread accumulator capacity in vec4 (ACC in the WGSL). */
 const ACC = 4;

@@ -32,17 +32,36 @@ export function coopConfig(gpu: Gpu): SubgroupMatrixConfig | undefined {
   return ok.find((c) => c.M === 16 && c.N === 16 && c.K === 16) ?? ok[0];
 }
 
-/** Workgroup shapes: subgroups (WM × WN) and result matrices per subgroup (TM × TN). */
+/** Workgroup shapes: subgroups (WM × WN) and result matrices per subgroup (TM × TN), from the least workgroup
+ *  memory to the most. On the H200, 4 subgroups of 4 x 2 and 16 of 2 x 2 beat 4 of 2 x 4 (64 x 128 blocks) and
+ *  4 of 4 x 4 (128 x 256, 38 KiB), which were dropped. */
 export const COOP_SHAPES = {
-  "4x2x2": { WM: 2, WN: 2, TM: 2, TN: 2 }, // 128 threads, 64 × 64 of C
-  "8x2x2": { WM: 2, WN: 4, TM: 2, TN: 2 }, // 256 threads, 64 × 128
-  "8x4x2": { WM: 2, WN: 4, TM: 4, TN: 2 }, // 256 threads, 128 × 128
-  "16x2x2": { WM: 4, WN: 4, TM: 2, TN: 2 }, // 512 threads, 128 × 128
-  "8x4x4": { WM: 2, WN: 4, TM: 4, TN: 4 }, // 256 threads, 128 × 256
+  "4x2x2": { WM: 2, WN: 2, TM: 2, TN: 2 }, // 128 threads, 64 × 64 of C, 14 KiB
+  "8x4x2": { WM: 2, WN: 4, TM: 4, TN: 2 }, // 256 threads, 128 × 128, 28 KiB
+  "16x2x2": { WM: 4, WN: 4, TM: 2, TN: 2 }, // 512 threads, 128 × 128, 36 KiB
 } as const;
 export type CoopShape = keyof typeof COOP_SHAPES;
 
+/** Each device's geometry per shape (or why it cannot run it), worked out once: matmul asks at every dispatch. */
+const geometries = new WeakMap<Gpu, Map<CoopShape, CoopGeometry | Error>>();
+
 export function coopGeometry(gpu: Gpu, shape: CoopShape = "8x4x2"): CoopGeometry {
+  let byShape = geometries.get(gpu);
+  if (!byShape) geometries.set(gpu, (byShape = new Map()));
+  let g = byShape.get(shape);
+  if (!g) {
+    try {
+      g = makeGeometry(gpu, shape);
+    } catch (e) {
+      g = e as Error;
+    }
+    byShape.set(shape, g);
+  }
+  if (g instanceof Error) throw g;
+  return g;
+}
+
+function makeGeometry(gpu: Gpu, shape: CoopShape): CoopGeometry {
   const c = coopConfig(gpu);
   if (!c) {
     throw new Error(
@@ -83,17 +102,18 @@ function coopWorkgroupBytes(g: CoopGeometry): number {
   return (g.WM * g.TM * g.SM + g.WN * g.TN * g.SN) * LDS * 2 + g.WM * g.WN * g.SM * g.SN * 4;
 }
 
-const specs = new Map<string, KernelSpec>();
+/** Specs by geometry (coopGeometry hands out one object per device and shape), then B's storage and `direct`. */
+const specs = new WeakMap<CoopGeometry, Map<string, KernelSpec>>();
 
 /** The kernel for a geometry and B's storage (0 f32, 1 bf16, 2 f16). `direct`: whole blocks load and store C
  *  straight from the subgroup matrices (off where robust buffer access may clamp a matrix's whole span). */
 export function coopSpec(g: CoopGeometry, bKind: number, direct: boolean): KernelSpec {
-  const key = `${JSON.stringify(g)}.${bKind}.${direct}`;
-  let s = specs.get(key);
-  if (!s) {
-    s = { name: "matmul_forward_coop", code: coopCode(g, direct), overrides: { B_KIND: bKind } };
-    specs.set(key, s);
-  }
+  let byKey = specs.get(g);
+  if (!byKey) specs.set(g, (byKey = new Map()));
+  const key = `${bKind}.${direct}`;
+  let s = byKey.get(key);
+  if (!s)
+    byKey.set(key, (s = { name: "matmul_forward_coop", code: coopCode(g, direct), overrides: { B_KIND: bKind } }));
   return s;
 }
 

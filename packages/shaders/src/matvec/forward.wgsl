@@ -8,7 +8,6 @@ override WG: u32 = 64u; // threads splitting K (a power of two)
 override MT: u32 = 4u; // rows of x per pass: 1, 2, 3 or 4
 override NORM: bool = false;
 override GATE: u32 = 0u; // 0 none, 1 silu (SwiGLU), 2 GELU tanh (GeGLU): y = act(seg 0) * seg 1
-override VEC: u32 = 1u; // 4: 16-bit W rows that start on a word are read 4 words (8 elements) a thread at a time
 
 var<workgroup> red: array<vec4f, 4u * WG>; // (MT, WG) partial sums of the 4 rows of W
 var<workgroup> redSq: array<vec4f, WG>; // NORM: partial sums of x² of the MT rows
@@ -23,40 +22,6 @@ fn pair(e: u32) -> vec2f {
   let lo = unpack(w[e >> 1u]);
   if ((e & 1u) == 0u) { return lo; }
   return vec2f(lo.y, unpack(w[(e >> 1u) + 1u]).x);
-}
-
-// Sums of the current pass: rows m0..m0+3 of x × the 4 rows of W, and (NORM) Σ x² of those rows of x.
-var<private> s0: vec4f;
-var<private> s1: vec4f;
-var<private> s2: vec4f;
-var<private> s3: vec4f;
-var<private> sq: vec4f;
-
-// Elements k and k + 1 of the 4 rows of W (we, wo) against the MT rows of x at offsets xr.
-fn addPair(k: u32, we0: vec4f, wo0: vec4f, xr: vec4u) {
-  var we = we0;
-  var wo = wo0;
-  if (NORM) { we *= nw[k]; wo *= nw[k + 1u]; }
-  var a = x[xr.x + k]; var b = x[xr.x + k + 1u]; s0 += a * we + b * wo;
-  if (NORM) { sq.x += a * a + b * b; }
-  if (MT > 1u) {
-    a = x[xr.y + k]; b = x[xr.y + k + 1u]; s1 += a * we + b * wo;
-    if (NORM) { sq.y += a * a + b * b; }
-  }
-  if (MT > 2u) {
-    a = x[xr.z + k]; b = x[xr.z + k + 1u]; s2 += a * we + b * wo;
-    if (NORM) { sq.z += a * a + b * b; }
-  }
-  if (MT > 3u) {
-    a = x[xr.w + k]; b = x[xr.w + k + 1u]; s3 += a * we + b * wo;
-    if (NORM) { sq.w += a * a + b * b; }
-  }
-}
-
-// One packed word of each of the 4 rows of W (elements k, k + 1).
-fn addWords(k: u32, v: vec4u, xr: vec4u) {
-  let c0 = unpack(v.x); let c1 = unpack(v.y); let c2 = unpack(v.z); let c3 = unpack(v.w);
-  addPair(k, vec4f(c0.x, c1.x, c2.x, c3.x), vec4f(c0.y, c1.y, c2.y, c3.y), xr);
 }
 
 @compute @workgroup_size(WG)
@@ -78,7 +43,8 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
   for (var m0 = 0u; m0 < p.M; m0 += MT) {
     // Rows past M are clamped for loading (their sums are dropped); later passes re-read W from cache.
     let xr = p.offX + vec4u(m0, min(m0 + 1u, p.M - 1u), min(m0 + 2u, p.M - 1u), min(m0 + 3u, p.M - 1u)) * p.ldx;
-    s0 = vec4f(); s1 = vec4f(); s2 = vec4f(); s3 = vec4f(); sq = vec4f();
+    var s0 = vec4f(); var s1 = vec4f(); var s2 = vec4f(); var s3 = vec4f(); // rows m0..m0+3 × 4 rows of W
+    var sq = vec4f(); // NORM: Σ x² of rows m0..m0+3
     if (W_KIND == 0u) {
       // Consecutive threads take consecutive k: contiguous loads of W and x.
       for (var k = tid; k < p.K; k += WG) {
@@ -91,26 +57,26 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
         if (MT > 3u) { a = x[xr.w + k]; s3 += a * wv; if (NORM) { sq.w += a * a; } }
       }
     } else {
-      var k0 = 0u; // where the pairs below start
-      if (VEC == 4u && ((r.x | r.y | r.z | r.w) & 1u) == 0u) {
-        // Word-aligned rows: 4 words (8 elements) of each row a thread, all 16 loads issued before any is used.
-        for (var k = 8u * tid; k + 7u < p.K; k += 8u * WG) {
-          let e = (r + k) >> vec4u(1u);
-          let v0 = vec4u(w[e.x], w[e.y], w[e.z], w[e.w]);
-          let v1 = vec4u(w[e.x + 1u], w[e.y + 1u], w[e.z + 1u], w[e.w + 1u]);
-          let v2 = vec4u(w[e.x + 2u], w[e.y + 2u], w[e.z + 2u], w[e.w + 2u]);
-          let v3 = vec4u(w[e.x + 3u], w[e.y + 3u], w[e.z + 3u], w[e.w + 3u]);
-          addWords(k, v0, xr);
-          addWords(k + 2u, v1, xr);
-          addWords(k + 4u, v2, xr);
-          addWords(k + 6u, v3, xr);
-        }
-        k0 = (p.K / 8u) * 8u;
-      }
       // Each thread takes pairs of k, one packed word per column when the row starts on a word.
-      for (var k = k0 + 2u * tid; k + 1u < p.K; k += 2u * WG) {
+      for (var k = 2u * tid; k + 1u < p.K; k += 2u * WG) {
         let c0 = pair(r.x + k); let c1 = pair(r.y + k); let c2 = pair(r.z + k); let c3 = pair(r.w + k);
-        addPair(k, vec4f(c0.x, c1.x, c2.x, c3.x), vec4f(c0.y, c1.y, c2.y, c3.y), xr);
+        var we = vec4f(c0.x, c1.x, c2.x, c3.x);
+        var wo = vec4f(c0.y, c1.y, c2.y, c3.y);
+        if (NORM) { we *= nw[k]; wo *= nw[k + 1u]; }
+        var a = x[xr.x + k]; var b = x[xr.x + k + 1u]; s0 += a * we + b * wo;
+        if (NORM) { sq.x += a * a + b * b; }
+        if (MT > 1u) {
+          a = x[xr.y + k]; b = x[xr.y + k + 1u]; s1 += a * we + b * wo;
+          if (NORM) { sq.y += a * a + b * b; }
+        }
+        if (MT > 2u) {
+          a = x[xr.z + k]; b = x[xr.z + k + 1u]; s2 += a * we + b * wo;
+          if (NORM) { sq.z += a * a + b * b; }
+        }
+        if (MT > 3u) {
+          a = x[xr.w + k]; b = x[xr.w + k + 1u]; s3 += a * we + b * wo;
+          if (NORM) { sq.w += a * a + b * b; }
+        }
       }
       if ((p.K & 1u) == 1u && tid == 0u) { // odd K: the last element, unpaired
         let k = p.K - 1u;

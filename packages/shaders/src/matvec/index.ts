@@ -73,17 +73,15 @@ export interface MatvecSegment {
 }
 
 const W_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
-export const MATVEC_VARIANTS = ["subgroup", "workgroup", "wide"] as const;
+export const MATVEC_VARIANTS = ["subgroup", "workgroup"] as const;
 /** subgroup: lanes split K and subgroupAdd reduces, no barriers (needs the subgroups feature);
- * workgroup: threads split K and reduce through workgroup memory (works everywhere);
- * wide: the workgroup kernel with 256 threads, 16-bit rows read 4 words a thread at a time, so that a GPU has a
- * row's loads all in flight at once. */
+ * workgroup: threads split K and reduce through workgroup memory (works everywhere). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
 /** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the other 4. */
-const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64, wide: 256 };
+const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64 };
 const CG = 4;
 /** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one). */
-const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4, wide: 4 };
+const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4 };
 const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
 const specs = new Map<string, KernelSpec>();
 
@@ -101,7 +99,7 @@ export function matvecSpec(
     s =
       variant === "subgroup"
         ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, CG } }
-        : { name: "matvec_forward", code: forward + common, overrides: { ...o, VEC: variant === "wide" ? 4 : 1 } };
+        : { name: "matvec_forward", code: forward + common, overrides: o };
     specs.set(key, s);
   }
   return s;
@@ -109,10 +107,7 @@ export function matvecSpec(
 
 /** The variants this device can run. */
 export function matvecVariants(gpu: Gpu): MatvecVariant[] {
-  // wide keeps 20 KiB of partial sums in workgroup memory (the spec's default limit is 16 KiB).
-  const L = gpu.limits;
-  const wide = L.maxComputeWorkgroupStorageSize >= 20 * 1024 && L.maxComputeInvocationsPerWorkgroup >= WG.wide;
-  return MATVEC_VARIANTS.filter((v) => (v !== "subgroup" || gpu.features.has("subgroups")) && (v !== "wide" || wide));
+  return MATVEC_VARIANTS.filter((v) => v !== "subgroup" || gpu.features.has("subgroups"));
 }
 
 /** The variant matvec() uses: tuned for this dtype, else subgroup when the device has it. */
