@@ -60,12 +60,17 @@ export interface GradResult {
   newLogprobs?: Float32Array[];
 }
 
-/** Greedy packing of whole sequences, in order, so that B x max(T) stays within the budget. */
+/**
+ * Greedy packing of whole sequences so that B x max(T) stays within the budget, longest first: a micro-batch pads
+ * its sequences to its longest, so sequences of like length share one (ties keep their order).
+ */
 export function microBatches(lengths: number[], budget: number): number[][] {
   const out: number[][] = [];
   let cur: number[] = [];
   let maxT = 0;
-  lengths.forEach((T, i) => {
+  const order = lengths.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a] || a - b);
+  order.forEach((i) => {
+    const T = lengths[i];
     const m = Math.max(maxT, T);
     if (cur.length && m * (cur.length + 1) > budget) {
       out.push(cur);
