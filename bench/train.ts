@@ -1,6 +1,7 @@
 // `npm run bench -- train`: the split of a GRPO step (rollout, tokenize, forward/backward, optimizer,
-// checkpoint) and training tokens/s on the embedded model (tic-tac-toe rollouts), and the memory
-// planner's figures, without allocating, for Qwen2.5-0.5B and 1.5B LoRA GRPO with groups of 8 x 512 tokens.
+// checkpoint) and training tokens/s on the embedded model (tic-tac-toe rollouts), the engine steps a rollout takes,
+// and the memory planner's figures, without allocating, for Qwen2.5-0.5B and 1.5B LoRA GRPO with groups of 8 x 512
+// tokens. WEBART_BENCH_PROFILE=1 also prints where the GPU time of rollouts and of training goes, per kernel.
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -41,18 +42,29 @@ const qwen = (C: number, F: number, L: number, H: number, KV: number) =>
 
 export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const out: BenchResult[] = [];
+  const gpu = process.env.WEBART_BENCH_PROFILE ? await ctx.device({ profile: true }) : ctx.gpu;
+  if (process.env.WEBART_BENCH_PROFILE && !gpu.profiling) ctx.log("train: this device has no timestamp queries");
   const backend = new LocalBackend({
     path: mkdtempSync(join(tmpdir(), "webart-bench-")),
-    engine: { gpu: ctx.gpu, kvSlots: 32, maxContext: 512 },
+    engine: { gpu, kvSlots: 32, maxContext: 512 },
   });
   const model = new TrainableModel({ name: "bench", project: "bench", baseModel: MODEL });
   await model.register(backend);
   const client = model.openaiClient();
+  const scheduler = backend.engine(model.spec).scheduler;
+  const profiles = { rollout: new Map<string, number>(), training: new Map<string, number>() };
+  const takeProfile = (into: Map<string, number>) => {
+    for (const r of gpu.profileTable()) into.set(r.name, (into.get(r.name) ?? 0) + r.ms);
+    gpu.profile.clear();
+  };
+  let engineSteps = 0;
   const steps = ctx.quick ? 1 : 3;
   const groups = 2;
   const size = ctx.quick ? 4 : 8;
   const sum = { rollout: 0, tokenize: 0, fb: 0, opt: 0, ckpt: 0, tokens: 0 };
   for (let s = 0; s < steps; s++) {
+    gpu.profile.clear();
+    const steps0 = scheduler.stats.steps;
     const t0 = performance.now();
     const gs: TrajectoryGroup[] = await gatherTrajectoryGroups(
       Array.from({ length: groups }, (_, g) =>
@@ -72,7 +84,10 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
       { progressBar: "off" },
     );
     sum.rollout += (performance.now() - t0) / 1000;
+    engineSteps += scheduler.stats.steps - steps0;
+    takeProfile(profiles.rollout);
     const r = await model.train(gs, { learningRate: 1e-4 });
+    takeProfile(profiles.training);
     const m = r.metrics;
     sum.tokenize += m.time_tokenize;
     sum.fb += m.time_forward_backward;
@@ -101,6 +116,21 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     unit: "tok/s",
     note: `forward+backward, ${groups}x${size} trajectories per step`,
   });
+  out.push({
+    id: "train.rollout.engine_steps",
+    value: engineSteps / steps,
+    unit: "steps",
+    note: `a step's ${groups * size} games, batched; ${((1000 * sum.rollout) / engineSteps).toFixed(0)} ms an engine step`,
+  });
+  for (const [phase, m] of Object.entries(profiles)) {
+    const total = [...m.values()].reduce((a, b) => a + b, 0);
+    if (!total) continue;
+    const top = [...m].sort((a, b) => b[1] - a[1]).slice(0, 8);
+    ctx.log(
+      `GPU time of ${phase}, ${(total / steps).toFixed(0)} ms a step: ` +
+        top.map(([k, ms]) => `${k} ${((100 * ms) / total).toFixed(0)}%`).join(", "),
+    );
+  }
   await backend.close();
   // The planner, without allocating: LoRA GRPO on groups of 8 x 512 tokens (one micro-batch of 4096).
   for (const [id, c] of [
