@@ -252,25 +252,18 @@ export class Scheduler implements Generator {
       for (const s of this.running) {
         if (!s.feed.length) continue;
         const p = s.req;
-        // Prefill: the prompt is fed in chunks, and its last token's row is sampled. A request with several samples
-        // feeds its last prompt token in a step of its own, once sample 0's KV has been copied to its siblings; a
-        // single sample's rest of the prompt goes in one step, sampled at its last row, when the budget holds it.
-        let prefill = s.feed.length > 1;
+        // Prefill: all but the last prompt token may be chunked; the last token is fed alone and sampled.
+        const prefill = s.feed.length > 1;
         if (prefill && !(s.sample === 0 || p.forked)) continue;
+        const take = prefill ? Math.min(s.feed.length - 1, Math.max(1, budget)) : 1;
         if (prefill && budget <= 0) continue;
-        let take = 1;
-        if (prefill) {
-          const whole = p.seqs.length === 1 && s.feed.length <= budget;
-          take = whole ? s.feed.length : Math.min(s.feed.length - 1, budget);
-          budget -= take;
-          prefill = !whole;
-        }
         for (let k = 0; k < take; k++) {
           ids.push(s.feed[k]);
           slots.push(s.slot);
           pos.push(s.kvLen + k);
         }
-        if (!prefill) {
+        if (prefill) budget -= take;
+        else {
           const sp = p.req.sampling;
           samples.push({
             row: ids.length - 1,
