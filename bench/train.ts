@@ -5,7 +5,6 @@
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { fileURLToPath } from "node:url";
 import {
   LocalBackend,
   LORA_TARGETS,
@@ -18,27 +17,7 @@ import {
 } from "@webart/engine";
 import { rolloutTicTacToe } from "@webart/envs";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
-
-const MODEL = join(fileURLToPath(new URL(".", import.meta.url)), "../models/webart-tiny");
-
-const qwen = (C: number, F: number, L: number, H: number, KV: number) =>
-  parseConfig({
-    architectures: ["Qwen2ForCausalLM"],
-    model_type: "qwen2",
-    hidden_act: "silu",
-    hidden_size: C,
-    intermediate_size: F,
-    max_position_embeddings: 32768,
-    num_attention_heads: H,
-    num_hidden_layers: L,
-    num_key_value_heads: KV,
-    rms_norm_eps: 1e-6,
-    rope_theta: 1e6,
-    tie_word_embeddings: true,
-    torch_dtype: "bfloat16",
-    vocab_size: 151936,
-    use_sliding_window: false,
-  });
+import { configJson, TINY } from "./models.ts";
 
 export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const out: BenchResult[] = [];
@@ -48,7 +27,7 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     path: mkdtempSync(join(tmpdir(), "webart-bench-")),
     engine: { gpu, kvSlots: 32, maxContext: 512 },
   });
-  const model = new TrainableModel({ name: "bench", project: "bench", baseModel: MODEL });
+  const model = new TrainableModel({ name: "bench", project: "bench", baseModel: TINY });
   await model.register(backend);
   const client = model.openaiClient();
   const scheduler = backend.engine(model.spec).scheduler;
@@ -134,8 +113,8 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
   await backend.close();
   // The planner, without allocating: LoRA GRPO on groups of 8 x 512 tokens (one micro-batch of 4096).
   for (const [id, c] of [
-    ["qwen2.5-0.5b", qwen(896, 4864, 24, 14, 2)],
-    ["qwen2.5-1.5b", qwen(1536, 8960, 28, 12, 2)],
+    ["qwen2.5-0.5b", parseConfig(configJson("qwen2.5-0.5b"))],
+    ["qwen2.5-1.5b", parseConfig(configJson("qwen2.5-1.5b"))],
   ] as const) {
     const p = planMemory(c, {
       weightBytes: 2,

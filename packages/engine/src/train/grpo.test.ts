@@ -13,7 +13,7 @@ import { Model } from "../model/model.ts";
 import { uploadWeights } from "../model/weights.ts";
 import { memorySource, modelFiles, readJson, tensorToF32, WeightReader } from "../weights/index.ts";
 import type { LoraTarget } from "../plan.ts";
-import { accumulateGradients, type GrpoOptions, type TrainSequence } from "./grpo.ts";
+import { accumulateGradients, microBatches, type GrpoOptions, type TrainSequence } from "./grpo.ts";
 
 const FIX = join(import.meta.dirname, "../../fixtures");
 let gpu: Gpu;
@@ -208,4 +208,18 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
       expect(Math.abs(split.loss - whole.loss)).toBeLessThan(1e-5);
     },
   );
+});
+
+it("packs micro-batches longest first, each within the budget once padded to its longest", () => {
+  const lengths = [30, 100, 40, 90, 35, 100];
+  const batches = microBatches(lengths, 200);
+  // In order, [30, 100] would pad 30 up to 100; sorted, the two 100s share a batch, then 90 with 40, 35 with 30.
+  expect(batches).toEqual([
+    [1, 5],
+    [3, 2],
+    [4, 0],
+  ]);
+  for (const b of batches) expect(b.length * Math.max(...b.map((i) => lengths[i]))).toBeLessThanOrEqual(200);
+  // A sequence over the budget still gets a batch of its own.
+  expect(microBatches([300, 10], 200)).toEqual([[0], [1]]);
 });

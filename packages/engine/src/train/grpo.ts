@@ -67,19 +67,15 @@ export interface GradResult {
 export function microBatches(lengths: number[], budget: number): number[][] {
   const out: number[][] = [];
   let cur: number[] = [];
-  let maxT = 0;
   const order = lengths.map((_, i) => i).sort((a, b) => lengths[b] - lengths[a] || a - b);
-  order.forEach((i) => {
-    const T = lengths[i];
-    const m = Math.max(maxT, T);
-    if (cur.length && m * (cur.length + 1) > budget) {
+  for (const i of order) {
+    // The batch's first sequence is its longest.
+    if (cur.length && lengths[cur[0]] * (cur.length + 1) > budget) {
       out.push(cur);
       cur = [];
-      maxT = 0;
     }
     cur.push(i);
-    maxT = Math.max(maxT, T);
-  });
+  }
   if (cur.length) out.push(cur);
   return out;
 }
