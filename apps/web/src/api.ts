@@ -54,6 +54,8 @@ export interface TrainSettings {
   temperature: number;
   /** Tic-tac-toe opponents, one per group in turn ("random,winning"); runs saved before this setting play random. */
   opponents?: string;
+  /** Where tic-tac-toe games start, one per group in turn ("empty,decision"); runs saved before this setting start empty. */
+  starts?: string;
   /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
    *  before this setting lack it and get the engine's browser default. */
   memoryBudgetGiB?: number;

@@ -10,6 +10,8 @@ export interface Env<G> {
   observe(game: G): string;
   step(game: G, reply: string): void;
   done(game: G): boolean;
+  /** Turns played before the player's first (a scripted opening): shown in its prompts as earlier turns. */
+  prelude?(game: G): { observation: string; reply: string }[];
   reward(game: G): number;
   metrics(game: G): Metrics;
   /** The final state, for the trajectory's logs. */
@@ -33,12 +35,20 @@ export type Act<G> = (game: G, prompt: Message[]) => Promise<{ text: string; cho
 export async function playEpisode<G>(env: Env<G>, game: G, act: Act<G>, historyTurns = Infinity): Promise<Turn[]> {
   const system: Message = { role: "system", content: env.system(game) };
   const turns: Turn[] = [];
-  while (!env.done(game)) {
+  const prompt = (observation: string): Message[] => {
     const past = turns.slice(Math.max(0, turns.length - historyTurns));
-    const prompt: Message[] = [system, ...past.flatMap((t) => [t.prompt[t.prompt.length - 1], assistant(t.reply)])];
-    prompt.push({ role: "user", content: env.observe(game) });
-    const { text, choice } = await act(game, prompt);
-    turns.push({ prompt, reply: text, choice });
+    return [
+      system,
+      ...past.flatMap((t) => [t.prompt[t.prompt.length - 1], assistant(t.reply)]),
+      { role: "user", content: observation },
+    ];
+  };
+  // A prelude's replies have no Choice: they are context, never trained.
+  for (const t of env.prelude?.(game) ?? []) turns.push({ prompt: prompt(t.observation), reply: t.reply });
+  while (!env.done(game)) {
+    const p = prompt(env.observe(game));
+    const { text, choice } = await act(game, p);
+    turns.push({ prompt: p, reply: text, choice });
     env.step(game, text);
   }
   return turns;

@@ -1,7 +1,7 @@
 // The game registry: a step's scenarios (seed formula, groups sharing a scenario, opponents in turn), names
 // checked with messages that list the choices, and each game's rollout and summary through a scripted client.
 import { describe, expect, it } from "vitest";
-import { GAMES, gameByName, parseOpponents, stepScenarios } from "./registry.ts";
+import { GAMES, gameByName, parseOpponents, parseStarts, stepScenarios } from "./registry.ts";
 import { trainingScenarioSeed } from "./rollout.ts";
 import { scriptedOpenAI } from "./scripted.ts";
 import { emailScenario, emailScenarioSeed, naiveSearcher, perfectSearcher } from "./email/index.ts";
@@ -34,6 +34,17 @@ describe("game registry", () => {
     expect(() => stepScenarios(0, { seed: 1, groupsPerStep: 40, groupSize: 32, scenarios: "independent" })).toThrow(
       /over 1000 games a step/,
     );
+  });
+
+  it("tic-tac-toe starts are taken in turn by group; an empty start is left out of the scenario", () => {
+    const s = stepScenarios(1, { seed: 2, groupsPerStep: 3, groupSize: 2, starts: ["empty", "decision"] });
+    expect(s.map((g) => g.map((x) => x.start))).toEqual([
+      [undefined, undefined],
+      ["decision", "decision"],
+      [undefined, undefined],
+    ]);
+    expect(parseStarts(" empty , decision")).toEqual(["empty", "decision"]);
+    expect(() => parseStarts("empty,middle")).toThrow('start "middle" is not known (available: empty, decision)');
   });
 
   it("unknown games and opponents are refused with the choices", () => {

@@ -6,6 +6,7 @@ import { emailScenario, summarizeEmail, rolloutEmail, type EmailSplit } from "./
 import { summarize2048, summarizeTicTacToe } from "./evaluate.ts";
 import { TICTACTOE_OPPONENTS, type TicTacToeOpponentName } from "./players.ts";
 import { rollout2048, rolloutTicTacToe, trainingScenarioSeed } from "./rollout.ts";
+import { TICTACTOE_STARTS, type TicTacToeStart } from "./tictactoe.ts";
 import type { SamplingOptions, TrajectoryLike } from "./types.ts";
 
 export const GAME_NAMES = ["tictactoe", "2048", "email"] as const;
@@ -15,6 +16,8 @@ export interface GameScenario {
   seed: number;
   /** Tic-tac-toe's opponent (default random); the others have none. */
   opponent?: TicTacToeOpponentName;
+  /** Where a tic-tac-toe game starts (default empty; "decision": a random opening up to a move that matters). */
+  start?: TicTacToeStart;
   /**
    * The email env's scenarios: training's (default) or the held-out evaluation ones, `seed` being the index within
    * the split (the two splits never share an inbox). The games take the seed as it is.
@@ -50,7 +53,11 @@ export const GAMES: Record<GameName, Game> = {
     rollout: (client, { scenario, ...opts }) =>
       rolloutTicTacToe(client, {
         ...opts,
-        scenario: { seed: scenario.seed, opponent: TICTACTOE_OPPONENTS[scenario.opponent ?? "random"] },
+        scenario: {
+          seed: scenario.seed,
+          opponent: TICTACTOE_OPPONENTS[scenario.opponent ?? "random"],
+          start: scenario.start,
+        },
       }),
     summarize: (t) => numbers(summarizeTicTacToe(t)),
     score: (t) => {
@@ -107,6 +114,16 @@ export function parseOpponents(list: string): TicTacToeOpponentName[] {
   });
 }
 
+/** Starts from a comma-separated list ("empty,decision"), or an error naming the bad one and the choices. */
+export function parseStarts(list: string): TicTacToeStart[] {
+  return list.split(",").map((o) => {
+    const name = o.trim();
+    if (!(TICTACTOE_STARTS as readonly string[]).includes(name))
+      throw new Error(`start ${JSON.stringify(name)} is not known (available: ${TICTACTOE_STARTS.join(", ")})`);
+    return name as TicTacToeStart;
+  });
+}
+
 export interface StepScenarios {
   /** The run's seed. */
   seed: number;
@@ -114,6 +131,8 @@ export interface StepScenarios {
   groupSize: number;
   /** Tic-tac-toe opponents, one per group in turn (default: random). */
   opponents?: readonly TicTacToeOpponentName[];
+  /** Where tic-tac-toe games start, one per group in turn (default: empty). */
+  starts?: readonly TicTacToeStart[];
   /**
    * "shared" (default): a group's rollouts all play one scenario, so they differ only where the model's samples do.
    * "independent": every rollout plays its own scenario, as ART's tic-tac-toe example gathers its games; the group
@@ -124,10 +143,11 @@ export interface StepScenarios {
 
 /**
  * The scenarios of training step `step` (0-based): `groupsPerStep` groups of `groupSize` rollouts of one scenario
- * each, with the opponents taken in turn by group.
+ * each, with the opponents and the starts taken in turn by group.
  */
 export function stepScenarios(step: number, s: StepScenarios): GameScenario[][] {
   const opponents = s.opponents?.length ? s.opponents : (["random"] as const);
+  const starts = s.starts?.length ? s.starts : (["empty"] as const);
   const independent = s.scenarios === "independent";
   if (independent && s.groupsPerStep * s.groupSize > 1000)
     throw new Error(
@@ -137,6 +157,7 @@ export function stepScenarios(step: number, s: StepScenarios): GameScenario[][] 
     Array.from({ length: s.groupSize }, (_, i) => ({
       seed: trainingScenarioSeed(s.seed, step, independent ? g * s.groupSize + i : g),
       opponent: opponents[g % opponents.length],
+      ...(starts[g % starts.length] === "empty" ? {} : { start: starts[g % starts.length] }),
     })),
   );
 }

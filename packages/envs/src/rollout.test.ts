@@ -71,6 +71,27 @@ describe("rolloutTicTacToe", () => {
     }
   });
 
+  it("a decision start shows the scripted opening as earlier turns that are plain messages, not Choices", async () => {
+    const server = scriptedOpenAI(firstEmptyCell);
+    for (const seed of [1, 2, 3, 4, 5, 6]) {
+      server.requests.length = 0;
+      const t = await rolloutTicTacToe(server.client, { model: "m", scenario: { seed, start: "decision" } });
+      const h = t.messagesAndChoices;
+      const firstChoice = h.findIndex(isChoice);
+      const opening = h.slice(1, firstChoice - 1);
+      // system, the opening's (board, plain assistant move) pairs, then (board, Choice) pairs.
+      expect(opening.length % 2).toBe(0);
+      opening.forEach((m, i) => expect(!isChoice(m) && m.role).toBe(i % 2 === 0 ? "user" : "assistant"));
+      h.slice(firstChoice - 1).forEach((m, i) => expect(isChoice(m)).toBe(i % 2 === 1));
+      expect(h.filter(isChoice).length).toBe(server.requests.length);
+      expect(t.metrics.moves).toBe(server.requests.length);
+      // The first request already holds the whole opening, and the agent faces a line to complete or to block.
+      expect(server.requests[0].messages).toEqual(asMessages(h.slice(0, firstChoice)));
+      expect(Number(t.metrics.chances) + Number(t.metrics.threats)).toBeGreaterThan(0);
+      expect(t.metadata.start).toBe("decision");
+    }
+  });
+
   it("replays exactly from the scenario seed", async () => {
     const a = await rolloutTicTacToe(scriptedOpenAI(firstEmptyCell).client, { model: "m", scenario: { seed: 8 } });
     const b = await rolloutTicTacToe(scriptedOpenAI(firstEmptyCell).client, { model: "m", scenario: { seed: 8 } });

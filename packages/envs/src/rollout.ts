@@ -84,6 +84,7 @@ async function runTicTacToe(
     seed: scenario.seed,
     agent: game.agent,
     opponent,
+    start: scenario.start ?? "empty",
     historyTurns: Number.isFinite(historyTurns) ? historyTurns : null, // null: the whole game
   });
 }

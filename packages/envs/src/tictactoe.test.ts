@@ -36,6 +36,38 @@ function position(agent: Mark, board: Cell[], opponentCells: number[] = []): Tic
   return { ...newTicTacToe({ seed: 1, agent: "x" }), agent, board: board.slice(), opponent };
 }
 
+describe("tic-tac-toe decision openings", () => {
+  it("start the agent, to move, where either side has a line to complete, after legal alternating moves", () => {
+    const agents = new Set<Mark>();
+    for (let seed = 0; seed < 200; seed++) {
+      const g = newTicTacToe({ seed, start: "decision" });
+      agents.add(g.agent);
+      const xs = g.board.filter((c) => c === "x").length;
+      const os = g.board.filter((c) => c === "o").length;
+      expect(xs - os).toBe(g.agent === "x" ? 0 : 1); // x moved first, and it is the agent's turn
+      expect(lineWinner(g.board)).toBeNull();
+      expect(completingCell(g.board, "x") >= 0 || completingCell(g.board, "o") >= 0).toBe(true);
+      // The agent's own opening moves, each on the board it was shown, are on the final board.
+      expect(g.opening.length).toBe(g.board.filter((c) => c === g.agent).length);
+      for (const t of g.opening) {
+        const cell = parseTicTacToeMove(t.reply)!;
+        expect(g.board[cell]).toBe(g.agent);
+        expect(
+          t.board
+            .split("\n")
+            .slice(1)
+            .join(" ")
+            .split(" ")
+            .filter((c) => c === ".").length,
+        ).toBeGreaterThan(0);
+      }
+      expect(newTicTacToe({ seed, start: "decision" }).board).toEqual(g.board); // seeded
+    }
+    expect([...agents].sort()).toEqual(["o", "x"]);
+    expect(ticTacToeEnv.prelude!(newTicTacToe({ seed: 1 }))).toEqual([]); // an empty start has no opening
+  });
+});
+
 describe("tic-tac-toe end states", () => {
   for (const mark of ["x", "o"] as const)
     it(`lineWinner finds all 8 lines for ${mark}`, () => {

@@ -22,6 +22,11 @@ export interface TicTacToeGame {
   error: string | null;
   /** What the agent did where a move mattered (ticTacToeStep counts them; the game's metrics carry them). */
   decisions: TicTacToeDecisions;
+  /**
+   * The agent's moves of a scripted opening (`start: "decision"`), each with the board it was made on: the game's
+   * conversation shows them as earlier turns, but the model did not sample them, so they are not trained.
+   */
+  opening: { board: string; reply: string }[];
 }
 
 /**
@@ -44,7 +49,17 @@ export interface TicTacToeOptions {
   agent?: Mark;
   /** Default: a uniformly random empty cell. */
   opponent?: Opponent;
+  /**
+   * Where the game starts. "empty" (default): an empty board (x moves first). "decision": both sides first play
+   * random legal moves (the agent's shown as its earlier turns) until the agent faces a decision, a line of its own
+   * to complete or the opponent's to block; a training curriculum that puts every game's first sampled move where a
+   * move matters. Evaluation always starts empty.
+   */
+  start?: TicTacToeStart;
 }
+
+export const TICTACTOE_STARTS = ["empty", "decision"] as const;
+export type TicTacToeStart = (typeof TICTACTOE_STARTS)[number];
 
 const ROWS = "ABC";
 // prettier-ignore
@@ -99,9 +114,38 @@ export function newTicTacToe(opts: TicTacToeOptions): TicTacToeGame {
     decisions: { chances: 0, winsTaken: 0, threats: 0, blocks: 0, threatsOffFirst: 0, blocksOffFirst: 0 },
     outcome: null,
     error: null,
+    opening: [],
   };
-  if (agent === "o") opponentMove(game);
+  if (opts.start === "decision") playDecisionOpening(game);
+  else if (agent === "o") opponentMove(game);
   return game;
+}
+
+/**
+ * Random legal moves for both sides from the empty board (x first) until the agent is to move and either side has
+ * a line to complete; an opening that ends the game first is drawn again (a few tries at most: most random games
+ * reach such a position).
+ */
+function playDecisionOpening(game: TicTacToeGame): void {
+  for (let attempt = 0; attempt < 1000; attempt++) {
+    const board = Array<Cell>(9).fill(null);
+    const opening: TicTacToeGame["opening"] = [];
+    let toMove: Mark = "x";
+    while (lineWinner(board) === null && board.includes(null)) {
+      if (toMove === game.agent && (completingCell(board, "x") >= 0 || completingCell(board, "o") >= 0)) {
+        game.board = board;
+        game.opening = opening;
+        return;
+      }
+      const empty = emptyCells(board);
+      const cell = empty[game.rng.int(empty.length)];
+      if (toMove === game.agent)
+        opening.push({ board: renderTicTacToe(board), reply: `<move>${cellName(cell)}</move>` });
+      board[cell] = toMove;
+      toMove = other(toMove);
+    }
+  }
+  throw new Error("tic-tac-toe: no decision opening found in 1000 random games");
 }
 
 /** The mark that completed a line, if any. */
@@ -200,6 +244,7 @@ export const ticTacToeEnv: Env<TicTacToeGame> = {
   observe: (g) => renderTicTacToe(g.board),
   step: ticTacToeStep,
   done: (g) => g.outcome !== null,
+  prelude: (g) => g.opening.map((t) => ({ observation: t.board, reply: t.reply })),
   reward: ticTacToeReward,
   metrics: (g) => ({
     win: Number(g.outcome === "win"),

@@ -43,6 +43,11 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ["maxTokens", "Max tokens per move"],
   ["temperature", "Temperature"],
   ["opponents", "Opponents (tic-tac-toe)", "one per group in turn: random, winning, blocking, minimax"],
+  [
+    "starts",
+    "Starts (tic-tac-toe)",
+    "one per group in turn: empty, or decision (a random opening up to a move that matters)",
+  ],
   ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
 
@@ -171,20 +176,22 @@ export function SettingsForm(props: {
           </div>
         )}
         <div className="grid2">
-          {NUMBERS.filter(([k]) => k !== "opponents" || d.env === "tictactoe").map(([k, label, hint]) => (
-            <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
-              {(a) => (
-                <input
-                  id={a.id}
-                  inputMode={k === "opponents" ? "text" : "decimal"}
-                  aria-invalid={a.invalid}
-                  aria-describedby={a.describedBy}
-                  value={d[k] as string}
-                  onChange={(x) => set(k, x.target.value)}
-                />
-              )}
-            </Field>
-          ))}
+          {NUMBERS.filter(([k]) => (k !== "opponents" && k !== "starts") || d.env === "tictactoe").map(
+            ([k, label, hint]) => (
+              <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
+                {(a) => (
+                  <input
+                    id={a.id}
+                    inputMode={k === "opponents" || k === "starts" ? "text" : "decimal"}
+                    aria-invalid={a.invalid}
+                    aria-describedby={a.describedBy}
+                    value={d[k] as string}
+                    onChange={(x) => set(k, x.target.value)}
+                  />
+                )}
+              </Field>
+            ),
+          )}
         </div>
       </fieldset>
     </section>

@@ -6,6 +6,8 @@ import {
   parseScenarios,
   splitScenarios,
   TICTACTOE_OPPONENTS,
+  TICTACTOE_STARTS,
+  parseStarts,
   type CustomScenario,
   type ScenarioFormat,
 } from "webart/envs";
@@ -40,6 +42,8 @@ export interface SettingsDraft {
   temperature: string;
   /** Tic-tac-toe opponents, one per group in turn, comma-separated (e.g. "random,winning"). */
   opponents: string;
+  /** Where tic-tac-toe games start, one per group in turn, comma-separated (e.g. "empty,decision"). */
+  starts: string;
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
 }
@@ -98,6 +102,7 @@ export function defaultDraft(): SettingsDraft {
     maxTokens: defaultMaxTokens("tictactoe"),
     temperature: "1",
     opponents: "random",
+    starts: "empty",
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
 }
@@ -143,6 +148,12 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   } catch {
     errors.opponents = `A comma-separated list of ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}`;
   }
+  let starts = "empty";
+  try {
+    starts = parseStarts(d.starts).join(",");
+  } catch {
+    errors.starts = `A comma-separated list of ${TICTACTOE_STARTS.join(", ")}`;
+  }
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   let custom: TrainSettings["custom"];
   if (d.env === "custom") custom = validateCustom(d, seed, errors);
@@ -176,6 +187,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       maxTokens,
       temperature,
       opponents,
+      starts,
       memoryBudgetGiB,
       reward:
         d.reward === "env"
@@ -257,6 +269,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     maxTokens: String(s.maxTokens),
     temperature: String(s.temperature),
     opponents: s.opponents ?? "random",
+    starts: s.starts ?? "empty",
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };
 }

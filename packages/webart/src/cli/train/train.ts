@@ -5,7 +5,14 @@ import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs
 import { join } from "node:path";
 import OpenAI from "openai";
 import { LocalBackend, TrainableModel } from "@webart/engine";
-import { GAME_NAMES, GAMES, TICTACTOE_OPPONENTS, type GameName, type TicTacToeOpponentName } from "@webart/envs";
+import {
+  GAME_NAMES,
+  GAMES,
+  TICTACTOE_OPPONENTS,
+  TICTACTOE_STARTS,
+  type GameName,
+  type TicTacToeOpponentName,
+} from "@webart/envs";
 import { gameStepGroups } from "../../games.ts";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
@@ -52,6 +59,11 @@ export const TRAIN = {
       default: "random",
       help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(e.g. random,winning; eval always plays random)`,
     },
+    start: {
+      arg: "LIST",
+      default: "empty",
+      help: "where tic-tac-toe games start, one per group in turn: empty, or decision (a random opening\nup to a win to take or a threat to block; e.g. empty,decision; eval always starts empty)",
+    },
     scenarios: {
       arg: "shared|independent",
       default: "shared",
@@ -86,6 +98,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
   const opponents = a.opponent.split(",").map((o) => oneOf("opponent", o.trim(), OPPONENT_NAMES));
+  const starts = a.start.split(",").map((o) => oneOf("start", o.trim(), TICTACTOE_STARTS));
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -130,7 +143,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${env === "tictactoe" ? `, opponents ${a.opponent}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${env === "tictactoe" ? `, opponents ${a.opponent}, starts ${a.start}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -140,6 +153,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         groupsPerStep: K,
         groupSize: G,
         opponents,
+        starts,
         scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
         model: model.getInferenceName(),
         temperature,
