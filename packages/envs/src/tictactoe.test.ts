@@ -52,14 +52,12 @@ describe("tic-tac-toe decision openings", () => {
       for (const t of g.opening) {
         const cell = parseTicTacToeMove(t.reply)!;
         expect(g.board[cell]).toBe(g.agent);
-        expect(
-          t.board
-            .split("\n")
-            .slice(1)
-            .join(" ")
-            .split(" ")
-            .filter((c) => c === ".").length,
-        ).toBeGreaterThan(0);
+        // ... and each is the first empty cell of the board it was made on (the transcripts' player's habit).
+        const shown = t.board
+          .split("\n")
+          .slice(1)
+          .flatMap((row) => row.slice(2).split(" "));
+        expect(cell).toBe(shown.indexOf("."));
       }
       expect(newTicTacToe({ seed, start: "decision" }).board).toEqual(g.board); // seeded
     }

@@ -50,10 +50,11 @@ export interface TicTacToeOptions {
   /** Default: a uniformly random empty cell. */
   opponent?: Opponent;
   /**
-   * Where the game starts. "empty" (default): an empty board (x moves first). "decision": both sides first play
-   * random legal moves (the agent's shown as its earlier turns) until the agent faces a decision, a line of its own
-   * to complete or the opponent's to block; a training curriculum that puts every game's first sampled move where a
-   * move matters. Evaluation always starts empty.
+   * Where the game starts. "empty" (default): an empty board (x moves first). "decision": an opening is played
+   * first, the opponent's moves random and the agent's the first empty cell (the pretraining transcripts' player's
+   * habit, shown as the agent's earlier turns), until the agent faces a decision: a line of its own to complete or
+   * the opponent's to block. A training curriculum that puts every game's first sampled move where a move matters,
+   * on boards like the ones the agent's own games reach. Evaluation always starts empty.
    */
   start?: TicTacToeStart;
 }
@@ -122,9 +123,8 @@ export function newTicTacToe(opts: TicTacToeOptions): TicTacToeGame {
 }
 
 /**
- * Random legal moves for both sides from the empty board (x first) until the agent is to move and either side has
- * a line to complete; an opening that ends the game first is drawn again (a few tries at most: most random games
- * reach such a position).
+ * From the empty board (x first), the opponent's random moves and the agent's first empty cell, until the agent is
+ * to move and either side has a line to complete; an opening that ends the game first is drawn again.
  */
 function playDecisionOpening(game: TicTacToeGame): void {
   for (let attempt = 0; attempt < 1000; attempt++) {
@@ -138,7 +138,7 @@ function playDecisionOpening(game: TicTacToeGame): void {
         return;
       }
       const empty = emptyCells(board);
-      const cell = empty[game.rng.int(empty.length)];
+      const cell = toMove === game.agent ? empty[0] : empty[game.rng.int(empty.length)];
       if (toMove === game.agent)
         opening.push({ board: renderTicTacToe(board), reply: `<move>${cellName(cell)}</move>` });
       board[cell] = toMove;
