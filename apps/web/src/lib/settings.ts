@@ -93,7 +93,7 @@ export function defaultDraft(): SettingsDraft {
     userPrompt: "You are a user who asked the assistant for help. Reply in one or two sentences, as that user would.",
     valEvery: "5",
     // npm run train's defaults: the recipe measured to teach tic-tac-toe (models/README.md).
-    steps: "120",
+    steps: String(GAMES.tictactoe.train.steps),
     groupSize: "8",
     groupsPerStep: "4",
     learningRate: "1e-3",
@@ -101,8 +101,8 @@ export function defaultDraft(): SettingsDraft {
     seed: "1",
     maxTokens: defaultMaxTokens("tictactoe"),
     temperature: "1",
-    opponents: "random",
-    starts: "empty",
+    opponents: (GAMES.tictactoe.train.opponents ?? ["random"]).join(","),
+    starts: (GAMES.tictactoe.train.starts ?? ["empty"]).join(","),
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
 }

@@ -30,7 +30,7 @@ export const TRAIN = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     steps: {
       arg: "N",
-      help: "train until this step (default 120 for tic-tac-toe: ~28 min on 2 CPU cores; 250 for 2048; 30 for email)",
+      help: "train until this step (default 130 for tic-tac-toe: ~27 min on 2 CPU cores; 250 for 2048; 30 for email)",
     },
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
     "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
@@ -56,13 +56,11 @@ export const TRAIN = {
     temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
     opponent: {
       arg: "LIST",
-      default: "random",
-      help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(e.g. random,winning; eval always plays random)`,
+      help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(default random,winning; eval always plays random)`,
     },
     start: {
       arg: "LIST",
-      default: "empty",
-      help: "where tic-tac-toe games start, one per group in turn: empty, or decision (a random opening\nup to a win to take or a threat to block; e.g. empty,decision; eval always starts empty)",
+      help: "where tic-tac-toe games start, one per group in turn: empty, or decision (an opening up to\na win to take or a threat to block; default decision; eval always starts empty)",
     },
     scenarios: {
       arg: "shared|independent",
@@ -97,8 +95,10 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
-  const opponents = a.opponent.split(",").map((o) => oneOf("opponent", o.trim(), OPPONENT_NAMES));
-  const starts = a.start.split(",").map((o) => oneOf("start", o.trim(), TICTACTOE_STARTS));
+  const opponent = a.opponent ?? (game.train.opponents ?? ["random"]).join(",");
+  const start = a.start ?? (game.train.starts ?? ["empty"]).join(",");
+  const opponents = opponent.split(",").map((o) => oneOf("opponent", o.trim(), OPPONENT_NAMES));
+  const starts = start.split(",").map((o) => oneOf("start", o.trim(), TICTACTOE_STARTS));
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -143,7 +143,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${env === "tictactoe" ? `, opponents ${a.opponent}, starts ${a.start}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
