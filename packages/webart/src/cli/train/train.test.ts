@@ -82,10 +82,13 @@ describe("webart train / eval", () => {
       "--judge-api-key-env",
       "WEBART_TEST_JUDGE_KEY",
       ...tiny,
-      // The embedded model plays almost deterministically at temperature 1; at 2 a group's two games differ,
-      // so the judge sees both (identical trajectories are judged once).
+      // The embedded model plays almost deterministically at temperature 1; at 2 a group's games differ, so the
+      // judge sees more than one (identical trajectories are judged once). Two unseeded games sometimes still came
+      // out the same (a group with nothing to learn), so a group here has four.
       "--temperature",
       "2",
+      "--group-size",
+      "4",
     ]);
     expect(code).toBe(0);
     expect(judge.requests.length).toBeGreaterThanOrEqual(4);
