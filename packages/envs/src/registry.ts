@@ -16,7 +16,7 @@ export interface GameScenario {
   seed: number;
   /** Tic-tac-toe's opponent (default random); the others have none. */
   opponent?: TicTacToeOpponentName;
-  /** Where a tic-tac-toe game starts (default empty; "decision": a random opening up to a move that matters). */
+  /** Where a tic-tac-toe game starts (default empty; "decision": an opening up to a move that matters). */
   start?: TicTacToeStart;
   /**
    * The email env's scenarios: training's (default) or the held-out evaluation ones, `seed` being the index within
@@ -114,27 +114,22 @@ export function gameByName(name: string): Game {
   return GAMES[name as GameName];
 }
 
-/** Opponents from a comma-separated list ("random,winning"), or an error naming the bad one and the choices. */
-export function parseOpponents(list: string): TicTacToeOpponentName[] {
+/** Names from a comma-separated list, or an error naming the bad one and the choices. */
+function parseNames<T extends string>(what: string, list: string, choices: readonly T[]): T[] {
   return list.split(",").map((o) => {
     const name = o.trim();
-    if (!(name in TICTACTOE_OPPONENTS))
-      throw new Error(
-        `opponent ${JSON.stringify(name)} is not known (available: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")})`,
-      );
-    return name as TicTacToeOpponentName;
+    if (!(choices as readonly string[]).includes(name))
+      throw new Error(`${what} ${JSON.stringify(name)} is not known (available: ${choices.join(", ")})`);
+    return name as T;
   });
 }
 
-/** Starts from a comma-separated list ("empty,decision"), or an error naming the bad one and the choices. */
-export function parseStarts(list: string): TicTacToeStart[] {
-  return list.split(",").map((o) => {
-    const name = o.trim();
-    if (!(TICTACTOE_STARTS as readonly string[]).includes(name))
-      throw new Error(`start ${JSON.stringify(name)} is not known (available: ${TICTACTOE_STARTS.join(", ")})`);
-    return name as TicTacToeStart;
-  });
-}
+/** Opponents from a comma-separated list ("random,winning"). */
+export const parseOpponents = (list: string): TicTacToeOpponentName[] =>
+  parseNames("opponent", list, Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[]);
+
+/** Starts from a comma-separated list ("empty,decision"). */
+export const parseStarts = (list: string): TicTacToeStart[] => parseNames("start", list, TICTACTOE_STARTS);
 
 export interface StepScenarios {
   /** The run's seed. */
