@@ -53,6 +53,12 @@ describe("TrainConfig", () => {
     expect(() => resolveTrainConfig({ maxHistoriesPerTrajectory: -1 })).toThrow(
       /maxHistoriesPerTrajectory: must be >= 0/,
     );
+    expect(resolveTrainConfig().anchorContextTurns).toBe(false);
+    expect(resolveTrainConfig({ anchorContextTurns: true, beta: 0.05 }).anchorContextTurns).toBe(true);
+    expect(() => resolveTrainConfig({ anchorContextTurns: true })).toThrow(/anchorContextTurns: .*set beta > 0/);
+    expect(() => resolveTrainConfig({ anchorContextTurns: true, beta: 0.1, importanceSampling: "sequence" })).toThrow(
+      /anchorContextTurns: needs importanceSampling "token"/,
+    );
   });
 });
 

@@ -225,3 +225,53 @@ describe("the trained mask of a tool conversation", () => {
     });
   });
 });
+
+describe("context turns the model did not sample", () => {
+  it("are anchored exactly: the plain assistant turn's tokens through its end of turn, nothing trained", async () => {
+    const dir = await tempDir("webart-anchor-");
+    try {
+      await cp(join(import.meta.dirname, "../../../../models/webart-tiny"), join(dir, "tiny"), { recursive: true });
+      const engine = await Engine.load(join(dir, "tiny"), { name: "tiny", kvSlots: 2, tune: false });
+      try {
+        const tok = engine.tokenizer;
+        const text = (ids: number[]) => tok.decode(ids, { skipSpecialTokens: false });
+        // A scripted opening (as tic-tac-toe's decision start shows it), then a turn sampled for real.
+        const messages: ChatCompletionMessageParam[] = [
+          { role: "system", content: "You play x." },
+          { role: "user", content: "  1 2 3\nA . . .\nB . . .\nC . . ." },
+          { role: "assistant", content: "<move>A1</move>" },
+          { role: "user", content: "  1 2 3\nA x . .\nB . o .\nC . . ." },
+        ];
+        const r = await engine.openaiClient().chat.completions.create({
+          model: "tiny",
+          messages,
+          max_tokens: 12,
+          temperature: 1,
+          seed: 3,
+          logprobs: true,
+        });
+        const c = r.choices[0] as SampledChoice;
+        const t = new Trajectory({ messagesAndChoices: [...messages, c], reward: 1 });
+        const [q, ...rest] = t.histories().flatMap((h) => tokenizeHistory(tok, h));
+        expect(rest).toEqual([]);
+        const anchored = [...q.anchor.keys()].filter((i) => q.anchor[i]);
+        // One contiguous run: the opening move and its end of turn, right after the first assistant header.
+        expect(anchored.at(-1)! - anchored[0] + 1).toBe(anchored.length);
+        expect(text(q.ids.slice(anchored[0], anchored.at(-1)! + 1)).trim()).toBe("<move>A1</move><|im_end|>");
+        expect(text(q.ids.slice(0, anchored[0])).endsWith("<|im_start|>assistant\n")).toBe(true);
+        expect(text(q.ids.slice(0, anchored[0]))).not.toContain("A x");
+        // Never a trained token, and the trained tokens are still exactly the sample.
+        q.mask.forEach((m, i) => expect(m && q.anchor[i]).toBe(0));
+        expect(q.ids.filter((_, i) => q.mask[i])).toEqual(c.token_ids);
+        // A history with no plain assistant turn anchors nothing.
+        const plain = new Trajectory({ messagesAndChoices: [messages[0], messages[1], c], reward: 1 });
+        for (const s of plain.histories().flatMap((h) => tokenizeHistory(tok, h)))
+          expect(s.anchor.every((a) => a === 0)).toBe(true);
+      } finally {
+        await engine.close();
+      }
+    } finally {
+      await removeDir(dir);
+    }
+  });
+});

@@ -20,6 +20,12 @@ export interface TokenizedHistory {
   /** The sampler's logprob for masked tokens (NaN elsewhere). */
   oldLogprobs: Float32Array;
   trainableTokens: number;
+  /**
+   * 1 on the tokens of assistant turns in the context that this model did not sample (plain assistant messages: a
+   * scripted opening, few-shot turns), through their end-of-turn token; 0 elsewhere. Never trained by the policy
+   * loss; with TrainConfig.anchorContextTurns the KL term holds them to the base model.
+   */
+  anchor: Uint8Array;
 }
 
 interface Building {
@@ -28,13 +34,45 @@ interface Building {
   old: number[];
 }
 
-function finish(b: Building): TokenizedHistory {
+function finish(b: Building, spans: Span[]): TokenizedHistory {
+  const anchor = new Uint8Array(b.ids.length);
+  // A span counts only where the sequence holds the same tokens from its start (a sequence starts at the
+  // template's start; a later one may render earlier turns differently).
+  for (const { start, ids } of spans)
+    if (ids.length <= b.ids.length && ids.every((id, k) => b.ids[k] === id)) anchor.fill(1, start, ids.length);
+  for (let k = 0; k < anchor.length; k++) if (b.mask[k]) anchor[k] = 0;
   return {
     ids: b.ids,
     mask: Uint8Array.from(b.mask),
     oldLogprobs: Float32Array.from(b.old),
     trainableTokens: b.mask.reduce((a, x) => a + x, 0),
+    anchor,
   };
+}
+
+/**
+ * Where each plain assistant message's turn sits in the rendered conversation: from the end of the prompt that
+ * precedes it (the template up to it, with the generation prompt) to the end of the template rendered through it.
+ * A turn whose rendering does not extend its prompt's tokens (a template that re-renders it) is left out.
+ */
+function contextTurnSpans(tok: ChatTokenizer, messages: Message[], h: History): Span[] {
+  const spans: Span[] = [];
+  h.messagesAndChoices.forEach((m, j) => {
+    if (isChoice(m) || (m as Message).role !== "assistant") return;
+    const before = promptIds(tok, messages, j, h.tools);
+    const through = tok.encode(tok.applyChatTemplate(messages.slice(0, j + 1), { tools: h.tools }), {
+      addSpecialTokens: false,
+    });
+    if (through.length > before.length && before.every((id, k) => through[k] === id))
+      spans.push({ start: before.length, ids: through });
+  });
+  return spans;
+}
+
+/** A context turn: its first token's position, and the template's tokens through its end. */
+interface Span {
+  start: number;
+  ids: number[];
 }
 
 /** The prompt the engine saw for turn i of a history: the chat template up to it with the generation prompt. */
@@ -49,12 +87,14 @@ export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistor
   const out: TokenizedHistory[] = [];
   const messages: Message[] = h.messagesAndChoices.map((m) => (isChoice(m) ? choiceToMessage(m) : m));
   let cur: Building | null = null;
+  const hasContextTurns = h.messagesAndChoices.some((m) => !isChoice(m) && (m as Message).role === "assistant");
+  const spans = hasContextTurns ? contextTurnSpans(tok, messages, h) : [];
   h.messagesAndChoices.forEach((m, i) => {
     if (!isTrainableChoice(m) || !isChoice(m)) return;
     const ctx = promptIds(tok, messages, i, h.tools);
     const extends_ = cur !== null && ctx.length >= cur.ids.length && cur.ids.every((id, k) => ctx[k] === id);
     if (!extends_) {
-      if (cur) out.push(finish(cur));
+      if (cur) out.push(finish(cur, spans));
       cur = { ids: [], mask: [], old: [] };
     }
     const b = cur!;
@@ -69,6 +109,6 @@ export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistor
       b.old.push(m.token_logprobs![k]);
     });
   });
-  if (cur) out.push(finish(cur));
+  if (cur) out.push(finish(cur, spans));
   return out;
 }

@@ -42,6 +42,14 @@ export interface TrainConfig {
    * episode) is always kept, the others are a seeded uniform sample, the same on a rerun of the step.
    */
   maxHistoriesPerTrajectory: number;
+  /**
+   * Hold the assistant turns that sit in a trajectory's context without being sampled by this model (plain
+   * assistant messages: a scripted opening such as tic-tac-toe's `start: "decision"`, few-shot turns) to the base
+   * model with the KL term: their tokens get the k3 penalty at coefficient beta and no advantage. The policy never
+   * samples those positions, so nothing else keeps its adapter from drifting there. Needs beta > 0 and per-token
+   * importance sampling.
+   */
+  anchorContextTurns: boolean;
 }
 
 export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
@@ -62,6 +70,7 @@ export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
   recompute: "auto",
   drGrpoMaxTokens: 0,
   maxHistoriesPerTrajectory: 0,
+  anchorContextTurns: false,
 });
 
 const CHOICES: Partial<Record<keyof TrainConfig, readonly string[]>> = {
@@ -107,6 +116,14 @@ export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainCon
     "maxHistoriesPerTrajectory",
   ] as const)
     if (out[k] < 0) throw new Error(`TrainConfig.${k}: must be >= 0, got ${out[k]}`);
+  if (out.anchorContextTurns && !(out.beta > 0))
+    throw new Error(
+      `TrainConfig.anchorContextTurns: the context turns are held by the KL term, which beta ${out.beta} switches off: set beta > 0`,
+    );
+  if (out.anchorContextTurns && out.importanceSampling !== "token")
+    throw new Error(
+      `TrainConfig.anchorContextTurns: needs importanceSampling "token", got "${out.importanceSampling}"`,
+    );
   for (const k of ["adamBeta1", "adamBeta2"] as const)
     if (!(out[k] >= 0 && out[k] < 1)) throw new Error(`TrainConfig.${k}: must be in [0, 1), got ${out[k]}`);
   return out;

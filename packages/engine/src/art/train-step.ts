@@ -49,6 +49,7 @@ export function stepSequences(
           ids: tk.ids,
           mask: tk.mask,
           oldLogprobs: tk.oldLogprobs,
+          ...(cfg.anchorContextTurns ? { anchor: tk.anchor } : {}),
           advantage: a,
           coef: 0,
           n: tk.trainableTokens,

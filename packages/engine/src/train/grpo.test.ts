@@ -178,6 +178,34 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     expect(Math.abs(r.kl - v.kl) / v.kl).toBeLessThan(1e-3);
   });
 
+  it("anchored context positions add the KL term alone (advantage 0), and nothing when beta is 0", async () => {
+    const v = ctx.reference.variants.art as Variant;
+    const base = sequences(ctx.inputs, v, true);
+    // Anchor every untrained position but the first (it predicts nothing).
+    const anchor = base.map((s) => Array.from(s.mask, (m, t) => (t > 0 && !m ? 1 : 0)));
+    const anchored = base.map((s, i) => ({ ...s, anchor: anchor[i] }));
+    const klOnly = base.map((s, i) => ({ ...s, mask: anchor[i], advantage: 0 }));
+    const opts = options(v, 4096);
+    const sum = new Map<string, Float32Array>();
+    const add = (g: Map<string, Float32Array>) =>
+      g.forEach((x, k) => sum.set(k, sum.has(k) ? sum.get(k)!.map((y, i) => y + x[i]) : x));
+    const pg = await accumulateGradients(ctx.model, base, opts);
+    add(await gradsByName(ctx.model));
+    const kl = await accumulateGradients(ctx.model, klOnly, opts);
+    add(await gradsByName(ctx.model));
+    const both = await accumulateGradients(ctx.model, anchored, opts);
+    expect(kl.kl).toBeGreaterThan(0);
+    expect(worstRelErr(await gradsByName(ctx.model), sum).err).toBeLessThan(1e-4);
+    expect(Math.abs(both.kl - pg.kl - kl.kl)).toBeLessThan(1e-5 * (pg.kl + kl.kl));
+    expect(Math.abs(both.policyLoss - pg.policyLoss)).toBeLessThan(1e-6 + 1e-5 * Math.abs(pg.policyLoss));
+    expect(both.trainedTokens).toBe(pg.trainedTokens);
+    // beta 0: the anchors weigh nothing.
+    await accumulateGradients(ctx.model, base, { ...opts, beta: 0 });
+    const g0 = await gradsByName(ctx.model);
+    await accumulateGradients(ctx.model, anchored, { ...opts, beta: 0 });
+    expect(worstRelErr(await gradsByName(ctx.model), g0).err).toBe(0);
+  });
+
   it.each(["art", "gspo"])("%s: activation recompute gives the gradients of keeping every activation", async (name) => {
     const v = ctx.reference.variants[name] as Variant;
     const kept = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));

@@ -29,6 +29,11 @@ export interface TrainSequence {
   advantage: number;
   /** Loss coefficient c of each trained token (the normalisation of the loss type). */
   coef: number;
+  /**
+   * 1 at positions held to the reference by the KL term alone (advantage 0, coefficient `coef`): context turns the
+   * model did not sample. Used only when beta > 0 and the ratio is per token; never counted as trained.
+   */
+  anchor?: ArrayLike<number>;
 }
 
 export interface GrpoOptions {
@@ -104,7 +109,15 @@ export async function accumulateGradients(
   const chunk = Math.min(o.vocabChunk ?? 8192, model.config.vocabSize);
   let dispatches = 0;
   for (const [i, idx] of batches.entries())
-    dispatches += await microBatchGradient(model, packMicroBatch(seqs, idx), rows, out, o, chunk, i > 0);
+    dispatches += await microBatchGradient(
+      model,
+      packMicroBatch(seqs, idx, o.beta > 0 && o.level === "token"),
+      rows,
+      out,
+      o,
+      chunk,
+      i > 0,
+    );
   return readMetrics(model, seqs, rows, out, batches.length, dispatches);
 }
 
@@ -177,7 +190,7 @@ interface PackedBatch {
 }
 
 /** Pack micro-batches: the sequences `idx` padded to their longest, each row with its target and loss terms. */
-function packMicroBatch(seqs: TrainSequence[], idx: number[]): PackedBatch {
+function packMicroBatch(seqs: TrainSequence[], idx: number[], anchors: boolean): PackedBatch {
   const B = idx.length;
   const T = Math.max(...idx.map((i) => seqs[i].ids.length));
   const N = B * T;
@@ -206,8 +219,10 @@ function packMicroBatch(seqs: TrainSequence[], idx: number[]): PackedBatch {
       p.ids[r] = s.ids[t];
       if (t + 1 < L) {
         p.targets[r] = s.ids[t + 1];
-        p.weight[r] = (s.mask[t + 1] ? 1 : 0) * s.coef;
-        p.adv[r] = s.advantage;
+        const trained = s.mask[t + 1] ? 1 : 0;
+        const held = !trained && anchors && s.anchor?.[t + 1] ? 1 : 0;
+        p.weight[r] = (trained + held) * s.coef;
+        p.adv[r] = trained ? s.advantage : 0;
         p.old[r] = s.oldLogprobs[t + 1];
         if (s.refLogprobs) p.ref[r] = s.refLogprobs[t + 1];
         else p.haveRef = false;

@@ -35,6 +35,15 @@ export const TRAIN = {
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
     "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
+    beta: {
+      arg: "X",
+      default: "0",
+      help: "KL penalty toward the base model (0: none, as ART; then no reference pass)",
+    },
+    "anchor-context": {
+      flag: true,
+      help: "hold the assistant turns the model did not sample (a --start decision opening) to the base\nmodel with the KL term; needs --beta > 0",
+    },
     model: {
       arg: "DIR|URL|ID",
       help: "base model: folder, URL or Hugging Face id (default: the embedded webart-tiny, or webart-tools for email)",
@@ -89,6 +98,9 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const G = num("group-size", a["group-size"] ?? String(game.train.groupSize), { int: true, min: 2 });
   const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
   const lr = num("lr", a.lr, { min: 0 });
+  const beta = num("beta", a.beta, { min: 0 });
+  if (a["anchor-context"] && !(beta > 0))
+    throw new UsageError("--anchor-context needs --beta > 0 (the KL term holds the turns)");
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
@@ -143,7 +155,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${beta > 0 ? `, beta ${beta}${a["anchor-context"] ? " (context turns held)" : ""}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -164,7 +176,12 @@ export async function trainCommand(argv: string[]): Promise<number> {
       const all = groups.flatMap((g) => g.trajectories);
       const summary = game.summarize(all);
       const score = game.score(all);
-      const r = await model.train(groups, { learningRate: lr, maxHistoriesPerTrajectory: maxHistories });
+      const r = await model.train(groups, {
+        learningRate: lr,
+        maxHistoriesPerTrajectory: maxHistories,
+        beta,
+        anchorContextTurns: !!a["anchor-context"],
+      });
       step = r.step;
       const m = r.metrics;
       const point: Point = { step, reward: m.reward, score };
