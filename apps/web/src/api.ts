@@ -47,6 +47,9 @@ export interface TrainSettings {
   groupSize: number;
   groupsPerStep: number;
   learningRate: number;
+  /** KL penalty toward the base model; it also holds the turns the model does not sample (a decision start's
+   *  opening). Runs saved before this setting lack it: 0. */
+  beta?: number;
   loraRank: number;
   seed: number;
   /** Tokens the model may write per move. */

@@ -50,6 +50,8 @@ export interface Game {
     groupsPerStep: number;
     opponents?: readonly TicTacToeOpponentName[];
     starts?: readonly TicTacToeStart[];
+    /** KL penalty toward the base model (default 0); it also holds the turns a run does not sample (an opening). */
+    beta?: number;
   };
 }
 

@@ -38,6 +38,7 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ["groupSize", "Group size", "games per scenario"],
   ["groupsPerStep", "Groups per step"],
   ["learningRate", "Learning rate"],
+  ["beta", "KL penalty (beta)", "toward the base model; it also holds a decision start's opening (0: none)"],
   ["loraRank", "LoRA rank"],
   ["seed", "Seed"],
   ["maxTokens", "Max tokens per move"],

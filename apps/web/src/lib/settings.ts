@@ -36,6 +36,8 @@ export interface SettingsDraft {
   groupSize: string;
   groupsPerStep: string;
   learningRate: string;
+  /** KL penalty toward the base model. */
+  beta: string;
   loraRank: string;
   seed: string;
   maxTokens: string;
@@ -97,6 +99,7 @@ export function defaultDraft(): SettingsDraft {
     groupSize: "8",
     groupsPerStep: "4",
     learningRate: "1e-3",
+    beta: String(GAMES.tictactoe.train.beta ?? 0),
     loraRank: "8",
     seed: "1",
     maxTokens: defaultMaxTokens("tictactoe"),
@@ -138,6 +141,9 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const groupSize = int(d.groupSize, "Group size", 2, 32, errors, "groupSize");
   const groupsPerStep = int(d.groupsPerStep, "Groups per step", 1, 16, errors, "groupsPerStep");
   const learningRate = real(d.learningRate, "Learning rate", 0, 1, errors, "learningRate");
+  const beta = Number(d.beta.trim());
+  if (d.beta.trim() === "" || !(beta >= 0 && beta <= 10))
+    errors.beta = "KL penalty (beta) must be a number from 0 (none) to 10 (e.g. 0.05)";
   const loraRank = int(d.loraRank, "LoRA rank", 1, 256, errors, "loraRank");
   const seed = int(d.seed, "Seed", 0, 2 ** 31 - 1, errors, "seed");
   const maxTokens = int(d.maxTokens, "Max tokens per move", 1, 512, errors, "maxTokens");
@@ -182,6 +188,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       groupSize,
       groupsPerStep,
       learningRate,
+      beta,
       loraRank,
       seed,
       maxTokens,
@@ -264,6 +271,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     groupSize: String(s.groupSize),
     groupsPerStep: String(s.groupsPerStep),
     learningRate: String(s.learningRate),
+    beta: String(s.beta ?? 0),
     loraRank: String(s.loraRank),
     seed: String(s.seed),
     maxTokens: String(s.maxTokens),

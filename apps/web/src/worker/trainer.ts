@@ -368,7 +368,13 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       const groups = await rollouts(s, step, apiKey);
       if (control.stop) return end("stopped");
       emit({ type: "phase", run: name, phase: "training", step: step + 1 });
-      const res = await s.model.train(groups, { learningRate: meta.settings.learningRate });
+      const beta = meta.settings.beta ?? 0;
+      // The turns a run never samples (a decision start's opening) drift unless the KL term holds them too.
+      const res = await s.model.train(groups, {
+        learningRate: meta.settings.learningRate,
+        beta,
+        anchorContextTurns: beta > 0,
+      });
       const env = envRow(res.step, groups);
       step = res.step;
       const c = meta.settings.custom;

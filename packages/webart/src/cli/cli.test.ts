@@ -68,7 +68,7 @@ describe("webart", () => {
     ["train", ["--memory-budget", "lots"], '--memory-budget "lots" is not a size'],
     ["train", ["--env", "chess"], '--env "chess": expected tictactoe, 2048 or email'],
     ["train", ["--group-size"], "--group-size needs a value"],
-    ["train", ["--anchor-context"], "--anchor-context needs --beta > 0 (the KL term holds the turns)"],
+    ["train", ["--beta", "strong"], '--beta "strong": expected a number >= 0'],
     ["eval", ["--games", "1.5"], '--games "1.5": expected an integer >= 1'],
     ["eval", ["--checkpoint", "last"], '--checkpoint "last": expected a step number, latest or none'],
     ["serve", ["--port", "70000"], '--port "70000": expected an integer in [0, 65535]'],

@@ -37,12 +37,7 @@ export const TRAIN = {
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
     beta: {
       arg: "X",
-      default: "0",
-      help: "KL penalty toward the base model (0: none, as ART; then no reference pass)",
-    },
-    "anchor-context": {
-      flag: true,
-      help: "hold the assistant turns the model did not sample (a --start decision opening) to the base\nmodel with the KL term; needs --beta > 0",
+      help: "KL penalty toward the base model, on the sampled tokens and on the assistant turns the model\ndid not sample (a --start decision opening) (default 0: none, as ART; then no reference pass)",
     },
     model: {
       arg: "DIR|URL|ID",
@@ -98,9 +93,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const G = num("group-size", a["group-size"] ?? String(game.train.groupSize), { int: true, min: 2 });
   const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
   const lr = num("lr", a.lr, { min: 0 });
-  const beta = num("beta", a.beta, { min: 0 });
-  if (a["anchor-context"] && !(beta > 0))
-    throw new UsageError("--anchor-context needs --beta > 0 (the KL term holds the turns)");
+  const beta = num("beta", a.beta ?? String(game.train.beta ?? 0), { min: 0 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
@@ -155,7 +148,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${beta > 0 ? `, beta ${beta}${a["anchor-context"] ? " (context turns held)" : ""}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -180,7 +173,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
         learningRate: lr,
         maxHistoriesPerTrajectory: maxHistories,
         beta,
-        anchorContextTurns: !!a["anchor-context"],
+        // The turns a run never samples (a scripted opening) drift unless the KL term holds them too.
+        anchorContextTurns: beta > 0,
       });
       step = r.step;
       const m = r.metrics;

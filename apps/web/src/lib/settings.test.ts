@@ -1,0 +1,22 @@
+// The training form's defaults are `npm run train`'s recipe, and its fields are checked by name.
+import { expect, it } from "vitest";
+import { GAMES } from "webart/envs";
+import { defaultDraft, draftFrom, validate } from "./settings.ts";
+
+it("defaults to the CLI's tic-tac-toe recipe, and round-trips through a saved run's settings", () => {
+  const d = defaultDraft();
+  const { settings, errors } = validate(d);
+  expect(errors).toEqual({});
+  expect(settings!.steps).toBe(GAMES.tictactoe.train.steps);
+  expect(settings!.opponents).toBe((GAMES.tictactoe.train.opponents ?? ["random"]).join(","));
+  expect(settings!.starts).toBe((GAMES.tictactoe.train.starts ?? ["empty"]).join(","));
+  expect(settings!.beta).toBe(GAMES.tictactoe.train.beta ?? 0);
+  expect(validate(draftFrom("again", settings!, d)).settings).toEqual(settings);
+});
+
+it("takes a KL penalty from 0 (none) and names the field when it is not one", () => {
+  expect(validate({ ...defaultDraft(), beta: "0" }).settings!.beta).toBe(0);
+  expect(validate({ ...defaultDraft(), beta: "0.05" }).settings!.beta).toBe(0.05);
+  for (const bad of ["-0.1", "", "strong", "11"])
+    expect(validate({ ...defaultDraft(), beta: bad }).errors.beta).toMatch(/KL penalty \(beta\) must be a number/);
+});
