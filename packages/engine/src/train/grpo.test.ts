@@ -199,6 +199,7 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     expect(Math.abs(both.kl - pg.kl - kl.kl)).toBeLessThan(1e-5 * (pg.kl + kl.kl));
     expect(Math.abs(both.policyLoss - pg.policyLoss)).toBeLessThan(1e-6 + 1e-5 * Math.abs(pg.policyLoss));
     expect(both.trainedTokens).toBe(pg.trainedTokens);
+    expect(both.clipFraction).toBeCloseTo(pg.clipFraction, 6);
     // beta 0: the anchors weigh nothing.
     await accumulateGradients(ctx.model, base, { ...opts, beta: 0 });
     const g0 = await gradsByName(ctx.model);

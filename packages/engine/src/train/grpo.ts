@@ -407,7 +407,9 @@ async function readMetrics(
     loss: t[GRPO_TOTALS.loss],
     policyLoss: t[GRPO_TOTALS.policy],
     kl: t[GRPO_TOTALS.kl],
-    clipFraction: t[GRPO_TOTALS.clipFraction],
+    // The kernel counts anchored rows (KL only, advantage 0: never clipped) as masked; the fraction is of trained tokens.
+    clipFraction:
+      trained && t[GRPO_TOTALS.masked] > trained ? t[GRPO_TOTALS.clipped] / trained : t[GRPO_TOTALS.clipFraction],
     entropy: trained ? entSum / trained : 0,
     trainedTokens: trained,
     microBatches,
