@@ -47,7 +47,7 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   [
     "starts",
     "Starts (tic-tac-toe)",
-    "one per group in turn: empty, or decision (a random opening up to a move that matters)",
+    "one per group in turn: empty, or decision (an opening up to a move that matters; hold it with beta > 0)",
   ],
   ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
