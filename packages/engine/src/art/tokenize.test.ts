@@ -252,21 +252,22 @@ describe("context turns the model did not sample", () => {
         });
         const c = r.choices[0] as SampledChoice;
         const t = new Trajectory({ messagesAndChoices: [...messages, c], reward: 1 });
-        const [q, ...rest] = t.histories().flatMap((h) => tokenizeHistory(tok, h));
+        const [q, ...rest] = t.histories().flatMap((h) => tokenizeHistory(tok, h, { anchors: true }));
         expect(rest).toEqual([]);
-        const anchored = [...q.anchor.keys()].filter((i) => q.anchor[i]);
+        const anchor = q.anchor!;
+        const anchored = [...anchor.keys()].filter((i) => anchor[i]);
         // One contiguous run: the opening move and its end of turn, right after the first assistant header.
         expect(anchored.at(-1)! - anchored[0] + 1).toBe(anchored.length);
         expect(text(q.ids.slice(anchored[0], anchored.at(-1)! + 1)).trim()).toBe("<move>A1</move><|im_end|>");
         expect(text(q.ids.slice(0, anchored[0])).endsWith("<|im_start|>assistant\n")).toBe(true);
         expect(text(q.ids.slice(0, anchored[0]))).not.toContain("A x");
         // Never a trained token, and the trained tokens are still exactly the sample.
-        q.mask.forEach((m, i) => expect(m && q.anchor[i]).toBe(0));
+        q.mask.forEach((m, i) => expect(m && anchor[i]).toBe(0));
         expect(q.ids.filter((_, i) => q.mask[i])).toEqual(c.token_ids);
         // A history with no plain assistant turn anchors nothing.
         const plain = new Trajectory({ messagesAndChoices: [messages[0], messages[1], c], reward: 1 });
-        for (const s of plain.histories().flatMap((h) => tokenizeHistory(tok, h)))
-          expect(s.anchor.every((a) => a === 0)).toBe(true);
+        for (const s of plain.histories().flatMap((h) => tokenizeHistory(tok, h, { anchors: true })))
+          expect(s.anchor!.every((a) => a === 0)).toBe(true);
       } finally {
         await engine.close();
       }

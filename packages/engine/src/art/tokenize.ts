@@ -23,9 +23,9 @@ export interface TokenizedHistory {
   /**
    * 1 on the tokens of assistant turns in the context that this model did not sample (plain assistant messages: a
    * scripted opening, few-shot turns), through their end-of-turn token; 0 elsewhere. Never trained by the policy
-   * loss; with TrainConfig.anchorContextTurns the KL term holds them to the base model.
+   * loss; with TrainConfig.anchorContextTurns the KL term holds them to the base model. Only when asked for.
    */
-  anchor: Uint8Array;
+  anchor?: Uint8Array;
 }
 
 interface Building {
@@ -34,20 +34,21 @@ interface Building {
   old: number[];
 }
 
-function finish(b: Building, spans: Span[]): TokenizedHistory {
+function finish(b: Building, spans: Span[] | undefined): TokenizedHistory {
+  const out: TokenizedHistory = {
+    ids: b.ids,
+    mask: Uint8Array.from(b.mask),
+    oldLogprobs: Float32Array.from(b.old),
+    trainableTokens: b.mask.reduce((a, x) => a + x, 0),
+  };
+  if (!spans) return out;
   const anchor = new Uint8Array(b.ids.length);
   // A span counts only where the sequence holds the same tokens from its start (a sequence starts at the
   // template's start; a later one may render earlier turns differently).
   for (const { start, ids } of spans)
     if (ids.length <= b.ids.length && ids.every((id, k) => b.ids[k] === id)) anchor.fill(1, start, ids.length);
   for (let k = 0; k < anchor.length; k++) if (b.mask[k]) anchor[k] = 0;
-  return {
-    ids: b.ids,
-    mask: Uint8Array.from(b.mask),
-    oldLogprobs: Float32Array.from(b.old),
-    trainableTokens: b.mask.reduce((a, x) => a + x, 0),
-    anchor,
-  };
+  return { ...out, anchor };
 }
 
 /**
@@ -83,12 +84,15 @@ export function promptIds(tok: ChatTokenizer, messages: Message[], i: number, to
 }
 
 /** The training sequences of one history (usually one; empty when nothing in it was sampled here). */
-export function tokenizeHistory(tok: ChatTokenizer, h: History): TokenizedHistory[] {
+export function tokenizeHistory(
+  tok: ChatTokenizer,
+  h: History,
+  opts: { /** Also mark the context turns the model did not sample (`anchor`). */ anchors?: boolean } = {},
+): TokenizedHistory[] {
   const out: TokenizedHistory[] = [];
   const messages: Message[] = h.messagesAndChoices.map((m) => (isChoice(m) ? choiceToMessage(m) : m));
   let cur: Building | null = null;
-  const hasContextTurns = h.messagesAndChoices.some((m) => !isChoice(m) && (m as Message).role === "assistant");
-  const spans = hasContextTurns ? contextTurnSpans(tok, messages, h) : [];
+  const spans = opts.anchors ? contextTurnSpans(tok, messages, h) : undefined;
   h.messagesAndChoices.forEach((m, i) => {
     if (!isTrainableChoice(m) || !isChoice(m)) return;
     const ctx = promptIds(tok, messages, i, h.tools);

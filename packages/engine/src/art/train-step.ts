@@ -39,7 +39,7 @@ export function stepSequences(
       const a = adv.advantages[gi][ti];
       if (a === 0) return;
       const hs = sampleHistories(t.histories(), cfg.maxHistoriesPerTrajectory, step * 1_000_003 + gi * 1009 + ti);
-      for (const tk of hs.flatMap((h) => tokenizeHistory(engine.tokenizer, h))) {
+      for (const tk of hs.flatMap((h) => tokenizeHistory(engine.tokenizer, h, { anchors: cfg.anchorContextTurns }))) {
         if (tk.ids.length > engine.runner.maxContext) {
           throw new Error(
             `train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`,
@@ -49,7 +49,7 @@ export function stepSequences(
           ids: tk.ids,
           mask: tk.mask,
           oldLogprobs: tk.oldLogprobs,
-          ...(cfg.anchorContextTurns ? { anchor: tk.anchor } : {}),
+          anchor: tk.anchor,
           advantage: a,
           coef: 0,
           n: tk.trainableTokens,
