@@ -45,8 +45,10 @@ export class UsageError extends Error {
 const COLUMN = 28;
 
 export function usage(cmd: CommandSpec): string {
+  // An option too long for the column gets its help on the next line rather than running into it.
   const row = (left: string, help: string) =>
-    `  ${left}`.padEnd(COLUMN) + help.split("\n").join("\n" + " ".repeat(COLUMN));
+    (`  ${left}`.length < COLUMN ? `  ${left}`.padEnd(COLUMN) : `  ${left}\n${" ".repeat(COLUMN)}`) +
+    help.split("\n").join("\n" + " ".repeat(COLUMN));
   const rows = Object.entries(cmd.options).map(([k, o]) =>
     row(
       `--${k}${o.flag ? "" : ` ${o.arg ?? "X"}`}`,

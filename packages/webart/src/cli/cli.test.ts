@@ -5,7 +5,7 @@ import { execFile } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
-import { parseOptions, type CommandSpec } from "./args.ts";
+import { parseOptions, usage, type CommandSpec } from "./args.ts";
 import { EXPORT } from "./export.ts";
 import { INFO } from "./info.ts";
 import { PRETRAIN } from "./pretrain/pretrain.ts";
@@ -114,5 +114,12 @@ describe("parseOptions", () => {
       expect.objectContaining({ code: 2, message: '--f takes no value (got "1")' }),
     );
     expect(() => parseOptions(spec, ["x"])).toThrow(/unexpected argument "x"/);
+  });
+
+  it("usage: an option too long for the column has its help on the next line, not run into its name", () => {
+    const long = { ...spec, options: { scenarios: { arg: "shared|independent", help: "where games start" } } };
+    const text = usage(long);
+    expect(text).toContain("  --scenarios shared|independent\n" + " ".repeat(28) + "where games start");
+    expect(usage(spec)).toMatch(/^ {2}--n X {22}\(default 3\)$/m);
   });
 });
