@@ -3,7 +3,9 @@
 // webart-tiny's skilled and skills phases were made (models/README.md). `webart pretrain --trainer torch` does the
 // same in one command.
 //   R="node --import tsx --import ./scripts/wgsl-loader.mjs --conditions webart-source"
-//   $R scripts/pretrain/sequences.ts MODEL_DIR OUT.bin tictactoe GAMES SEED SKILL BLOCK
+//   $R scripts/pretrain/sequences.ts MODEL_DIR OUT.bin tictactoe GAMES SEED SKILL BLOCK [ORDERED]
+//   (ORDERED: chance that a move the player does not take for a win or a block is the first empty cell in reading
+//   order, else a random empty cell; default 1)
 //   $R scripts/pretrain/sequences.ts MODEL_DIR OUT.bin email EPISODES SEED PERFECT [first|all] [START]
 import { emailTranscripts, generateTranscripts } from "@webart/envs";
 import { Sft, type Transcript } from "../../packages/webart/src/cli/pretrain/sft.ts";
@@ -28,7 +30,9 @@ if (email) {
   transcripts = ts.map((t) => (b === "first" ? { ...t, messages: t.messages.slice(0, 3) } : t));
 } else {
   const o = { seed: Number(seed), skill: Number(a), block: Number(b) };
-  const games = await generateTranscripts({ game: "tictactoe", games: Number(n), ...o, ordered: 1 });
+  // The last argument is ORDERED for tic-tac-toe (START for email).
+  const ordered = process.argv.length > 9 ? Number(start) : 1;
+  const games = await generateTranscripts({ game: "tictactoe", games: Number(n), ...o, ordered });
   // The 2048 conversations the pretraining phases mix in (start.ts), so the 2048 format is kept.
   const g2048 = await generateTranscripts({
     game: "2048",
