@@ -35,3 +35,42 @@ it("plays training inboxes into transcripts of legal tool calls, each result ans
   expect(ts.every((t) => emailSplitOf(t.seed) === "train")).toBe(true);
   expect(new Set(ts.map((t) => t.seed)).size).toBe(12);
 });
+
+it("slips: a garbled search or read, kept as context but not trained, and then the right call", async () => {
+  const ts = await emailTranscripts({ episodes: 24, perfect: 1, slip: 1, seed: 5 });
+  type M = (typeof ts)[number]["messages"][number];
+  const fn = (m: M) =>
+    m.role === "assistant" && m.tool_calls?.[0].type === "function" ? m.tool_calls[0].function : null;
+  const kinds = { emptySearch: 0, search: 0, read: 0 };
+  for (const t of ts) {
+    const at = t.untrained![0];
+    expect(t.untrained).toHaveLength(1);
+    const slip = fn(t.messages[at])!;
+    const next = fn(t.messages[at + 2])!;
+    if (at === 2) {
+      expect(slip.name).toBe("search_inbox");
+      if (t.messages[3].content === "[]") {
+        // The perfect searcher's own search follows, a different one.
+        kinds.emptySearch++;
+        expect(next.name).toBe("search_inbox");
+        expect(next.arguments).not.toBe(slip.arguments);
+      } else {
+        kinds.search++;
+        expect(next.name).toBe("read_email");
+      }
+    } else {
+      // A read of an id that is not there: an error, then the read of the first result.
+      kinds.read++;
+      expect(at).toBe(4);
+      expect(slip.name).toBe("read_email");
+      expect(String(t.messages[5].content)).toMatch(/no such email/);
+      expect(next.name).toBe("read_email");
+      expect(next.arguments).not.toBe(slip.arguments);
+    }
+    expect(fn(t.messages[t.messages.length - 1])!.name).toBe("return_final_answer");
+  }
+  expect(kinds.emptySearch).toBeGreaterThan(4);
+  expect(kinds.read).toBeGreaterThan(4);
+  // Without slips nothing is left untrained.
+  expect((await emailTranscripts({ episodes: 4, perfect: 1, seed: 5 })).every((t) => !t.untrained)).toBe(true);
+});

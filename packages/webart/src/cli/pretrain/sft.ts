@@ -69,6 +69,8 @@ export interface EmailEval {
 export interface Transcript {
   messages: Message[];
   tools?: Tool[];
+  /** Indices of assistant messages kept as context but not trained (a scripted slip the model should not learn). */
+  untrained?: number[];
 }
 
 export interface PhaseResult<E = Eval> {
@@ -194,11 +196,11 @@ export class Sft {
   }
 
   /** Assistant messages become "sampled" turns (their ids + <|im_end|>), so SFT sees exactly the RL layout. */
-  toSequences({ messages, tools }: Transcript): SftSequence[] {
+  toSequences({ messages, tools, untrained = [] }: Transcript): SftSequence[] {
     const tok = this.engine.tokenizer;
     const imEnd = tok.inner.tokenToId("<|im_end|>")!;
-    const mc = messages.map((m) => {
-      if (m.role !== "assistant") return m;
+    const mc = messages.map((m, i) => {
+      if (m.role !== "assistant" || untrained.includes(i)) return m;
       const text = this.assistantText(m);
       const ids = [...tok.encode(text), imEnd];
       const calls = m.tool_calls?.length ? m.tool_calls : undefined;
