@@ -54,7 +54,10 @@ export interface EmailEvaluation {
   accuracy: number;
   rightMessage: number;
   answered: number;
+  /** Episodes that ended on a malformed reply. */
   malformed: number;
+  /** Well-formed tool calls over all the model's turns (each malformed episode ends on its one malformed reply). */
+  wellFormedCalls: number;
   /** Episodes that ended because the conversation outgrew the model's context. */
   contextFull: number;
   meanTurns: number;
@@ -64,12 +67,15 @@ export interface EmailEvaluation {
 export function summarizeEmail(trajectories: TrajectoryLike[]): EmailEvaluation {
   const n = trajectories.length;
   const mean = (f: (t: TrajectoryLike) => number) => (n ? trajectories.reduce((s, t) => s + f(t), 0) / n : 0);
+  const turns = mean((t) => Number(t.metrics.turns)) * n;
+  const bad = mean((t) => Number(t.metrics.malformed)) * n;
   return {
     episodes: n,
     accuracy: mean((t) => Number(t.metrics.correct)),
     rightMessage: mean((t) => Number(t.metrics.rightMessage)),
     answered: mean((t) => Number(t.metrics.answered)),
     malformed: mean((t) => Number(t.metrics.malformed)),
+    wellFormedCalls: turns ? 1 - bad / turns : 0,
     contextFull: mean((t) => Number(t.metrics.contextFull ?? 0)),
     meanTurns: mean((t) => Number(t.metrics.turns)),
     meanReward: mean((t) => t.reward),

@@ -89,6 +89,7 @@ describe("rolloutEmail", () => {
       rightMessage: 1,
       answered: 1,
       malformed: 0,
+      wellFormedCalls: 1,
       contextFull: 0,
       meanTurns: 3,
       meanReward: 1,
@@ -123,6 +124,9 @@ describe("rolloutEmail", () => {
       expect(t.messagesAndChoices.filter(isChoice).length).toBe(2);
       expect(isChoice(t.messagesAndChoices[t.messagesAndChoices.length - 1])).toBe(true);
       expect(t.logs[0]).toMatch(/^turn 2: (no tool call|malformed call)/);
+      // One of its two calls was well-formed; with the perfect searcher's episode, 4 of 5.
+      expect(summarizeEmail([t]).wellFormedCalls).toBe(0.5);
+      expect(summarizeEmail([t, await play(perfectSearcher(s), s)]).wellFormedCalls).toBeCloseTo(0.8, 12);
     }
   });
 

@@ -148,7 +148,17 @@ export async function evalCommand(argv: string[]): Promise<number> {
       "blockedOffFirst",
     ],
     "2048": ["games", "win", "invalid", "stuck", "meanMaxTile", "meanMoves", "noopRate", "meanReward"],
-    email: ["episodes", "accuracy", "rightMessage", "answered", "malformed", "contextFull", "meanTurns", "meanReward"],
+    email: [
+      "episodes",
+      "accuracy",
+      "rightMessage",
+      "answered",
+      "malformed",
+      "wellFormedCalls",
+      "contextFull",
+      "meanTurns",
+      "meanReward",
+    ],
   }[env];
   const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
