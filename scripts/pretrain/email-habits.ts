@@ -63,8 +63,7 @@ for (const [name, p] of Object.entries(players)) {
     ),
   );
   const e = summarizeEmail(ts);
-  const reward = ts.reduce((s, t) => s + t.reward, 0) / n;
   console.log(
-    `${name}: accuracy ${e.accuracy.toFixed(3)}, right email ${e.rightMessage.toFixed(3)}, reward ${reward.toFixed(3)}, turns ${e.meanTurns.toFixed(2)}`,
+    `${name}: accuracy ${e.accuracy.toFixed(3)}, right email ${e.rightMessage.toFixed(3)}, reward ${e.meanReward.toFixed(3)}, turns ${e.meanTurns.toFixed(2)}`,
   );
 }

@@ -67,17 +67,17 @@ export interface EmailEvaluation {
 export function summarizeEmail(trajectories: TrajectoryLike[]): EmailEvaluation {
   const n = trajectories.length;
   const mean = (f: (t: TrajectoryLike) => number) => (n ? trajectories.reduce((s, t) => s + f(t), 0) / n : 0);
-  const turns = mean((t) => Number(t.metrics.turns)) * n;
-  const bad = mean((t) => Number(t.metrics.malformed)) * n;
+  const meanTurns = mean((t) => Number(t.metrics.turns));
+  const malformed = mean((t) => Number(t.metrics.malformed));
   return {
     episodes: n,
     accuracy: mean((t) => Number(t.metrics.correct)),
     rightMessage: mean((t) => Number(t.metrics.rightMessage)),
     answered: mean((t) => Number(t.metrics.answered)),
-    malformed: mean((t) => Number(t.metrics.malformed)),
-    wellFormedCalls: turns ? 1 - bad / turns : 0,
+    malformed,
+    wellFormedCalls: meanTurns ? 1 - malformed / meanTurns : 0,
     contextFull: mean((t) => Number(t.metrics.contextFull ?? 0)),
-    meanTurns: mean((t) => Number(t.metrics.turns)),
+    meanTurns,
     meanReward: mean((t) => t.reward),
   };
 }

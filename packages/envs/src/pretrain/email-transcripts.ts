@@ -4,11 +4,9 @@
 // their JSON arguments and the tool results, with the tools' definitions beside it.
 import { Rng } from "@webart/gpu";
 import { naiveSearcher, perfectSearcher } from "../email/baselines.ts";
-import type { EmailScenario } from "../email/inbox.ts";
-import type { ScriptedPolicy } from "../scripted.ts";
-import { emailScenario } from "../email/inbox.ts";
+import { emailScenario, type EmailScenario } from "../email/inbox.ts";
 import { rolloutEmail } from "../email/rollout.ts";
-import { scriptedOpenAI } from "../scripted.ts";
+import { scriptedOpenAI, type ScriptedPolicy } from "../scripted.ts";
 import { isChoice, type Message, type Tool } from "../types.ts";
 
 export interface ToolTranscript {
@@ -16,7 +14,7 @@ export interface ToolTranscript {
   tools: Tool[];
   /** The inbox's scenario seed (a training one). */
   seed: number;
-  /** Indices of assistant messages not to train on: a slip's search (the model sees it, but is not taught it). */
+  /** Indices of assistant messages not to train on: a slip (the model sees it, but is not taught it). */
   untrained?: number[];
 }
 
@@ -27,9 +25,9 @@ export interface EmailTranscriptOptions {
   /** Share of episodes played by the perfect searcher (the question's distinctive words); the rest by the naive
    *  one (its first content word, the newest result read, its closest sentence answered). Default 0. */
   perfect?: number;
-  /** Share of the perfect searcher's episodes that open with a slip, a search whose sender or a keyword is garbled
-   *  (as a small model's first search often is), and then make the right search: what to do after a search
-   *  finds nothing. Default 0. */
+  /** Share of the perfect searcher's episodes with a slip (slipSearcher): a search with a garbled sender or keyword,
+   *  or a read of a garbled id, as a small model's calls often are, then the right call: what to do after a search
+   *  that finds nothing or an id that is not there. Default 0. */
   slip?: number;
   seed?: number;
 }
@@ -97,8 +95,7 @@ export async function emailTranscripts(opts: EmailTranscriptOptions): Promise<To
   for (let i = 0; i < opts.episodes; i++) {
     const scenario = emailScenario("train", (opts.start ?? 0) + i);
     const perfect = rng.next() < (opts.perfect ?? 0);
-    const slip = perfect && rng.next() < (opts.slip ?? 0);
-    const slipped = slip ? slipSearcher(scenario, rng) : null;
+    const slipped = perfect && rng.next() < (opts.slip ?? 0) ? slipSearcher(scenario, rng) : null;
     const policy = slipped ? slipped.policy : perfect ? perfectSearcher(scenario) : naiveSearcher();
     const t = await rolloutEmail(scriptedOpenAI(policy).client, {
       scenario,
