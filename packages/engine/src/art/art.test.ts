@@ -55,7 +55,9 @@ describe("TrainConfig", () => {
     );
     expect(resolveTrainConfig().anchorContextTurns).toBe(false);
     expect(resolveTrainConfig({ anchorContextTurns: true, beta: 0.05 }).anchorContextTurns).toBe(true);
-    expect(() => resolveTrainConfig({ anchorContextTurns: true })).toThrow(/anchorContextTurns: .*set beta > 0/);
+    expect(() => resolveTrainConfig({ anchorContextTurns: true })).toThrow(/anchorContextTurns: .*set either > 0/);
+    expect(resolveTrainConfig({ anchorContextTurns: true, anchorBeta: 0.05 }).beta).toBe(0);
+    expect(() => resolveTrainConfig({ anchorBeta: -1 })).toThrow(/anchorBeta: must be >= 0/);
     expect(() => resolveTrainConfig({ anchorContextTurns: true, beta: 0.1, importanceSampling: "sequence" })).toThrow(
       /anchorContextTurns: needs importanceSampling "token"/,
     );

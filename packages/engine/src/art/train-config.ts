@@ -45,11 +45,16 @@ export interface TrainConfig {
   /**
    * Hold the assistant turns that sit in a trajectory's context without being sampled by this model (plain
    * assistant messages: a scripted opening such as tic-tac-toe's `start: "decision"`, few-shot turns) to the base
-   * model with the KL term: their tokens get the k3 penalty at coefficient beta and no advantage. The policy never
-   * samples those positions, so nothing else keeps its adapter from drifting there. Needs beta > 0 and per-token
-   * importance sampling.
+   * model with the KL term: their tokens get the k3 penalty at coefficient anchorBeta (or beta) and no advantage.
+   * The policy never samples those positions, so nothing else keeps its adapter from drifting there. Needs beta > 0
+   * or anchorBeta > 0, and per-token importance sampling.
    */
   anchorContextTurns: boolean;
+  /**
+   * The KL coefficient on the anchored context turns (0: beta). With beta 0 it holds them alone, leaving the sampled
+   * tokens free of any KL term.
+   */
+  anchorBeta: number;
 }
 
 export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
@@ -71,6 +76,7 @@ export const DEFAULT_TRAIN_CONFIG: Readonly<TrainConfig> = Object.freeze({
   drGrpoMaxTokens: 0,
   maxHistoriesPerTrajectory: 0,
   anchorContextTurns: false,
+  anchorBeta: 0,
 });
 
 const CHOICES: Partial<Record<keyof TrainConfig, readonly string[]>> = {
@@ -109,6 +115,7 @@ export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainCon
     );
   for (const k of [
     "beta",
+    "anchorBeta",
     "epsilon",
     "epsilonHigh",
     "weightDecay",
@@ -116,9 +123,9 @@ export function resolveTrainConfig(partial: Partial<TrainConfig> = {}): TrainCon
     "maxHistoriesPerTrajectory",
   ] as const)
     if (out[k] < 0) throw new Error(`TrainConfig.${k}: must be >= 0, got ${out[k]}`);
-  if (out.anchorContextTurns && !(out.beta > 0))
+  if (out.anchorContextTurns && !(out.beta > 0) && !(out.anchorBeta > 0))
     throw new Error(
-      `TrainConfig.anchorContextTurns: the context turns are held by the KL term, which beta ${out.beta} switches off: set beta > 0`,
+      `TrainConfig.anchorContextTurns: the context turns are held by the KL term, which beta ${out.beta} and anchorBeta ${out.anchorBeta} switch off: set either > 0`,
     );
   if (out.anchorContextTurns && out.importanceSampling !== "token")
     throw new Error(

@@ -142,6 +142,7 @@ export async function updateAdapter(
         epsilon: cfg.epsilon,
         epsilonHigh: cfg.epsilonHigh,
         beta: cfg.beta,
+        anchorBeta: cfg.anchorContextTurns ? cfg.anchorBeta || cfg.beta : 0,
         microBatchTokens: choice.microBatchTokens,
         recompute: choice.recompute,
         vocabChunk: choice.vocabChunk,

@@ -207,6 +207,30 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     expect(worstRelErr(await gradsByName(ctx.model), g0).err).toBe(0);
   });
 
+  it("anchorBeta holds the anchored positions alone: no KL term on the sampled tokens", async () => {
+    const v = ctx.reference.variants.art as Variant;
+    const base = sequences(ctx.inputs, v, true);
+    const anchor = base.map((s) => Array.from(s.mask, (m, t) => (t > 0 && !m ? 1 : 0)));
+    const anchored = base.map((s, i) => ({ ...s, anchor: anchor[i] }));
+    const klOnly = base.map((s, i) => ({ ...s, mask: anchor[i], advantage: 0 }));
+    const opts = options(v, 4096);
+    expect(opts.beta).toBeGreaterThan(0);
+    const sum = new Map<string, Float32Array>();
+    const add = (g: Map<string, Float32Array>) =>
+      g.forEach((x, k) => sum.set(k, sum.has(k) ? sum.get(k)!.map((y, i) => y + x[i]) : x));
+    const pg0 = await accumulateGradients(ctx.model, base, { ...opts, beta: 0 }); // the policy term alone
+    add(await gradsByName(ctx.model));
+    await accumulateGradients(ctx.model, klOnly, opts); // the anchored positions' KL term alone
+    add(await gradsByName(ctx.model));
+    const held = await accumulateGradients(ctx.model, anchored, { ...opts, beta: 0, anchorBeta: opts.beta });
+    const g = await gradsByName(ctx.model);
+    expect(worstRelErr(g, sum).err).toBeLessThan(1e-4);
+    expect(held.policyLoss).toBeCloseTo(pg0.policyLoss, 6);
+    // Not the gradient with the KL term on the sampled tokens too.
+    await accumulateGradients(ctx.model, anchored, opts);
+    expect(worstRelErr(await gradsByName(ctx.model), g).err).toBeGreaterThan(1e-3);
+  });
+
   it.each(["art", "gspo"])("%s: activation recompute gives the gradients of keeping every activation", async (name) => {
     const v = ctx.reference.variants[name] as Variant;
     const kept = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));

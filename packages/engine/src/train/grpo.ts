@@ -30,8 +30,8 @@ export interface TrainSequence {
   /** Loss coefficient c of each trained token (the normalisation of the loss type). */
   coef: number;
   /**
-   * 1 at positions held to the reference by the KL term alone (advantage 0, coefficient `coef`): context turns the
-   * model did not sample. Used only when beta > 0 and the ratio is per token; never counted as trained.
+   * 1 at positions held to the reference by the KL term alone (advantage 0, coefficient `coef` x anchorBeta): context
+   * turns the model did not sample. Used only when anchorBeta > 0 and the ratio is per token; never counted as trained.
    */
   anchor?: ArrayLike<number>;
 }
@@ -41,7 +41,10 @@ export interface GrpoOptions {
   level: "token" | "sequence";
   epsilon: number;
   epsilonHigh: number;
+  /** KL coefficient on the sampled (trained) tokens. */
   beta: number;
+  /** KL coefficient on the anchored positions (TrainSequence.anchor); default beta. */
+  anchorBeta?: number;
   /** Tokens (B x T, padded) per micro-batch. */
   microBatchTokens: number;
   /** Vocabulary columns per logits chunk. */
@@ -109,15 +112,7 @@ export async function accumulateGradients(
   const chunk = Math.min(o.vocabChunk ?? 8192, model.config.vocabSize);
   let dispatches = 0;
   for (const [i, idx] of batches.entries())
-    dispatches += await microBatchGradient(
-      model,
-      packMicroBatch(seqs, idx, o.beta > 0 && o.level === "token"),
-      rows,
-      out,
-      o,
-      chunk,
-      i > 0,
-    );
+    dispatches += await microBatchGradient(model, packMicroBatch(seqs, idx, o), rows, out, o, chunk, i > 0);
   return readMetrics(model, seqs, rows, out, batches.length, dispatches);
 }
 
@@ -180,8 +175,10 @@ interface PackedBatch {
   ids: Uint32Array; // (N)
   targets: Uint32Array; // (N)
   adv: Float32Array; // (N)
-  /** The loss coefficient of a trained row, 0 elsewhere. */
+  /** The loss coefficient of a trained or anchored row, 0 elsewhere. */
   weight: Float32Array; // (N)
+  /** The KL term's coefficient of each row: weight x beta (trained) or x anchorBeta (anchored). */
+  klWeight: Float32Array; // (N)
   seqId: Uint32Array; // (N)
   old: Float32Array; // (N)
   ref: Float32Array; // (N)
@@ -189,8 +186,12 @@ interface PackedBatch {
   haveRef: boolean;
 }
 
+/** The KL coefficient of anchored positions: anchorBeta (default beta), and 0 unless the ratio is per token. */
+const anchorCoefficient = (o: GrpoOptions): number => (o.level === "token" ? (o.anchorBeta ?? o.beta) : 0);
+
 /** Pack micro-batches: the sequences `idx` padded to their longest, each row with its target and loss terms. */
-function packMicroBatch(seqs: TrainSequence[], idx: number[], anchors: boolean): PackedBatch {
+function packMicroBatch(seqs: TrainSequence[], idx: number[], o: GrpoOptions): PackedBatch {
+  const anchorBeta = anchorCoefficient(o);
   const B = idx.length;
   const T = Math.max(...idx.map((i) => seqs[i].ids.length));
   const N = B * T;
@@ -204,6 +205,7 @@ function packMicroBatch(seqs: TrainSequence[], idx: number[], anchors: boolean):
     targets: new Uint32Array(N),
     adv: new Float32Array(N),
     weight: new Float32Array(N),
+    klWeight: new Float32Array(N),
     seqId: new Uint32Array(N),
     old: new Float32Array(N),
     ref: new Float32Array(N),
@@ -220,8 +222,9 @@ function packMicroBatch(seqs: TrainSequence[], idx: number[], anchors: boolean):
       if (t + 1 < L) {
         p.targets[r] = s.ids[t + 1];
         const trained = s.mask[t + 1] ? 1 : 0;
-        const held = !trained && anchors && s.anchor?.[t + 1] ? 1 : 0;
+        const held = !trained && anchorBeta > 0 && s.anchor?.[t + 1] ? 1 : 0;
         p.weight[r] = (trained + held) * s.coef;
+        p.klWeight[r] = (trained * o.beta + held * anchorBeta) * s.coef;
         p.adv[r] = trained ? s.advantage : 0;
         p.old[r] = s.oldLogprobs[t + 1];
         if (s.refLogprobs) p.ref[r] = s.refLogprobs[t + 1];
@@ -249,7 +252,7 @@ function uploadBatch(gpu: Gpu, p: PackedBatch): BatchInputs {
     targets: up(p.targets),
     slotPos: up(trainingSlotPos(p.B, p.T)),
     old: up(p.old),
-    meta: up(packGrpoMeta(p.adv, p.weight, p.seqId)),
+    meta: up(packGrpoMeta(p.adv, p.weight, p.seqId, p.klWeight)),
   };
 }
 
@@ -269,7 +272,7 @@ async function microBatchGradient(
   const gpu = model.gpu;
   const inp = uploadBatch(gpu, p);
   const rec = gpu.recorder();
-  const ref = o.beta > 0 ? referenceLogprobs(model, rec, p, inp, chunk) : undefined;
+  const ref = o.beta > 0 || p.klWeight.some((w) => w > 0) ? referenceLogprobs(model, rec, p, inp, chunk) : undefined;
   const fwd = policyForward(model, rec, p, inp, chunk, o.recompute);
   const g = lossGradient(gpu, rec, p, inp, fwd.lp, ref, out.totals, o, accumulate);
   keepRows(rec, p, rows, fwd, out);
@@ -367,7 +370,7 @@ function lossGradient(
       level: o.level,
       epsilon: o.epsilon,
       epsilonHigh: o.epsilonHigh,
-      beta: o.beta,
+      beta: ref ? 1 : 0, // the coefficients are in the rows' KL weights
       accumulate,
     },
   );

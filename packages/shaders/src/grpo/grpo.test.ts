@@ -37,7 +37,7 @@ async function runGpu(inp: GrpoInputs, o: GrpoOptions, withRef: boolean, times =
     lpNew: gpu.upload(Float32Array.from(inp.lpNew)),
     lpOld: gpu.upload(Float32Array.from(inp.lpOld)),
     lpRef: withRef ? gpu.upload(Float32Array.from(inp.lpRef!)) : null,
-    meta: gpu.upload(packGrpoMeta(inp.advantage, inp.weight, inp.seq)),
+    meta: gpu.upload(packGrpoMeta(inp.advantage, inp.weight, inp.seq, inp.klWeight)),
     seqStats: gpu.buffer(grpoSeqStatsBytes(S)),
     dnew: gpu.buffer(N * 4),
     perToken: gpu.buffer(N * 16),
@@ -62,13 +62,30 @@ const variants: [string, GrpoOptions][] = [
 ];
 
 const cases = variants.flatMap(([name, o]) => [
-  [`${name}, no KL`, o, false] as const,
-  [`${name}, KL beta 0.04`, { ...o, beta: 0.04 }, true] as const,
+  [`${name}, no KL`, o, false, false] as const,
+  [`${name}, KL beta 0.04`, { ...o, beta: 0.04 }, true, false] as const,
+  [`${name}, KL beta 0.5 with its own weights`, { ...o, beta: 0.5 }, true, true] as const,
 ]);
 
-it.each(cases)("GPU matches the reference: %s", async (_, o, withRef) => {
-  const inp = inputs(203, 7, 11);
+/** KL weights apart from the loss weights, as an anchored step packs them: none on a third of the trained tokens
+ *  (no KL on sampled tokens), and tokens with advantage 0 held by the KL term alone. */
+function ownKlWeights(inp: GrpoInputs, seed: number): GrpoInputs {
+  const rng = new Rng(seed);
+  const advantage = Float64Array.from(inp.advantage);
+  const klWeight = Float64Array.from(inp.weight, (w, i) => {
+    if (w !== 0 && rng.next() < 0.3) {
+      advantage[i] = 0; // held: KL only
+      return f64(Float32Array.of(w * rng.uniform(0.5, 2)))[0];
+    }
+    return rng.next() < 0.33 ? 0 : w;
+  });
+  return { ...inp, advantage, klWeight };
+}
+
+it.each(cases)("GPU matches the reference: %s", async (_, o, withRef, ownKl) => {
+  let inp = inputs(203, 7, 11);
   if (!withRef) delete inp.lpRef;
+  if (ownKl) inp = ownKlWeights(inp, 3);
   const ref = grpoReference(inp, o);
   const got = await runGpu(inp, o, withRef);
   const tol = { atol: 2e-6, rtol: 1e-5 };
@@ -92,13 +109,26 @@ it("accumulate adds micro-batch totals and keeps the clip fraction a ratio", asy
   assertClose("accumulated totals", got.totals, expected, { atol: 1e-5, rtol: 1e-5 });
 });
 
-it.each(cases)("dnew of the reference matches central finite differences (f64): %s", (_, o, withRef) => {
-  const inp = inputs(14, 3, 23, 0.4);
+it.each(cases)("dnew of the reference matches central finite differences (f64): %s", (_, o, withRef, ownKl) => {
+  let inp = inputs(14, 3, 23, 0.4);
   if (!withRef) delete inp.lpRef;
+  if (ownKl) inp = ownKlWeights(inp, 5);
   const stop = f64(inp.lpNew); // stop-gradient inputs stay at the unperturbed point
   const loss = ([x]: Float64Array[]) => grpoReference({ ...inp, lpNew: x }, o, stop).totals[GRPO_TOTALS.loss];
   const [fd] = finiteDiff(loss, [f64(inp.lpNew)]);
   const ref = grpoReference(inp, o);
   assertClose("dnew vs finite differences", ref.dnew, fd, { atol: 1e-7, rtol: 1e-5 });
   expect(Math.max(...fd.map(Math.abs))).toBeGreaterThan(1e-3);
+});
+
+it("the KL weights are read apart from the loss weights", async () => {
+  // Not vacuous: packing the loss weights as KL weights gives another gradient and loss.
+  const o: GrpoOptions = { loss: "ppo", epsilon: 0.2, beta: 0.5 };
+  const inp = ownKlWeights(inputs(64, 3, 9), 4);
+  const own = await runGpu(inp, o, true);
+  const same = await runGpu({ ...inp, klWeight: undefined }, o, true);
+  const ref = grpoReference(inp, o);
+  assertClose("dnew", own.dnew, ref.dnew, { atol: 2e-6, rtol: 1e-5 });
+  const diff = Math.max(...Array.from(own.dnew, (x, i) => Math.abs(x - same.dnew[i])));
+  expect(diff).toBeGreaterThan(1e-3);
 });

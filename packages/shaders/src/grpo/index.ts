@@ -5,7 +5,8 @@
 //   PPO-clip: loss = -min(r A, clip(r, 1 - eps, 1 + epsHigh) A)
 //   CISPO:    loss = -sg(clip(r, 1 - eps, 1 + epsHigh)) A logp_new
 //   ratio r:  token: exp(new - old); sequence (GSPO): exp(mean over the sequence's masked tokens of new - old)
-//   KL (k3):  kl = exp(ref - new) - (ref - new) - 1, added as beta * kl
+//   KL (k3):  kl = exp(ref - new) - (ref - new) - 1, added as beta * klWeight * kl (klWeight: the loss weight
+//             unless packed apart, e.g. a KL term on tokens that have no advantage)
 // Log-ratios and ref - new are clamped to +-20 (gradient 0 beyond) so exp stays finite. A NaN old
 // logprob means none was recorded: old = sg(new), ratio 1, as ART does. Masked = weight != 0.
 import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
@@ -26,6 +27,8 @@ export const GRPO_TOTALS = {
   ratioSum: 6,
 } as const;
 export const grpoTotalsBytes = 32;
+/** 32-bit words per token in the meta buffer (packGrpoMeta). */
+export const GRPO_META_WORDS = 4;
 export const grpoSeqStatsBytes = (S: number): number => S * 16;
 
 export interface GrpoOptions {
@@ -42,21 +45,29 @@ export interface GrpoOptions {
   accumulate?: boolean;
 }
 
-/** Packs (advantage, weight, sequence id) per token, 3 words each, for the meta buffer. */
+/**
+ * Packs (advantage, weight, sequence id, KL weight) per token, 4 words each, for the meta buffer. The KL term of a
+ * token is beta * klWeight * kl; klWeight defaults to its loss weight, so beta alone sets it.
+ */
 export function packGrpoMeta(
   advantage: ArrayLike<number>,
   weight: ArrayLike<number>,
   seq: ArrayLike<number>,
+  klWeight: ArrayLike<number> = weight,
 ): Uint32Array {
   const N = advantage.length;
-  if (weight.length !== N || seq.length !== N)
-    throw new RangeError(`packGrpoMeta: lengths differ (advantage ${N}, weight ${weight.length}, seq ${seq.length})`);
-  const u = new Uint32Array(N * 3);
+  if (weight.length !== N || seq.length !== N || klWeight.length !== N)
+    throw new RangeError(
+      `packGrpoMeta: lengths differ (advantage ${N}, weight ${weight.length}, seq ${seq.length}, klWeight ${klWeight.length})`,
+    );
+  const u = new Uint32Array(N * GRPO_META_WORDS);
   const f = new Float32Array(u.buffer);
   for (let i = 0; i < N; i++) {
-    f[3 * i] = advantage[i];
-    f[3 * i + 1] = weight[i];
-    u[3 * i + 2] = seq[i];
+    const k = GRPO_META_WORDS * i;
+    f[k] = advantage[i];
+    f[k + 1] = weight[i];
+    u[k + 2] = seq[i];
+    f[k + 3] = klWeight[i];
   }
   return u;
 }
@@ -99,7 +110,7 @@ export function grpoLoss(gpu: Gpu, rec: Recorder, b: GrpoBuffers, { N, S }: Grpo
     [b.dnew, "dnew"],
   ] as const)
     need(x, N * 4, `grpoLoss ${what}`);
-  need(b.meta, N * 12, "grpoLoss meta");
+  need(b.meta, N * GRPO_META_WORDS * 4, "grpoLoss meta");
   need(b.perToken, N * 16, "grpoLoss perToken");
   need(b.totals, grpoTotalsBytes, "grpoLoss totals");
   if (seqLevel) need(b.seqStats!, grpoSeqStatsBytes(S), "grpoLoss seqStats");

@@ -13,7 +13,8 @@ struct Params {
   eps_high: f32,
   beta: f32,
 }
-struct Meta { adv: f32, weight: f32, seq: u32 } // weight = loss mask * normalisation; 0: not trained
+// weight = loss mask * normalisation (0: not trained); klw = the KL term's weight (beta multiplies it)
+struct Meta { adv: f32, weight: f32, seq: u32, klw: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> lp_new: array<f32>; // (N,)
 @group(0) @binding(2) var<storage, read> lp_old: array<f32>; // (N,) sampler logprobs; NaN: old = sg(new)
@@ -123,10 +124,10 @@ fn grpo_forward(@builtin(local_invocation_index) lid: u32) {
       let d = clamp(lp_ref[i] - lp_new[i], -MAX_LOG_RATIO, MAX_LOG_RATIO);
       kl = exp(d) - d - 1.0;
       let d_inside = select(0.0, 1.0, abs(lp_ref[i] - lp_new[i]) < MAX_LOG_RATIO);
-      grad += p.beta * m.weight * (1.0 - exp(d)) * d_inside;
+      grad += p.beta * m.klw * (1.0 - exp(d)) * d_inside;
     }
     let masked = m.weight != 0.0;
-    let w_loss = m.weight * (policy + p.beta * kl);
+    let w_loss = m.weight * policy + p.beta * m.klw * kl;
     let c = select(0.0, 1.0, clipped && masked);
     dnew[i] = select(0.0, grad, masked);
     per_token[i] = vec4f(w_loss, kl, c, r);

@@ -10,12 +10,14 @@ export interface GrpoInputs {
   lpRef?: ArrayLike<number>; // (N,)
   advantage: ArrayLike<number>; // (N,)
   weight: ArrayLike<number>; // (N,)
+  /** The KL term's weight per token (N,); default `weight`. */
+  klWeight?: ArrayLike<number>;
   seq: ArrayLike<number>; // (N,)
   nseq: number;
 }
 
 export interface GrpoOutputs {
-  loss: Float64Array; // (N,) weighted, policy + beta * kl
+  loss: Float64Array; // (N,) weight * policy + beta * klWeight * kl
   dnew: Float64Array; // (N,)
   kl: Float64Array; // (N,)
   clipped: Float64Array; // (N,) 1 when clipped and masked
@@ -66,6 +68,7 @@ export function grpoReference(inp: GrpoInputs, o: GrpoOptions, stop: ArrayLike<n
   for (let i = 0; i < N; i++) {
     const a = inp.advantage[i];
     const w = inp.weight[i];
+    const kw = (inp.klWeight ?? inp.weight)[i];
     const s = inp.seq[i];
     const atSeq = o.level === "sequence" && s < inp.nseq;
     const lr = atSeq ? seqMean[s] : logRatio(i);
@@ -90,10 +93,10 @@ export function grpoReference(inp: GrpoInputs, o: GrpoOptions, stop: ArrayLike<n
       const d0 = inp.lpRef[i] - inp.lpNew[i];
       const d = clamp(d0, -MAX_LOG_RATIO, MAX_LOG_RATIO);
       kl = Math.exp(d) - d - 1;
-      if (Math.abs(d0) < MAX_LOG_RATIO) grad += beta * w * (1 - Math.exp(d));
+      if (Math.abs(d0) < MAX_LOG_RATIO) grad += beta * kw * (1 - Math.exp(d));
     }
     const c = clipped && masked(i) ? 1 : 0;
-    out.loss[i] = w * (policy + beta * kl);
+    out.loss[i] = w * policy + beta * kw * kl;
     out.dnew[i] = masked(i) ? grad : 0;
     out.kl[i] = kl;
     out.clipped[i] = c;

@@ -39,6 +39,10 @@ export const TRAIN = {
       arg: "X",
       help: "KL penalty toward the base model, on the sampled tokens and on the assistant turns the model\ndid not sample (a --start decision opening) (default 0: none, as ART; then no reference pass)",
     },
+    "anchor-beta": {
+      arg: "X",
+      help: "KL penalty on the assistant turns the model did not sample only (a --start decision opening),\nin place of --beta there; with --beta 0 the sampled tokens get none (default: --beta)",
+    },
     model: {
       arg: "DIR|URL|ID",
       help: "base model: folder, URL or Hugging Face id (default: the embedded webart-tiny, or webart-tools for email)",
@@ -94,6 +98,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
   const lr = num("lr", a.lr, { min: 0 });
   const beta = num("beta", a.beta ?? String(game.train.beta ?? 0), { min: 0 });
+  const anchorBeta = num("anchor-beta", a["anchor-beta"] ?? String(game.train.anchorBeta ?? beta), { min: 0 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
@@ -148,7 +153,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -174,7 +179,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
         maxHistoriesPerTrajectory: maxHistories,
         beta,
         // The turns a run never samples (a scripted opening) drift unless the KL term holds them too.
-        anchorContextTurns: beta > 0,
+        anchorContextTurns: anchorBeta > 0,
+        anchorBeta,
       });
       step = r.step;
       const m = r.metrics;
