@@ -81,10 +81,18 @@ export const GAMES: Record<GameName, Game> = {
     maxTokens: 12,
     maxContext: 512,
     model: "webart-tiny",
-    // The recipe measured in models/README.md (issue #27). `starts: ["decision"]` with the winning opponent in every
-    // other group learned the most blocks in 74 steps, but by 130 the agent replied illegally in half its games
-    // from the empty board, which it never trained on; so games start empty.
-    train: { steps: 120, groupSize: 8, groupsPerStep: 4, opponents: ["random"], starts: ["empty"] },
+    // The recipe measured in models/README.md (issue #27): games open where a move matters (a win to take or a threat
+    // to block), against the winning opponent in every other group, so a missed block loses. Without a KL term the
+    // opening's moves, which the run never samples, drifted into illegal replies by step 130; beta 0.01 holds them
+    // (and the sampled tokens), where 0.05 also held back the blocks.
+    train: {
+      steps: 160,
+      groupSize: 8,
+      groupsPerStep: 4,
+      opponents: ["random", "winning"],
+      starts: ["decision"],
+      beta: 0.01,
+    },
   },
   "2048": {
     name: "2048",

@@ -30,14 +30,14 @@ export const TRAIN = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     steps: {
       arg: "N",
-      help: "train until this step (default 120 for tic-tac-toe: ~27 min on 2 CPU cores; 250 for 2048; 30 for email)",
+      help: "train until this step (default 160 for tic-tac-toe: ~20 min on 2 CPU cores; 250 for 2048; 30 for email)",
     },
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
     "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
     beta: {
       arg: "X",
-      help: "KL penalty toward the base model, on the sampled tokens and on the assistant turns the model\ndid not sample (a --start decision opening) (default 0: none, as ART; then no reference pass)",
+      help: "KL penalty toward the base model, on the sampled tokens and on the assistant turns the model\ndid not sample (a --start decision opening) (default 0.01 for tic-tac-toe; else 0: none, as ART,\nand no reference pass)",
     },
     "anchor-beta": {
       arg: "X",
@@ -64,11 +64,11 @@ export const TRAIN = {
     temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
     opponent: {
       arg: "LIST",
-      help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(default random; e.g. random,winning; eval always plays random)`,
+      help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(default random,winning; e.g. random; eval always plays random)`,
     },
     start: {
       arg: "LIST",
-      help: "where tic-tac-toe games start, one per group in turn: empty, or decision (an opening up to\na win to take or a threat to block; default empty; e.g. empty,decision; eval always starts empty)",
+      help: "where tic-tac-toe games start, one per group in turn: empty, or decision (an opening up to\na win to take or a threat to block; default decision; e.g. empty,decision; eval always starts empty)",
     },
     scenarios: {
       arg: "shared|independent",
