@@ -178,17 +178,26 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     expect(Math.abs(r.kl - v.kl) / v.kl).toBeLessThan(1e-3);
   });
 
-  it("anchored context positions add the KL term alone (advantage 0), and nothing when beta is 0", async () => {
+  /** The art variant's sequences with every untrained position but the first (it predicts nothing) anchored, the
+   *  same positions as the only trained ones at advantage 0 (their KL term alone), and a sum of gradients. */
+  function anchoredCase() {
     const v = ctx.reference.variants.art as Variant;
     const base = sequences(ctx.inputs, v, true);
-    // Anchor every untrained position but the first (it predicts nothing).
     const anchor = base.map((s) => Array.from(s.mask, (m, t) => (t > 0 && !m ? 1 : 0)));
-    const anchored = base.map((s, i) => ({ ...s, anchor: anchor[i] }));
-    const klOnly = base.map((s, i) => ({ ...s, mask: anchor[i], advantage: 0 }));
-    const opts = options(v, 4096);
     const sum = new Map<string, Float32Array>();
-    const add = (g: Map<string, Float32Array>) =>
-      g.forEach((x, k) => sum.set(k, sum.has(k) ? sum.get(k)!.map((y, i) => y + x[i]) : x));
+    return {
+      base,
+      anchored: base.map((s, i) => ({ ...s, anchor: anchor[i] })),
+      klOnly: base.map((s, i) => ({ ...s, mask: anchor[i], advantage: 0 })),
+      opts: options(v, 4096),
+      sum,
+      add: (g: Map<string, Float32Array>) =>
+        g.forEach((x, k) => sum.set(k, sum.has(k) ? sum.get(k)!.map((y, i) => y + x[i]) : x)),
+    };
+  }
+
+  it("anchored context positions add the KL term alone (advantage 0), and nothing when beta is 0", async () => {
+    const { base, anchored, klOnly, opts, sum, add } = anchoredCase();
     const pg = await accumulateGradients(ctx.model, base, opts);
     add(await gradsByName(ctx.model));
     const kl = await accumulateGradients(ctx.model, klOnly, opts);
@@ -208,16 +217,8 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
   });
 
   it("anchorBeta holds the anchored positions alone: no KL term on the sampled tokens", async () => {
-    const v = ctx.reference.variants.art as Variant;
-    const base = sequences(ctx.inputs, v, true);
-    const anchor = base.map((s) => Array.from(s.mask, (m, t) => (t > 0 && !m ? 1 : 0)));
-    const anchored = base.map((s, i) => ({ ...s, anchor: anchor[i] }));
-    const klOnly = base.map((s, i) => ({ ...s, mask: anchor[i], advantage: 0 }));
-    const opts = options(v, 4096);
+    const { base, anchored, klOnly, opts, sum, add } = anchoredCase();
     expect(opts.beta).toBeGreaterThan(0);
-    const sum = new Map<string, Float32Array>();
-    const add = (g: Map<string, Float32Array>) =>
-      g.forEach((x, k) => sum.set(k, sum.has(k) ? sum.get(k)!.map((y, i) => y + x[i]) : x));
     const pg0 = await accumulateGradients(ctx.model, base, { ...opts, beta: 0 }); // the policy term alone
     add(await gradsByName(ctx.model));
     await accumulateGradients(ctx.model, klOnly, opts); // the anchored positions' KL term alone
