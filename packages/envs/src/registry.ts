@@ -52,8 +52,6 @@ export interface Game {
     starts?: readonly TicTacToeStart[];
     /** KL penalty toward the base model (default 0); it also holds the turns a run does not sample (an opening). */
     beta?: number;
-    /** KL penalty on the turns a run does not sample only (default beta). */
-    anchorBeta?: number;
   };
 }
 

@@ -98,7 +98,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
   const lr = num("lr", a.lr, { min: 0 });
   const beta = num("beta", a.beta ?? String(game.train.beta ?? 0), { min: 0 });
-  const anchorBeta = num("anchor-beta", a["anchor-beta"] ?? String(game.train.anchorBeta ?? beta), { min: 0 });
+  const anchorBeta = num("anchor-beta", a["anchor-beta"] ?? String(beta), { min: 0 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
   const temperature = num("temperature", a.temperature, { min: 0 });
