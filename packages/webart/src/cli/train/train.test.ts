@@ -84,7 +84,10 @@ describe("webart train / eval", () => {
       ...tiny,
       // The embedded model plays almost deterministically at temperature 1; at 2 a group's games differ, so the
       // judge sees more than one (identical trajectories are judged once). Two unseeded games sometimes still came
-      // out the same (a group with nothing to learn), so a group here has four.
+      // out the same (a group with nothing to learn), so a group here has four. Games start from the empty board:
+      // the default decision openings leave one or two moves to play, and four such games came out the same.
+      "--start",
+      "empty",
       "--temperature",
       "2",
       "--group-size",
