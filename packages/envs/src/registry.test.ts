@@ -36,6 +36,23 @@ describe("game registry", () => {
     );
   });
 
+  it("a step's later groups (dynamic sampling) continue the seeds, opponents and starts from their index", () => {
+    const s = {
+      seed: 4,
+      groupsPerStep: 2,
+      groupSize: 2,
+      opponents: ["random", "winning"],
+      starts: ["decision"],
+    } as const;
+    const all = stepScenarios(3, s, { from: 0, count: 5 });
+    expect(stepScenarios(3, s)).toEqual(all.slice(0, 2));
+    expect(stepScenarios(3, s, { from: 2, count: 3 })).toEqual(all.slice(2));
+    expect(all.map((g) => [g[0].seed, g[0].opponent])).toEqual(
+      [0, 1, 2, 3, 4].map((g) => [trainingScenarioSeed(4, 3, g), ["random", "winning"][g % 2]]),
+    );
+    expect(() => stepScenarios(0, s, { from: 990, count: 11 })).toThrow(/1001 groups is over 1000 a step/);
+  });
+
   it("tic-tac-toe starts are taken in turn by group; an empty start is left out of the scenario", () => {
     const s = stepScenarios(1, { seed: 2, groupsPerStep: 3, groupSize: 2, starts: ["empty", "decision"] });
     expect(s.map((g) => g.map((x) => x.start))).toEqual([

@@ -48,6 +48,8 @@ export interface Game {
     steps: number;
     groupSize: number;
     groupsPerStep: number;
+    /** Dynamic sampling: up to this many groups drawn a step until groupsPerStep vary (default groupsPerStep). */
+    maxGroups?: number;
     opponents?: readonly TicTacToeOpponentName[];
     starts?: readonly TicTacToeStart[];
     /** KL penalty toward the base model (default 0); it also holds the turns a run does not sample (an opening). */
@@ -160,17 +162,25 @@ export interface StepScenarios {
 
 /**
  * The scenarios of training step `step` (0-based): `groupsPerStep` groups of `groupSize` rollouts of one scenario
- * each, with the opponents and the starts taken in turn by group.
+ * each, with the opponents and the starts taken in turn by group. `groups` picks other groups of the step: the
+ * `count` from index `from` (a step that draws more groups than `groupsPerStep`; each index is its own scenario).
  */
-export function stepScenarios(step: number, s: StepScenarios): GameScenario[][] {
+export function stepScenarios(
+  step: number,
+  s: StepScenarios,
+  groups: { from: number; count: number } = { from: 0, count: s.groupsPerStep },
+): GameScenario[][] {
   const opponents = s.opponents?.length ? s.opponents : (["random"] as const);
   const starts = s.starts?.length ? s.starts : (["empty"] as const);
   const independent = s.scenarios === "independent";
-  if (independent && s.groupsPerStep * s.groupSize > 1000)
+  const end = groups.from + groups.count;
+  if ((independent ? end * s.groupSize : end) > 1000)
     throw new Error(
-      `independent scenarios: ${s.groupsPerStep} groups x ${s.groupSize} rollouts is over 1000 games a step (the scenario seed's room)`,
+      independent
+        ? `independent scenarios: ${end} groups x ${s.groupSize} rollouts is over 1000 games a step (the scenario seed's room)`
+        : `${end} groups is over 1000 a step (the scenario seed's room)`,
     );
-  return Array.from({ length: s.groupsPerStep }, (_, g) =>
+  return Array.from({ length: groups.count }, (_, k) => groups.from + k).map((g) =>
     Array.from({ length: s.groupSize }, (_, i) => ({
       seed: trainingScenarioSeed(s.seed, step, independent ? g * s.groupSize + i : g),
       opponent: opponents[g % opponents.length],

@@ -17,25 +17,62 @@ export interface GameStepOptions extends StepScenarios {
   /** Called before each rollout starts; throw to stop the step. */
   beforeRollout?: () => void;
   gather?: Omit<GatherOptions, "afterEach">;
+  /**
+   * Dynamic sampling (DAPO): draw up to this many groups in all, drawing more after the first `groupsPerStep` while
+   * fewer than `groupsPerStep` of them have rewards that differ (a group whose rollouts all score the same trains
+   * nothing). Default `groupsPerStep`: no more are drawn.
+   */
+  maxGroups?: number;
 }
+
+/** Whether a group's rewards differ, so that it has advantages to train on. */
+export const groupVaries = (g: TrajectoryGroup): boolean => new Set(g.rewards()).size > 1;
 
 export async function gameStepGroups(client: OpenAI, step: number, o: GameStepOptions): Promise<TrajectoryGroup[]> {
   const game = GAMES[o.game];
   const sampling = { model: o.model, temperature: o.temperature, maxTokens: o.maxTokens };
   const judge = o.judge;
-  return gatherTrajectoryGroups(
-    stepScenarios(step, o).map((group) =>
-      group.map((scenario) => async () => {
-        o.beforeRollout?.();
-        return new Trajectory(await game.rollout(client, { ...sampling, scenario }));
-      }),
-    ),
-    {
-      ...o.gather,
-      afterEach: judge
-        ? (g) =>
-            rulerScoreGroup(g, { client: judge.client, model: judge.model, swallowExceptions: judge.swallowExceptions })
-        : undefined,
-    },
-  );
+  const draw = (from: number, count: number) =>
+    gatherTrajectoryGroups(
+      stepScenarios(step, o, { from, count }).map((group) =>
+        group.map((scenario) => async () => {
+          o.beforeRollout?.();
+          return new Trajectory(await game.rollout(client, { ...sampling, scenario }));
+        }),
+      ),
+      {
+        ...o.gather,
+        afterEach: judge
+          ? (g) =>
+              rulerScoreGroup(g, {
+                client: judge.client,
+                model: judge.model,
+                swallowExceptions: judge.swallowExceptions,
+              })
+          : undefined,
+      },
+    );
+  return drawUntilVaried(draw, o.groupsPerStep, o.maxGroups ?? o.groupsPerStep);
+}
+
+/**
+ * Dynamic sampling: `draw(from, count)` groups from index 0, first `want`, then as many more as are still missing
+ * while fewer than `want` groups vary, up to `max` drawn in all. Returns every group drawn, in index order.
+ */
+export async function drawUntilVaried(
+  draw: (from: number, count: number) => Promise<TrajectoryGroup[]>,
+  want: number,
+  max: number,
+): Promise<TrajectoryGroup[]> {
+  const groups = await draw(0, want);
+  let drawn = want;
+  let varied = groups.filter(groupVaries).length;
+  while (varied < want && drawn < max) {
+    const count = Math.min(want - varied, max - drawn);
+    const more = await draw(drawn, count);
+    drawn += count;
+    groups.push(...more);
+    varied += more.filter(groupVaries).length;
+  }
+  return groups;
 }

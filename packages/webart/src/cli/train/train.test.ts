@@ -43,6 +43,22 @@ describe("webart train / eval", () => {
     );
   });
 
+  it("--max-groups: more groups are drawn only while too few vary, never past the cap; below --groups-per-step is refused", async () => {
+    const args = ["--steps", "1", "--name", "dyn", "--max-groups", "5", "--temperature", "2", ...tiny];
+    expect(await trainCommand(args)).toBe(0);
+    const rewards = readFileSync(join(runs, "tictactoe/models/dyn/trajectories/train/0001.jsonl"), "utf8")
+      .trim()
+      .split("\n")
+      .map((l) => (JSON.parse(l) as { trajectories: { reward: number }[] }).trajectories.map((t) => t.reward));
+    const varies = rewards.map((r) => new Set(r).size > 1);
+    expect(rewards.length).toBeGreaterThanOrEqual(2);
+    expect(rewards.length).toBeLessThanOrEqual(5);
+    // Each draw after the first two is of the groups still missing, so the step stops once two vary or five are drawn.
+    if (rewards.length > 2) expect(varies.slice(0, 2).filter(Boolean).length).toBeLessThan(2);
+    if (rewards.length < 5) expect(varies.filter(Boolean).length).toBeGreaterThanOrEqual(2);
+    await expect(trainCommand(["--max-groups", "1", ...tiny])).rejects.toThrow(/--max-groups "1"/);
+  });
+
   it("--memory-budget: a run that cannot fit is refused before loading, naming the plan's parts; a bad size is a usage error", async () => {
     const err = await trainCommand(["--steps", "1", "--name", "small", "--memory-budget", "4MiB", ...tiny]).catch(
       (e: Error) => e,

@@ -34,6 +34,10 @@ export const TRAIN = {
     },
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
     "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
+    "max-groups": {
+      arg: "N",
+      help: "dynamic sampling: draw up to N groups a step, more after the first --groups-per-step while fewer\nthan that many have rewards that differ (the others train nothing; default: --groups-per-step, none more)",
+    },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
     beta: {
       arg: "X",
@@ -96,6 +100,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const steps = num("steps", a.steps ?? String(game.train.steps), { int: true, min: 1 });
   const G = num("group-size", a["group-size"] ?? String(game.train.groupSize), { int: true, min: 2 });
   const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
+  const maxGroups = num("max-groups", a["max-groups"] ?? String(game.train.maxGroups ?? K), { int: true, min: K });
   const lr = num("lr", a.lr, { min: 0 });
   const beta = num("beta", a.beta ?? String(game.train.beta ?? 0), { min: 0 });
   const anchorBeta = num("anchor-beta", a["anchor-beta"] ?? String(beta), { min: 0 });
@@ -153,7 +158,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -161,6 +166,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         game: env,
         seed,
         groupsPerStep: K,
+        maxGroups,
         groupSize: G,
         opponents,
         starts,
