@@ -27,6 +27,7 @@ const SUITES: Record<string, () => Promise<Suite>> = {
   generate: async () => (await import("./generate.ts")).generateSuite,
   gpu: async () => (await import("./gpu.ts")).gpuSuite,
   train: async () => (await import("./train.ts")).trainSuite,
+  polling: async () => (await import("./polling.ts")).pollingSuite,
   memory: async () => (await import("./memory.ts")).memorySuite,
   serve: async () => (await import("./serve.ts")).serveSuite,
 };

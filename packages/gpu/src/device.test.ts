@@ -1,5 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { createDevice, getDevice, Params, WgslError, type Gpu, type KernelSpec } from "./device.ts";
+import { isCpuDevice } from "./device-kind.ts";
+import { dawnPolling } from "./polling.ts";
 
 const scale: KernelSpec = {
   name: "scale_add",
@@ -41,6 +43,32 @@ describe("device layer on Dawn", () => {
       for (let i = 0; i < n; i += 37) expect(y[i]).toBeCloseTo(3 * x[i] + y0[i], 5);
     }
     gpu.release(bx, by);
+  });
+
+  it("on a CPU device Dawn's polls go on a timer, and readbacks still arrive; other setImmediate callbacks do not", async () => {
+    if (process.env.WEBART_DAWN_POLL) return; // set by hand: the mode is the caller's
+    expect(dawnPolling().mode).toBe(isCpuDevice(gpu) ? "timer" : "immediate");
+    if (!isCpuDevice(gpu)) return;
+    expect(gpu.notes.some((n) => n.includes("WEBART_DAWN_POLL"))).toBe(true);
+    const before = dawnPolling().delayed;
+    const x = Float32Array.from({ length: 4096 }, (_, i) => i);
+    expect(await gpu.readF32(gpu.upload(x), 4096)).toEqual(x);
+    const polled = dawnPolling().delayed;
+    expect(polled).toBeGreaterThan(before);
+    // The program's own callbacks: a plain function, a promise's resolver, a bound function, all run on setImmediate.
+    let ran = 0;
+    await new Promise<void>((resolve) => setImmediate(() => (ran++, resolve())));
+    await new Promise((resolve) => setImmediate(resolve));
+    await new Promise<void>((resolve) =>
+      setImmediate(
+        function (this: unknown) {
+          ran++;
+          resolve();
+        }.bind(null),
+      ),
+    );
+    expect(ran).toBe(2);
+    expect(dawnPolling().delayed).toBe(polled);
   });
 
   it("caches pipelines by shader and override constants", async () => {

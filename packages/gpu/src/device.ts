@@ -3,6 +3,8 @@
 // per-dispatch timestamps. Kernels and the model sit on top; no math lives here.
 
 import { findAdapter, type GpuApiOptions } from "./navigator.ts";
+import { isCpuDevice } from "./device-kind.ts";
+import { setDawnPolling } from "./polling.ts";
 import { BufferPool, type MemoryStats } from "./pool.ts";
 import { Params } from "./params.ts";
 
@@ -719,6 +721,15 @@ export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
     robustness: runtime === "browser" ? true : robustness,
   };
   const gpu = new Gpu(device, summary, notes, opts);
+  if (runtime === "node") {
+    // Dawn's own polling spins the JS thread while the device works: on a CPU device that is a core taken from it.
+    const env = process.env.WEBART_DAWN_POLL;
+    if (env !== undefined && env !== "immediate" && env !== "timer")
+      throw new Error(`WEBART_DAWN_POLL="${env}": expected "immediate" (Dawn's own loop) or "timer" (~1 ms apart)`);
+    const polling = env ?? (isCpuDevice(gpu) ? "timer" : "immediate");
+    setDawnPolling(polling);
+    if (polling === "timer") notes.push("webart: Dawn polls for finished GPU work every ~1 ms (WEBART_DAWN_POLL)");
+  }
   gpu.subgroupMaxSize = (info as unknown as { subgroupMaxSize?: number }).subgroupMaxSize ?? 0;
   if (gpu.features.has("chromium-experimental-subgroup-matrix")) {
     const configs = (info as unknown as { subgroupMatrixConfigs?: Iterable<SubgroupMatrixConfig> })

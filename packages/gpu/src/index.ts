@@ -8,3 +8,4 @@ export * from "./device-kind.ts";
 export { BufferPool, bucketSize, type MemoryStats } from "./pool.ts";
 export * from "./random.ts";
 export * from "./half.ts";
+export { setDawnPolling, dawnPolling, type DawnPolling } from "./polling.ts";
