@@ -46,6 +46,9 @@ export interface TrainSettings {
   /** Rollouts per group (same scenario); advantages are relative within a group. */
   groupSize: number;
   groupsPerStep: number;
+  /** Dynamic sampling: at most this many groups drawn a step, more while fewer than groupsPerStep have rewards
+   *  that differ. Runs saved before this setting lack it: groupsPerStep, none more. */
+  maxGroups?: number;
   learningRate: number;
   /** KL penalty toward the base model; it also holds the turns the model does not sample (a decision start's
    *  opening). Runs saved before this setting lack it: 0. */

@@ -37,6 +37,11 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ["steps", "Steps", "training steps in all"],
   ["groupSize", "Group size", "games per scenario"],
   ["groupsPerStep", "Groups per step"],
+  [
+    "maxGroups",
+    "Most groups drawn a step",
+    "more groups are drawn while fewer than the groups per step have games that score differently",
+  ],
   ["learningRate", "Learning rate"],
   ["beta", "KL penalty (beta)", "toward the base model; it also holds a decision start's opening (0: none)"],
   ["loraRank", "LoRA rank"],

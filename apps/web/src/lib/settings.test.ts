@@ -11,6 +11,7 @@ it("defaults to the CLI's tic-tac-toe recipe, and round-trips through a saved ru
   expect(settings!.opponents).toBe((GAMES.tictactoe.train.opponents ?? ["random"]).join(","));
   expect(settings!.starts).toBe((GAMES.tictactoe.train.starts ?? ["empty"]).join(","));
   expect(settings!.beta).toBe(GAMES.tictactoe.train.beta ?? 0);
+  expect(settings!.maxGroups).toBe(GAMES.tictactoe.train.maxGroups ?? GAMES.tictactoe.train.groupsPerStep);
   expect(validate(draftFrom("again", settings!, d)).settings).toEqual(settings);
 });
 
@@ -19,4 +20,14 @@ it("takes a KL penalty from 0 (none) and names the field when it is not one", ()
   expect(validate({ ...defaultDraft(), beta: "0.05" }).settings!.beta).toBe(0.05);
   for (const bad of ["-0.1", "", "strong", "11"])
     expect(validate({ ...defaultDraft(), beta: bad }).errors.beta).toMatch(/KL penalty \(beta\) must be a number/);
+});
+
+it("draws at least the groups per step; a run saved without the setting draws no more", () => {
+  expect(validate({ ...defaultDraft(), groupsPerStep: "4", maxGroups: "12" }).settings!.maxGroups).toBe(12);
+  expect(validate({ ...defaultDraft(), groupsPerStep: "4", maxGroups: "3" }).errors.maxGroups).toBe(
+    "Most groups drawn a step must be at least the groups per step (4)",
+  );
+  expect(validate({ ...defaultDraft(), maxGroups: "lots" }).errors.maxGroups).toMatch(/must be a whole number/);
+  const { maxGroups: _, ...old } = validate({ ...defaultDraft(), groupsPerStep: "3" }).settings!;
+  expect(draftFrom("old", old, defaultDraft()).maxGroups).toBe("3");
 });

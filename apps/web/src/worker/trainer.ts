@@ -300,6 +300,7 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
     game: st.env,
     seed: st.seed,
     groupsPerStep: st.groupsPerStep,
+    maxGroups: st.maxGroups,
     groupSize: st.groupSize,
     opponents: parseOpponents(st.opponents ?? "random"),
     starts: parseStarts(st.starts ?? "empty"),
