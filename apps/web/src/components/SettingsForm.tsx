@@ -40,7 +40,7 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   [
     "maxGroups",
     "Most groups drawn a step",
-    "more groups are drawn while fewer than the groups per step have games that score differently",
+    "more groups are drawn while fewer than the groups per step have games that score differently (empty: none more)",
   ],
   ["learningRate", "Learning rate"],
   ["beta", "KL penalty (beta)", "toward the base model; it also holds a decision start's opening (0: none)"],

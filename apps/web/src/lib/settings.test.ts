@@ -22,12 +22,14 @@ it("takes a KL penalty from 0 (none) and names the field when it is not one", ()
     expect(validate({ ...defaultDraft(), beta: bad }).errors.beta).toMatch(/KL penalty \(beta\) must be a number/);
 });
 
-it("draws at least the groups per step; a run saved without the setting draws no more", () => {
+it("draws at least the groups per step; empty, or a run saved without the setting, draws no more", () => {
   expect(validate({ ...defaultDraft(), groupsPerStep: "4", maxGroups: "12" }).settings!.maxGroups).toBe(12);
   expect(validate({ ...defaultDraft(), groupsPerStep: "4", maxGroups: "3" }).errors.maxGroups).toBe(
     "Most groups drawn a step must be at least the groups per step (4)",
   );
   expect(validate({ ...defaultDraft(), maxGroups: "lots" }).errors.maxGroups).toMatch(/must be a whole number/);
+  expect(validate({ ...defaultDraft(), groupsPerStep: "3", maxGroups: " " }).settings!.maxGroups).toBe(3);
   const { maxGroups: _, ...old } = validate({ ...defaultDraft(), groupsPerStep: "3" }).settings!;
-  expect(draftFrom("old", old, defaultDraft()).maxGroups).toBe("3");
+  expect(draftFrom("old", old, defaultDraft()).maxGroups).toBe("");
+  expect(validate(draftFrom("old", old, defaultDraft())).settings!.maxGroups).toBe(3);
 });

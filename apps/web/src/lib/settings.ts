@@ -35,7 +35,8 @@ export interface SettingsDraft {
   steps: string;
   groupSize: string;
   groupsPerStep: string;
-  /** Dynamic sampling: groups drawn a step at most, more while fewer than groupsPerStep have rewards that differ. */
+  /** Dynamic sampling: groups drawn a step at most, more while fewer than groupsPerStep have rewards that differ
+   *  (empty: groupsPerStep, none more). */
   maxGroups: string;
   learningRate: string;
   /** KL penalty toward the base model. */
@@ -100,7 +101,7 @@ export function defaultDraft(): SettingsDraft {
     steps: String(GAMES.tictactoe.train.steps),
     groupSize: "8",
     groupsPerStep: "4",
-    maxGroups: String(GAMES.tictactoe.train.maxGroups ?? 4),
+    maxGroups: GAMES.tictactoe.train.maxGroups ? String(GAMES.tictactoe.train.maxGroups) : "",
     learningRate: "1e-3",
     beta: String(GAMES.tictactoe.train.beta ?? 0),
     loraRank: "8",
@@ -143,7 +144,10 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const steps = int(d.steps, "Steps", 1, 10000, errors, "steps");
   const groupSize = int(d.groupSize, "Group size", 2, 32, errors, "groupSize");
   const groupsPerStep = int(d.groupsPerStep, "Groups per step", 1, 16, errors, "groupsPerStep");
-  const maxGroups = int(d.maxGroups, "Most groups drawn a step", 1, 64, errors, "maxGroups");
+  const maxGroups =
+    d.maxGroups.trim() === ""
+      ? groupsPerStep
+      : int(d.maxGroups, "Most groups drawn a step", 1, 64, errors, "maxGroups");
   if (!errors.maxGroups && !errors.groupsPerStep && maxGroups < groupsPerStep)
     errors.maxGroups = `Most groups drawn a step must be at least the groups per step (${groupsPerStep})`;
   const learningRate = real(d.learningRate, "Learning rate", 0, 1, errors, "learningRate");
@@ -277,7 +281,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     steps: String(s.steps),
     groupSize: String(s.groupSize),
     groupsPerStep: String(s.groupsPerStep),
-    maxGroups: String(s.maxGroups ?? s.groupsPerStep),
+    maxGroups: s.maxGroups && s.maxGroups !== s.groupsPerStep ? String(s.maxGroups) : "",
     learningRate: String(s.learningRate),
     beta: String(s.beta ?? 0),
     loraRank: String(s.loraRank),
