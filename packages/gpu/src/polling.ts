@@ -11,7 +11,7 @@
 export type DawnPolling = "immediate" | "timer";
 
 let mode: DawnPolling = "immediate";
-let original: typeof setImmediate | undefined;
+let wrappedOnce = false;
 let delayed = 0;
 
 const isDawnPoll = (fn: unknown): boolean =>
@@ -26,9 +26,9 @@ const isDawnPoll = (fn: unknown): boolean =>
  */
 export function setDawnPolling(next: DawnPolling): void {
   if (typeof setImmediate !== "function") return;
-  if (next === "timer" && !original) {
+  if (next === "timer" && !wrappedOnce) {
+    wrappedOnce = true;
     const orig = setImmediate;
-    original = orig;
     const wrapped = ((fn: (...a: unknown[]) => void, ...args: unknown[]) => {
       if (mode === "timer" && isDawnPoll(fn)) {
         delayed++;

@@ -39,7 +39,7 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ["groupsPerStep", "Groups per step"],
   [
     "maxGroups",
-    "Most groups drawn a step",
+    "Most groups drawn a step (games)",
     "more groups are drawn while fewer than the groups per step have games that score differently (empty: none more)",
   ],
   ["learningRate", "Learning rate"],
