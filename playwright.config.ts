@@ -22,6 +22,9 @@ export default defineConfig({
   testDir: "e2e",
   outputDir: "test-results",
   timeout: 180_000,
+  // CI's 2 shared cores: a file whose test fails runs once more from its start (serial files rerun together); a
+  // failure on the second try fails the run.
+  retries: process.env.CI ? 1 : 0,
   workers: 1,
   reporter: process.env.CI ? [["list"]] : [["list"]],
   use: {

@@ -380,9 +380,18 @@ test("a full disk pauses the run at its last checkpoint, losing nothing; Resume 
   const atStart = Number(await page.getByTestId("run-lost-e2e").getByTestId("run-step").textContent());
   try {
     await page.getByRole("button", { name: "Resume lost-e2e" }).click();
-    await expect(page.getByTestId("banner-storage-full")).toContainText("Nothing already saved is lost", {
-      timeout: 60_000,
-    });
+    await expect(page.getByTestId("banner-storage-full"))
+      .toContainText("Nothing already saved is lost", { timeout: 60_000 })
+      .catch(async (e: Error) => {
+        // Say what the page showed instead (a CI run once timed out here with no banner).
+        const seen = {
+          state: await state().textContent(),
+          step: await step().textContent(),
+          banners: await page.locator(".banner").allTextContents(),
+          atStart,
+        };
+        throw new Error(`${e.message}\nthe page showed: ${JSON.stringify(seen)}`);
+      });
     await expect(state()).toHaveText("paused");
     const saved = (await step().textContent())!;
     expect(Number(saved)).toBeGreaterThanOrEqual(atStart);

@@ -49,15 +49,26 @@ if (existsSync(join(out, "vitest.json"))) {
   failed += v.numFailedTests ?? 0;
   skipped += (v.numPendingTests ?? 0) + (v.numTodoTests ?? 0);
 }
+const flaky = [];
 if (existsSync(join(out, "playwright.json"))) {
-  const s = JSON.parse(readFileSync(join(out, "playwright.json"), "utf8")).stats ?? {};
-  passed += s.expected ?? 0;
-  failed += (s.unexpected ?? 0) + (s.flaky ?? 0);
+  const report = JSON.parse(readFileSync(join(out, "playwright.json"), "utf8"));
+  const s = report.stats ?? {};
+  // A browser test that failed and then passed on CI's one retry (playwright.config.ts) counts as passed, and is
+  // named below so that it is seen.
+  passed += (s.expected ?? 0) + (s.flaky ?? 0);
+  failed += s.unexpected ?? 0;
   skipped += s.skipped ?? 0;
+  const walk = (suite) => {
+    for (const spec of suite.specs ?? [])
+      for (const t of spec.tests ?? []) if (t.status === "flaky") flaky.push(`${spec.file}: ${spec.title}`);
+    for (const child of suite.suites ?? []) walk(child);
+  };
+  for (const suite of report.suites ?? []) walk(suite);
 }
 // A step that failed without reporting a test failure (typecheck, build, a crash) counts as one.
 for (const code of [typecheck, lint, format, build]) if (code !== 0) failed += 1;
 if ((unit !== 0 || e2e !== 0) && failed === 0) failed = 1;
 console.log(`\n${steps.join("; ")} (${((Date.now() - t0) / 60000).toFixed(1)} min)`);
+for (const f of flaky) console.log(`flaky (failed, then passed on its retry): ${f}`);
 console.log(`${passed} passed, ${failed} failed, ${skipped} skipped`);
 process.exit(failed ? 1 : 0);

@@ -62,6 +62,9 @@ export interface TrainSettings {
   opponents?: string;
   /** Where tic-tac-toe games start, one per group in turn ("empty,decision"); runs saved before this setting start empty. */
   starts?: string;
+  /** Tic-tac-toe's reward for the decisions themselves (wins taken, threats blocked); runs saved before this setting
+   *  lack it: 0, the outcome alone. */
+  decisionReward?: number;
   /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
    *  before this setting lack it and get the engine's browser default. */
   memoryBudgetGiB?: number;

@@ -93,6 +93,35 @@ describe("game registry", () => {
     const summary = GAMES.tictactoe.summarize(games);
     expect(summary.games).toBe(4);
     expect(GAMES.tictactoe.score(games)).toBeCloseTo(summary.win + summary.draw, 12);
+    // A decision reward reaches the game's reward (the step's scenarios carry it); the outcome's rates do not move.
+    const scenarios = stepScenarios(0, { seed: 5, groupsPerStep: 2, groupSize: 2, decisionReward: 0.5 }).flat();
+    expect(scenarios.every((x) => x.decisionReward === 0.5)).toBe(true);
+    expect(stepScenarios(0, { seed: 5, groupsPerStep: 1, groupSize: 1 })[0][0]).not.toHaveProperty("decisionReward");
+    const play = (decisionReward?: number) =>
+      Promise.all(
+        [1, 2, 3, 4, 5, 6].map((seed) =>
+          GAMES.tictactoe.rollout(client, {
+            ...sampling,
+            scenario: { seed, opponent: "winning", start: "decision", decisionReward },
+          }),
+        ),
+      );
+    const plain = await play();
+    const shaped = await play(0.5);
+    const rates = (t: typeof plain) => ({ ...GAMES.tictactoe.summarize(t), meanReward: 0 });
+    expect(rates(shaped)).toEqual(rates(plain));
+    const outcome = (t: (typeof plain)[number]) => {
+      const m = t.metrics as Record<string, number>;
+      return m.win + 0.5 * m.draw - m.invalid;
+    };
+    shaped.forEach((t, i) => {
+      const m = t.metrics as Record<string, number>;
+      const right = m.winsTaken + m.blocks;
+      const faced = m.chances + m.threats;
+      expect(faced).toBeGreaterThan(0); // a decision start faces one at once
+      expect(plain[i].reward).toBe(outcome(plain[i]));
+      expect(t.reward).toBeCloseTo(plain[i].reward + (0.5 * (2 * right - faced)) / faced, 12);
+    });
   });
 
   it("an email rollout plays the split's scenario (training's unless told), scored by accuracy", async () => {

@@ -18,6 +18,8 @@ export interface GameScenario {
   opponent?: TicTacToeOpponentName;
   /** Where a tic-tac-toe game starts (default empty; "decision": an opening up to a move that matters). */
   start?: TicTacToeStart;
+  /** Tic-tac-toe's reward for the decisions themselves (TicTacToeOptions.decisionReward; default 0). */
+  decisionReward?: number;
   /**
    * The email env's scenarios: training's (default) or the held-out evaluation ones, `seed` being the index within
    * the split (the two splits never share an inbox). The games take the seed as it is.
@@ -54,6 +56,8 @@ export interface Game {
     starts?: readonly TicTacToeStart[];
     /** KL penalty toward the base model (default 0); it also holds the turns a run does not sample (an opening). */
     beta?: number;
+    /** Tic-tac-toe's reward for the decisions themselves (default 0). */
+    decisionReward?: number;
   };
 }
 
@@ -70,6 +74,7 @@ export const GAMES: Record<GameName, Game> = {
           seed: scenario.seed,
           opponent: TICTACTOE_OPPONENTS[scenario.opponent ?? "random"],
           start: scenario.start,
+          decisionReward: scenario.decisionReward,
         },
       }),
     summarize: (t) => numbers(summarizeTicTacToe(t)),
@@ -152,6 +157,8 @@ export interface StepScenarios {
   opponents?: readonly TicTacToeOpponentName[];
   /** Where tic-tac-toe games start, one per group in turn (default: empty). */
   starts?: readonly TicTacToeStart[];
+  /** Tic-tac-toe's reward for the decisions themselves (default 0: the outcome alone). */
+  decisionReward?: number;
   /**
    * "shared" (default): a group's rollouts all play one scenario, so they differ only where the model's samples do.
    * "independent": every rollout plays its own scenario, as ART's tic-tac-toe example gathers its games; the group
@@ -185,6 +192,7 @@ export function stepScenarios(
       seed: trainingScenarioSeed(s.seed, step, independent ? g * s.groupSize + i : g),
       opponent: opponents[g % opponents.length],
       ...(starts[g % starts.length] === "empty" ? {} : { start: starts[g % starts.length] }),
+      ...(s.decisionReward ? { decisionReward: s.decisionReward } : {}),
     })),
   );
 }

@@ -85,6 +85,7 @@ async function runTicTacToe(
     agent: game.agent,
     opponent,
     start: scenario.start ?? "empty",
+    ...(scenario.decisionReward ? { decisionReward: scenario.decisionReward } : {}),
     historyTurns: Number.isFinite(historyTurns) ? historyTurns : null, // null: the whole game
   });
 }

@@ -314,4 +314,45 @@ describe("decisions", () => {
     expect(g.decisions).toMatchObject({ chances: 1, winsTaken: 0, threats: 0 });
     expect(ticTacToeEnv.metrics(g)).toMatchObject({ invalid: 1, chances: 1, winsTaken: 0, threats: 0, blocks: 0 });
   });
+
+  it("decisionReward adds its weight times (right - missed) / faced to the outcome's reward, and nothing by default", () => {
+    // The first test's game: a block made (right), then a chance missed, and the game lost: 0 + 0.5 x (1 - 1) / 2.
+    const play = (decisionReward?: number) => {
+      const g = newTicTacToe({
+        seed: 1,
+        agent: "x",
+        decisionReward,
+        opponent: scripted([idx("B", 2), idx("A", 3), idx("B", 1), idx("B", 3)]),
+      });
+      for (const m of [idx("A", 1), idx("C", 3), idx("C", 1), idx("A", 2)]) ticTacToeStep(g, reply(m));
+      return g;
+    };
+    expect(ticTacToeReward(play())).toBe(0);
+    expect(ticTacToeReward(play(0.5))).toBe(0);
+    // The chance taken instead (C2 wins row C): 1 + 0.5 x (2 - 0) / 2.
+    const won = play(0.5);
+    won.outcome = null;
+    won.board = ["x", null, "o", "o", "o", null, "x", null, "x"];
+    won.decisions = { chances: 0, winsTaken: 0, threats: 1, blocks: 1, threatsOffFirst: 1, blocksOffFirst: 1 };
+    ticTacToeStep(won, reply(idx("C", 2)));
+    expect(won.outcome).toBe("win");
+    expect(ticTacToeReward(won)).toBe(1.5);
+    // An illegal reply at a chance misses it: -1 + 0.5 x (0 - 1) / 1.
+    const bad = newTicTacToe({
+      seed: 1,
+      agent: "x",
+      decisionReward: 0.5,
+      opponent: scripted([idx("B", 1), idx("B", 2)]),
+    });
+    for (const m of [idx("A", 1), idx("A", 2), idx("A", 1)]) ticTacToeStep(bad, reply(m));
+    expect(bad.outcome).toBe("invalid");
+    expect(ticTacToeReward(bad)).toBe(-1.5);
+    // A game with no decision gets the outcome alone.
+    const none = newTicTacToe({ seed: 1, agent: "x", decisionReward: 0.5 });
+    none.board = ["x", "o", "x", "x", "o", "o", "o", "x", null];
+    ticTacToeStep(none, reply(8));
+    expect(none.outcome).toBe("draw");
+    expect(ticTacToeReward(none)).toBe(0.5);
+    expect(() => newTicTacToe({ seed: 1, decisionReward: -1 })).toThrow(/decisionReward must be a number >= 0/);
+  });
 });

@@ -27,6 +27,8 @@ export interface TicTacToeGame {
    * conversation shows them as earlier turns, but the model did not sample them, so they are not trained.
    */
   opening: { board: string; reply: string }[];
+  /** The weight of the agent's decisions in its reward (TicTacToeOptions.decisionReward; 0: the outcome alone). */
+  decisionReward: number;
 }
 
 /**
@@ -57,6 +59,13 @@ export interface TicTacToeOptions {
    * on boards like the ones the agent's own games reach. Evaluation always starts empty.
    */
   start?: TicTacToeStart;
+  /**
+   * A training reward for the decisions themselves (default 0: the outcome alone). The reward adds
+   * `decisionReward x (right - missed) / faced` over the agent's decisions (wins to take, threats to block; an
+   * illegal reply misses), so a missed block is paid for even when the random opponent does not punish it. The
+   * outcome's rates (win, draw, ...) and evaluation are unchanged.
+   */
+  decisionReward?: number;
 }
 
 export const TICTACTOE_STARTS = ["empty", "decision"] as const;
@@ -116,7 +125,10 @@ export function newTicTacToe(opts: TicTacToeOptions): TicTacToeGame {
     outcome: null,
     error: null,
     opening: [],
+    decisionReward: opts.decisionReward ?? 0,
   };
+  if (!(Number.isFinite(game.decisionReward) && game.decisionReward >= 0))
+    throw new Error(`tic-tac-toe: decisionReward must be a number >= 0 (got ${opts.decisionReward})`);
   if (opts.start === "decision") playDecisionOpening(game);
   else if (agent === "o") opponentMove(game);
   return game;
@@ -218,8 +230,14 @@ function countDecision(game: TicTacToeGame, cell: number | null): void {
   }
 }
 
+/** The outcome's reward, plus the decisions' term when the game has a decisionReward. */
 export function ticTacToeReward(game: TicTacToeGame): number {
-  return { win: 1, draw: 0.5, loss: 0, invalid: -1 }[game.outcome ?? "loss"];
+  const outcome = { win: 1, draw: 0.5, loss: 0, invalid: -1 }[game.outcome ?? "loss"];
+  const d = game.decisions;
+  const faced = d.chances + d.threats;
+  if (!game.decisionReward || faced === 0) return outcome;
+  const right = d.winsTaken + d.blocks;
+  return outcome + (game.decisionReward * (right - (faced - right))) / faced;
 }
 
 function opponentMove(game: TicTacToeGame): void {

@@ -54,6 +54,11 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
     "Starts (tic-tac-toe)",
     "one per group in turn: empty, or decision (an opening up to a move that matters; hold it with beta > 0)",
   ],
+  [
+    "decisionReward",
+    "Decision reward (tic-tac-toe)",
+    "added for each win taken and threat blocked, taken off for each missed, averaged over a game's (0: the outcome alone)",
+  ],
   ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
 

@@ -12,6 +12,7 @@ it("defaults to the CLI's tic-tac-toe recipe, and round-trips through a saved ru
   expect(settings!.starts).toBe((GAMES.tictactoe.train.starts ?? ["empty"]).join(","));
   expect(settings!.beta).toBe(GAMES.tictactoe.train.beta ?? 0);
   expect(settings!.maxGroups).toBe(GAMES.tictactoe.train.maxGroups ?? GAMES.tictactoe.train.groupsPerStep);
+  expect(settings!.decisionReward).toBe(GAMES.tictactoe.train.decisionReward ?? 0);
   expect(validate(draftFrom("again", settings!, d)).settings).toEqual(settings);
 });
 
@@ -32,4 +33,14 @@ it("draws at least the groups per step; empty, or a run saved without the settin
   const { maxGroups: _, ...old } = validate({ ...defaultDraft(), groupsPerStep: "3" }).settings!;
   expect(draftFrom("old", old, defaultDraft()).maxGroups).toBe("");
   expect(validate(draftFrom("old", old, defaultDraft())).settings!.maxGroups).toBe(3);
+});
+
+it("takes a decision reward from 0 (the outcome alone), names the field when it is not one, and reads old runs as 0", () => {
+  expect(validate({ ...defaultDraft(), decisionReward: "0.5" }).settings!.decisionReward).toBe(0.5);
+  for (const bad of ["-1", "", "some", "11"])
+    expect(validate({ ...defaultDraft(), decisionReward: bad }).errors.decisionReward).toMatch(
+      /Decision reward must be a number from 0/,
+    );
+  const { decisionReward: _, ...old } = validate({ ...defaultDraft(), decisionReward: "0.5" }).settings!;
+  expect(draftFrom("old", old, defaultDraft()).decisionReward).toBe("0");
 });

@@ -49,6 +49,8 @@ export interface SettingsDraft {
   opponents: string;
   /** Where tic-tac-toe games start, one per group in turn, comma-separated (e.g. "empty,decision"). */
   starts: string;
+  /** Tic-tac-toe's reward for the decisions themselves (0: the outcome alone). */
+  decisionReward: string;
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
 }
@@ -110,6 +112,7 @@ export function defaultDraft(): SettingsDraft {
     temperature: "1",
     opponents: (GAMES.tictactoe.train.opponents ?? ["random"]).join(","),
     starts: (GAMES.tictactoe.train.starts ?? ["empty"]).join(","),
+    decisionReward: String(GAMES.tictactoe.train.decisionReward ?? 0),
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
 }
@@ -170,6 +173,9 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   } catch {
     errors.starts = `A comma-separated list of ${TICTACTOE_STARTS.join(", ")}`;
   }
+  const decisionReward = Number(d.decisionReward.trim());
+  if (d.decisionReward.trim() === "" || !(decisionReward >= 0 && decisionReward <= 10))
+    errors.decisionReward = "Decision reward must be a number from 0 (the outcome alone) to 10 (e.g. 0.5)";
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   let custom: TrainSettings["custom"];
   if (d.env === "custom") custom = validateCustom(d, seed, errors);
@@ -206,6 +212,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       temperature,
       opponents,
       starts,
+      decisionReward,
       memoryBudgetGiB,
       reward:
         d.reward === "env"
@@ -290,6 +297,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     temperature: String(s.temperature),
     opponents: s.opponents ?? "random",
     starts: s.starts ?? "empty",
+    decisionReward: String(s.decisionReward ?? 0),
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };
 }

@@ -304,6 +304,7 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
     groupSize: st.groupSize,
     opponents: parseOpponents(st.opponents ?? "random"),
     starts: parseStarts(st.starts ?? "empty"),
+    decisionReward: st.decisionReward ?? 0,
     model: s.name,
     temperature: st.temperature,
     maxTokens: st.maxTokens,

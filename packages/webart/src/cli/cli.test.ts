@@ -69,6 +69,8 @@ describe("webart", () => {
     ["train", ["--env", "chess"], '--env "chess": expected tictactoe, 2048 or email'],
     ["train", ["--group-size"], "--group-size needs a value"],
     ["train", ["--beta", "strong"], '--beta "strong": expected a number >= 0'],
+    ["train", ["--decision-reward", "some"], '--decision-reward "some": expected a number >= 0'],
+    ["train", ["--env", "2048", "--decision-reward", "0.5"], "--decision-reward is for --env tictactoe only"],
     ["eval", ["--games", "1.5"], '--games "1.5": expected an integer >= 1'],
     ["eval", ["--checkpoint", "last"], '--checkpoint "last": expected a step number, latest or none'],
     ["serve", ["--port", "70000"], '--port "70000": expected an integer in [0, 65535]'],

@@ -74,6 +74,10 @@ export const TRAIN = {
       arg: "LIST",
       help: "where tic-tac-toe games start, one per group in turn: empty, or decision (an opening up to\na win to take or a threat to block; default decision; e.g. empty,decision; eval always starts empty)",
     },
+    "decision-reward": {
+      arg: "X",
+      help: "tic-tac-toe: add X x (right - missed) / faced over the agent's decisions (wins to take,\nthreats to block) to each game's reward (default 0: the outcome alone; eval scores outcomes)",
+    },
     scenarios: {
       arg: "shared|independent",
       default: "shared",
@@ -114,6 +118,10 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const start = a.start ?? (game.train.starts ?? ["empty"]).join(",");
   const opponents = opponent.split(",").map((o) => oneOf("opponent", o.trim(), OPPONENT_NAMES));
   const starts = start.split(",").map((o) => oneOf("start", o.trim(), TICTACTOE_STARTS));
+  const decisionReward = num("decision-reward", a["decision-reward"] ?? String(game.train.decisionReward ?? 0), {
+    min: 0,
+  });
+  if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -158,7 +166,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -170,6 +178,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         groupSize: G,
         opponents,
         starts,
+        decisionReward,
         scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
         model: model.getInferenceName(),
         temperature,
