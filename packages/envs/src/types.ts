@@ -45,6 +45,11 @@ export interface SamplingOptions {
   /** Replays a game's samples: each turn's request carries a seed derived from this and the turn's number. The
    * server draws a fresh seed per request when omitted (training wants the games of a group to differ). */
   seed?: number;
+  /**
+   * Tool-using envs (email): "required" makes every turn a tool call, on servers that can force one (webart's
+   * constrains the sampled tokens to a call that fits a tool's schema); default "auto", the model's choice.
+   */
+  toolChoice?: "auto" | "required";
 }
 
 /** True when an entry of `messagesAndChoices` is a sampled `Choice` rather than a plain message. */

@@ -12,6 +12,8 @@ export interface GameStepOptions extends StepScenarios {
   model: string;
   temperature: number;
   maxTokens: number;
+  /** Tool-using games (email): "required" forces a tool call every turn (default "auto"). */
+  toolChoice?: "auto" | "required";
   /** Score each group with a RULER judge instead of the game's reward. */
   judge?: { client: OpenAI; model: string; swallowExceptions?: boolean };
   /** Called before each rollout starts; throw to stop the step. */
@@ -30,7 +32,12 @@ export const groupVaries = (g: TrajectoryGroup): boolean => new Set(g.rewards())
 
 export async function gameStepGroups(client: OpenAI, step: number, o: GameStepOptions): Promise<TrajectoryGroup[]> {
   const game = GAMES[o.game];
-  const sampling = { model: o.model, temperature: o.temperature, maxTokens: o.maxTokens };
+  const sampling = {
+    model: o.model,
+    temperature: o.temperature,
+    maxTokens: o.maxTokens,
+    ...(o.toolChoice ? { toolChoice: o.toolChoice } : {}),
+  };
   const judge = o.judge;
   const draw = (from: number, count: number) =>
     gatherTrajectoryGroups(

@@ -25,8 +25,6 @@ export interface EmailRolloutOptions extends SamplingOptions {
   scenario: EmailScenario;
   /** Default EMAIL_MAX_TURNS. */
   maxTurns?: number;
-  /** "required" makes every turn a tool call on servers that can force one (webart's can); default "auto". */
-  toolChoice?: "auto" | "required";
 }
 
 export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): Promise<TrajectoryLike> {

@@ -39,6 +39,11 @@ export const EVAL = {
     seed: { arg: "N", default: "12345", help: "seed of the evaluation games (different from training's)" },
     temperature: { arg: "X", default: "1", help: "sampling temperature" },
     "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
+    "tool-choice": {
+      arg: "auto|required",
+      default: "auto",
+      help: "email: required forces a tool call every turn, constrained to a tool's schema (as train's)",
+    },
     "no-base": { flag: true, help: "leave out the base model's row" },
     "no-baselines": { flag: true, help: "leave out the baselines' rows" },
     json: { flag: true, help: "print the rows as one JSON array instead of a table" },
@@ -54,6 +59,8 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(GAMES[env].maxTokens), { int: true, min: 1 });
+  const toolChoice = oneOf("tool-choice", a["tool-choice"], ["auto", "required"] as const);
+  if (toolChoice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
   const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
   if (typeof checkpoint === "number" && !/^\d+$/.test(a.checkpoint))
     throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
@@ -63,7 +70,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const engine = await Engine.load(baseModel, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
   const play = async (label: string) => {
     const client = engine.openaiClient();
-    const opts = { model: "eval", temperature, maxTokens };
+    const opts = { model: "eval", temperature, maxTokens, toolChoice };
     const trajs = [];
     for (let i = 0; i < games; i += 32) {
       const n = Math.min(32, games - i);

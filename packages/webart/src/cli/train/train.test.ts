@@ -183,20 +183,44 @@ describe("webart train / eval", () => {
 
   it("--env email: 2 steps on the embedded webart-tools by default, then eval's table with both scripted searchers", async () => {
     const args = ["--env", "email", "--name", "mail", "--group-size", "2", "--groups-per-step", "1", "--runs", runs];
-    expect(await trainCommand([...args, "--steps", "2", "--max-tokens", "64"])).toBe(0);
+    expect(await trainCommand([...args, "--steps", "1", "--max-tokens", "64"])).toBe(0);
+    // The second step forces a tool call every turn: each sampled turn is a call to one of the tools.
+    expect(await trainCommand([...args, "--steps", "2", "--resume", "--tool-choice", "required"])).toBe(0);
     const dir = join(runs, "email/models/mail");
     expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("2");
-    const lines = readFileSync(join(dir, "trajectories/train/0001.jsonl"), "utf8").trim().split("\n");
-    const t = (JSON.parse(lines[0]) as { trajectories: { tools?: { function: { name: string } }[] }[] }).trajectories;
+    type Entry = { role?: string; message?: { tool_calls?: { function: { name: string; arguments: string } }[] } };
+    type Traj = { tools?: { function: { name: string } }[]; messages_and_choices: Entry[] };
+    const traj = (step: string) =>
+      readFileSync(join(dir, `trajectories/train/${step}.jsonl`), "utf8")
+        .trim()
+        .split("\n")
+        .flatMap((l) => (JSON.parse(l) as { trajectories: Traj[] }).trajectories);
+    const t = traj("0001");
     expect(t[0].tools?.map((x) => x.function.name)).toEqual(["search_inbox", "read_email", "return_final_answer"]);
+    const forced = traj("0002").flatMap((x) => x.messages_and_choices.filter((m) => m.message));
+    expect(forced.length).toBeGreaterThan(0);
+    for (const c of forced) {
+      expect(c.message!.tool_calls).toHaveLength(1);
+      const call = c.message!.tool_calls![0].function;
+      expect(["search_inbox", "read_email", "return_final_answer"]).toContain(call.name);
+      expect(typeof JSON.parse(call.arguments)).toBe("object");
+    }
     const out: string[] = [];
     const log = console.log;
     console.log = (s: string) => out.push(String(s));
     try {
       expect(await evalCommand(["--env", "email", "--games", "2", "--name", "mail", "--runs", runs])).toBe(0);
+      expect(
+        await evalCommand([
+          ...["--env", "email", "--games", "2", "--checkpoint", "none", "--no-baselines", "--json"],
+          ...["--tool-choice", "required"],
+        ]),
+      ).toBe(0);
     } finally {
       console.log = log;
     }
+    const forcedRows = JSON.parse(out.pop()!) as { malformed: number; wellFormedCalls: number }[];
+    expect(forcedRows.map((r) => [r.malformed, r.wellFormedCalls])).toEqual([[0, 1]]);
     const table = out.join("\n");
     for (const row of ["base model (webart-tools)", "checkpoint 2", "perfect searcher", "naive searcher"])
       expect(table).toContain(row);

@@ -78,6 +78,11 @@ export const TRAIN = {
       arg: "X",
       help: "tic-tac-toe: add X x (right - missed) / faced over the agent's decisions (wins to take,\nthreats to block) to each game's reward (default 0: the outcome alone; eval scores outcomes)",
     },
+    "tool-choice": {
+      arg: "auto|required",
+      default: "auto",
+      help: "email: required forces a tool call every turn, its tokens constrained to a tool's schema\n(auto: the model's choice; a reply that is no call ends the episode as malformed)",
+    },
     scenarios: {
       arg: "shared|independent",
       default: "shared",
@@ -122,6 +127,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
     min: 0,
   });
   if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
+  const toolChoice = oneOf("tool-choice", a["tool-choice"], ["auto", "required"] as const);
+  if (toolChoice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -166,7 +173,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -179,6 +186,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         opponents,
         starts,
         decisionReward,
+        toolChoice,
         scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
         model: model.getInferenceName(),
         temperature,
