@@ -534,6 +534,8 @@ test("email search: the env picks webart-tools; webart-tiny is refused by name; 
   await tiny({ name: "email-e2e", steps: 2 });
   await page.getByLabel("Environment").selectOption("email");
   await expect(tools).toBeChecked();
+  // Every turn a call that fits a tool's schema (tool_choice required).
+  await page.getByLabel("Tool calls", { exact: true }).selectOption("required");
   await page.getByRole("button", { name: "Start" }).click();
   // (The check of the model's context runs first; until it is done the status still shows the last run.)
   await expect(page.getByTestId("status")).toContainText("email-e2e", { timeout: 60_000 });
@@ -545,6 +547,9 @@ test("email search: the env picks webart-tools; webart-tiny is refused by name; 
   const conversation = page.getByRole("list", { name: "Conversation" });
   await expect(conversation.locator(".msg.user")).toContainText("?");
   await expect(conversation.locator(".msg.assistant")).not.toHaveCount(0);
+  // Forced calls: each of the model's turns is one tool call.
+  const turns = await conversation.locator(".msg.assistant").count();
+  await expect(conversation.locator(".msg.assistant [data-testid=tool-call]")).toHaveCount(turns);
   await shot("rollouts-email");
   // Play: a held-out inbox and its own question; the checkpoint and the base model each play an episode.
   await page.getByRole("tab", { name: "Play" }).click();

@@ -65,6 +65,9 @@ export interface TrainSettings {
   /** Tic-tac-toe's reward for the decisions themselves (wins taken, threats blocked); runs saved before this setting
    *  lack it: 0, the outcome alone. */
   decisionReward?: number;
+  /** Email: "required" forces a tool call every turn, constrained to a tool's schema; runs saved before this
+   *  setting lack it: "auto", the model's choice. */
+  toolChoice?: "auto" | "required";
   /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
    *  before this setting lack it and get the engine's browser default. */
   memoryBudgetGiB?: number;

@@ -123,6 +123,24 @@ export function SettingsForm(props: {
           )}
         </Field>
         {d.env === "email" && judgeError}
+        {d.env === "email" && (
+          <Field
+            id="toolChoice"
+            label="Tool calls"
+            hint="forced: every turn is a call that fits a tool's schema (tool_choice required)"
+          >
+            {(a) => (
+              <select
+                id={a.id}
+                value={d.toolChoice}
+                onChange={(x) => set("toolChoice", x.target.value as SettingsDraft["toolChoice"])}
+              >
+                <option value="auto">The model's choice (auto)</option>
+                <option value="required">Forced (required)</option>
+              </select>
+            )}
+          </Field>
+        )}
         <Field id="reward" label="Reward" error={e.reward}>
           {(a) => (
             <select
@@ -187,22 +205,22 @@ export function SettingsForm(props: {
           </div>
         )}
         <div className="grid2">
-          {NUMBERS.filter(([k]) => (k !== "opponents" && k !== "starts") || d.env === "tictactoe").map(
-            ([k, label, hint]) => (
-              <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
-                {(a) => (
-                  <input
-                    id={a.id}
-                    inputMode={k === "opponents" || k === "starts" ? "text" : "decimal"}
-                    aria-invalid={a.invalid}
-                    aria-describedby={a.describedBy}
-                    value={d[k] as string}
-                    onChange={(x) => set(k, x.target.value)}
-                  />
-                )}
-              </Field>
-            ),
-          )}
+          {NUMBERS.filter(
+            ([k]) => (k !== "opponents" && k !== "starts" && k !== "decisionReward") || d.env === "tictactoe",
+          ).map(([k, label, hint]) => (
+            <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
+              {(a) => (
+                <input
+                  id={a.id}
+                  inputMode={k === "opponents" || k === "starts" ? "text" : "decimal"}
+                  aria-invalid={a.invalid}
+                  aria-describedby={a.describedBy}
+                  value={d[k] as string}
+                  onChange={(x) => set(k, x.target.value)}
+                />
+              )}
+            </Field>
+          ))}
         </div>
       </fieldset>
     </section>

@@ -44,3 +44,14 @@ it("takes a decision reward from 0 (the outcome alone), names the field when it 
   const { decisionReward: _, ...old } = validate({ ...defaultDraft(), decisionReward: "0.5" }).settings!;
   expect(draftFrom("old", old, defaultDraft()).decisionReward).toBe("0");
 });
+
+it("forces tool calls for email only when asked; other envs and old runs leave them to the model", () => {
+  const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200" };
+  expect(validate(email).settings!.toolChoice).toBeUndefined();
+  const forced = validate({ ...email, toolChoice: "required" }).settings!;
+  expect(forced.toolChoice).toBe("required");
+  expect(draftFrom("again", forced, defaultDraft()).toolChoice).toBe("required");
+  expect(validate({ ...defaultDraft(), toolChoice: "required" }).settings!.toolChoice).toBeUndefined();
+  const { toolChoice: _, ...old } = forced;
+  expect(draftFrom("old", old, defaultDraft()).toolChoice).toBe("auto");
+});

@@ -51,6 +51,8 @@ export interface SettingsDraft {
   starts: string;
   /** Tic-tac-toe's reward for the decisions themselves (0: the outcome alone). */
   decisionReward: string;
+  /** Email: "required" forces a tool call every turn (constrained to a tool's schema); "auto" leaves it to the model. */
+  toolChoice: "auto" | "required";
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
 }
@@ -113,6 +115,7 @@ export function defaultDraft(): SettingsDraft {
     opponents: (GAMES.tictactoe.train.opponents ?? ["random"]).join(","),
     starts: (GAMES.tictactoe.train.starts ?? ["empty"]).join(","),
     decisionReward: String(GAMES.tictactoe.train.decisionReward ?? 0),
+    toolChoice: "auto",
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
 }
@@ -213,6 +216,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       opponents,
       starts,
       decisionReward,
+      ...(d.env === "email" && d.toolChoice === "required" ? { toolChoice: "required" as const } : {}),
       memoryBudgetGiB,
       reward:
         d.reward === "env"
@@ -298,6 +302,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     opponents: s.opponents ?? "random",
     starts: s.starts ?? "empty",
     decisionReward: String(s.decisionReward ?? 0),
+    toolChoice: s.toolChoice ?? "auto",
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };
 }

@@ -305,6 +305,7 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
     opponents: parseOpponents(st.opponents ?? "random"),
     starts: parseStarts(st.starts ?? "empty"),
     decisionReward: st.decisionReward ?? 0,
+    ...(st.toolChoice ? { toolChoice: st.toolChoice } : {}),
     model: s.name,
     temperature: st.temperature,
     maxTokens: st.maxTokens,
@@ -470,6 +471,7 @@ export async function askEmail(
       model: s.name,
       temperature: s.meta.settings.temperature,
       maxTokens: s.meta.settings.maxTokens,
+      toolChoice: s.meta.settings.toolChoice ?? "auto",
     });
   const t = await (opts.base ? withBaseModel(s, play) : play());
   const m = t.metrics as Record<string, number | boolean>;
