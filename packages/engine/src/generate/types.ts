@@ -37,7 +37,8 @@ export interface GenerateRequest {
 export interface TokenEvent {
   sample: number;
   tokenId: number;
-  /** The model's logprob of the token (softmax at temperature 1 over the unmasked vocabulary). */
+  /** The model's logprob of the token (softmax at temperature 1 over the whole vocabulary; a constraint's mask is
+   *  ignored here, so it is the same logprob the trainer computes). */
   logprob: number;
   top?: { tokenId: number; logprob: number }[];
 }
