@@ -237,7 +237,7 @@ export function ticTacToeReward(game: TicTacToeGame): number {
   const faced = d.chances + d.threats;
   if (!game.decisionReward || faced === 0) return outcome;
   const right = d.winsTaken + d.blocks;
-  return outcome + (game.decisionReward * (right - (faced - right))) / faced;
+  return outcome + (game.decisionReward * (2 * right - faced)) / faced; // (right - missed) / faced
 }
 
 function opponentMove(game: TicTacToeGame): void {

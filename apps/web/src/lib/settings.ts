@@ -176,8 +176,9 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   } catch {
     errors.starts = `A comma-separated list of ${TICTACTOE_STARTS.join(", ")}`;
   }
+  // Shown and saved for tic-tac-toe only (a hidden field's error would block Start with nothing to read).
   const decisionReward = Number(d.decisionReward.trim());
-  if (d.decisionReward.trim() === "" || !(decisionReward >= 0 && decisionReward <= 10))
+  if (d.env === "tictactoe" && (d.decisionReward.trim() === "" || !(decisionReward >= 0 && decisionReward <= 10)))
     errors.decisionReward = "Decision reward must be a number from 0 (the outcome alone) to 10 (e.g. 0.5)";
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   let custom: TrainSettings["custom"];
@@ -215,7 +216,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       temperature,
       opponents,
       starts,
-      decisionReward,
+      ...(d.env === "tictactoe" ? { decisionReward } : {}),
       ...(d.env === "email" && d.toolChoice === "required" ? { toolChoice: "required" as const } : {}),
       memoryBudgetGiB,
       reward:

@@ -17,7 +17,7 @@ import {
   type ScriptedPolicy,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
-import { ENVS } from "./train.ts";
+import { ENVS, toolChoiceOption } from "./train.ts";
 
 export const EVAL = {
   name: "eval",
@@ -59,8 +59,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(GAMES[env].maxTokens), { int: true, min: 1 });
-  const toolChoice = oneOf("tool-choice", a["tool-choice"], ["auto", "required"] as const);
-  if (toolChoice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
+  const toolChoice = toolChoiceOption(a["tool-choice"], env);
   const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
   if (typeof checkpoint === "number" && !/^\d+$/.test(a.checkpoint))
     throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);

@@ -20,6 +20,13 @@ import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from ".
 export const ENVS = GAME_NAMES;
 const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
 
+/** `--tool-choice` of train and eval: auto or required, and required only for the env that has tools. */
+export function toolChoiceOption(value: string, env: (typeof ENVS)[number]): "auto" | "required" {
+  const choice = oneOf("tool-choice", value, ["auto", "required"] as const);
+  if (choice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
+  return choice;
+}
+
 export const TRAIN = {
   name: "train",
   about:
@@ -127,8 +134,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
     min: 0,
   });
   if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
-  const toolChoice = oneOf("tool-choice", a["tool-choice"], ["auto", "required"] as const);
-  if (toolChoice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
+  const toolChoice = toolChoiceOption(a["tool-choice"], env);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
