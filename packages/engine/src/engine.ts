@@ -27,6 +27,7 @@ import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
 import {
+  choiceConstraint,
   createJsonConstraintFactory,
   tokenBytes,
   toolCallConstraint,
@@ -132,6 +133,7 @@ export class Engine {
         const body = json(toolCallSchema(tools as ToolSpecLike[], only));
         return toolCallConstraint(vocabFor(tokenizer.inner, V, []), V, eos, body);
       };
+      served.choiceConstraint = (choices) => choiceConstraint(vocabFor(tokenizer.inner, V, []), V, eos, choices);
     }
     this.served.push(served);
     this.handler = createHandler({ models: () => this.served });

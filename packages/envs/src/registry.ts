@@ -20,6 +20,8 @@ export interface GameScenario {
   start?: TicTacToeStart;
   /** Tic-tac-toe's reward for the decisions themselves (TicTacToeOptions.decisionReward; default 0). */
   decisionReward?: number;
+  /** Tic-tac-toe's exploration: the chance a move is a random empty cell (TicTacToeOptions.explore; default 0). */
+  explore?: number;
   /**
    * The email env's scenarios: training's (default) or the held-out evaluation ones, `seed` being the index within
    * the split (the two splits never share an inbox). The games take the seed as it is.
@@ -58,6 +60,8 @@ export interface Game {
     beta?: number;
     /** Tic-tac-toe's reward for the decisions themselves (default 0). */
     decisionReward?: number;
+    /** Tic-tac-toe's exploration: the chance a training move is a random empty cell (default 0). */
+    explore?: number;
   };
 }
 
@@ -75,6 +79,7 @@ export const GAMES: Record<GameName, Game> = {
           opponent: TICTACTOE_OPPONENTS[scenario.opponent ?? "random"],
           start: scenario.start,
           decisionReward: scenario.decisionReward,
+          explore: scenario.explore,
         },
       }),
     summarize: (t) => numbers(summarizeTicTacToe(t)),
@@ -159,6 +164,8 @@ export interface StepScenarios {
   starts?: readonly TicTacToeStart[];
   /** Tic-tac-toe's reward for the decisions themselves (default 0: the outcome alone). */
   decisionReward?: number;
+  /** Tic-tac-toe's exploration (default 0: every move the model's pick). */
+  explore?: number;
   /**
    * "shared" (default): a group's rollouts all play one scenario, so they differ only where the model's samples do.
    * "independent": every rollout plays its own scenario, as ART's tic-tac-toe example gathers its games; the group
@@ -193,6 +200,7 @@ export function stepScenarios(
       opponent: opponents[g % opponents.length],
       ...(starts[g % starts.length] === "empty" ? {} : { start: starts[g % starts.length] }),
       ...(s.decisionReward ? { decisionReward: s.decisionReward } : {}),
+      ...(s.explore ? { explore: s.explore } : {}),
     })),
   );
 }

@@ -100,6 +100,54 @@ describe("rolloutTicTacToe", () => {
     expect(b.reward).toBe(a.reward);
   });
 
+  it("explore P: a move is, with probability P, a random empty cell asked through guided_choice and kept as a Choice", async () => {
+    // The server honors guided_choice as webart's does (the one choice is the reply); else the first empty cell.
+    const server = scriptedOpenAI((messages, req) => {
+      const guided = (req as { guided_choice?: string[] }).guided_choice;
+      return guided ? guided[0] : firstEmptyCell(messages);
+    });
+    const guidedOf = (r: unknown) => (r as { guided_choice?: string[] }).guided_choice;
+    const play = async (explore: number, seed: number) => {
+      server.requests.length = 0;
+      const t = await rolloutTicTacToe(server.client, { model: "tiny", seed, scenario: { seed, explore } });
+      return { t, requests: [...server.requests] };
+    };
+    let moves = 0;
+    let explored = 0;
+    const cells = new Set<string>();
+    for (let seed = 1; seed <= 40; seed++) {
+      const { t, requests } = await play(0.5, seed);
+      expect(t.metrics.invalid).toBe(0);
+      expect(t.metadata.explore).toBe(0.5);
+      const choices = t.messagesAndChoices.filter(isChoice);
+      expect(choices.length).toBe(requests.length);
+      requests.forEach((req, i) => {
+        const guided = guidedOf(req);
+        moves++;
+        if (!guided) return;
+        explored++;
+        expect(guided).toHaveLength(1);
+        const [, row, col] = /^<move>([ABC])([123])<\/move>$/.exec(guided[0])!;
+        // The cell is empty on the board the request shows, and the reply that moved there is the turn's Choice.
+        const line = lastUser(req.messages as Message[])
+          .split("\n")
+          .find((l) => l.startsWith(`${row} `))!;
+        expect(line.slice(2).split(" ")[Number(col) - 1]).toBe(".");
+        expect(choices[i].message.content).toBe(guided[0]);
+        cells.add(guided[0]);
+      });
+    }
+    expect(explored / moves).toBeGreaterThan(0.35);
+    expect(explored / moves).toBeLessThan(0.65);
+    expect(cells.size).toBeGreaterThan(5); // random cells, not the first empty one
+    // The same sampling seed explores the same moves; 0 never explores, 1 always; out of [0, 1] is refused.
+    const again = await play(0.5, 7);
+    expect(again.requests.map(guidedOf)).toEqual((await play(0.5, 7)).requests.map(guidedOf));
+    expect((await play(0, 7)).requests.every((r) => !guidedOf(r))).toBe(true);
+    expect((await play(1, 7)).requests.every((r) => guidedOf(r))).toBe(true);
+    await expect(play(1.5, 7)).rejects.toThrow(/explore must be a probability from 0 to 1 \(got 1\.5\)/);
+  });
+
   it("an unparseable reply ends the game at -1 after one choice", async () => {
     const server = scriptedOpenAI(() => "The center, obviously.");
     const t = await rolloutTicTacToe(server.client, { model: "m", scenario: { seed: 1, agent: "x" } });

@@ -2,7 +2,15 @@
 // engine's client), plus the same games played by a `Player` (baselines), both giving a trajectory.
 import type OpenAI from "openai";
 import { playEpisode, toTrajectory, type Act } from "./episode.ts";
-import { newTicTacToe, ticTacToeEnv, type TicTacToeGame, type TicTacToeOptions } from "./tictactoe.ts";
+import { Rng } from "@webart/gpu";
+import {
+  cellName,
+  emptyCells,
+  newTicTacToe,
+  ticTacToeEnv,
+  type TicTacToeGame,
+  type TicTacToeOptions,
+} from "./tictactoe.ts";
 import { env2048, new2048, type Game2048, type Game2048Options } from "./game2048.ts";
 import { opponentName } from "./players.ts";
 import type { Player, SamplingOptions, TrajectoryLike } from "./types.ts";
@@ -38,7 +46,17 @@ export async function rolloutTicTacToe(
   client: OpenAI,
   opts: SamplingOptions & { scenario: TicTacToeScenario; historyTurns?: number },
 ): Promise<TrajectoryLike> {
-  return runTicTacToe(opts.scenario, chatAct(client, opts), opts.historyTurns);
+  const explore = opts.scenario.explore ?? 0;
+  if (!(Number.isFinite(explore) && explore >= 0 && explore <= 1))
+    throw new Error(`tic-tac-toe: explore must be a probability from 0 to 1 (got ${explore})`);
+  // The draws are the game's own (the group's games share the scenario seed, and must explore apart).
+  const rng = new Rng(opts.seed ?? Math.floor(Math.random() * 2 ** 31));
+  const act = chatAct(client, opts, (game: TicTacToeGame) => {
+    if (!explore || rng.next() >= explore) return undefined;
+    const empty = emptyCells(game.board);
+    return { guided_choice: [`<move>${cellName(empty[rng.int(empty.length)])}</move>`] };
+  });
+  return runTicTacToe(opts.scenario, act, opts.historyTurns);
 }
 
 /** One game of 2048; see HISTORY_TURNS_2048 for how the context is kept bounded. */
@@ -86,6 +104,7 @@ async function runTicTacToe(
     opponent,
     start: scenario.start ?? "empty",
     ...(scenario.decisionReward ? { decisionReward: scenario.decisionReward } : {}),
+    ...(scenario.explore ? { explore: scenario.explore } : {}),
     historyTurns: Number.isFinite(historyTurns) ? historyTurns : null, // null: the whole game
   });
 }
@@ -100,10 +119,16 @@ async function run2048(scenario: Game2048Scenario, act: Act<Game2048>, historyTu
   });
 }
 
-function chatAct(client: OpenAI, { model, temperature, maxTokens, seed }: SamplingOptions): Act<unknown> {
+/** `body`: extra request fields for a turn (e.g. guided_choice), from the game before the move. */
+function chatAct<G>(
+  client: OpenAI,
+  { model, temperature, maxTokens, seed }: SamplingOptions,
+  body?: (game: G) => Record<string, unknown> | undefined,
+): Act<G> {
   let turn = 0;
-  return async (_game, prompt) => {
+  return async (game, prompt) => {
     const completion = await client.chat.completions.create({
+      ...body?.(game),
       model,
       messages: prompt,
       temperature,

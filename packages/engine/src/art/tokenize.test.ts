@@ -268,6 +268,23 @@ describe("context turns the model did not sample", () => {
         const plain = new Trajectory({ messagesAndChoices: [messages[0], messages[1], c], reward: 1 });
         for (const s of plain.histories().flatMap((h) => tokenizeHistory(tok, h, { anchors: true })))
           expect(s.anchor!.every((a) => a === 0)).toBe(true);
+        // A forced reply (guided_choice of one, as tic-tac-toe's exploration asks) is trained and marked forced;
+        // the sampled turn after it is trained and not.
+        const client = engine.openaiClient();
+        const ask = async (m: ChatCompletionMessageParam[], extra: Record<string, unknown> = {}) =>
+          (await client.chat.completions.create({ model: "tiny", messages: m, max_tokens: 12, ...extra }))
+            .choices[0] as SampledChoice;
+        const turn1 = messages.slice(0, 2);
+        const f = await ask(turn1, { guided_choice: ["<move>C3</move>"] });
+        const turn2: ChatCompletionMessageParam = { role: "user", content: "  1 2 3\nA . o .\nB . . .\nC . . x" };
+        const s2 = await ask([...turn1, { role: "assistant", content: f.message.content }, turn2]);
+        const mixed = new Trajectory({ messagesAndChoices: [...turn1, f, turn2, s2], reward: 1 });
+        const [m, ...more] = mixed.histories().flatMap((h) => tokenizeHistory(tok, h));
+        expect(more).toEqual([]);
+        expect(m.ids.filter((_, i) => m.mask[i])).toEqual([...f.token_ids!, ...s2.token_ids!]);
+        expect(m.ids.filter((_, i) => m.forced![i])).toEqual(f.token_ids);
+        m.forced!.forEach((x, i) => expect(!x || m.mask[i]).toBeTruthy());
+        expect(tokenizeHistory(tok, { messagesAndChoices: [...messages, c] })[0].forced).toBeUndefined();
       } finally {
         await engine.close();
       }

@@ -26,12 +26,15 @@ export interface TokenizedHistory {
    * loss; with TrainConfig.anchorContextTurns the KL term holds them to the base model. Only when asked for.
    */
   anchor?: Uint8Array;
+  /** 1 on the tokens of forced choices (SampledChoice.forced: trained, but out of the KL term); absent if none. */
+  forced?: Uint8Array;
 }
 
 interface Building {
   ids: number[];
   mask: number[];
   old: number[];
+  forced: number[];
 }
 
 function finish(b: Building, spans: Span[] | undefined): TokenizedHistory {
@@ -40,6 +43,7 @@ function finish(b: Building, spans: Span[] | undefined): TokenizedHistory {
     mask: Uint8Array.from(b.mask),
     oldLogprobs: Float32Array.from(b.old),
     trainableTokens: b.mask.reduce((a, x) => a + x, 0),
+    ...(b.forced.some((x) => x) ? { forced: Uint8Array.from(b.forced) } : {}),
   };
   if (!spans) return out;
   const anchor = new Uint8Array(b.ids.length);
@@ -99,18 +103,20 @@ export function tokenizeHistory(
     const extends_ = cur !== null && ctx.length >= cur.ids.length && cur.ids.every((id, k) => ctx[k] === id);
     if (!extends_) {
       if (cur) out.push(finish(cur, spans));
-      cur = { ids: [], mask: [], old: [] };
+      cur = { ids: [], mask: [], old: [], forced: [] };
     }
     const b = cur!;
     for (let k = b.ids.length; k < ctx.length; k++) {
       b.ids.push(ctx[k]);
       b.mask.push(0);
       b.old.push(NaN);
+      b.forced.push(0);
     }
     m.token_ids!.forEach((id, k) => {
       b.ids.push(id);
       b.mask.push(1);
       b.old.push(m.token_logprobs![k]);
+      b.forced.push(m.forced ? 1 : 0);
     });
   });
   if (cur) out.push(finish(cur, spans));

@@ -50,6 +50,7 @@ export function stepSequences(
           mask: tk.mask,
           oldLogprobs: tk.oldLogprobs,
           anchor: tk.anchor,
+          forced: tk.forced,
           advantage: a,
           coef: 0,
           n: tk.trainableTokens,

@@ -9,6 +9,12 @@ export type SampledChoice = ChatCompletion.Choice & {
   token_ids?: number[];
   /** The sampler's logprob of each token in token_ids (webart extension). */
   token_logprobs?: number[];
+  /**
+   * The reply was forced (a guided_choice of one string, e.g. an exploration move), not sampled (webart extension).
+   * Its tokens and logprobs are still the model's, and the policy loss trains them with the trajectory's advantage;
+   * the KL term leaves them out, since its estimate assumes tokens sampled from the policy.
+   */
+  forced?: boolean;
 };
 
 export type MessageOrChoice = ChatCompletionMessageParam | SampledChoice;

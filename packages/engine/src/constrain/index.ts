@@ -2,4 +2,5 @@
 export { createJsonConstraintFactory, JsonConstraint, JsonGrammar, type JsonConstraintOptions } from "./json.ts";
 export { compileSchema, DEFAULT_LIMITS, JsonSchemaError, type JsonLimits } from "./schema.ts";
 export { tokenBytes, vocabFor, type Vocab, type VocabTokenizer } from "./vocab.ts";
+export { choiceConstraint } from "./choice.ts";
 export { toolCallConstraint, toolCallSchema, type ToolSpecLike } from "./tool.ts";

@@ -3,6 +3,7 @@
 // Hermes/Qwen format the chat templates and the handler's parser use, or (Llama 3) to the call's JSON alone
 // with "parameters" for "arguments".
 import type { TokenConstraint } from "../generate/types.ts";
+import { prefixMask } from "./choice.ts";
 import type { Vocab } from "./vocab.ts";
 
 const enc = new TextEncoder();
@@ -21,15 +22,7 @@ class Literal {
     return this.rest.length === 0;
   }
   mask(): Uint32Array {
-    const m = new Uint32Array(this.vocab.words);
-    for (let id = 0; id < this.V; id++) {
-      const b = this.vocab.bytes(id);
-      if (!b || b.length === 0 || b.length > this.rest.length) continue;
-      let ok = true;
-      for (let i = 0; i < b.length && ok; i++) ok = b[i] === this.rest[i];
-      if (ok) m[id >>> 5] |= 1 << (id & 31);
-    }
-    return m;
+    return prefixMask(this.vocab, this.V, [this.rest], new Uint32Array(this.vocab.words));
   }
   accept(id: number): boolean {
     const b = this.vocab.bytes(id);

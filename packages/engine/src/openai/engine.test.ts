@@ -266,6 +266,40 @@ describe("chat.completions through the openai SDK", () => {
     }
   });
 
+  it("guided_choice (vLLM's): each sample is one of the choices; a forced choice keeps the model's own logprobs", async () => {
+    const ask = (extra: Record<string, unknown>) =>
+      client.chat.completions.create({ model: "tiny", messages, max_tokens: 20, logprobs: true, ...extra });
+    const free = (await ask({ temperature: 0 })).choices[0] as SampledChoice;
+    const reply = free.message.content!;
+    const other = reply === "<move>C3</move>" ? "<move>A1</move>" : "<move>C3</move>";
+    // Greedy within the choices is the free greedy reply when it is among them: same tokens, same logprobs.
+    const same = (await ask({ temperature: 0, guided_choice: [other, reply] })).choices[0] as SampledChoice;
+    expect(same.message.content).toBe(reply);
+    expect(same.token_ids).toEqual(free.token_ids);
+    expect(same.token_logprobs).toEqual(free.token_logprobs);
+    expect(same.forced).toBeUndefined(); // sampled among two choices
+    // One choice forces it, ending with the end-of-turn token as training needs; its logprobs are the model's over
+    // the whole vocabulary, so the forced text is less likely than the greedy one.
+    const forced = (await ask({ temperature: 1, seed: 3, guided_choice: [other] })).choices[0] as SampledChoice;
+    expect(forced.message.content).toBe(other);
+    expect(forced.finish_reason).toBe("stop");
+    expect(forced.forced).toBe(true); // training leaves it out of the KL term
+    expect(engine.tokenizer.stopTokenIds).toContain(forced.token_ids!.at(-1));
+    const sum = (c: SampledChoice) => c.token_logprobs!.reduce((a, b) => a + b, 0);
+    expect(forced.token_logprobs!.every((x) => Number.isFinite(x) && x <= 0)).toBe(true);
+    expect(sum(forced)).toBeLessThan(sum(free));
+    const choices = ["<move>A1</move>", "<move>B2</move>", "<move>C3</move>", "pass"];
+    const r = await ask({ temperature: 1.5, seed: 11, n: 12, guided_choice: choices });
+    for (const c of r.choices) expect(choices).toContain(c.message.content);
+    const bad = await ask({ guided_choice: ["A1", 3] }).catch((e: unknown) => e);
+    expect(bad).toBeInstanceOf(OpenAI.BadRequestError);
+    expect((bad as Error).message).toMatch(/guided_choice: expected a non-empty array of non-empty strings/);
+    const both = await ask({ guided_choice: ["A1"], response_format: { type: "json_object" } }).catch(
+      (e: unknown) => e,
+    );
+    expect((both as Error).message).toMatch(/guided_choice cannot be combined with a JSON response_format/);
+  });
+
   it("round-trips a forced tool call and its result", async () => {
     const tools = [
       {

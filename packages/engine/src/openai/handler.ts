@@ -29,6 +29,8 @@ export interface ServedModel {
   jsonConstraint?: (schema: Record<string, unknown> | null) => () => TokenConstraint;
   /** Builds a constraint forcing one call among `tools` (or of the named one), for tool_choice required/named. */
   toolConstraint?: (tools: ChatRequest["tools"], name?: string) => () => TokenConstraint;
+  /** Builds a constraint to exactly one of `choices`, for vLLM's guided_choice. */
+  choiceConstraint?: (choices: string[]) => () => TokenConstraint;
   /** How the model writes tool calls (from its chat template; default hermes). */
   toolFormat?: ToolFormat;
   created?: number;
@@ -122,6 +124,16 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
   if (forced && cr.response_format.type !== "text") {
     throw badRequest("tool_choice that forces a call cannot be combined with a JSON response_format", "tool_choice");
   }
+  if (cr.guided_choice) {
+    if (forced || cr.response_format.type !== "text")
+      throw badRequest(
+        "guided_choice cannot be combined with a JSON response_format or a tool_choice that forces a call",
+        "guided_choice",
+      );
+    if (!model.choiceConstraint)
+      throw badRequest(`guided_choice: not supported by model ${model.name}`, "guided_choice");
+    return model.choiceConstraint(cr.guided_choice);
+  }
   try {
     if (forced) {
       if (!model.toolConstraint)
@@ -192,6 +204,8 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
     );
   }
   const constraint = constraintFor(model, cr);
+  // A guided_choice of one string: the reply is forced, not sampled (SampledChoice.forced).
+  const forced = cr.guided_choice?.length === 1 ? { forced: true } : {};
   const tok = model.tokenizer;
   const id = newId("chatcmpl");
   const created = Math.floor(Date.now() / 1000);
@@ -271,6 +285,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
         finish_reason: f.finishReason,
         token_ids: s.tokenIds,
         token_logprobs: s.logprobs,
+        ...forced,
       };
     });
     const completion = out.reduce((a, c) => a + c.token_ids.length, 0);
@@ -308,6 +323,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
               finish_reason: f.finishReason,
               token_ids: s.tokenIds,
               token_logprobs: s.logprobs,
+              ...forced,
             },
           ]);
         });

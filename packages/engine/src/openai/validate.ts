@@ -30,6 +30,8 @@ export interface ChatRequest {
   response_format: ResponseFormat;
   /** Extra chat-template variables (e.g. enable_thinking), as vLLM's chat_template_kwargs. */
   chat_template_kwargs: Record<string, unknown>;
+  /** vLLM's guided_choice: the reply is exactly one of these strings (null: no such constraint). */
+  guided_choice: string[] | null;
 }
 
 /** Accepted and ignored: they name or route a request but do not change its answer. */
@@ -79,6 +81,7 @@ const KNOWN = new Set([
   "presence_penalty",
   "frequency_penalty",
   "chat_template_kwargs",
+  "guided_choice",
   "parallel_tool_calls",
   ...IGNORED,
 ]);
@@ -261,5 +264,17 @@ export function parseChatRequest(body: unknown): ChatRequest {
       body.parallel_tool_calls === undefined || body.parallel_tool_calls === null || bool(body, "parallel_tool_calls"),
     response_format: responseFormat(body.response_format),
     chat_template_kwargs: (ctk as Record<string, unknown>) ?? {},
+    guided_choice: guidedChoice(body.guided_choice),
   };
+}
+
+/** vLLM's guided_choice: a non-empty array of non-empty strings (null or absent: none). */
+function guidedChoice(v: unknown): string[] | null {
+  if (v === undefined || v === null) return null;
+  if (!Array.isArray(v) || v.length === 0 || v.some((c) => typeof c !== "string" || c.length === 0))
+    throw badRequest(
+      `guided_choice: expected a non-empty array of non-empty strings, got ${JSON.stringify(v)}`,
+      "guided_choice",
+    );
+  return v as string[];
 }

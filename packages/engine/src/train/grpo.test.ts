@@ -232,6 +232,30 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     expect(worstRelErr(await gradsByName(ctx.model), g).err).toBeGreaterThan(1e-3);
   });
 
+  it("forced tokens are trained by the policy loss with no KL term: forced everywhere is beta 0", async () => {
+    const { base, opts } = anchoredCase();
+    expect(opts.beta).toBeGreaterThan(0);
+    const pg0 = await accumulateGradients(ctx.model, base, { ...opts, beta: 0 });
+    const g0 = await gradsByName(ctx.model);
+    const forced = base.map((s) => ({ ...s, forced: s.mask }));
+    const r = await accumulateGradients(ctx.model, forced, opts);
+    expect(worstRelErr(await gradsByName(ctx.model), g0).err).toBeLessThan(1e-6);
+    expect(r.kl).toBe(0);
+    expect(r.policyLoss).toBeCloseTo(pg0.policyLoss, 6);
+    expect(r.trainedTokens).toBe(pg0.trainedTokens);
+    // Forcing the first sequence only: its KL term goes, the others' stays (the sum of the two runs' gradients).
+    const sum = new Map<string, Float32Array>();
+    const add = (g: Map<string, Float32Array>) =>
+      g.forEach((x, k) => sum.set(k, sum.has(k) ? sum.get(k)!.map((y, i) => y + x[i]) : x));
+    await accumulateGradients(ctx.model, [{ ...base[0], forced: base[0].mask }], opts);
+    add(await gradsByName(ctx.model));
+    await accumulateGradients(ctx.model, base.slice(1), opts);
+    add(await gradsByName(ctx.model));
+    const mixed = await accumulateGradients(ctx.model, [forced[0], ...base.slice(1)], opts);
+    expect(mixed.kl).toBeGreaterThan(0);
+    expect(worstRelErr(await gradsByName(ctx.model), sum).err).toBeLessThan(1e-4);
+  });
+
   it.each(["art", "gspo"])("%s: activation recompute gives the gradients of keeping every activation", async (name) => {
     const v = ctx.reference.variants[name] as Variant;
     const kept = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 32));

@@ -34,6 +34,8 @@ export interface TrainSequence {
    * turns the model did not sample. Used only when anchorBeta > 0 and the ratio is per token; never counted as trained.
    */
   anchor?: ArrayLike<number>;
+  /** 1 at trained positions whose token was forced, not sampled (SampledChoice.forced): no KL term there. */
+  forced?: ArrayLike<number>;
 }
 
 export interface GrpoOptions {
@@ -56,6 +58,7 @@ export interface GrpoOptions {
 export interface GradResult {
   loss: number;
   policyLoss: number;
+  /** The k3 KL estimate summed with the loss weights over the positions the KL term covers (not forced tokens). */
   kl: number;
   clipFraction: number;
   /** Mean entropy of the policy over trained tokens. */
@@ -224,7 +227,8 @@ function packMicroBatch(seqs: TrainSequence[], idx: number[], o: GrpoOptions): P
         const trained = s.mask[t + 1] ? 1 : 0;
         const held = !trained && anchorBeta > 0 && s.anchor?.[t + 1] ? 1 : 0;
         p.weight[r] = (trained + held) * s.coef;
-        p.klWeight[r] = (trained * o.beta + held * anchorBeta) * s.coef;
+        const sampled = trained && !s.forced?.[t + 1] ? 1 : 0;
+        p.klWeight[r] = (sampled * o.beta + held * anchorBeta) * s.coef;
         p.adv[r] = trained ? s.advantage : 0;
         p.old[r] = s.oldLogprobs[t + 1];
         if (s.refLogprobs) p.ref[r] = s.refLogprobs[t + 1];

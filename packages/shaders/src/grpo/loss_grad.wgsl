@@ -131,7 +131,8 @@ fn grpo_forward(@builtin(local_invocation_index) lid: u32) {
     let c = select(0.0, 1.0, clipped && masked);
     dnew[i] = select(0.0, grad, masked);
     per_token[i] = vec4f(w_loss, kl, c, r);
-    sums += vec4f(w_loss, m.weight * policy, m.weight * kl, c);
+    // The KL total counts the positions the KL term covers (klw != 0: not forced tokens, nor beta-0 ones).
+    sums += vec4f(w_loss, m.weight * policy, select(0.0, m.weight * kl, m.klw != 0.0), c);
     sums2 += select(vec4f(0.0), vec4f(1.0, 0.0, r, 0.0), masked);
   }
   reduce2(sums, sums2, lid);

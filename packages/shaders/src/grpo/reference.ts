@@ -104,7 +104,7 @@ export function grpoReference(inp: GrpoInputs, o: GrpoOptions, stop: ArrayLike<n
     const t = out.totals;
     t[0] += out.loss[i];
     t[1] += w * policy;
-    t[2] += w * kl;
+    t[2] += kw !== 0 ? w * kl : 0; // where the KL term applies
     t[3] += c;
     if (masked(i)) {
       t[4]++;

@@ -136,6 +136,21 @@ def check_n():
     assert all(c.message.content is not None for c in r.choices)
 
 
+def check_guided_choice():
+    # vLLM's guided_choice, as Python users send it: through extra_body.
+    choices = ["<move>A1</move>", "<move>B2</move>", "<move>C3</move>"]
+    r = client.chat.completions.create(
+        model=MODEL,
+        messages=MESSAGES,
+        max_tokens=12,
+        temperature=1.5,
+        seed=5,
+        n=4,
+        extra_body={"guided_choice": choices},
+    )
+    assert all(c.message.content in choices for c in r.choices), [c.message.content for c in r.choices]
+
+
 def check_errors():
     try:
         client.chat.completions.create(model="no-such-model", messages=MESSAGES, max_tokens=4)
@@ -150,7 +165,15 @@ def check_errors():
         assert "temperature: 5 is out of range" in e.message, e.message
 
 
-CHECKS = [check_chat, check_stream_logprobs, check_tools_required, check_json_schema, check_n, check_errors]
+CHECKS = [
+    check_chat,
+    check_stream_logprobs,
+    check_tools_required,
+    check_json_schema,
+    check_guided_choice,
+    check_n,
+    check_errors,
+]
 
 failed = 0
 for check in CHECKS:

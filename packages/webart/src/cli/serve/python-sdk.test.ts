@@ -44,6 +44,7 @@ describe.skipIf(missing !== null)("the Python openai package against webart serv
       "check_stream_logprobs",
       "check_tools_required",
       "check_json_schema",
+      "check_guided_choice",
       "check_n",
       "check_errors",
     ]);

@@ -85,6 +85,10 @@ export const TRAIN = {
       arg: "X",
       help: "tic-tac-toe: add X x (right - missed) / faced over the agent's decisions (wins to take,\nthreats to block) to each game's reward (default 0: the outcome alone; eval scores outcomes)",
     },
+    explore: {
+      arg: "P",
+      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice (its own tokens and logprobs, trained as sampled; default 0)",
+    },
     "tool-choice": {
       arg: "auto|required",
       default: "auto",
@@ -134,6 +138,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
     min: 0,
   });
   if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
+  const explore = num("explore", a.explore ?? String(game.train.explore ?? 0), { min: 0, max: 1 });
+  if (explore > 0 && env !== "tictactoe") throw new UsageError("--explore is for --env tictactoe only");
   const toolChoice = toolChoiceOption(a["tool-choice"], env);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
@@ -179,7 +185,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${explore > 0 ? `, explore ${explore}` : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -192,6 +198,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         opponents,
         starts,
         decisionReward,
+        explore,
         toolChoice,
         scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
         model: model.getInferenceName(),
