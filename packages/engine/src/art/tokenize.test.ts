@@ -12,7 +12,10 @@ import { Engine } from "../engine.ts";
 import { writeLlama3Model } from "../openai/testing.ts";
 import { removeDir, tempDir } from "../weights/testing.ts";
 import { tokenizeHistory, type TokenizedHistory } from "./tokenize.ts";
-import { Trajectory, type MessageOrChoice, type SampledChoice } from "./trajectories.ts";
+import { Trajectory, TrajectoryGroup, type MessageOrChoice, type SampledChoice } from "./trajectories.ts";
+import { computeAdvantages } from "./advantages.ts";
+import { stepSequences } from "./train-step.ts";
+import { resolveTrainConfig } from "./train-config.ts";
 
 const TOOLS: ChatCompletionTool[] = [
   {
@@ -285,6 +288,16 @@ describe("context turns the model did not sample", () => {
         expect(m.ids.filter((_, i) => m.forced![i])).toEqual(f.token_ids);
         m.forced!.forEach((x, i) => expect(!x || m.mask[i]).toBeTruthy());
         expect(tokenizeHistory(tok, { messagesAndChoices: [...messages, c] })[0].forced).toBeUndefined();
+        // A step trains the forced turn only toward it: with a negative advantage only the sampled turn is trained.
+        const rewarded = (reward: number) => new Trajectory({ messagesAndChoices: [...turn1, f, turn2, s2], reward });
+        const group = new TrajectoryGroup([rewarded(1), rewarded(0)]);
+        const adv = computeAdvantages([group], false);
+        const { seqs } = stepSequences(engine, [group], adv, resolveTrainConfig(), 0);
+        expect(seqs.map((q) => q.advantage)).toEqual([0.5, -0.5]);
+        const trained = (q: (typeof seqs)[number]) => Array.from(q.ids).filter((_, i) => q.mask[i]);
+        expect(trained(seqs[0])).toEqual([...f.token_ids!, ...s2.token_ids!]);
+        expect(trained(seqs[1])).toEqual(s2.token_ids);
+        expect(seqs.map((q) => q.n)).toEqual([f.token_ids!.length + s2.token_ids!.length, s2.token_ids!.length]);
       } finally {
         await engine.close();
       }

@@ -45,15 +45,20 @@ export function stepSequences(
             `train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`,
           );
         }
+        // A forced reply (SampledChoice.forced) is trained only toward: pushing down a token the policy rarely picks
+        // would only sharpen the policy toward its current pick.
+        const mask = a < 0 && tk.forced ? tk.mask.map((m, k) => (tk.forced![k] ? 0 : m)) : tk.mask;
+        const n = mask === tk.mask ? tk.trainableTokens : mask.reduce((x, m) => x + m, 0);
+        if (n === 0) continue;
         seqs.push({
           ids: tk.ids,
-          mask: tk.mask,
+          mask,
           oldLogprobs: tk.oldLogprobs,
           anchor: tk.anchor,
           forced: tk.forced,
           advantage: a,
           coef: 0,
-          n: tk.trainableTokens,
+          n,
           from: `trajectory ${ti} of group ${gi}`,
         });
       }

@@ -11,8 +11,10 @@ export type SampledChoice = ChatCompletion.Choice & {
   token_logprobs?: number[];
   /**
    * The reply was forced (a guided_choice of one string, e.g. an exploration move), not sampled (webart extension).
-   * Its tokens and logprobs are still the model's, and the policy loss trains them with the trajectory's advantage;
-   * the KL term leaves them out, since its estimate assumes tokens sampled from the policy.
+   * Its tokens and logprobs are still the model's. The policy loss trains them when the trajectory's advantage is
+   * positive (a better move than the policy's, found by forcing it) and not when it is negative (pushing down a token
+   * the policy rarely picks only sharpens it toward its current pick); the KL term leaves them out, since its
+   * estimate assumes tokens sampled from the policy.
    */
   forced?: boolean;
 };
