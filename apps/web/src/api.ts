@@ -65,6 +65,9 @@ export interface TrainSettings {
   /** Tic-tac-toe's reward for the decisions themselves (wins taken, threats blocked); runs saved before this setting
    *  lack it: 0, the outcome alone. */
   decisionReward?: number;
+  /** Tic-tac-toe's exploration: the chance a training move is a random empty cell, asked of the model through
+   *  guided_choice; runs saved before this setting lack it: 0, none. */
+  explore?: number;
   /** Email: "required" forces a tool call every turn, constrained to a tool's schema; runs saved before this
    *  setting lack it: "auto", the model's choice. */
   toolChoice?: "auto" | "required";

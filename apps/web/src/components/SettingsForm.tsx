@@ -59,6 +59,11 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
     "Decision reward (tic-tac-toe)",
     "added for each win taken and threat blocked, taken off for each missed, averaged over a game's (0: the outcome alone)",
   ],
+  [
+    "explore",
+    "Exploration (tic-tac-toe)",
+    "the chance a training move is a random empty cell, trained only when its game beats the group's (0: none)",
+  ],
   ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
 
@@ -206,7 +211,9 @@ export function SettingsForm(props: {
         )}
         <div className="grid2">
           {NUMBERS.filter(
-            ([k]) => (k !== "opponents" && k !== "starts" && k !== "decisionReward") || d.env === "tictactoe",
+            ([k]) =>
+              (k !== "opponents" && k !== "starts" && k !== "decisionReward" && k !== "explore") ||
+              d.env === "tictactoe",
           ).map(([k, label, hint]) => (
             <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
               {(a) => (

@@ -45,6 +45,17 @@ it("takes a decision reward from 0 (the outcome alone), names the field when it 
   expect(draftFrom("old", old, defaultDraft()).decisionReward).toBe("0");
 });
 
+it("takes an exploration probability in [0, 1] for tic-tac-toe only, names the field otherwise, and reads old runs as 0", () => {
+  expect(validate({ ...defaultDraft(), explore: "0.1" }).settings!.explore).toBe(0.1);
+  for (const bad of ["-0.1", "", "often", "1.5"])
+    expect(validate({ ...defaultDraft(), explore: bad }).errors.explore).toMatch(/Exploration must be a probability/);
+  const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200", explore: "often" };
+  expect(validate(email).errors.explore).toBeUndefined();
+  expect(validate(email).settings!.explore).toBeUndefined();
+  const { explore: _, ...old } = validate({ ...defaultDraft(), explore: "0.1" }).settings!;
+  expect(draftFrom("old", old, defaultDraft()).explore).toBe("0");
+});
+
 it("forces tool calls for email only when asked; other envs and old runs leave them to the model", () => {
   const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200" };
   expect(validate(email).settings!.toolChoice).toBeUndefined();

@@ -51,6 +51,8 @@ export interface SettingsDraft {
   starts: string;
   /** Tic-tac-toe's reward for the decisions themselves (0: the outcome alone). */
   decisionReward: string;
+  /** Tic-tac-toe's exploration: the chance a training move is a random empty cell, forced (0: none). */
+  explore: string;
   /** Email: "required" forces a tool call every turn (constrained to a tool's schema); "auto" leaves it to the model. */
   toolChoice: "auto" | "required";
   /** GiB of GPU memory the run may plan for. */
@@ -115,6 +117,7 @@ export function defaultDraft(): SettingsDraft {
     opponents: (GAMES.tictactoe.train.opponents ?? ["random"]).join(","),
     starts: (GAMES.tictactoe.train.starts ?? ["empty"]).join(","),
     decisionReward: String(GAMES.tictactoe.train.decisionReward ?? 0),
+    explore: String(GAMES.tictactoe.train.explore ?? 0),
     toolChoice: "auto",
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
@@ -180,6 +183,9 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const decisionReward = Number(d.decisionReward.trim());
   if (d.env === "tictactoe" && (d.decisionReward.trim() === "" || !(decisionReward >= 0 && decisionReward <= 10)))
     errors.decisionReward = "Decision reward must be a number from 0 (the outcome alone) to 10 (e.g. 0.5)";
+  const explore = Number(d.explore.trim());
+  if (d.env === "tictactoe" && (d.explore.trim() === "" || !(explore >= 0 && explore <= 1)))
+    errors.explore = "Exploration must be a probability from 0 (none) to 1 (e.g. 0.1)";
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   let custom: TrainSettings["custom"];
   if (d.env === "custom") custom = validateCustom(d, seed, errors);
@@ -216,7 +222,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       temperature,
       opponents,
       starts,
-      ...(d.env === "tictactoe" ? { decisionReward } : {}),
+      ...(d.env === "tictactoe" ? { decisionReward, explore } : {}),
       ...(d.env === "email" && d.toolChoice === "required" ? { toolChoice: "required" as const } : {}),
       memoryBudgetGiB,
       reward:
@@ -303,6 +309,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     opponents: s.opponents ?? "random",
     starts: s.starts ?? "empty",
     decisionReward: String(s.decisionReward ?? 0),
+    explore: String(s.explore ?? 0),
     toolChoice: s.toolChoice ?? "auto",
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };

@@ -305,6 +305,7 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
     opponents: parseOpponents(st.opponents ?? "random"),
     starts: parseStarts(st.starts ?? "empty"),
     decisionReward: st.decisionReward ?? 0,
+    explore: st.explore ?? 0,
     ...(st.toolChoice ? { toolChoice: st.toolChoice } : {}),
     model: s.name,
     temperature: st.temperature,
