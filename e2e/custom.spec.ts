@@ -247,7 +247,10 @@ test("a multi-turn custom task: the simulated user's turn sits between the assis
   await expect(page.getByTestId("step")).toHaveText("1");
   await page.getByRole("tab", { name: "Rollouts" }).click();
   const convo = page.getByRole("list", { name: "Conversation" });
-  await expect(convo.locator("li .role")).toHaveText(["system", "user", "assistant", "user (simulated)", "assistant"]);
+  // The step's trajectories are read back from storage: allow for a loaded machine (CI once saw none within 5 s).
+  await expect(convo.locator("li .role")).toHaveText(["system", "user", "assistant", "user (simulated)", "assistant"], {
+    timeout: 30_000,
+  });
   await expect(convo.locator("li.msg.user").first()).toContainText(/^user(Say hi|Name a colour)$/);
   await expect(page.getByTestId("traj-meta")).toContainText("turns 2");
   await expect(page.locator(".ruler-note")).toContainText(/RULER score .*: judged \d of 2/);
