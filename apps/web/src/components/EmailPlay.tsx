@@ -5,7 +5,8 @@ import { useMemo, useState } from "react";
 import { emailScenario } from "webart/envs";
 import type { EmailPlayResult } from "../api.ts";
 import { engine } from "../engine.ts";
-import { MessageBody, roleLabel } from "./RolloutViewer.tsx";
+import { roleLabel } from "../lib/format.ts";
+import { MessageBody } from "./RolloutViewer.tsx";
 
 function Episode(props: { title: string; id: string; r: EmailPlayResult | null }) {
   const r = props.r;

@@ -5,7 +5,7 @@ import { useEffect, useMemo, useState } from "react";
 import type { EnvName, GroupView, MessageView, TrajectoryView } from "../api.ts";
 import { engine } from "../engine.ts";
 import { parseBoard, type Board } from "../lib/boards.ts";
-import { num } from "../lib/format.ts";
+import { num, roleLabel } from "../lib/format.ts";
 import { Board2048, TicTacToeBoard } from "./Boards.tsx";
 
 interface Frame {
@@ -44,9 +44,6 @@ function prettyArgs(a: string): string {
     return a;
   }
 }
-
-/** The role label: a tool result names its tool. */
-export const roleLabel = (m: Msg): string => (m.role === "tool" && m.toolName ? `tool · ${m.toolName}` : m.role);
 
 /** One frame per board the model saw, then the final position from the game's log. */
 function framesOf(env: EnvName, t: TrajectoryView): { frames: Frame[]; histories: Msg[][] } {

@@ -1,4 +1,10 @@
 // Small formatting helpers for the page.
+import type { MessageView } from "./messages.ts";
+
+/** The role label: a tool result names its tool; a forced reply (an exploration move) says so. */
+export const roleLabel = (m: MessageView): string =>
+  m.role === "tool" && m.toolName ? `tool · ${m.toolName}` : m.forced ? `${m.role} (forced: exploring)` : m.role;
+
 export function bytes(n: number): string {
   if (n < 1024) return `${n} B`;
   if (n < 2 ** 20) return `${(n / 1024).toFixed(1)} KiB`;

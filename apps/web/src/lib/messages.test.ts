@@ -3,6 +3,7 @@
 import { expect, it } from "vitest";
 import { emailScenario, perfectSearcher, rolloutEmail, scriptedOpenAI } from "webart/envs";
 import type { MessageOrChoice } from "webart/engine";
+import { roleLabel } from "./format.ts";
 import { callLine, messageViews } from "./messages.ts";
 
 it("shows each tool call with its arguments and each tool result with the call it answers", async () => {
@@ -37,4 +38,18 @@ it("keeps a reply without tool calls as its text, and a result whose call is mis
   ] as MessageOrChoice[]);
   expect(v[0]).toEqual({ role: "user", content: "hi there" });
   expect(v[1]).toEqual({ role: "tool", content: "{}", toolCallId: "nowhere" });
+});
+
+it("marks a reply the server forced (an exploration move), and only that one", async () => {
+  const { client } = scriptedOpenAI(() => "<move>B2</move>");
+  const forced = (await client.chat.completions.create({ model: "m", messages: [] })).choices[0];
+  const sampled = (await client.chat.completions.create({ model: "m", messages: [] })).choices[0];
+  const v = messageViews([
+    { role: "user", content: "board" },
+    { ...forced, forced: true },
+    { role: "user", content: "board" },
+    sampled,
+  ] as MessageOrChoice[]);
+  expect(v.map((m) => m.forced)).toEqual([undefined, true, undefined, undefined]);
+  expect(v.map(roleLabel)).toEqual(["user", "assistant (forced: exploring)", "user", "assistant"]);
 });

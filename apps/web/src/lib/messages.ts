@@ -18,6 +18,8 @@ export interface MessageView {
   /** A tool result: the call it answers, and that call's tool name when the conversation holds it. */
   toolCallId?: string;
   toolName?: string;
+  /** A reply the server forced (guided_choice of one string: tic-tac-toe's exploration), not the model's pick. */
+  forced?: boolean;
 }
 
 type Call = { id?: string; type?: string; function?: { name?: string; arguments?: string } };
@@ -44,6 +46,7 @@ export function messageViews(history: readonly MessageOrChoice[]): MessageView[]
   return history.map((m) => {
     const msg = isChoice(m) ? { ...m.message, role: "assistant" } : m;
     const v: MessageView = { role: msg.role, content: textOf(msg.content) };
+    if (isChoice(m) && m.forced) v.forced = true;
     const calls = callsOf((msg as { tool_calls?: Call[] }).tool_calls);
     if (calls) {
       v.toolCalls = calls;
