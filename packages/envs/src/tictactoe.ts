@@ -69,9 +69,9 @@ export interface TicTacToeOptions {
   /**
    * Exploration for training (default 0): the probability that an agent move is a uniformly random empty cell
    * instead of the model's pick. The rollout asks the model for that move through `guided_choice` (vLLM's; webart's
-   * server supports it), so the reply is still the model's own tokens with the model's logprobs, and it is trained
-   * like any sampled move: a better move than the model would play gets a positive advantage where the model would
-   * never have sampled it. Evaluation never explores.
+   * server supports it), so the reply is still the model's own tokens with the model's logprobs; the server marks it
+   * forced, and training takes it only when its game beats the group's mean (a better move than the model would have
+   * sampled), never in the KL term (SampledChoice.forced). Evaluation never explores.
    */
   explore?: number;
 }

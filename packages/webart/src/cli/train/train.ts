@@ -87,7 +87,7 @@ export const TRAIN = {
     },
     explore: {
       arg: "P",
-      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice (its own tokens and logprobs, trained as sampled; default 0)",
+      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice (trained only when its game beats the group's mean, never in\nthe KL term; default 0)",
     },
     "tool-choice": {
       arg: "auto|required",
