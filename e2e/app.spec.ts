@@ -377,6 +377,11 @@ test("a full disk pauses the run at its last checkpoint, losing nothing; Resume 
   // Chromium enforces an overridden quota on writes (estimate() keeps reporting the disk's), so the step's
   // checkpoint write is what fails here: the run must stay at its last complete checkpoint.
   await cdp.send("Storage.overrideQuotaForOrigin", { origin, quotaSize: 1 });
+  // IndexedDB's bucket context lets writes through without asking the quota manager for up to 30 s after its last
+  // answer (Chromium's BucketContext::kBucketSpaceCacheTimeLimit). A fast run once finished all its steps inside that
+  // window, so no write failed: wait it out, so the first checkpoint written after Resume meets the new quota.
+  test.setTimeout(300_000);
+  await page.waitForTimeout(31_000);
   const atStart = Number(await page.getByTestId("run-lost-e2e").getByTestId("run-step").textContent());
   try {
     await page.getByRole("button", { name: "Resume lost-e2e" }).click();
