@@ -29,6 +29,9 @@ MODELS = {  # name: (config, weight seed, dtype on disk)
     "qwen3-tiny-bf16": (qwen3_config("bfloat16"), 3, "BF16"),  # the same draws as qwen3-tiny, rounded to bf16
 }
 GRPO = {"grpo-qwen3": ("qwen3-tiny", 13), "grpo-llama": ("llama-tiny", 11)}  # name: (base model, seed)
+# The same, with allowed sets (a constrained sampler's masks) on about half of the assistant positions.
+GRPO_ALLOWED = {"grpo-qwen3-allowed": ("qwen3-tiny", 17)}
+ALLOWED_VARIANTS = ("art", "gspo", "cispo")
 written: list[str] = []
 
 
@@ -110,11 +113,12 @@ def lora_model(base: str, lora: dict | None) -> Model:
 
 
 def new_logprobs(model: Model, groups) -> list:
-    return [[grpo.token_logprobs(model, t["ids"]) for t in g] for g in groups]
+    return [[grpo.token_logprobs(model, t["ids"], t.get("allowed")) for t in g] for g in groups]
 
 
 def grpo_fixture(name: str) -> None:
-    base, seed = GRPO[name]
+    allowed = name in GRPO_ALLOWED
+    base, seed = (GRPO_ALLOWED if allowed else GRPO)[name]
     cfg = MODELS[base][0]
     os.makedirs(path(name), exist_ok=True)
     write_json(path(name, "adapter_config.json"), adapter_config(base, LORA_R, LORA_ALPHA), hf_style=True)
@@ -123,7 +127,12 @@ def grpo_fixture(name: str) -> None:
     policy, ref = lora_model(base, lora), lora_model(base, None)
 
     groups = grpo.make_trajectories(cfg["vocab_size"], seed)
+    if allowed:
+        grpo.add_allowed(groups, cfg["vocab_size"], seed)
     grpo.add_logprobs(groups, policy, ref, seed)
+    for g in groups:
+        for t in g:
+            t.pop("sampler_full", None)
     advs = [grpo.advantages(r) for r in grpo.REWARDS]
     write_json(
         path(name, "inputs.json"),
@@ -141,6 +150,8 @@ def grpo_fixture(name: str) -> None:
     names = sorted(lora)
     variants = {}
     for vname, var in grpo.VARIANTS.items():
+        if allowed and vname not in ALLOWED_VARIANTS:
+            continue
         new = new_logprobs(policy, groups)
         loss, stats, per_token = grpo.variant_loss(var, groups, advs, new)
         grads = torch.autograd.grad(loss, [lora[k] for k in names])
@@ -148,7 +159,7 @@ def grpo_fixture(name: str) -> None:
         write_st(path(name, f"grads-{vname}.safetensors"), dict(zip(names, grads)), "F32")
         variants[vname] = {"config": var, **stats, "grads": f"grads-{vname}.safetensors", "per_token": per_token}
         print(f"  {name} {vname:8s} loss {stats['loss']:+.6f} kl {stats['kl']:.3e} clip {stats['clip_fraction']:.3f}")
-    for vname in ("art", "token", "gspo", "cispo"):
+    for vname in ("art", "gspo", "cispo") if allowed else ("art", "token", "gspo", "cispo"):
         assert 0 < variants[vname]["clip_fraction"] < 1, f"{vname}: clipping should be active for some tokens only"
     with torch.no_grad():
         lp = new_logprobs(policy, groups)
@@ -185,13 +196,24 @@ def self_test() -> None:
 
     # Gradients against central finite differences on one LoRA A and one LoRA B entry: variant 1 (art) and the
     # other PPO variants (CISPO's detached weight makes its gradient differ from the loss's derivative).
-    for (name, (base, _)), vname in [(g, v) for g in GRPO.items() for v in ("art", "token", "dr_grpo", "gspo")]:
+    checks = [(g, v) for g in GRPO.items() for v in ("art", "token", "dr_grpo", "gspo")]
+    checks += [(g, v) for g in GRPO_ALLOWED.items() for v in ("art", "gspo")]
+    for (name, (base, _)), vname in checks:
         inp = json.load(open(path(name, "inputs.json")))
         groups = [g["trajectories"] for g in inp["groups"]]
         advs = [g["advantages"] for g in inp["groups"]]
         lora = st.load(path(name, "adapter_model.safetensors"))
         grads = st.load(path(name, f"grads-{vname}.safetensors"))
         var = grpo.VARIANTS[vname]
+        sg_old = name not in GRPO_ALLOWED
+        if not sg_old:
+            # old = sg(new) has the value of new wherever it is evaluated: hold it at the unperturbed new instead,
+            # so the loss's finite differences see the gradient autograd took through new.
+            with torch.no_grad():
+                at = new_logprobs(lora_model(base, lora), groups)
+            for g, lg in zip(groups, at):
+                for t, lp in zip(g, lg):
+                    t["old_logprobs"] = [x if a is None else y for x, y, a in zip(t["old_logprobs"], lp.tolist(), t["allowed"])]
         for key in ("base_model.model.model.layers.0.self_attn.q_proj.lora_A.weight",
                     "base_model.model.model.layers.1.mlp.down_proj.lora_B.weight"):
             idx = int(grads[key].abs().argmax())
@@ -200,7 +222,8 @@ def self_test() -> None:
                 pert = {k: v.clone() for k, v in lora.items()}
                 pert[key].view(-1)[idx] += sgn * h
                 with torch.no_grad():
-                    loss, _, _ = grpo.variant_loss(var, groups, advs, new_logprobs(lora_model(base, pert), groups))
+                    new = new_logprobs(lora_model(base, pert), groups)
+                    loss, _, _ = grpo.variant_loss(var, groups, advs, new, sg_old=sg_old)
                 fs.append(loss.item())
             fd = (fs[0] - fs[1]) / (2 * h)
             g = grads[key].view(-1)[idx].item()
@@ -214,7 +237,7 @@ def main() -> None:
     torch.set_num_threads(1)  # deterministic reductions
     for name in MODELS:
         model_fixture(name)
-    for name in GRPO:
+    for name in [*GRPO, *GRPO_ALLOWED]:
         grpo_fixture(name)
     write_json(path("adamw.json"), adamw.fixture())
     write_json(path("sft.json"), {n: sft.fixture(MODELS[n][0], st.load(path(n, "model.safetensors")), 40 + i) for i, n in enumerate(["llama-tiny", "qwen2-tiny", "qwen3-tiny"])})

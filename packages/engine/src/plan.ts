@@ -20,8 +20,12 @@ export interface PlanSetup {
   /** Vocabulary columns of logits computed at once in training (LM head and logprobs run in chunks). */
   vocabChunk: number;
   lora?: { rank: number; targets: readonly LoraTarget[] };
-  /** Training: tokens per micro-batch (B x T, padded), and whether activations are recomputed in backward. */
-  train?: { microBatchTokens: number; recompute: boolean };
+  /**
+   * Training: tokens per micro-batch (B x T, padded), whether activations are recomputed in backward, and whether
+   * rows carry allowed sets (tokens from a constrained sampler, TrainSequence.allowed): planned at their worst, a
+   * set of its own for every row.
+   */
+  train?: { microBatchTokens: number; recompute: boolean; allowedSets?: boolean };
   /** The base weights are already on the GPU (another run of the same base model): not counted again. */
   sharedWeights?: boolean;
 }
@@ -173,10 +177,12 @@ function trainingPeak(
   rank: number,
   nTargets: number,
   recompute: boolean,
+  allowedSets = false,
 ): { peak: number; perLayer: number } {
   const { hiddenSize: C, numLayers: L } = c;
   const Vc = Math.min(vocabChunk, c.vocabSize);
-  const inputs = 3 * f(N) + f(2 * N) + f(3 * N); // ids, targets, old logprobs, (slot, pos), GRPO meta
+  // ids, targets, old logprobs, (slot, pos), GRPO meta; and the allowed sets (a header word a row, a mask a row).
+  const inputs = 3 * f(N) + f(2 * N) + f(3 * N) + (allowedSets ? f(N + N * Math.ceil(c.vocabSize / 32)) : 0);
   const saved = layerSaved(c, N, rank, nTargets);
   const x = f(N * C);
   // Kept through the step: each layer's input, everything else of every layer unless recomputed, the output.
@@ -211,7 +217,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   let trainingPerLayer = 0;
   if (s.train) {
     const N = s.train.microBatchTokens;
-    const t = trainingPeak(c, N, s.vocabChunk, rank, targets.length, s.train.recompute);
+    const t = trainingPeak(c, N, s.vocabChunk, rank, targets.length, s.train.recompute, s.train.allowedSets);
     training = t.peak;
     trainingPerLayer = t.perLayer;
     largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
@@ -319,6 +325,8 @@ export function planTraining(
     /** Bytes live now that already include this plan's weights, adapter, optimizer and KV cache (a loaded run
      *  before its step): only the step's working set is added to them. */
     held?: number;
+    /** Some rows carry allowed sets (PlanSetup.train.allowedSets). */
+    allowedSets?: boolean;
   },
 ): TrainChoice {
   const V = c.vocabSize;
@@ -340,7 +348,8 @@ export function planTraining(
   let last: { n: number; recompute: boolean; vc: number } | undefined;
   let lastErr: unknown;
   for (const t of tries) {
-    const plan = planMemory(c, { ...base, vocabChunk: t.vc, train: { microBatchTokens: t.n, recompute: t.recompute } });
+    const train = { microBatchTokens: t.n, recompute: t.recompute, allowedSets: want.allowedSets };
+    const plan = planMemory(c, { ...base, vocabChunk: t.vc, train });
     try {
       if (want.held === undefined) checkPlan(plan, limits, budget, want.inUse ?? 0);
       else checkPlan({ ...plan, total: plan.training }, limits, budget, want.held);

@@ -71,14 +71,38 @@ async function setup(fixture: string) {
   return { inputs, reference, model };
 }
 
-type Traj = { ids: number[]; mask: number[]; old_logprobs: number[]; ref_logprobs: number[] };
+type Traj = {
+  ids: number[];
+  mask: number[];
+  old_logprobs: number[];
+  ref_logprobs: number[];
+  /** Per position, the token ids its token was drawn from (a constrained sampler's set), or null. */
+  allowed?: (number[] | null)[];
+};
+
+/** The fixture's allowed sets as vocabulary bitmasks; equal sets share one mask object, as a sampler's cache does. */
+function allowedMasks(allowed: (number[] | null)[] | undefined, V: number, shared: Map<string, Uint32Array>) {
+  return allowed?.map((a) => {
+    if (!a) return null;
+    const key = a.join(",");
+    let m = shared.get(key);
+    if (!m) {
+      m = new Uint32Array(Math.ceil(V / 32));
+      for (const id of a) m[id >>> 5] |= 1 << (id & 31);
+      shared.set(key, m);
+    }
+    return m;
+  });
+}
 
 function sequences(
   inputs: { groups: { advantages: number[]; trajectories: Traj[] }[] },
   v: Variant,
   withRef: boolean,
+  V = 0,
 ): TrainSequence[] {
   const out: TrainSequence[] = [];
+  const shared = new Map<string, Uint32Array>();
   const trainable = inputs.groups
     .flatMap((g) => g.trajectories.map((t, i) => ({ t, a: g.advantages[i] })))
     .filter((x) => x.a !== 0);
@@ -99,6 +123,7 @@ function sequences(
       refLogprobs: withRef ? t.ref_logprobs : undefined,
       advantage: a,
       coef,
+      ...(t.allowed ? { allowed: allowedMasks(t.allowed, V, shared) } : {}),
     });
   }
   return out;
@@ -286,6 +311,45 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
       expect(Math.abs(split.loss - whole.loss)).toBeLessThan(1e-5);
     },
   );
+});
+
+describe("grpo-qwen3-allowed against PyTorch autograd: allowed sets (a constrained sampler's masks)", () => {
+  let ctx: Awaited<ReturnType<typeof setup>>;
+  beforeAll(async () => void (ctx = await setup("grpo-qwen3-allowed")));
+
+  it.each(["art", "gspo", "cispo"])(
+    "%s: the softmax over each set, ratio 1 there, and the KL over the set",
+    async (name) => {
+      const v = ctx.reference.variants[name] as Variant;
+      const V = ctx.model.config.vocabSize;
+      const seqs = sequences(ctx.inputs, v, false, V); // the reference pass computes the KL's logprobs over the sets
+      expect(seqs.some((s) => s.allowed?.some((m) => m))).toBe(true);
+      const r = await accumulateGradients(ctx.model, seqs, options(v, 4096), { newLogprobs: true });
+      const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-3);
+      expect(rel(r.loss, v.loss)).toBeLessThan(1e-3);
+      expect(rel(r.policyLoss, v.policy_loss)).toBeLessThan(1e-3);
+      expect(rel(r.kl, v.kl)).toBeLessThan(1e-3);
+      const worst = worstRelErr(await gradsByName(ctx.model), await readAll(join(FIX, "grpo-qwen3-allowed", v.grads)));
+      expect(worst.err, `worst gradient ${worst.name}`).toBeLessThan(1e-3);
+      const trainable = (ctx.reference.trainable as boolean[][]).flat();
+      const want = (ctx.reference.new_logprobs as number[][][]).flat().filter((_, i) => trainable[i]);
+      seqs.forEach((s, i) => {
+        for (let t = 1; t < s.ids.length; t++) {
+          expect(Math.abs(r.newLogprobs![i][t] - want[i][t])).toBeLessThan(2e-4);
+          // Over a set, the token is likelier than over the whole vocabulary the sampler reported.
+          if (s.allowed![t] && s.mask[t]) expect(r.newLogprobs![i][t]).toBeGreaterThan(s.oldLogprobs[t]);
+        }
+      });
+    },
+  );
+
+  it("without its sets the same step has other gradients (the sets are not a no-op)", async () => {
+    const v = ctx.reference.variants.art as Variant;
+    const seqs = sequences(ctx.inputs, v, false).map((s) => ({ ...s, allowed: undefined }));
+    await accumulateGradients(ctx.model, seqs, options(v, 4096));
+    const worst = worstRelErr(await gradsByName(ctx.model), await readAll(join(FIX, "grpo-qwen3-allowed", v.grads)));
+    expect(worst.err).toBeGreaterThan(0.05);
+  });
 });
 
 it("packs micro-batches longest first, each within the budget once padded to its longest", () => {

@@ -8,6 +8,7 @@ import {
   adamwStep,
   GRPO_TOTALS,
   grpoLoss,
+  packAllowed,
   grpoSeqStatsBytes,
   grpoTotalsBytes,
   packGrpoMeta,
@@ -36,6 +37,13 @@ export interface TrainSequence {
   anchor?: ArrayLike<number>;
   /** 1 at trained positions whose token was forced, not sampled (SampledChoice.forced): no KL term there. */
   forced?: ArrayLike<number>;
+  /**
+   * Per position, the set its token was drawn from when a constraint masked the sampler (a bitmask over the
+   * vocabulary, bit v & 31 of word v >> 5; null: the whole vocabulary). The policy's, and the reference's, logprob
+   * there is the softmax over that set alone, as sampled; the old logprob is then taken as none (ratio 1), since
+   * the sampler reports the whole vocabulary's.
+   */
+  allowed?: readonly (Uint32Array | null)[];
 }
 
 export interface GrpoOptions {
@@ -187,6 +195,8 @@ interface PackedBatch {
   ref: Float32Array; // (N)
   /** Every sequence brought its reference logprobs (otherwise the reference pass computes them). */
   haveRef: boolean;
+  /** Each row's allowed set (TrainSequence.allowed of its target), when any row has one. */
+  allowed?: (Uint32Array | null)[];
 }
 
 /** The KL coefficient of anchored positions: anchorBeta (default beta), and 0 unless the ratio is per token. */
@@ -213,6 +223,7 @@ function packMicroBatch(seqs: TrainSequence[], idx: number[], o: GrpoOptions): P
     old: new Float32Array(N),
     ref: new Float32Array(N),
     haveRef: true,
+    allowed: idx.some((i) => seqs[i].allowed) ? new Array<Uint32Array | null>(N).fill(null) : undefined,
   };
   idx.forEach((si, b) => {
     const s = seqs[si];
@@ -231,6 +242,11 @@ function packMicroBatch(seqs: TrainSequence[], idx: number[], o: GrpoOptions): P
         p.klWeight[r] = (sampled * o.beta + held * anchorBeta) * s.coef;
         p.adv[r] = trained ? s.advantage : 0;
         p.old[r] = s.oldLogprobs[t + 1];
+        const set = s.allowed?.[t + 1];
+        if (set) {
+          p.allowed![r] = set;
+          p.old[r] = NaN; // the sampler's logprob is the whole vocabulary's: ratio 1 (the step is on-policy)
+        }
         if (s.refLogprobs) p.ref[r] = s.refLogprobs[t + 1];
         else p.haveRef = false;
       }
@@ -247,9 +263,11 @@ interface BatchInputs {
   old: GPUBuffer;
   /** Advantage, loss weight and sequence of each row (packGrpoMeta). */
   meta: GPUBuffer;
+  /** The rows' allowed sets (packAllowed), when any row has one. */
+  allow?: GPUBuffer;
 }
 
-function uploadBatch(gpu: Gpu, p: PackedBatch): BatchInputs {
+function uploadBatch(gpu: Gpu, p: PackedBatch, vocabSize: number): BatchInputs {
   const up = (a: ArrayBufferView) => gpu.upload(a, "activations");
   return {
     ids: up(p.ids),
@@ -257,6 +275,7 @@ function uploadBatch(gpu: Gpu, p: PackedBatch): BatchInputs {
     slotPos: up(trainingSlotPos(p.B, p.T)),
     old: up(p.old),
     meta: up(packGrpoMeta(p.adv, p.weight, p.seqId, p.klWeight)),
+    allow: p.allowed ? up(packAllowed(p.allowed, Math.ceil(vocabSize / 32))) : undefined,
   };
 }
 
@@ -274,17 +293,29 @@ async function microBatchGradient(
   accumulate: boolean,
 ): Promise<number> {
   const gpu = model.gpu;
-  const inp = uploadBatch(gpu, p);
+  const inp = uploadBatch(gpu, p, model.config.vocabSize);
   const rec = gpu.recorder();
   const ref = o.beta > 0 || p.klWeight.some((w) => w > 0) ? referenceLogprobs(model, rec, p, inp, chunk) : undefined;
   const fwd = policyForward(model, rec, p, inp, chunk, o.recompute);
   const g = lossGradient(gpu, rec, p, inp, fwd.lp, ref, out.totals, o, accumulate);
   keepRows(rec, p, rows, fwd, out);
-  const dhN = headBackward(model, rec, fwd.acts.hN, inp.targets, fwd.lse, fwd.ent, g.dnew, p.N, chunk);
+  const dhN = headBackward(
+    model,
+    rec,
+    fwd.acts.hN,
+    inp.targets,
+    fwd.lse,
+    fwd.ent,
+    g.dnew,
+    p.N,
+    chunk,
+    undefined,
+    inp.allow,
+  );
   gpu.release(fwd.lp, fwd.ent, fwd.lse, g.dnew, g.perToken, g.seqStats);
   // Layer backward: through every layer into the LoRA gradients, freeing the activations as it goes.
   model.backward(rec, fwd.acts, dhN, { B: p.B, T: p.T });
-  gpu.release(inp.ids, inp.targets, inp.slotPos, inp.old, inp.meta, ref, dhN);
+  gpu.release(inp.ids, inp.targets, inp.slotPos, inp.old, inp.meta, inp.allow, ref, dhN);
   const dispatches = rec.dispatches;
   await rec.submit();
   return dispatches;
@@ -312,7 +343,7 @@ function referenceLogprobs(model: Model, rec: Recorder, p: PackedBatch, inp: Bat
     );
     const e = gpu.buffer(N * 4, "activations");
     const l = gpu.buffer(N * 4, "activations");
-    headLogprobs(model, rec, h, inp.targets, N, ref, e, l, chunk);
+    headLogprobs(model, rec, h, inp.targets, N, ref, e, l, chunk, inp.allow);
     gpu.release(x, h, rstd, e, l);
   } finally {
     lora.enabled = true;
@@ -343,7 +374,7 @@ function policyForward(
   const lp = gpu.buffer(N * 4, "activations", "lp new");
   const ent = gpu.buffer(N * 4, "activations", "entropy");
   const lse = gpu.buffer(N * 4, "activations", "lse");
-  headLogprobs(model, rec, acts!.hN, inp.targets, N, lp, ent, lse, chunk);
+  headLogprobs(model, rec, acts!.hN, inp.targets, N, lp, ent, lse, chunk, inp.allow);
   return { acts: acts!, lp, ent, lse };
 }
 

@@ -6,7 +6,7 @@ import type { Model, WeightGrads } from "../model/model.ts";
 
 /**
  * Token logprobs of `targets` from final-normed states h (N, C), streaming the LM head over vocabulary
- * chunks; writes lp, entropy and lse (N each).
+ * chunks; writes lp, entropy and lse (N each). `allow` (packAllowed) restricts a row's softmax to its allowed set.
  */
 export function headLogprobs(
   model: Model,
@@ -18,6 +18,7 @@ export function headLogprobs(
   ent: GPUBuffer,
   lse: GPUBuffer,
   chunk: number,
+  allow?: GPUBuffer | null,
 ): void {
   const gpu = model.gpu;
   const V = model.config.vocabSize;
@@ -29,7 +30,7 @@ export function headLogprobs(
     logprobsChunk(
       gpu,
       rec,
-      { logits, targets, stats },
+      { logits, targets, stats, allow },
       { N, v0, cols },
       { first: v0 === 0, tuning: model.tuning.logprobs },
     );
@@ -54,6 +55,7 @@ export function headBackward(
   N: number,
   chunk: number,
   weightGrads?: WeightGrads,
+  allow?: GPUBuffer | null,
 ): GPUBuffer {
   const gpu = model.gpu;
   const C = model.config.hiddenSize;
@@ -64,7 +66,7 @@ export function headBackward(
   for (let v0 = 0; v0 < V; v0 += chunk) {
     const cols = Math.min(chunk, V - v0);
     model.head(rec, h, N, logits, v0, v0 + cols, cols);
-    logprobsBackward(gpu, rec, { logits, targets, lse, entropy: ent, dlogp: dlp }, { N, v0, cols }); // logits → dlogits
+    logprobsBackward(gpu, rec, { logits, targets, lse, entropy: ent, dlogp: dlp, allow }, { N, v0, cols }); // → dlogits
     model.headBack(rec, logits, N, dhN, v0, v0 + cols);
     weightGrads?.head(rec, logits, h, N, v0, v0 + cols);
   }

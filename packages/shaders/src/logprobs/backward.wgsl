@@ -2,6 +2,7 @@
 // logits are overwritten with dlogits, ready for the LM-head weight and input gradients of that chunk.
 // With x = logit / T, p = softmax(x), logp = x_t - lse, H = -sum p log p:
 //   dlogp/dx_j = [j == t] - p_j,   dH/dx_j = -p_j (log p_j + H),   dlogit_j = dx_j / T.
+// A row with an allowed set (forward.wgsl's `allow`) has p_j = 0, so dlogit_j = 0, off the set.
 struct Params {
   n: u32,
   cols: u32,
@@ -9,6 +10,7 @@ struct Params {
   v0: u32,
   has_dentropy: u32, // 0: no entropy gradient (dentropy is not read)
   temperature: f32,
+  masked: u32, // 1: `allow` holds each row's allowed set
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read_write> logits: array<f32>; // (N, ld) in, dlogits out
@@ -17,6 +19,7 @@ struct Params {
 @group(0) @binding(4) var<storage, read> entropy: array<f32>; // (N,)
 @group(0) @binding(5) var<storage, read> dlogp: array<f32>; // (N,)
 @group(0) @binding(6) var<storage, read> dentropy: array<f32>; // (N,)
+@group(0) @binding(7) var<storage, read> allow: array<u32>; // as in forward.wgsl; read when p.masked is 1
 
 override WG: u32 = 256;
 
@@ -28,6 +31,14 @@ fn logprobs_backward(@builtin(global_invocation_id) gid: vec3u, @builtin(num_wor
   let row = idx / p.cols;
   let j = idx - row * p.cols;
   let k = row * p.ld + j;
+  if (p.masked != 0u) {
+    let off = allow[row];
+    let v = p.v0 + j;
+    if (off != 0xffffffffu && (allow[off + (v >> 5u)] & (1u << (v & 31u))) == 0u) {
+      logits[k] = 0.0;
+      return;
+    }
+  }
   let lp = logits[k] / p.temperature - lse[row]; // log p_j
   let pj = exp(lp);
   let g = dlogp[row];

@@ -2,6 +2,8 @@
 // logprobs_forward folds one chunk into running per-row stats; logprobs_finalize turns them into
 // logprob, entropy and lse. N = tokens (rows), V = vocab; a chunk is columns [v0, v0 + cols) of
 // every row, stored with row stride ld. Logits are divided by the temperature first (x = logit / T).
+// With `masked`, a row may have an allowed set (a constrained sampler's mask): its softmax is taken over the
+// allowed tokens alone, as the sampler drew from it, and the other columns are skipped.
 struct Params {
   n: u32,
   cols: u32,
@@ -9,6 +11,7 @@ struct Params {
   v0: u32,
   first: u32, // 1: this chunk starts the stats (nothing is read from `stats`)
   temperature: f32,
+  masked: u32, // 1: `allow` holds each row's allowed set
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> logits: array<f32>; // (N, ld), columns [0, cols) read
@@ -16,6 +19,9 @@ struct Params {
 // Per row: max m, s = sum exp(x - m), u = sum exp(x - m) * (x - m), target logit x_t.
 // u is kept relative to the max so that entropy = log s - u / s has no cancellation.
 @group(0) @binding(3) var<storage, read_write> stats: array<vec4f>; // (N,)
+// Words [0, N): the word offset in this buffer of each row's bitmask over the vocabulary (bit v & 31 of word
+// v >> 5 set = token v allowed), or ALL for a row with no mask. Only read when p.masked is 1.
+@group(0) @binding(4) var<storage, read> allow: array<u32>;
 
 // Finalize's bindings reuse the numbers above; each entry point sees only its own.
 @group(0) @binding(1) var<storage, read> fstats: array<vec4f>; // (N,)
@@ -26,6 +32,12 @@ struct Params {
 override WG: u32 = 256; // a power of two
 // The empty max: finite, so (x - m) * s stays 0 instead of inf * 0.
 const EMPTY: f32 = -1e30;
+const ALL: u32 = 0xffffffffu;
+
+// Whether column v of a row whose mask starts at word `off` is allowed.
+fn allowed(off: u32, v: u32) -> bool {
+  return off == ALL || (allow[off + (v >> 5u)] & (1u << (v & 31u))) != 0u;
+}
 
 var<workgroup> part: array<vec3f, WG>;
 
@@ -48,7 +60,10 @@ fn logprobs_forward(
   if (row >= p.n) { return; } // uniform: depends on the workgroup only
   let base = row * p.ld;
   var acc = vec3f(EMPTY, 0.0, 0.0);
+  var off = ALL;
+  if (p.masked != 0u) { off = allow[row]; }
   for (var j = lid; j < p.cols; j += WG) {
+    if (!allowed(off, p.v0 + j)) { continue; }
     let x = logits[base + j] / p.temperature;
     if (x > acc.x) {
       let f = exp(acc.x - x);
