@@ -1,6 +1,7 @@
 import { expect, it } from "vitest";
 import { parseConfig, parameterCount } from "./config/index.ts";
 import { checkPlan, LORA_TARGETS, loraParameterCount, planMemory } from "./plan.ts";
+import { bucketSize } from "@webart/gpu";
 
 const qwen05 = parseConfig({
   architectures: ["Qwen2ForCausalLM"],
@@ -49,4 +50,23 @@ it("states weights, LoRA and KV bytes from the config, and refuses what does not
   expect(() => checkPlan(p, { maxStorageBufferBindingSize: 64 * 2 ** 20, maxBufferSize: 2 ** 30 })).toThrow(
     /storage binding/,
   );
+});
+
+it("rows with allowed sets (a constrained sampler's) add a header word and a vocabulary bitmask per token", () => {
+  const setup = {
+    weightBytes: 2 as const,
+    kvSlots: 8,
+    kvContext: 1024,
+    prefillChunk: 256,
+    vocabChunk: 8192,
+    lora: { rank: 8, targets: LORA_TARGETS },
+    train: { microBatchTokens: 4096, recompute: true },
+  };
+  const plain = planMemory(qwen05, setup);
+  const sets = planMemory(qwen05, { ...setup, train: { ...setup.train, allowedSets: true } });
+  const words = Math.ceil(151936 / 32);
+  // At the worst, every row its own set: 4096 x (1 + 4748) words, ~74 MiB, rounded up to the pool's bucket.
+  const added = sets.training - plain.training;
+  expect(added).toBe(bucketSize(4096 * (1 + words) * 4));
+  expect(sets.total - plain.total).toBe(added);
 });

@@ -8,6 +8,7 @@ import { cp, readFile, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import type { ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { decodeAllowed } from "./allowed.ts";
 import { Engine } from "../engine.ts";
 import { writeLlama3Model } from "../openai/testing.ts";
 import { removeDir, tempDir } from "../weights/testing.ts";
@@ -178,6 +179,18 @@ function checkMask(engine: Engine, conv: Conversation, o: { header: string; resu
     expect([...q.oldLogprobs.slice(r.start, r.end)]).toEqual(c.token_logprobs!.map(Math.fround));
     expect(q.ids.slice(0, r.start)).toEqual(conv.prompts[k]);
   });
+  // A forced call is drawn from the sets its tool's schema allows: each token's set rides along, holds the token, and
+  // is the sequence's at exactly that position (null in the context).
+  runs.forEach((r, k) => {
+    const q = seqs[r.s];
+    const c = conv.choices[k];
+    const V = engine.config.vocabSize;
+    const sets = decodeAllowed(c.token_allowed!, c.token_ids!.length, `choice ${k}`, Math.ceil(V / 32));
+    expect(q.allowed!.slice(r.start, r.end)).toEqual(sets);
+    c.token_ids!.forEach((id, t) => expect(sets[t] === null || (sets[t]![id >>> 5] >>> (id & 31)) & 1).toBeTruthy());
+    expect(sets.filter((m) => m).length).toBeGreaterThan(c.token_ids!.length / 2);
+  });
+  for (const q of seqs) q.mask.forEach((m, i) => m || expect(q.allowed![i]).toBeNull());
   const sampled = conv.choices.reduce((a, c) => a + c.token_ids!.length, 0);
   expect(seqs.reduce((a, q) => a + q.trainableTokens, 0)).toBe(sampled);
   for (const q of seqs) q.mask.forEach((m, i) => expect(Number.isNaN(q.oldLogprobs[i])).toBe(m === 0));
@@ -288,6 +301,7 @@ describe("context turns the model did not sample", () => {
         expect(m.ids.filter((_, i) => m.forced![i])).toEqual(f.token_ids);
         m.forced!.forEach((x, i) => expect(!x || m.mask[i]).toBeTruthy());
         expect(tokenizeHistory(tok, { messagesAndChoices: [...messages, c] })[0].forced).toBeUndefined();
+        expect(m.allowed).toBeUndefined(); // a forced reply is trained as forced, not over its sets
         // A step trains the forced turn only toward it: with a negative advantage only the sampled turn is trained.
         const rewarded = (reward: number) => new Trajectory({ messagesAndChoices: [...turn1, f, turn2, s2], reward });
         const group = new TrajectoryGroup([rewarded(1), rewarded(0)]);

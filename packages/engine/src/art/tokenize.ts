@@ -4,6 +4,7 @@
 // re-tokenisation drift); those ids are trained (mask 1), everything else is context. Turns whose
 // context extends the previous sequence share one sequence; when a template re-renders earlier turns
 // differently (e.g. Qwen3 dropping old reasoning), the turn starts a new sequence in its own context.
+import { decodeAllowed } from "./allowed.ts";
 import { choiceToMessage, isChoice, isTrainableChoice, type History, type Message, type Tool } from "./trajectories.ts";
 
 /** What tokenisation needs from a tokenizer (the engine's Tokenizer implements it). */
@@ -28,6 +29,11 @@ export interface TokenizedHistory {
   anchor?: Uint8Array;
   /** 1 on the tokens of forced choices (SampledChoice.forced: trained, but out of the KL term); absent if none. */
   forced?: Uint8Array;
+  /**
+   * Per position, the set a constrained sampler drew its token from (SampledChoice.token_allowed, a vocabulary
+   * bitmask), null elsewhere; absent if no choice has one.
+   */
+  allowed?: (Uint32Array | null)[];
 }
 
 interface Building {
@@ -35,6 +41,7 @@ interface Building {
   mask: number[];
   old: number[];
   forced: number[];
+  allowed: (Uint32Array | null)[];
 }
 
 function finish(b: Building, spans: Span[] | undefined): TokenizedHistory {
@@ -44,6 +51,7 @@ function finish(b: Building, spans: Span[] | undefined): TokenizedHistory {
     oldLogprobs: Float32Array.from(b.old),
     trainableTokens: b.mask.reduce((a, x) => a + x, 0),
     ...(b.forced.some((x) => x) ? { forced: Uint8Array.from(b.forced) } : {}),
+    ...(b.allowed.some((x) => x) ? { allowed: b.allowed } : {}),
   };
   if (!spans) return out;
   const anchor = new Uint8Array(b.ids.length);
@@ -103,7 +111,7 @@ export function tokenizeHistory(
     const extends_ = cur !== null && ctx.length >= cur.ids.length && cur.ids.every((id, k) => ctx[k] === id);
     if (!extends_) {
       if (cur) out.push(finish(cur, spans));
-      cur = { ids: [], mask: [], old: [], forced: [] };
+      cur = { ids: [], mask: [], old: [], forced: [], allowed: [] };
     }
     const b = cur!;
     for (let k = b.ids.length; k < ctx.length; k++) {
@@ -111,12 +119,15 @@ export function tokenizeHistory(
       b.mask.push(0);
       b.old.push(NaN);
       b.forced.push(0);
+      b.allowed.push(null);
     }
+    const sets = m.token_allowed ? decodeAllowed(m.token_allowed, m.token_ids!.length, `choice ${i}`) : undefined;
     m.token_ids!.forEach((id, k) => {
       b.ids.push(id);
       b.mask.push(1);
       b.old.push(m.token_logprobs![k]);
       b.forced.push(m.forced ? 1 : 0);
+      b.allowed.push(sets?.[k] ?? null);
     });
   });
   if (cur) out.push(finish(cur, spans));

@@ -56,6 +56,7 @@ export function stepSequences(
           oldLogprobs: tk.oldLogprobs,
           anchor: tk.anchor,
           forced: tk.forced,
+          allowed: tk.allowed,
           advantage: a,
           coef: 0,
           n,
@@ -95,6 +96,7 @@ export function planStep(engine: Engine, seqs: StepSequence[], cfg: TrainConfig)
         longest: longest.ids.length,
         recompute: cfg.recompute === "auto" ? undefined : cfg.recompute === "on",
         held: engine.gpu.pool.stats.liveBytes,
+        allowedSets: seqs.some((q) => q.allowed),
       },
     );
     return { choice, planned: engine.gpu.pool.stats.liveBytes + choice.plan.training };

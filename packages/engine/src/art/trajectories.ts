@@ -2,6 +2,7 @@
 // the sampler's Choices), its reward, metrics and logs; a group of rollouts for the same scenario.
 import type { ChatCompletion, ChatCompletionMessageParam, ChatCompletionTool } from "openai/resources/chat/completions";
 import { Rng } from "@webart/gpu";
+import type { TokenAllowed } from "./allowed.ts";
 
 /** A Choice as webart's engine returns it: the OpenAI fields plus the sampled token ids and their logprobs. */
 export type SampledChoice = ChatCompletion.Choice & {
@@ -17,6 +18,12 @@ export type SampledChoice = ChatCompletion.Choice & {
    * estimate assumes tokens sampled from the policy.
    */
   forced?: boolean;
+  /**
+   * The sets a constrained sampler drew the tokens from (tool_choice "required" or a named tool, a JSON
+   * response_format, a guided_choice of several strings; webart extension). token_logprobs stay the whole
+   * vocabulary's; training takes each token's logprob over its set, the distribution it was drawn from.
+   */
+  token_allowed?: TokenAllowed;
 };
 
 export type MessageOrChoice = ChatCompletionMessageParam | SampledChoice;

@@ -43,7 +43,36 @@ interface Seq {
   out: number[];
   logprobs: number[];
   constraint?: TokenConstraint;
+  /** With a constraint: the set each sampled token was drawn from (SampleResult.allowed), and the mask in flight. */
+  allowed?: AllowedSets;
+  mask?: Uint32Array | null;
   finish?: FinishReason;
+}
+
+/**
+ * The sets a constrained sample's tokens were drawn from, each distinct set stored once (a copy: a constraint may
+ * reuse the array it returned for another state later).
+ */
+class AllowedSets {
+  readonly perToken: (Uint32Array | null)[] = [];
+  private byHash = new Map<number, Uint32Array[]>();
+
+  push(mask: Uint32Array | null | undefined): void {
+    if (!mask) {
+      this.perToken.push(null);
+      return;
+    }
+    let h = 0x811c9dc5;
+    for (let i = 0; i < mask.length; i++) h = Math.imul(h ^ mask[i], 0x01000193);
+    const same = this.byHash.get(h) ?? [];
+    let m = same.find((x) => x.length === mask.length && x.every((w, i) => w === mask[i]));
+    if (!m) {
+      m = mask.slice();
+      same.push(m);
+      this.byHash.set(h, same);
+    }
+    this.perToken.push(m);
+  }
 }
 
 interface Pending {
@@ -218,7 +247,7 @@ export class Scheduler implements Generator {
           feed: i === 0 ? prompt.slice(first.reuse) : [],
           out: [],
           logprobs: [],
-          constraint: p.req.constraint?.(),
+          ...(p.req.constraint ? { constraint: p.req.constraint(), allowed: new AllowedSets() } : {}),
         });
       }
       if (n === 1) p.forked = true;
@@ -265,6 +294,7 @@ export class Scheduler implements Generator {
         if (prefill) budget -= take;
         else {
           const sp = p.req.sampling;
+          s.mask = s.constraint?.allowed() ?? null;
           samples.push({
             row: ids.length - 1,
             temperature: sp.temperature,
@@ -273,7 +303,7 @@ export class Scheduler implements Generator {
             seed: sp.seed >>> 0,
             step: s.out.length,
             stream: p.first + s.sample,
-            mask: s.constraint?.allowed() ?? null,
+            mask: s.mask,
             top: p.req.topLogprobs,
           });
           sampled.push(s);
@@ -303,6 +333,7 @@ export class Scheduler implements Generator {
     }
     s.out.push(id);
     s.logprobs.push(logprob);
+    s.allowed?.push(s.mask);
     s.constraint?.accept(id);
     const keep = s.req.onToken?.({ sample: s.req.first + s.sample, tokenId: id, logprob, top }) !== false;
     // A finished constraint allows only the stop tokens, so the sample still ends with one (training
@@ -326,7 +357,12 @@ export class Scheduler implements Generator {
     for (const p of reqs) {
       if (p.seqs.every((s) => s.finish)) {
         p.resolve({
-          samples: p.seqs.map((s) => ({ tokenIds: s.out, logprobs: s.logprobs, finishReason: s.finish! })),
+          samples: p.seqs.map((s) => ({
+            tokenIds: s.out,
+            logprobs: s.logprobs,
+            finishReason: s.finish!,
+            ...(s.allowed ? { allowed: s.allowed.perToken } : {}),
+          })),
           promptTokens: p.req.promptIds.length,
           cachedPromptTokens: p.cached,
         });

@@ -49,6 +49,11 @@ export interface SampleResult {
   tokenIds: number[];
   logprobs: number[];
   finishReason: FinishReason;
+  /**
+   * With a constraint: per token, the bitmask of the set it was drawn from (null where nothing was masked). Equal
+   * sets are one object. The logprobs above are still the whole vocabulary's; training takes the softmax over the set.
+   */
+  allowed?: (Uint32Array | null)[];
 }
 
 export interface GenerateResult {

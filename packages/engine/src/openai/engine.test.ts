@@ -3,6 +3,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../engine.ts";
+import { decodeAllowed } from "../art/allowed.ts";
 import type { SampledChoice } from "../art/trajectories.ts";
 import {
   deviceKey,
@@ -288,9 +289,26 @@ describe("chat.completions through the openai SDK", () => {
     const sum = (c: SampledChoice) => c.token_logprobs!.reduce((a, b) => a + b, 0);
     expect(forced.token_logprobs!.every((x) => Number.isFinite(x) && x <= 0)).toBe(true);
     expect(sum(forced)).toBeLessThan(sum(free));
+    expect(forced.token_allowed).toBeUndefined(); // trained as forced, not over a set
+    expect(free.token_allowed).toBeUndefined(); // nothing was masked
     const choices = ["<move>A1</move>", "<move>B2</move>", "<move>C3</move>", "pass"];
     const r = await ask({ temperature: 1.5, seed: 11, n: 12, guided_choice: choices });
     for (const c of r.choices) expect(choices).toContain(c.message.content);
+    // Sampled among several: each token comes with the set it was drawn from, which holds it, and where the prefix
+    // fixes the next token the set is that token alone (then the end of turn: the stop tokens).
+    const V = engine.config.vocabSize;
+    const has = (m: Uint32Array, id: number) => (m[id >>> 5] & (1 << (id & 31))) !== 0;
+    const count = (m: Uint32Array) => [...Array(V).keys()].filter((id) => has(m, id)).length;
+    for (const c of r.choices as SampledChoice[]) {
+      const sets = decodeAllowed(c.token_allowed!, c.token_ids!.length, "choice", Math.ceil(V / 32));
+      c.token_ids!.forEach((id, k) => expect(has(sets[k]!, id)).toBe(true));
+      expect(count(sets[0]!)).toBeGreaterThan(1); // "<" or "p": a choice among the strings
+      expect(count(sets[0]!)).toBeLessThan(V / 4);
+      const end = sets.at(-1)!;
+      expect([...Array(V).keys()].filter((id) => has(end, id))).toEqual(
+        engine.tokenizer.stopTokenIds.filter((id) => id < V).sort((x, y) => x - y),
+      );
+    }
     const bad = await ask({ guided_choice: ["A1", 3] }).catch((e: unknown) => e);
     expect(bad).toBeInstanceOf(OpenAI.BadRequestError);
     expect((bad as Error).message).toMatch(/guided_choice: expected a non-empty array of non-empty strings/);

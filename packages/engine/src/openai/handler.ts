@@ -1,9 +1,10 @@
 // The OpenAI-compatible request handler (Fetch API Request → Response): GET /v1/models[/{id}] and
 // POST /v1/chat/completions with streaming, n, logprobs, tools and response_format. The in-process
 // client, the Web Worker client and the HTTP server all mount this one handler.
+import { encodeAllowed } from "../art/allowed.ts";
 import type { ChatTokenizer } from "../art/tokenize.ts";
 import { compileSchema, DEFAULT_LIMITS, JsonSchemaError } from "../constrain/schema.ts";
-import type { GenerateResult, Generator, TokenConstraint, TokenEvent } from "../generate/types.ts";
+import type { GenerateResult, Generator, SampleResult, TokenConstraint, TokenEvent } from "../generate/types.ts";
 import { ChoiceStream } from "./choice.ts";
 import { ApiError, badRequest, errorResponse, jsonResponse } from "./errors.ts";
 import { firstCallOnly, type ToolFormat } from "./tools.ts";
@@ -206,6 +207,12 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
   const constraint = constraintFor(model, cr);
   // A guided_choice of one string: the reply is forced, not sampled (SampledChoice.forced).
   const forced = cr.guided_choice?.length === 1 ? { forced: true } : {};
+  // The sets a constrained sample's tokens were drawn from (SampledChoice.token_allowed), so training takes each
+  // token's logprob over its set; a forced reply is trained as forced instead.
+  const allowedOf = (s: SampleResult) => {
+    const a = cr.guided_choice?.length === 1 ? undefined : encodeAllowed(s.allowed);
+    return a ? { token_allowed: a } : {};
+  };
   const tok = model.tokenizer;
   const id = newId("chatcmpl");
   const created = Math.floor(Date.now() / 1000);
@@ -286,6 +293,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
         token_ids: s.tokenIds,
         token_logprobs: s.logprobs,
         ...forced,
+        ...allowedOf(s),
       };
     });
     const completion = out.reduce((a, c) => a + c.token_ids.length, 0);
@@ -324,6 +332,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
               token_ids: s.tokenIds,
               token_logprobs: s.logprobs,
               ...forced,
+              ...allowedOf(s),
             },
           ]);
         });

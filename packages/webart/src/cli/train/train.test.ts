@@ -188,7 +188,12 @@ describe("webart train / eval", () => {
     expect(await trainCommand([...args, "--steps", "2", "--resume", "--tool-choice", "required"])).toBe(0);
     const dir = join(runs, "email/models/mail");
     expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("2");
-    type Entry = { role?: string; message?: { tool_calls?: { function: { name: string; arguments: string } }[] } };
+    type Entry = {
+      role?: string;
+      message?: { tool_calls?: { function: { name: string; arguments: string } }[] };
+      token_ids?: number[];
+      token_allowed?: { sets: string[]; of: number[] };
+    };
     type Traj = { tools?: { function: { name: string } }[]; messages_and_choices: Entry[] };
     const traj = (step: string) =>
       readFileSync(join(dir, `trajectories/train/${step}.jsonl`), "utf8")
@@ -204,6 +209,8 @@ describe("webart train / eval", () => {
       const call = c.message!.tool_calls![0].function;
       expect(["search_inbox", "read_email", "return_final_answer"]).toContain(call.name);
       expect(typeof JSON.parse(call.arguments)).toBe("object");
+      // Each token keeps the set the constrained sampler drew it from, which the step trained it over.
+      expect(c.token_allowed!.of).toHaveLength(c.token_ids!.length);
     }
     const out: string[] = [];
     const log = console.log;
