@@ -24,16 +24,18 @@ const qwen05 = parseConfig({
   eos_token_id: 151643,
 });
 
+/** Qwen2.5-0.5B in 16 bits, LoRA rank 8 on every projection, 4096-token micro-batches with recompute. */
+const setup = {
+  weightBytes: 2 as const,
+  kvSlots: 8,
+  kvContext: 1024,
+  prefillChunk: 256,
+  vocabChunk: 8192,
+  lora: { rank: 8, targets: LORA_TARGETS },
+  train: { microBatchTokens: 4096, recompute: true },
+};
+
 it("states weights, LoRA and KV bytes from the config, and refuses what does not fit", () => {
-  const setup = {
-    weightBytes: 2 as const,
-    kvSlots: 8,
-    kvContext: 1024,
-    prefillChunk: 256,
-    vocabChunk: 8192,
-    lora: { rank: 8, targets: LORA_TARGETS },
-    train: { microBatchTokens: 4096, recompute: true },
-  };
   const p = planMemory(qwen05, setup);
   // Matrices in 16 bits, the few 1-D tensors in f32: within 1% of 2 bytes per parameter.
   expect(Math.abs(p.weights / (2 * parameterCount(qwen05)) - 1)).toBeLessThan(0.01);
@@ -53,15 +55,6 @@ it("states weights, LoRA and KV bytes from the config, and refuses what does not
 });
 
 it("rows with allowed sets (a constrained sampler's) add a header word and a vocabulary bitmask per token", () => {
-  const setup = {
-    weightBytes: 2 as const,
-    kvSlots: 8,
-    kvContext: 1024,
-    prefillChunk: 256,
-    vocabChunk: 8192,
-    lora: { rank: 8, targets: LORA_TARGETS },
-    train: { microBatchTokens: 4096, recompute: true },
-  };
   const plain = planMemory(qwen05, setup);
   const sets = planMemory(qwen05, { ...setup, train: { ...setup.train, allowedSets: true } });
   const words = Math.ceil(151936 / 32);
