@@ -22,6 +22,8 @@ export interface GameScenario {
   decisionReward?: number;
   /** Tic-tac-toe's exploration: the chance a move is a random empty cell (TicTacToeOptions.explore; default 0). */
   explore?: number;
+  /** Tic-tac-toe: each move sampled among the legal ones (TicTacToeOptions.legalMoves; default false). */
+  legalMoves?: boolean;
   /**
    * The email env's scenarios: training's (default) or the held-out evaluation ones, `seed` being the index within
    * the split (the two splits never share an inbox). The games take the seed as it is.
@@ -80,6 +82,7 @@ export const GAMES: Record<GameName, Game> = {
           start: scenario.start,
           decisionReward: scenario.decisionReward,
           explore: scenario.explore,
+          legalMoves: scenario.legalMoves,
         },
       }),
     summarize: (t) => numbers(summarizeTicTacToe(t)),
@@ -166,6 +169,8 @@ export interface StepScenarios {
   decisionReward?: number;
   /** Tic-tac-toe's exploration (default 0: every move the model's pick). */
   explore?: number;
+  /** Tic-tac-toe: each training move sampled among the legal ones (default false). */
+  legalMoves?: boolean;
   /**
    * "shared" (default): a group's rollouts all play one scenario, so they differ only where the model's samples do.
    * "independent": every rollout plays its own scenario, as ART's tic-tac-toe example gathers its games; the group
@@ -201,6 +206,7 @@ export function stepScenarios(
       ...(starts[g % starts.length] === "empty" ? {} : { start: starts[g % starts.length] }),
       ...(s.decisionReward ? { decisionReward: s.decisionReward } : {}),
       ...(s.explore ? { explore: s.explore } : {}),
+      ...(s.legalMoves ? { legalMoves: true } : {}),
     })),
   );
 }

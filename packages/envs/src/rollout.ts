@@ -51,10 +51,12 @@ export async function rolloutTicTacToe(
     throw new Error(`tic-tac-toe: explore must be a probability from 0 to 1 (got ${explore})`);
   // The draws are the game's own (the group's games share the scenario seed, and must explore apart).
   const rng = new Rng(opts.seed ?? Math.floor(Math.random() * 2 ** 31));
+  const legal = opts.scenario.legalMoves ?? false;
   const act = chatAct(client, opts, (game: TicTacToeGame) => {
-    if (!explore || rng.next() >= explore) return undefined;
     const empty = emptyCells(game.board);
-    return { guided_choice: [`<move>${cellName(empty[rng.int(empty.length)])}</move>`] };
+    if (explore && rng.next() < explore)
+      return { guided_choice: [`<move>${cellName(empty[rng.int(empty.length)])}</move>`] };
+    return legal ? { guided_choice: empty.map((c) => `<move>${cellName(c)}</move>`) } : undefined;
   });
   return runTicTacToe(opts.scenario, act, opts.historyTurns);
 }
@@ -105,6 +107,7 @@ async function runTicTacToe(
     start: scenario.start ?? "empty",
     ...(scenario.decisionReward ? { decisionReward: scenario.decisionReward } : {}),
     ...(scenario.explore ? { explore: scenario.explore } : {}),
+    ...(scenario.legalMoves ? { legalMoves: true } : {}),
     historyTurns: Number.isFinite(historyTurns) ? historyTurns : null, // null: the whole game
   });
 }

@@ -74,6 +74,14 @@ export interface TicTacToeOptions {
    * sampled), never in the KL term (SampledChoice.forced). Evaluation never explores.
    */
   explore?: number;
+  /**
+   * Training among the legal moves (default false): each agent move is asked with a `guided_choice` of the empty
+   * cells' replies, so the model samples from its own probabilities over the legal moves alone, and training takes
+   * each token's logprob over the set it was drawn from (SampledChoice.token_allowed): lowering a bad move raises the
+   * other legal ones, never an illegal reply. An exploration move (above) is forced instead. Evaluation is never
+   * constrained.
+   */
+  legalMoves?: boolean;
 }
 
 export const TICTACTOE_STARTS = ["empty", "decision"] as const;

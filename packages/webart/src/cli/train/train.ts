@@ -89,6 +89,10 @@ export const TRAIN = {
       arg: "P",
       help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice (trained only when its game beats the group's mean, never in\nthe KL term; default 0)",
     },
+    "legal-moves": {
+      flag: true,
+      help: "tic-tac-toe: each training move is sampled among the legal moves (guided_choice of the\nempty cells) and trained over them (eval is never constrained)",
+    },
     "tool-choice": {
       arg: "auto|required",
       default: "auto",
@@ -140,6 +144,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
   if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
   const explore = num("explore", a.explore ?? String(game.train.explore ?? 0), { min: 0, max: 1 });
   if (explore > 0 && env !== "tictactoe") throw new UsageError("--explore is for --env tictactoe only");
+  const legalMoves = a["legal-moves"];
+  if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
   const toolChoice = toolChoiceOption(a["tool-choice"], env);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
@@ -185,7 +191,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${explore > 0 ? `, explore ${explore}` : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -199,6 +205,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         starts,
         decisionReward,
         explore,
+        legalMoves,
         toolChoice,
         scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
         model: model.getInferenceName(),
