@@ -100,6 +100,9 @@ describe("game registry", () => {
     const explored = stepScenarios(0, { seed: 5, groupsPerStep: 2, groupSize: 2, explore: 0.2 }).flat();
     expect(explored.every((x) => x.explore === 0.2)).toBe(true);
     expect(stepScenarios(0, { seed: 5, groupsPerStep: 1, groupSize: 1 })[0][0]).not.toHaveProperty("explore");
+    const legal = stepScenarios(0, { seed: 5, groupsPerStep: 2, groupSize: 2, legalMoves: true }).flat();
+    expect(legal.every((x) => x.legalMoves === true)).toBe(true);
+    expect(stepScenarios(0, { seed: 5, groupsPerStep: 1, groupSize: 1 })[0][0]).not.toHaveProperty("legalMoves");
     const play = (decisionReward?: number) =>
       Promise.all(
         [1, 2, 3, 4, 5, 6].map((seed) =>

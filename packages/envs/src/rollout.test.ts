@@ -148,6 +148,38 @@ describe("rolloutTicTacToe", () => {
     await expect(play(1.5, 7)).rejects.toThrow(/explore must be a probability from 0 to 1 \(got 1\.5\)/);
   });
 
+  it("legal moves: every move is asked among the empty cells of the board it shows; an exploration move is forced", async () => {
+    // The server honors guided_choice as webart's does: the reply is one of the strings (here the last).
+    const server = scriptedOpenAI((_, req) => (req as unknown as { guided_choice: string[] }).guided_choice.at(-1)!);
+    const guidedOf = (r: unknown) => (r as { guided_choice?: string[] }).guided_choice;
+    for (let seed = 1; seed <= 10; seed++) {
+      server.requests.length = 0;
+      const t = await rolloutTicTacToe(server.client, { model: "tiny", seed, scenario: { seed, legalMoves: true } });
+      expect(t.metrics.invalid).toBe(0);
+      expect(t.metadata.legalMoves).toBe(true);
+      for (const req of server.requests) {
+        const rows = lastUser(req.messages as Message[])
+          .split("\n")
+          .filter((l) => /^[ABC] /.test(l));
+        const empty = rows.flatMap((l) =>
+          l
+            .slice(2)
+            .split(" ")
+            .flatMap((c, k) => (c === "." ? [`<move>${l[0]}${k + 1}</move>`] : [])),
+        );
+        expect(guidedOf(req)).toEqual(empty);
+      }
+    }
+    // With exploration too, an exploring move asks for one cell; the others for all the empty ones.
+    server.requests.length = 0;
+    await rolloutTicTacToe(server.client, {
+      model: "tiny",
+      seed: 3,
+      scenario: { seed: 3, legalMoves: true, explore: 1 },
+    });
+    expect(server.requests.every((r) => guidedOf(r)!.length === 1)).toBe(true);
+  });
+
   it("an unparseable reply ends the game at -1 after one choice", async () => {
     const server = scriptedOpenAI(() => "The center, obviously.");
     const t = await rolloutTicTacToe(server.client, { model: "m", scenario: { seed: 1, agent: "x" } });

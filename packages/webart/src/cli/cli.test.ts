@@ -73,6 +73,7 @@ describe("webart", () => {
     ["train", ["--env", "2048", "--decision-reward", "0.5"], "--decision-reward is for --env tictactoe only"],
     ["train", ["--explore", "2"], '--explore "2": expected a number in [0, 1]'],
     ["train", ["--env", "email", "--explore", "0.1"], "--explore is for --env tictactoe only"],
+    ["train", ["--env", "2048", "--legal-moves"], "--legal-moves is for --env tictactoe only"],
     ["train", ["--tool-choice", "required"], "--tool-choice is for --env email only"],
     ["eval", ["--env", "email", "--tool-choice", "always"], '--tool-choice "always": expected auto or required'],
     ["eval", ["--games", "1.5"], '--games "1.5": expected an integer >= 1'],
