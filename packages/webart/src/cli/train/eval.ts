@@ -44,6 +44,10 @@ export const EVAL = {
       default: "auto",
       help: "email: required forces a tool call every turn, constrained to a tool's schema (as train's)",
     },
+    "legal-moves": {
+      flag: true,
+      help: "tic-tac-toe: every model's moves sampled among the legal ones (guided_choice of the empty\ncells, as train's --legal-moves), so no game ends on an illegal reply",
+    },
     "no-base": { flag: true, help: "leave out the base model's row" },
     "no-baselines": { flag: true, help: "leave out the baselines' rows" },
     json: { flag: true, help: "print the rows as one JSON array instead of a table" },
@@ -60,6 +64,8 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(GAMES[env].maxTokens), { int: true, min: 1 });
   const toolChoice = toolChoiceOption(a["tool-choice"], env);
+  const legalMoves = a["legal-moves"];
+  if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
   const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
   if (typeof checkpoint === "number" && !/^\d+$/.test(a.checkpoint))
     throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
@@ -78,7 +84,8 @@ export async function evalCommand(argv: string[]): Promise<number> {
           Array.from({ length: n }, (_, k) => {
             // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
             // Email plays its held-out questions, never training's.
-            const game = { ...opts, seed: seed + i + k, scenario: { seed: seed + i + k, split: "eval" as const } };
+            const scenario = { seed: seed + i + k, split: "eval" as const, ...(legalMoves ? { legalMoves } : {}) };
+            const game = { ...opts, seed: seed + i + k, scenario };
             return GAMES[env].rollout(client, game);
           }),
         )),
