@@ -6,6 +6,7 @@ Runs each check, asserting in Python; prints one JSON line per check ({"check", 
 exits 1 if any failed. Run by packages/webart/src/cli/serve/python-sdk.test.ts.
 """
 
+import base64
 import json
 import sys
 import traceback
@@ -149,6 +150,15 @@ def check_guided_choice():
         extra_body={"guided_choice": choices},
     )
     assert all(c.message.content in choices for c in r.choices), [c.message.content for c in r.choices]
+    # webart's extensions ride along as extra fields: the sampled ids, and the set each was drawn from (base64
+    # bitmasks, one index per token), which the move's tokens must be in.
+    for c in r.choices:
+        extra = c.model_extra
+        ids, allowed = extra["token_ids"], extra["token_allowed"]
+        assert len(allowed["of"]) == len(ids), (len(allowed["of"]), len(ids))
+        for tid, k in zip(ids, allowed["of"]):
+            mask = base64.b64decode(allowed["sets"][k])
+            assert mask[tid >> 3] >> (tid & 7) & 1, (tid, k)
 
 
 def check_errors():
