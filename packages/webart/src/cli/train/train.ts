@@ -248,10 +248,12 @@ export async function trainCommand(argv: string[]): Promise<number> {
 
 /** The game's numbers in a step's line. */
 function stepScore(env: GameName, score: number, s: Record<string, number>): string {
+  // A rate over no chances (a step whose games faced no threat) is NaN: shown as "-".
+  const rate = (x: number) => (Number.isNaN(x) ? "-" : x.toFixed(2));
   if (env === "tictactoe")
     return (
-      `win+draw ${score.toFixed(2)} legal ${s.legalMoves.toFixed(2)} ` +
-      `wins taken ${s.winTaken.toFixed(2)} blocks ${s.blocked.toFixed(2)} (off first ${s.blockedOffFirst.toFixed(2)})`
+      `win+draw ${score.toFixed(2)} legal ${rate(s.legalMoves)} ` +
+      `wins taken ${rate(s.winTaken)} blocks ${rate(s.blocked)} (off first ${rate(s.blockedOffFirst)})`
     );
   if (env === "email")
     return `accuracy ${score.toFixed(2)} right email ${s.rightMessage.toFixed(2)} malformed ${s.malformed.toFixed(2)} turns ${s.meanTurns.toFixed(1)}`;
