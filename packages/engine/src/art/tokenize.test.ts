@@ -13,7 +13,7 @@ import { Engine } from "../engine.ts";
 import { writeLlama3Model } from "../openai/testing.ts";
 import { removeDir, tempDir } from "../weights/testing.ts";
 import { tokenizeHistory, type TokenizedHistory } from "./tokenize.ts";
-import { Trajectory, TrajectoryGroup, type MessageOrChoice, type SampledChoice } from "./trajectories.ts";
+import { isChoice, Trajectory, TrajectoryGroup, type MessageOrChoice, type SampledChoice } from "./trajectories.ts";
 import { computeAdvantages } from "./advantages.ts";
 import { stepSequences } from "./train-step.ts";
 import { resolveTrainConfig } from "./train-config.ts";
@@ -191,6 +191,19 @@ function checkMask(engine: Engine, conv: Conversation, o: { header: string; resu
     expect(sets.filter((m) => m).length).toBeGreaterThan(c.token_ids!.length / 2);
   });
   for (const q of seqs) q.mask.forEach((m, i) => m || expect(q.allowed![i]).toBeNull());
+  // A step's sequences carry the sets to the trainer; a set from another vocabulary is refused, naming the trajectory.
+  const rewarded = (reward: number) => new Trajectory({ messagesAndChoices: conv.history, tools: TOOLS, reward });
+  const group = new TrajectoryGroup([rewarded(1), rewarded(0)]);
+  const step = stepSequences(engine, [group], computeAdvantages([group], false), resolveTrainConfig(), 0);
+  expect(step.seqs.map((q) => q.allowed)).toEqual([...seqs, ...seqs].map((q) => q.allowed));
+  const other = structuredClone(conv.history) as SampledChoice[];
+  for (const c of other.filter(isChoice)) c.token_allowed!.sets = c.token_allowed!.sets.map(() => btoa("\0\0\0\0"));
+  const foreign = new TrajectoryGroup(
+    [1, 0].map((reward) => new Trajectory({ messagesAndChoices: other, tools: TOOLS, reward })),
+  );
+  expect(() => stepSequences(engine, [foreign], computeAdvantages([foreign], false), resolveTrainConfig(), 0)).toThrow(
+    /trajectory 0 of group 0 has a token_allowed set of 32 tokens, but this model's vocabulary needs/,
+  );
   const sampled = conv.choices.reduce((a, c) => a + c.token_ids!.length, 0);
   expect(seqs.reduce((a, q) => a + q.trainableTokens, 0)).toBe(sampled);
   for (const q of seqs) q.mask.forEach((m, i) => expect(Number.isNaN(q.oldLogprobs[i])).toBe(m === 0));

@@ -45,6 +45,14 @@ export function stepSequences(
             `train: trajectory ${ti} of group ${gi} has ${tk.ids.length} tokens, over the ${engine.runner.maxContext}-token context`,
           );
         }
+        const words = Math.ceil(engine.config.vocabSize / 32);
+        const wrong = tk.allowed?.find((m) => m && m.length !== words);
+        if (wrong) {
+          throw new Error(
+            `train: trajectory ${ti} of group ${gi} has a token_allowed set of ${wrong.length * 32} tokens, but this ` +
+              `model's vocabulary needs ${words * 32} (${engine.config.vocabSize}): its choices came from another model`,
+          );
+        }
         // A forced reply (SampledChoice.forced) is trained only toward: pushing down a token the policy rarely picks
         // would only sharpen the policy toward its current pick.
         const mask = a < 0 && tk.forced ? tk.mask.map((m, k) => (tk.forced![k] ? 0 : m)) : tk.mask;
