@@ -68,6 +68,9 @@ export interface TrainSettings {
   /** Tic-tac-toe's exploration: the chance a training move is a random empty cell, asked of the model through
    *  guided_choice; runs saved before this setting lack it: 0, none. */
   explore?: number;
+  /** Tic-tac-toe: each training move sampled among the legal ones (a guided_choice of the empty cells) and trained
+   *  over them; runs saved before this setting lack it: false. */
+  legalMoves?: boolean;
   /** Email: "required" forces a tool call every turn, constrained to a tool's schema; runs saved before this
    *  setting lack it: "auto", the model's choice. */
   toolChoice?: "auto" | "required";

@@ -128,6 +128,13 @@ export function SettingsForm(props: {
           )}
         </Field>
         {d.env === "email" && judgeError}
+        {d.env === "tictactoe" && (
+          <label className="check">
+            <input type="checkbox" checked={d.legalMoves} onChange={(x) => set("legalMoves", x.target.checked)} />
+            Training moves among the legal ones (each asked with a guided_choice of the empty cells, trained over them;
+            for agents played the same way)
+          </label>
+        )}
         {d.env === "email" && (
           <Field
             id="toolChoice"

@@ -56,6 +56,17 @@ it("takes an exploration probability in [0, 1] for tic-tac-toe only, names the f
   expect(draftFrom("old", old, defaultDraft()).explore).toBe("0");
 });
 
+it("samples training moves among the legal ones for tic-tac-toe only when asked; old runs do not", () => {
+  expect(validate(defaultDraft()).settings!.legalMoves).toBeUndefined();
+  const on = validate({ ...defaultDraft(), legalMoves: true }).settings!;
+  expect(on.legalMoves).toBe(true);
+  expect(draftFrom("on", on, defaultDraft()).legalMoves).toBe(true);
+  const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200", legalMoves: true };
+  expect(validate(email).settings!.legalMoves).toBeUndefined();
+  const { legalMoves: _, ...old } = on;
+  expect(draftFrom("old", old, defaultDraft()).legalMoves).toBe(false);
+});
+
 it("forces tool calls for email only when asked; other envs and old runs leave them to the model", () => {
   const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200" };
   expect(validate(email).settings!.toolChoice).toBeUndefined();

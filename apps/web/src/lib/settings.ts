@@ -53,6 +53,8 @@ export interface SettingsDraft {
   decisionReward: string;
   /** Tic-tac-toe's exploration: the chance a training move is a random empty cell, forced (0: none). */
   explore: string;
+  /** Tic-tac-toe: each training move sampled among the legal ones (guided_choice of the empty cells). */
+  legalMoves: boolean;
   /** Email: "required" forces a tool call every turn (constrained to a tool's schema); "auto" leaves it to the model. */
   toolChoice: "auto" | "required";
   /** GiB of GPU memory the run may plan for. */
@@ -118,6 +120,7 @@ export function defaultDraft(): SettingsDraft {
     starts: (GAMES.tictactoe.train.starts ?? ["empty"]).join(","),
     decisionReward: String(GAMES.tictactoe.train.decisionReward ?? 0),
     explore: String(GAMES.tictactoe.train.explore ?? 0),
+    legalMoves: false,
     toolChoice: "auto",
     memoryBudget: String(DEFAULT_BUDGET_GIB),
   };
@@ -223,6 +226,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       opponents,
       starts,
       ...(d.env === "tictactoe" ? { decisionReward, explore } : {}),
+      ...(d.env === "tictactoe" && d.legalMoves ? { legalMoves: true } : {}),
       ...(d.env === "email" && d.toolChoice === "required" ? { toolChoice: "required" as const } : {}),
       memoryBudgetGiB,
       reward:
@@ -310,6 +314,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     starts: s.starts ?? "empty",
     decisionReward: String(s.decisionReward ?? 0),
     explore: String(s.explore ?? 0),
+    legalMoves: s.legalMoves ?? false,
     toolChoice: s.toolChoice ?? "auto",
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
   };

@@ -306,6 +306,7 @@ async function rollouts(s: Session, step: number, apiKey: string | undefined): P
     starts: parseStarts(st.starts ?? "empty"),
     decisionReward: st.decisionReward ?? 0,
     explore: st.explore ?? 0,
+    legalMoves: st.legalMoves ?? false,
     ...(st.toolChoice ? { toolChoice: st.toolChoice } : {}),
     model: s.name,
     temperature: st.temperature,
