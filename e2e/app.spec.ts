@@ -572,6 +572,34 @@ test("email search: the env picks webart-tools; webart-tiny is refused by name; 
   expect(problems).toEqual([]);
 });
 
+test("tic-tac-toe moves among the legal ones: each is asked with a guided_choice, and its choice keeps the sets", async () => {
+  await page.getByRole("tab", { name: "Charts" }).click();
+  await tiny({ name: "legal-e2e", steps: 1 });
+  const legal = page.getByLabel(/Training moves among the legal ones/);
+  await legal.check();
+  try {
+    await page.getByRole("button", { name: "Start" }).click();
+    await expect(page.getByTestId("status")).toContainText("legal-e2e", { timeout: 60_000 });
+    await expect(state()).toHaveText("finished", { timeout: 120_000 });
+    await expect(step()).toHaveText("1");
+  } finally {
+    await legal.uncheck();
+  }
+  // The saved trajectories hold the sets each move's tokens were drawn from (what the step trained them over).
+  const saved = await page.evaluate(async () => {
+    const req = indexedDB.open("webart");
+    const db: IDBDatabase = await new Promise((r) => (req.onsuccess = () => r(req.result)));
+    const all: unknown[] = await new Promise((r) => {
+      const q = db.transaction("runs").objectStore("runs").getAll();
+      q.onsuccess = () => r(q.result);
+    });
+    return all.map((v) => (v instanceof Uint8Array ? new TextDecoder().decode(v) : String(v))).join("\n");
+  });
+  expect(saved).toContain('"legalMoves":true');
+  expect(saved).toContain('"token_allowed"');
+  expect(problems).toEqual([]);
+});
+
 test("Delete asks once more, then removes the run and every file of it", async () => {
   const item = page.getByTestId("run-my-adapter");
   await item.getByRole("button", { name: "Delete my-adapter" }).click();
