@@ -53,6 +53,18 @@ async function watchProgress() {
 }
 const progressSeen = () => page.evaluate(() => (window as unknown as { progressSeen: string[] }).progressSeen);
 
+/** Everything the app saved in IndexedDB's "runs" store (run files, trajectories), as one text. */
+const savedRuns = () =>
+  page.evaluate(async () => {
+    const req = indexedDB.open("webart");
+    const db: IDBDatabase = await new Promise((r) => (req.onsuccess = () => r(req.result)));
+    const all: unknown[] = await new Promise((r) => {
+      const q = db.transaction("runs").objectStore("runs").getAll();
+      q.onsuccess = () => r(q.result);
+    });
+    return all.map((v) => (v instanceof Uint8Array ? new TextDecoder().decode(v) : String(v))).join("\n");
+  });
+
 const step = () => page.getByTestId("step");
 const state = () => page.getByTestId("state");
 
@@ -330,15 +342,7 @@ test("RULER reward: a judge behind an OpenAI-compatible endpoint scores each gro
     await page.getByRole("tab", { name: "Rollouts" }).click();
     await expect(page.locator(".ruler-note")).toContainText("RULER score");
     // The key stays in memory: it is in no saved run.
-    const saved = await page.evaluate(async () => {
-      const req = indexedDB.open("webart");
-      const db: IDBDatabase = await new Promise((r) => (req.onsuccess = () => r(req.result)));
-      const all: unknown[] = await new Promise((r) => {
-        const q = db.transaction("runs").objectStore("runs").getAll();
-        q.onsuccess = () => r(q.result);
-      });
-      return all.map((v) => (v instanceof Uint8Array ? new TextDecoder().decode(v) : String(v))).join("\n");
-    });
+    const saved = await savedRuns();
     expect(saved).toContain("judge-1");
     expect(saved).not.toContain("sk-test-e2e-key");
     await shot("ruler");
@@ -586,15 +590,7 @@ test("tic-tac-toe moves among the legal ones: each is asked with a guided_choice
     await legal.uncheck();
   }
   // The saved trajectories hold the sets each move's tokens were drawn from (what the step trained them over).
-  const saved = await page.evaluate(async () => {
-    const req = indexedDB.open("webart");
-    const db: IDBDatabase = await new Promise((r) => (req.onsuccess = () => r(req.result)));
-    const all: unknown[] = await new Promise((r) => {
-      const q = db.transaction("runs").objectStore("runs").getAll();
-      q.onsuccess = () => r(q.result);
-    });
-    return all.map((v) => (v instanceof Uint8Array ? new TextDecoder().decode(v) : String(v))).join("\n");
-  });
+  const saved = await savedRuns();
   expect(saved).toContain('"legalMoves":true');
   expect(saved).toContain('"token_allowed"');
   expect(problems).toEqual([]);
