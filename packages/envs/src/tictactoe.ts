@@ -78,8 +78,8 @@ export interface TicTacToeOptions {
    * Training among the legal moves (default false): each agent move is asked with a `guided_choice` of the empty
    * cells' replies, so the model samples from its own probabilities over the legal moves alone, and training takes
    * each token's logprob over the set it was drawn from (SampledChoice.token_allowed): lowering a bad move raises the
-   * other legal ones, never an illegal reply. An exploration move (above) is forced instead. Evaluation is never
-   * constrained.
+   * other legal ones, never an illegal reply. An exploration move (above) is forced instead. `webart eval` plays
+   * freely unless asked for the same constraint (`--legal-moves`).
    */
   legalMoves?: boolean;
 }

@@ -210,7 +210,7 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
   // The sets a constrained sample's tokens were drawn from (SampledChoice.token_allowed), so training takes each
   // token's logprob over its set; a forced reply is trained as forced instead.
   const allowedOf = (s: SampleResult) => {
-    const a = cr.guided_choice?.length === 1 ? undefined : encodeAllowed(s.allowed);
+    const a = forced.forced ? undefined : encodeAllowed(s.allowed);
     return a ? { token_allowed: a } : {};
   };
   const tok = model.tokenizer;

@@ -91,7 +91,7 @@ export const TRAIN = {
     },
     "legal-moves": {
       flag: true,
-      help: "tic-tac-toe: each training move is sampled among the legal moves (guided_choice of the\nempty cells) and trained over them (eval is never constrained)",
+      help: "tic-tac-toe: each training move is sampled among the legal moves (guided_choice of the\nempty cells) and trained over them (eval plays freely unless given --legal-moves)",
     },
     "tool-choice": {
       arg: "auto|required",
