@@ -72,7 +72,10 @@ export async function learningBench(opts: LearningOptions): Promise<Record<strin
       `(win+draw against the random opponent); runs in ${opts.runs}; train args: ${opts.trainArgs.join(" ") || "(defaults)"}`,
   );
   const base = new Map<number, number>();
-  for (const e of opts.evalSeeds) base.set(e, evaluate(opts, e, ["--checkpoint", "none"]));
+  // The base row plays the model the runs start from: train's --model when given (eval reads it from each run).
+  const m = opts.trainArgs.indexOf("--model");
+  const baseModel = m >= 0 ? ["--model", opts.trainArgs[m + 1]] : [];
+  for (const e of opts.evalSeeds) base.set(e, evaluate(opts, e, ["--checkpoint", "none", ...baseModel]));
   const runs = [];
   for (const s of opts.trainSeeds) {
     const name = `learning-seed${s}`;

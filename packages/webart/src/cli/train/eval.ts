@@ -1,5 +1,6 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
 // player; perfect minimax for tic-tac-toe; perfect and naive scripted searchers for email), as one table.
+import { realpathSync } from "node:fs";
 import { Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import {
   emailScenario,
@@ -31,7 +32,9 @@ export const EVAL = {
     checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
     model: {
       arg: "DIR|URL|ID",
-      help: "base model (default: the embedded webart-tiny, or webart-tools for email)",
+      help:
+        "base model (default: the one the run was trained on, from its model.json; with --checkpoint none the\n" +
+        "embedded webart-tiny, or webart-tools for email)",
     },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
     project: { arg: "NAME", help: "project (default: the env)" },
@@ -71,7 +74,20 @@ export async function evalCommand(argv: string[]): Promise<number> {
     throw new UsageError(`--checkpoint ${JSON.stringify(a.checkpoint)}: expected a step number, latest or none`);
   const project = a.project || env;
   const rows: Row[] = [];
-  const baseModel = a.model ?? GAMES[env].model;
+  // A checkpoint is an adapter of the base model its run was trained on (model.json), so that is the model played;
+  // --model may only name the same one.
+  let baseModel = a.model ?? GAMES[env].model;
+  const files = checkpoint === "none" ? undefined : new RunFiles(await FsStore.open(a.runs), project, a.name);
+  const runBase = (await files?.readJson<{ base_model?: string }>("model.json"))?.base_model;
+  if (files && runBase !== undefined && !sameModel(runBase, baseModel)) {
+    if (a.model !== undefined)
+      throw new UsageError(
+        `--model ${a.model}: run ${project}/${a.name} was trained on base model ${runBase} (${files.path("model.json")}), ` +
+          `and its checkpoints are adapters of that model. Leave --model out to play it, or pass --checkpoint none ` +
+          `to evaluate ${a.model} alone`,
+      );
+    baseModel = runBase;
+  }
   const engine = await Engine.load(baseModel, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
   const play = async (label: string) => {
     const client = engine.openaiClient();
@@ -94,8 +110,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
     rows.push({ player: label, ...GAMES[env].summarize(trajs) });
   };
   if (!a["no-base"]) await play(`base model (${baseModel.split("/").pop()})`);
-  if (checkpoint !== "none") {
-    const files = new RunFiles(await FsStore.open(a.runs), project, a.name);
+  if (files && checkpoint !== "none") {
     const latest = await files.latestStep();
     const step = checkpoint === "latest" ? latest : checkpoint;
     if (step === null) {
@@ -179,4 +194,14 @@ export async function evalCommand(argv: string[]): Promise<number> {
   for (const r of rows)
     console.log([r.player.padEnd(w0), ...cols.map((c) => fmt(r[c]).padStart(Math.max(11, c.length)))].join(" "));
   return 0;
+}
+
+/** The same model: the same name, or two paths to one folder. */
+function sameModel(a: string, b: string): boolean {
+  if (a === b) return true;
+  try {
+    return realpathSync(a) === realpathSync(b);
+  } catch {
+    return false;
+  }
 }

@@ -1,6 +1,6 @@
 // The headless train/eval commands on the embedded model: checkpoints every step, chart and history,
 // --resume, refusing to overwrite a run, --reward ruler against a judge over HTTP on 127.0.0.1.
-import { existsSync, mkdtempSync, readFileSync } from "node:fs";
+import { cpSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
@@ -180,6 +180,29 @@ describe("webart train / eval", () => {
     const table = lines.join("\n");
     for (const row of ["base model", "checkpoint 3", "random legal", "minimax (perfect)"]) expect(table).toContain(row);
   });
+
+  it("eval plays a checkpoint on its run's base model; --model naming another is refused", async () => {
+    // A copy of the embedded model in another folder stands for a model the user made.
+    const mine = join(runs, "my-model");
+    cpSync(join(import.meta.dirname, "../../../../../models/webart-tiny"), mine, { recursive: true });
+    expect(await trainCommand(["--steps", "1", "--name", "mine", "--model", mine, ...tiny])).toBe(0);
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => lines.push(String(s));
+    try {
+      // Without --model, the run's own base model; with it, the same folder by another path is the same model.
+      expect(await evalCommand(["--games", "2", "--name", "mine", "--runs", runs, "--no-baselines"])).toBe(0);
+      const other = ["--model", join(mine, "."), "--no-baselines", "--no-base"];
+      expect(await evalCommand(["--games", "2", "--name", "mine", "--runs", runs, ...other])).toBe(0);
+    } finally {
+      console.log = log;
+    }
+    expect(lines.join("\n")).toContain("base model (my-model)");
+    expect(lines.join("\n")).toContain("checkpoint 1");
+    // Run "a" was trained on the embedded webart-tiny: its adapter on another model would be a wrong table.
+    const wrong = evalCommand(["--games", "2", "--name", "a", "--runs", runs, "--model", mine]);
+    await expect(wrong).rejects.toThrow(/run tictactoe\/a was trained on base model webart-tiny .*Leave --model out/);
+  }, 300_000);
 
   it("--env email: 2 steps on the embedded webart-tools by default, then eval's table with both scripted searchers", async () => {
     const args = ["--env", "email", "--name", "mail", "--group-size", "2", "--groups-per-step", "1", "--runs", runs];
