@@ -2,7 +2,7 @@
 // --resume, refusing to overwrite a run, --reward ruler against a judge over HTTP on 127.0.0.1.
 import { cpSync, existsSync, mkdtempSync, readFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { join } from "node:path";
+import { join, relative } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
 import { UsageError } from "../args.ts";
@@ -192,7 +192,7 @@ describe("webart train / eval", () => {
     try {
       // Without --model, the run's own base model; with it, the same folder by another path is the same model.
       expect(await evalCommand(["--games", "2", "--name", "mine", "--runs", runs, "--no-baselines"])).toBe(0);
-      const other = ["--model", join(mine, "."), "--no-baselines", "--no-base"];
+      const other = ["--model", relative(process.cwd(), mine), "--no-baselines", "--no-base"];
       expect(await evalCommand(["--games", "2", "--name", "mine", "--runs", runs, ...other])).toBe(0);
     } finally {
       console.log = log;
