@@ -6,13 +6,15 @@
 //   $R scripts/pretrain/sequences.ts MODEL_DIR OUT.bin tictactoe GAMES SEED SKILL BLOCK [ORDERED]
 //   (ORDERED: chance that a move the player does not take for a win or a block is the first empty cell in reading
 //   order, else a random empty cell; default 1)
-//   $R scripts/pretrain/sequences.ts MODEL_DIR OUT.bin email EPISODES SEED PERFECT [first|all] [START] [SLIP]
-//   (SLIP: share of the perfect searcher's episodes that open with a search that finds nothing; default 0)
+//   $R scripts/pretrain/sequences.ts MODEL_DIR OUT.bin email EPISODES SEED PERFECT [first|all] [START] [SLIP] [nosender]
+//   (SLIP: share of the perfect searcher's episodes that open with a search that finds nothing; default 0;
+//   nosender: the perfect searcher searches with the question's keywords alone, never naming the sender)
 import { emailTranscripts, generateTranscripts } from "@webart/envs";
 import { Sft, type Transcript } from "../../packages/webart/src/cli/pretrain/sft.ts";
 import { writeSequences } from "../../packages/webart/src/cli/pretrain/torch.ts";
 
-const [dir, out, task, n = "2000", seed = "1", a = "0", b = "all", start = "0", slip = "0"] = process.argv.slice(2);
+const [dir, out, task, n = "2000", seed = "1", a = "0", b = "all", start = "0", slip = "0", sender = ""] =
+  process.argv.slice(2);
 if (!dir || !out || (task !== "email" && task !== "tictactoe"))
   throw new Error("usage: sequences.ts MODEL_DIR OUT.bin email|tictactoe N SEED ... (see the file's head)");
 const email = task === "email";
@@ -28,6 +30,7 @@ if (email) {
     perfect: Number(a),
     start: Number(start),
     slip: Number(slip),
+    sender: sender !== "nosender",
   });
   transcripts = ts.map((t) => (b === "first" ? { ...t, messages: t.messages.slice(0, 3) } : t));
 } else {

@@ -31,11 +31,13 @@ interface ReadResult {
   error?: string;
 }
 
-export function perfectSearcher(s: EmailScenario): ScriptedPolicy {
+export function perfectSearcher(s: EmailScenario, opts: { sender?: boolean } = {}): ScriptedPolicy {
   const q = s.question;
+  // sender false: the keywords alone, as a model that cannot copy names would search (the right email less often).
+  const from = opts.sender === false ? undefined : q.from;
   return (messages) => {
     const r = lastResult(messages);
-    if (!r) return call("search_inbox", q.from ? { keywords: q.keywords, from: q.from } : { keywords: q.keywords });
+    if (!r) return call("search_inbox", from ? { keywords: q.keywords, from } : { keywords: q.keywords });
     if (r.tool === "search_inbox") {
       const found = r.value as { message_id: string }[];
       return found.length ? call("read_email", { message_id: found[0].message_id }) : answer("not found", "none");

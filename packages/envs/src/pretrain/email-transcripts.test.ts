@@ -74,3 +74,28 @@ it("slips: a garbled search or read, kept as context but not trained, and then t
   // Without slips nothing is left untrained.
   expect((await emailTranscripts({ episodes: 4, perfect: 1, seed: 5 })).every((t) => !t.untrained)).toBe(true);
 });
+
+it("sender false: the perfect searcher's searches, slips included, name no sender; by default they do", async () => {
+  const searches = async (sender?: boolean) =>
+    (
+      await emailTranscripts({
+        episodes: 30,
+        perfect: 1,
+        slip: 0.5,
+        seed: 7,
+        ...(sender === undefined ? {} : { sender }),
+      })
+    )
+      .flatMap((t) => t.messages)
+      .flatMap((m) =>
+        m.role === "assistant" &&
+        m.tool_calls?.[0].type === "function" &&
+        m.tool_calls[0].function.name === "search_inbox"
+          ? [JSON.parse(m.tool_calls[0].function.arguments) as { keywords: string[]; from?: string }]
+          : [],
+      );
+  const without = await searches(false);
+  expect(without.length).toBeGreaterThanOrEqual(30);
+  expect(without.every((a) => a.from === undefined && a.keywords.length > 0)).toBe(true);
+  expect((await searches()).some((a) => a.from !== undefined)).toBe(true);
+});

@@ -29,6 +29,8 @@ export interface EmailTranscriptOptions {
    *  or a read of a garbled id, as a small model's calls often are, then the right call: what to do after a search
    *  that finds nothing or an id that is not there. Default 0. */
   slip?: number;
+  /** Whether the perfect searcher names the question's sender in its search (`from`). Default true. */
+  sender?: boolean;
   seed?: number;
 }
 
@@ -49,9 +51,10 @@ function garbleId(rng: Rng, id: string): string {
  *  search with a garbled sender or keyword (it reads the first result as usual, or, when the slip found nothing,
  *  makes its own search), or a read of a garbled id (an error, then the right read). Returns the policy and the
  *  index of the slip's message in the conversation. */
-function slipSearcher(s: EmailScenario, rng: Rng): { policy: ScriptedPolicy; at: number } {
-  const perfect = perfectSearcher(s);
+function slipSearcher(s: EmailScenario, rng: Rng, sender: boolean): { policy: ScriptedPolicy; at: number } {
+  const perfect = perfectSearcher(s, { sender });
   const q = s.question;
+  const from = sender ? q.from : undefined;
   if (rng.next() < 0.4) {
     // A read of a wrong id: the perfect searcher then reads as if the slip had not happened.
     return {
@@ -71,11 +74,11 @@ function slipSearcher(s: EmailScenario, rng: Rng): { policy: ScriptedPolicy; at:
   }
   const kw = [...q.keywords];
   let slip: object;
-  if (q.from && rng.next() < 0.6) slip = { keywords: kw, from: garble(rng, q.from) };
+  if (from && rng.next() < 0.6) slip = { keywords: kw, from: garble(rng, from) };
   else {
     const i = Math.floor(rng.next() * kw.length);
     kw[i] = garble(rng, kw[i]);
-    slip = q.from ? { keywords: kw, from: q.from } : { keywords: kw };
+    slip = from ? { keywords: kw, from } : { keywords: kw };
   }
   let found = true;
   return {
@@ -95,8 +98,9 @@ export async function emailTranscripts(opts: EmailTranscriptOptions): Promise<To
   for (let i = 0; i < opts.episodes; i++) {
     const scenario = emailScenario("train", (opts.start ?? 0) + i);
     const perfect = rng.next() < (opts.perfect ?? 0);
-    const slipped = perfect && rng.next() < (opts.slip ?? 0) ? slipSearcher(scenario, rng) : null;
-    const policy = slipped ? slipped.policy : perfect ? perfectSearcher(scenario) : naiveSearcher();
+    const sender = opts.sender ?? true;
+    const slipped = perfect && rng.next() < (opts.slip ?? 0) ? slipSearcher(scenario, rng, sender) : null;
+    const policy = slipped ? slipped.policy : perfect ? perfectSearcher(scenario, { sender }) : naiveSearcher();
     const t = await rolloutEmail(scriptedOpenAI(policy).client, {
       scenario,
       model: "script",
