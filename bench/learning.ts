@@ -7,6 +7,7 @@ import { spawnSync } from "node:child_process";
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
+import { parseArgs } from "node:util";
 import { fileURLToPath } from "node:url";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -73,8 +74,8 @@ export async function learningBench(opts: LearningOptions): Promise<Record<strin
   );
   const base = new Map<number, number>();
   // The base row plays the model the runs start from: train's --model when given (eval reads it from each run).
-  const m = opts.trainArgs.indexOf("--model");
-  const baseModel = m >= 0 ? ["--model", opts.trainArgs[m + 1]] : [];
+  const { model } = parseArgs({ args: opts.trainArgs, options: { model: { type: "string" } }, strict: false }).values;
+  const baseModel = typeof model === "string" ? ["--model", model] : [];
   for (const e of opts.evalSeeds) base.set(e, evaluate(opts, e, ["--checkpoint", "none", ...baseModel]));
   const runs = [];
   for (const s of opts.trainSeeds) {

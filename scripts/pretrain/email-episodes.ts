@@ -3,7 +3,7 @@
 // Run: node --import tsx --import ./scripts/wgsl-loader.mjs --conditions webart-source \
 //        scripts/pretrain/email-episodes.ts MODEL_DIR [episodes, default 60] [temperature, default 1]
 import { Engine } from "webart/engine";
-import { emailScenario, rolloutEmail } from "webart/envs";
+import { emailScenario, isChoice, rolloutEmail } from "webart/envs";
 
 const dir = process.argv[2];
 if (!dir) throw new Error("usage: email-episodes.ts MODEL_DIR [episodes] [temperature]");
@@ -23,7 +23,7 @@ const episodes = await Promise.all(
       seed: i,
     });
     const calls = t.messagesAndChoices.flatMap((m) =>
-      "message" in m
+      isChoice(m)
         ? [
             (m.message.tool_calls ?? [])
               .map((c) => (c.type === "function" ? c.function.name + c.function.arguments : c.type))

@@ -95,10 +95,10 @@ function slipSearcher(s: EmailScenario, rng: Rng, sender: boolean): { policy: Sc
 export async function emailTranscripts(opts: EmailTranscriptOptions): Promise<ToolTranscript[]> {
   const rng = new Rng(opts.seed ?? 1);
   const out: ToolTranscript[] = [];
+  const sender = opts.sender ?? true;
   for (let i = 0; i < opts.episodes; i++) {
     const scenario = emailScenario("train", (opts.start ?? 0) + i);
     const perfect = rng.next() < (opts.perfect ?? 0);
-    const sender = opts.sender ?? true;
     const slipped = perfect && rng.next() < (opts.slip ?? 0) ? slipSearcher(scenario, rng, sender) : null;
     const policy = slipped ? slipped.policy : perfect ? perfectSearcher(scenario, { sender }) : naiveSearcher();
     const t = await rolloutEmail(scriptedOpenAI(policy).client, {
