@@ -1,14 +1,15 @@
 // What an email model does in its own episodes: each held-out question with the model's tool calls, in order, and
 // whether it read and answered from the right email (models/README.md, "What the email model writes").
 // Run: node --import tsx --import ./scripts/wgsl-loader.mjs --conditions webart-source \
-//        scripts/pretrain/email-episodes.ts MODEL_DIR [episodes, default 60] [temperature, default 1]
+//        scripts/pretrain/email-episodes.ts MODEL_DIR [episodes, default 60] [temperature, default 1] [required|guided]
 import { Engine } from "webart/engine";
 import { emailScenario, isChoice, rolloutEmail } from "webart/envs";
 
 const dir = process.argv[2];
-if (!dir) throw new Error("usage: email-episodes.ts MODEL_DIR [episodes] [temperature]");
+if (!dir) throw new Error("usage: email-episodes.ts MODEL_DIR [episodes] [temperature] [required|guided]");
 const n = Number(process.argv[3] ?? 60);
 const temperature = Number(process.argv[4] ?? 1);
+const toolChoice = process.argv[5] === "guided" ? "guided" : "required";
 const engine = await Engine.load(dir, { name: "m", kvSlots: 16, maxContext: 2048 });
 const client = engine.openaiClient();
 const episodes = await Promise.all(
@@ -19,7 +20,7 @@ const episodes = await Promise.all(
       scenario,
       temperature,
       maxTokens: 200,
-      toolChoice: "required",
+      toolChoice,
       seed: i,
     });
     const calls = t.messagesAndChoices.flatMap((m) =>

@@ -71,9 +71,9 @@ export interface TrainSettings {
   /** Tic-tac-toe: each training move sampled among the legal ones (a guided_choice of the empty cells) and trained
    *  over them; runs saved before this setting lack it: false. */
   legalMoves?: boolean;
-  /** Email: "required" forces a tool call every turn, constrained to a tool's schema; runs saved before this
-   *  setting lack it: "auto", the model's choice. */
-  toolChoice?: "auto" | "required";
+  /** Email: "required" forces a tool call every turn, constrained to a tool's schema, "guided" also limits its
+   *  values to what the episode has shown; runs saved before this setting lack it: "auto", the model's choice. */
+  toolChoice?: "auto" | "required" | "guided";
   /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
    *  before this setting lack it and get the engine's browser default. */
   memoryBudgetGiB?: number;

@@ -64,6 +64,8 @@ export interface Game {
     decisionReward?: number;
     /** Tic-tac-toe's exploration: the chance a training move is a random empty cell (default 0). */
     explore?: number;
+    /** Divide each group's advantages by its reward std (default true, as ART); false: r - mean (Dr. GRPO). */
+    scaleRewards?: boolean;
   };
 }
 

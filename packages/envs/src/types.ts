@@ -48,8 +48,11 @@ export interface SamplingOptions {
   /**
    * Tool-using envs (email): "required" makes every turn a tool call, on servers that can force one (webart's
    * constrains the sampled tokens to a call that fits a tool's schema); default "auto", the model's choice.
+   * "guided" is "required" with each call's values limited to what the episode has shown the agent (webart's
+   * `guided_tools`: the email env's search words from the question, ids from the results, answers from the text
+   * read); the prompt shows the same tools either way.
    */
-  toolChoice?: "auto" | "required";
+  toolChoice?: "auto" | "required" | "guided";
 }
 
 /** True when an entry of `messagesAndChoices` is a sampled `Choice` rather than a plain message. */

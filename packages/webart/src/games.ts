@@ -3,7 +3,7 @@
 // gathered into groups, and scored by the game or by a RULER judge.
 import type OpenAI from "openai";
 import { gatherTrajectoryGroups, Trajectory, type GatherOptions, type TrajectoryGroup } from "@webart/engine";
-import { GAMES, stepScenarios, type GameName, type StepScenarios } from "@webart/envs";
+import { GAMES, stepScenarios, type GameName, type SamplingOptions, type StepScenarios } from "@webart/envs";
 import { rulerScoreGroup } from "@webart/ruler";
 
 export interface GameStepOptions extends StepScenarios {
@@ -12,8 +12,8 @@ export interface GameStepOptions extends StepScenarios {
   model: string;
   temperature: number;
   maxTokens: number;
-  /** Tool-using games (email): "required" forces a tool call every turn (default "auto"). */
-  toolChoice?: "auto" | "required";
+  /** Tool-using games (email): "required" forces a tool call every turn, "guided" also limits its values (default "auto"). */
+  toolChoice?: SamplingOptions["toolChoice"];
   /** Score each group with a RULER judge instead of the game's reward. */
   judge?: { client: OpenAI; model: string; swallowExceptions?: boolean };
   /** Called before each rollout starts; throw to stop the step. */

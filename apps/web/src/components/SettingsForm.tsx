@@ -139,7 +139,7 @@ export function SettingsForm(props: {
           <Field
             id="toolChoice"
             label="Tool calls"
-            hint="forced: every turn is a call that fits a tool's schema (tool_choice required)"
+            hint="forced: every turn is a call that fits a tool's schema (tool_choice required); guided: forced, and each value one the episode has shown (the question's words, the ids found, phrases of the emails read)"
           >
             {(a) => (
               <select
@@ -149,6 +149,7 @@ export function SettingsForm(props: {
               >
                 <option value="auto">The model's choice (auto)</option>
                 <option value="required">Forced (required)</option>
+                <option value="guided">Forced and guided (values from the episode)</option>
               </select>
             )}
           </Field>

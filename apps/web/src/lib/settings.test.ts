@@ -73,6 +73,7 @@ it("forces tool calls for email only when asked; other envs and old runs leave t
   const forced = validate({ ...email, toolChoice: "required" }).settings!;
   expect(forced.toolChoice).toBe("required");
   expect(draftFrom("again", forced, defaultDraft()).toolChoice).toBe("required");
+  expect(validate({ ...email, toolChoice: "guided" }).settings!.toolChoice).toBe("guided");
   expect(validate({ ...defaultDraft(), toolChoice: "required" }).settings!.toolChoice).toBeUndefined();
   const { toolChoice: _, ...old } = forced;
   expect(draftFrom("old", old, defaultDraft()).toolChoice).toBe("auto");

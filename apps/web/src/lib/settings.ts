@@ -55,8 +55,9 @@ export interface SettingsDraft {
   explore: string;
   /** Tic-tac-toe: each training move sampled among the legal ones (guided_choice of the empty cells). */
   legalMoves: boolean;
-  /** Email: "required" forces a tool call every turn (constrained to a tool's schema); "auto" leaves it to the model. */
-  toolChoice: "auto" | "required";
+  /** Email: "required" forces a tool call every turn (constrained to a tool's schema), "guided" also limits its
+   *  values to what the episode has shown; "auto" leaves it to the model. */
+  toolChoice: "auto" | "required" | "guided";
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
 }
@@ -227,7 +228,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       starts,
       ...(d.env === "tictactoe" ? { decisionReward, explore } : {}),
       ...(d.env === "tictactoe" && d.legalMoves ? { legalMoves: true } : {}),
-      ...(d.env === "email" && d.toolChoice === "required" ? { toolChoice: "required" as const } : {}),
+      ...(d.env === "email" && d.toolChoice !== "auto" ? { toolChoice: d.toolChoice } : {}),
       memoryBudgetGiB,
       reward:
         d.reward === "env"

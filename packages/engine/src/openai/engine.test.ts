@@ -367,6 +367,39 @@ describe("chat.completions through the openai SDK", () => {
     expect((named.choices[0].message.tool_calls![0] as { function: { name: string } }).function.name).toBe(
       "place_mark",
     );
+    // guided_tools narrow the forced call (here to one cell and one tool) while the prompt shows the tools.
+    const narrow = [
+      {
+        ...tools[0],
+        function: {
+          ...tools[0].function,
+          parameters: { ...tools[0].function.parameters, properties: { cell: { type: "string", enum: ["B2"] } } },
+        },
+      },
+    ];
+    const ask = (extra: object) =>
+      client.chat.completions.create({
+        model: "tiny",
+        messages,
+        tools,
+        tool_choice: "required",
+        max_tokens: 300,
+        temperature: 1,
+        seed: 6,
+        logprobs: true,
+        ...extra,
+      } as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming);
+    const [plain, guided] = await Promise.all([ask({}), ask({ guided_tools: narrow })]);
+    const gc = guided.choices[0].message.tool_calls![0] as { function: { name: string; arguments: string } };
+    expect([gc.function.name, JSON.parse(gc.function.arguments)]).toEqual(["place_mark", { cell: "B2" }]);
+    expect(guided.usage!.prompt_tokens).toBe(plain.usage!.prompt_tokens);
+    const wrong = await ask({
+      tool_choice: { type: "function", function: { name: "resign" } },
+      guided_tools: narrow,
+    }).catch((e: unknown) => e);
+    expect((wrong as Error).message).toMatch(
+      /guided_tools: the tool_choice names "resign", which guided_tools leaves out/,
+    );
     // The tool's result goes back and the model answers (auto: it may call again or reply).
     const next = await client.chat.completions.create({
       model: "tiny",

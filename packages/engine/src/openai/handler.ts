@@ -140,18 +140,22 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
       if (!model.toolConstraint)
         throw badRequest(`tool_choice: forcing a call is not supported by model ${model.name}`, "tool_choice");
       const only = typeof tc === "object" ? tc.function.name : undefined;
+      // guided_tools, where given, narrow the call; the prompt still shows tools.
+      const [list, field] = cr.guided_tools ? [cr.guided_tools, "guided_tools"] : [cr.tools, "tools"];
+      if (only && !list.some((t) => (t as { function: { name: string } }).function.name === only))
+        throw badRequest(`guided_tools: the tool_choice names "${only}", which guided_tools leaves out`, field);
       // Each tool that may be called on its own first, so that an error names the tool.
-      cr.tools.forEach((tool, i) => {
+      list.forEach((tool, i) => {
         const fn = (tool as { function: { name: string; parameters?: Record<string, unknown> } }).function;
         if (only && fn.name !== only) return;
         try {
           compileSchema(fn.parameters ?? { type: "object" }, DEFAULT_LIMITS);
         } catch (e) {
           if (!(e instanceof JsonSchemaError)) throw e;
-          throw badRequest(`tools[${i}].function.parameters: ${e.message}`, "tools");
+          throw badRequest(`${field}[${i}].function.parameters: ${e.message}`, field);
         }
       });
-      return model.toolConstraint(cr.tools, only);
+      return model.toolConstraint(list, only);
     }
     const rf = cr.response_format;
     if (rf.type === "text") {

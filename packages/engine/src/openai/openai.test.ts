@@ -39,6 +39,11 @@ describe("stop strings", () => {
 
 describe("request validation", () => {
   const base = { model: "m", messages: [{ role: "user", content: "hi" }] };
+  it("takes guided_tools beside a forced call", () => {
+    const r = parseChatRequest({ ...base, tools: [fnTool("f")], tool_choice: "required", guided_tools: [fnTool("f")] });
+    expect(r.guided_tools).toEqual([fnTool("f")]);
+    expect(parseChatRequest(base).guided_tools).toBeNull();
+  });
   it("fills OpenAI's defaults", () => {
     const r = parseChatRequest(base);
     expect(r).toMatchObject({ temperature: 1, top_p: 1, n: 1, stream: false, tool_choice: "none", max_tokens: null });
@@ -68,7 +73,18 @@ describe("request validation", () => {
     [{ modalities: ["text", "audio"] }, /modalities: only \["text"\]/],
     [{ parallel_tool_calls: 1 }, /parallel_tool_calls: expected a boolean/],
     [{ stop: ["a", "b", "c", "d", "e"] }, /stop: up to 4/],
+    [{ tools: [fnTool("f")], guided_tools: [fnTool("f")] }, /guided_tools: needs a tool_choice that forces a call/],
+    [
+      { tools: [fnTool("f")], tool_choice: "required", guided_tools: [fnTool("g")] },
+      /no tool named "g" in tools \(f\)/,
+    ],
+    [{ tools: [fnTool("f")], tool_choice: "required", guided_tools: [] }, /guided_tools: expected a non-empty array/],
+    [{ tools: [fnTool("f")], tool_choice: "required", guided_tools: [{ type: "function" }] }, /guided_tools\[0\]/],
   ])("rejects %j", (extra, msg) => {
     expect(() => parseChatRequest({ ...base, ...extra })).toThrow(msg);
   });
 });
+
+function fnTool(name: string) {
+  return { type: "function", function: { name, parameters: { type: "object", properties: {} } } };
+}

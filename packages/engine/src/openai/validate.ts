@@ -32,6 +32,12 @@ export interface ChatRequest {
   chat_template_kwargs: Record<string, unknown>;
   /** vLLM's guided_choice: the reply is exactly one of these strings (null: no such constraint). */
   guided_choice: string[] | null;
+  /**
+   * webart's extension for forced calls (tool_choice "required" or a named tool): the call is constrained to these
+   * tools' schemas, while `tools` is what the prompt shows. Same names as tools; narrower schemas (enums of the
+   * values an agent may pass this turn). null: the constraint is `tools` itself.
+   */
+  guided_tools: Tool[] | null;
 }
 
 /** Accepted and ignored: they name or route a request but do not change its answer. */
@@ -82,6 +88,7 @@ const KNOWN = new Set([
   "frequency_penalty",
   "chat_template_kwargs",
   "guided_choice",
+  "guided_tools",
   "parallel_tool_calls",
   ...IGNORED,
 ]);
@@ -153,9 +160,9 @@ function messages(v: unknown): Message[] {
   });
 }
 
-function tools(v: unknown): Tool[] {
+function tools(v: unknown, key = "tools"): Tool[] {
   if (v === undefined || v === null) return [];
-  if (!Array.isArray(v)) throw badRequest("tools: expected an array", "tools");
+  if (!Array.isArray(v)) throw badRequest(`${key}: expected an array`, key);
   return v.map((t, i) => {
     if (
       !isObj(t) ||
@@ -165,12 +172,12 @@ function tools(v: unknown): Tool[] {
       !t.function.name
     ) {
       throw badRequest(
-        `tools[${i}]: expected { type: "function", function: { name, description?, parameters? } }`,
-        "tools",
+        `${key}[${i}]: expected { type: "function", function: { name, description?, parameters? } }`,
+        key,
       );
     }
     if (t.function.parameters !== undefined && !isObj(t.function.parameters)) {
-      throw badRequest(`tools[${i}].function.parameters: expected a JSON schema object`, "tools");
+      throw badRequest(`${key}[${i}].function.parameters: expected a JSON schema object`, key);
     }
     return t as unknown as Tool;
   });
@@ -240,6 +247,7 @@ export function parseChatRequest(body: unknown): ChatRequest {
   const mt = body.max_completion_tokens ?? body.max_tokens;
   const maxKey = body.max_completion_tokens !== undefined ? "max_completion_tokens" : "max_tokens";
   const toolList = tools(body.tools);
+  const tool_choice = toolChoice(body.tool_choice, toolList);
   const so = body.stream_options;
   const ctk = body.chat_template_kwargs;
   if (ctk !== undefined && !isObj(ctk))
@@ -259,13 +267,33 @@ export function parseChatRequest(body: unknown): ChatRequest {
     logprobs,
     top_logprobs,
     tools: toolList,
-    tool_choice: toolChoice(body.tool_choice, toolList),
+    tool_choice,
     parallel_tool_calls:
       body.parallel_tool_calls === undefined || body.parallel_tool_calls === null || bool(body, "parallel_tool_calls"),
     response_format: responseFormat(body.response_format),
     chat_template_kwargs: (ctk as Record<string, unknown>) ?? {},
     guided_choice: guidedChoice(body.guided_choice),
+    guided_tools: guidedTools(body.guided_tools, toolList, tool_choice),
   };
+}
+
+/** guided_tools: function tools named as in `tools`, for a request whose tool_choice forces a call. */
+function guidedTools(v: unknown, toolList: Tool[], choice: ToolChoice): Tool[] | null {
+  if (v === undefined || v === null) return null;
+  if (choice !== "required" && typeof choice !== "object")
+    throw badRequest(
+      'guided_tools: needs a tool_choice that forces a call ("required" or a named tool)',
+      "guided_tools",
+    );
+  const list = tools(v, "guided_tools");
+  if (!list.length) throw badRequest("guided_tools: expected a non-empty array of tools", "guided_tools");
+  const names = new Set(toolList.map((t) => (t as { function: { name: string } }).function.name));
+  for (const t of list) {
+    const name = (t as { function: { name: string } }).function.name;
+    if (!names.has(name))
+      throw badRequest(`guided_tools: no tool named "${name}" in tools (${[...names].join(", ")})`, "guided_tools");
+  }
+  return list;
 }
 
 /** vLLM's guided_choice: a non-empty array of non-empty strings (null or absent: none). */

@@ -207,4 +207,30 @@ describe("rolloutEmail", () => {
     );
     expect(b.reward).toBe(a.reward);
   });
+
+  it("guided: the call is forced and each value is limited to what the episode has shown; the prompt's tools stay", async () => {
+    type Guided = { function: { name: string; parameters: { properties: Record<string, Record<string, unknown>> } } };
+    for (const s of evalScenarios.slice(0, 10)) {
+      const server = scriptedOpenAI(perfectSearcher(s, { sender: false }));
+      const t = await rolloutEmail(server.client, { ...sampling, scenario: s, toolChoice: "guided" });
+      expect(t.metrics).toMatchObject({ correct: true });
+      const q = s.question;
+      const reqs = server.requests.map((r) => r as typeof r & { guided_tools: Guided[] });
+      const turns = reqs.map((r) =>
+        Object.fromEntries(r.guided_tools.map((g) => [g.function.name, g.function.parameters.properties])),
+      );
+      for (const r of reqs) expect([r.tool_choice, r.tools]).toEqual(["required", EMAIL_TOOLS]);
+      // Turn 1: no id has been seen, so no read; the search words are the question's, the answer "not found" or none.
+      expect(Object.keys(turns[0])).toEqual(["search_inbox", "return_final_answer"]);
+      const words = (turns[0].search_inbox.keywords.items as { enum: string[] }).enum;
+      for (const k of q.keywords.flatMap((x) => x.split(" "))) expect(words).toContain(k);
+      for (const w of words) expect(q.text).toContain(w);
+      expect(turns[0].return_final_answer.answer.enum).toEqual(["not found"]);
+      expect(turns[0].return_final_answer.message_id.enum).toEqual(["none"]);
+      // Turn 2: the ids the search named; turn 3: phrases of the email read, the right answer among them.
+      expect(turns[1].read_email.message_id.enum).toContain(q.messageId);
+      expect(turns[2].return_final_answer.answer.enum).toContain(q.answer);
+      expect(turns[2].return_final_answer.message_id.enum).toContain(q.messageId);
+    }
+  });
 });

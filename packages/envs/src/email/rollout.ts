@@ -7,7 +7,7 @@ import { turnSeed } from "../rollout.ts";
 import type { Message, MessagesAndChoices, SamplingOptions, TrajectoryLike } from "../types.ts";
 import { answerMatches, emailReward, type EmailOutcome } from "./grade.ts";
 import { emailSplitOf, weekdayOf, type EmailScenario } from "./inbox.ts";
-import { callTool, EMAIL_TOOLS } from "./tools.ts";
+import { callTool, EMAIL_TOOLS, guidedEmailTools } from "./tools.ts";
 
 /** Model turns (chat completions) before an episode without an answer ends. */
 export const EMAIL_MAX_TURNS = 8;
@@ -41,6 +41,9 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
   let reads = 0;
   let contextFull = false;
   let answer: { answer: string; messageId: string } | null = null;
+  const guided = opts.toolChoice === "guided";
+  // Tool results so far: what a guided call's values come from.
+  const results: string[] = [];
 
   while (o.turns < maxTurns && !answer && !o.malformed) {
     let completion: OpenAI.Chat.Completions.ChatCompletion;
@@ -49,7 +52,9 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
         model,
         messages,
         tools: EMAIL_TOOLS,
-        tool_choice: opts.toolChoice ?? "auto",
+        tool_choice: opts.toolChoice === "guided" ? "required" : (opts.toolChoice ?? "auto"),
+        // webart's extension (ChatRequest.guided_tools); the openai SDK passes unknown fields through.
+        ...(guided ? { guided_tools: guidedEmailTools(scenario.question.text, results) } : {}),
         parallel_tool_calls: false,
         temperature,
         max_completion_tokens: maxTokens,
@@ -93,6 +98,7 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
       }
       if (r.tool === "search_inbox") searches++;
       else reads++;
+      results.push(r.content);
       const result: Message = { role: "tool", tool_call_id: call.id, content: r.content };
       messages.push(result);
       history.push(result);

@@ -55,6 +55,86 @@ export const EMAIL_TOOLS: OpenAI.Chat.Completions.ChatCompletionFunctionTool[] =
   },
 ];
 
+/** Longest phrase (in words) of the text read that a guided answer may be: as long as a right answer may be. */
+export const GUIDED_ANSWER_WORDS = 20;
+
+/**
+ * The tools of one guided turn (`toolChoice: "guided"`): EMAIL_TOOLS with every value limited to what the episode
+ * has shown the agent, for webart's `guided_tools`. search_inbox takes 1-3 words of the question as keywords
+ * (and one as `from`); read_email an id that a tool result named (offered only once one has); return_final_answer
+ * a phrase of 1-GUIDED_ANSWER_WORDS words within a sentence of the results' subjects, snippets and bodies, or "not found", and a
+ * named id or "none". The agent still picks which words, which email and which phrase: that is what it learns.
+ */
+export function guidedEmailTools(
+  question: string,
+  results: readonly string[],
+): OpenAI.Chat.Completions.ChatCompletionFunctionTool[] {
+  const words = [
+    ...new Set(
+      question
+        .replace(/'s\b/g, "")
+        .split(/[^A-Za-z0-9$]+/)
+        .filter(Boolean),
+    ),
+  ];
+  const ids = new Set<string>();
+  const phrases = new Set<string>();
+  for (const content of results) {
+    for (const m of content.matchAll(/\bm\d+\b/g)) ids.add(m[0]);
+    for (const text of resultTexts(content))
+      for (const sentence of text.split(/(?<=[.!?])\s+/)) {
+        const w = sentence
+          .split(/\s+/)
+          .map((x) => x.replace(/^[.,;:!?"'()]+|[.,;:!?"'()]+$/g, ""))
+          .filter(Boolean);
+        for (let i = 0; i < w.length; i++)
+          for (let n = 1; n <= GUIDED_ANSWER_WORDS && i + n <= w.length; n++) phrases.add(w.slice(i, i + n).join(" "));
+      }
+  }
+  const [search, read, final] = EMAIL_TOOLS;
+  const fn = (t: (typeof EMAIL_TOOLS)[number], properties: object) => ({
+    ...t,
+    function: {
+      ...t.function,
+      parameters: {
+        type: "object",
+        properties,
+        required: t.function.parameters!.required,
+        additionalProperties: false,
+      },
+    },
+  });
+  const word = { type: "string", enum: words };
+  const tools = [fn(search, { keywords: { type: "array", items: word, minItems: 1, maxItems: 3 }, from: word })];
+  if (ids.size) tools.push(fn(read, { message_id: { type: "string", enum: [...ids] } }));
+  tools.push(
+    fn(final, {
+      answer: { type: "string", enum: ["not found", ...phrases] },
+      message_id: { type: "string", enum: [...ids, "none"] },
+    }),
+  );
+  return tools;
+}
+
+/** The texts of a tool result a guided answer may quote: subjects, snippets and bodies (not ids, names or dates). */
+function resultTexts(content: string): string[] {
+  let v: unknown;
+  try {
+    v = JSON.parse(content);
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  for (const e of Array.isArray(v) ? v : [v]) {
+    if (e === null || typeof e !== "object") continue;
+    for (const k of ["subject", "snippet", "body"]) {
+      const x = (e as Record<string, unknown>)[k];
+      if (typeof x === "string") out.push(x);
+    }
+  }
+  return out;
+}
+
 export type ToolOutcome =
   | { type: "result"; tool: "search_inbox" | "read_email"; content: string }
   | { type: "final"; answer: string; messageId: string }

@@ -43,9 +43,9 @@ export const EVAL = {
     temperature: { arg: "X", default: "1", help: "sampling temperature" },
     "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
     "tool-choice": {
-      arg: "auto|required",
+      arg: "auto|required|guided",
       default: "auto",
-      help: "email: required forces a tool call every turn, constrained to a tool's schema (as train's)",
+      help: "email: required forces a tool call every turn, constrained to a tool's schema; guided also\nlimits its values to what the episode has shown (as train's)",
     },
     "legal-moves": {
       flag: true,

@@ -207,8 +207,11 @@ describe("webart train / eval", () => {
   it("--env email: 2 steps on the embedded webart-tools by default, then eval's table with both scripted searchers", async () => {
     const args = ["--env", "email", "--name", "mail", "--group-size", "2", "--groups-per-step", "1", "--runs", runs];
     expect(await trainCommand([...args, "--steps", "1", "--max-tokens", "64"])).toBe(0);
-    // The second step forces a tool call every turn: each sampled turn is a call to one of the tools.
-    expect(await trainCommand([...args, "--steps", "2", "--resume", "--tool-choice", "required"])).toBe(0);
+    // The second step forces a guided tool call every turn: each sampled turn is a call to one of the tools, its
+    // search words the question's. It also trains with unscaled advantages and the token-mean loss, the options'
+    // path through to the trainer.
+    const unscaled = ["--scale-rewards", "none", "--loss-type", "token"];
+    expect(await trainCommand([...args, "--steps", "2", "--resume", "--tool-choice", "guided", ...unscaled])).toBe(0);
     const dir = join(runs, "email/models/mail");
     expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("2");
     type Entry = {
@@ -217,7 +220,11 @@ describe("webart train / eval", () => {
       token_ids?: number[];
       token_allowed?: { sets: string[]; of: number[] };
     };
-    type Traj = { tools?: { function: { name: string } }[]; messages_and_choices: Entry[] };
+    type Traj = {
+      tools?: { function: { name: string } }[];
+      messages_and_choices: Entry[];
+      metadata: { question: string };
+    };
     const traj = (step: string) =>
       readFileSync(join(dir, `trajectories/train/${step}.jsonl`), "utf8")
         .trim()
@@ -225,13 +232,17 @@ describe("webart train / eval", () => {
         .flatMap((l) => (JSON.parse(l) as { trajectories: Traj[] }).trajectories);
     const t = traj("0001");
     expect(t[0].tools?.map((x) => x.function.name)).toEqual(["search_inbox", "read_email", "return_final_answer"]);
-    const forced = traj("0002").flatMap((x) => x.messages_and_choices.filter((m) => m.message));
+    const forced = traj("0002").flatMap((x) =>
+      x.messages_and_choices.filter((m) => m.message).map((c) => ({ ...c, question: x.metadata.question })),
+    );
     expect(forced.length).toBeGreaterThan(0);
     for (const c of forced) {
       expect(c.message!.tool_calls).toHaveLength(1);
       const call = c.message!.tool_calls![0].function;
       expect(["search_inbox", "read_email", "return_final_answer"]).toContain(call.name);
-      expect(typeof JSON.parse(call.arguments)).toBe("object");
+      const args = JSON.parse(call.arguments) as { keywords?: string[] };
+      expect(typeof args).toBe("object");
+      for (const k of args.keywords ?? []) expect(c.question).toContain(k);
       // Each token keeps the set the constrained sampler drew it from, which the step trained it over.
       expect(c.token_allowed!.of).toHaveLength(c.token_ids!.length);
     }

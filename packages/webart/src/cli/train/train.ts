@@ -20,9 +20,9 @@ import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from ".
 export const ENVS = GAME_NAMES;
 const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
 
-/** `--tool-choice` of train and eval: auto or required, and required only for the env that has tools. */
-export function toolChoiceOption(value: string, env: (typeof ENVS)[number]): "auto" | "required" {
-  const choice = oneOf("tool-choice", value, ["auto", "required"] as const);
+/** `--tool-choice` of train and eval: auto, required or guided, and the last two only for the env that has tools. */
+export function toolChoiceOption(value: string, env: (typeof ENVS)[number]): "auto" | "required" | "guided" {
+  const choice = oneOf("tool-choice", value, ["auto", "required", "guided"] as const);
   if (choice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
   return choice;
 }
@@ -94,14 +94,23 @@ export const TRAIN = {
       help: "tic-tac-toe: each training move is sampled among the legal moves (guided_choice of the\nempty cells) and trained over them (eval plays freely unless given --legal-moves)",
     },
     "tool-choice": {
-      arg: "auto|required",
+      arg: "auto|required|guided",
       default: "auto",
-      help: "email: required forces a tool call every turn, its tokens constrained to a tool's schema\n(auto: the model's choice; a reply that is no call ends the episode as malformed)",
+      help: "email: required forces a tool call every turn, its tokens constrained to a tool's schema;\nguided also limits each value to what the episode has shown (search words from the question,\nids from the results, answers from the text read); auto: the model's choice (a reply that is\nno call ends the episode as malformed)",
     },
     scenarios: {
       arg: "shared|independent",
       default: "shared",
       help: "shared: a group's rollouts play one scenario; independent: each its own (as ART's tic-tac-toe)",
+    },
+    "scale-rewards": {
+      arg: "group|none",
+      help: "group: each group's advantages divided by its reward std (ART's default); none: reward minus the\ngroup's mean (Dr. GRPO), so a group whose rewards differ by little moves the adapter little (default group)",
+    },
+    "loss-type": {
+      arg: "sequence|token|dr_grpo",
+      default: "sequence",
+      help: "how a step averages token losses: sequence (each trajectory weighs the same, as ART), token (every\ntoken the same), dr_grpo (the sum over the step's longest trajectory's length)",
     },
     "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
     "max-histories": {
@@ -147,6 +156,12 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const legalMoves = a["legal-moves"];
   if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
   const toolChoice = toolChoiceOption(a["tool-choice"], env);
+  const scaleRewards =
+    oneOf("scale-rewards", a["scale-rewards"] ?? (game.train.scaleRewards === false ? "none" : "group"), [
+      "group",
+      "none",
+    ] as const) === "group";
+  const lossType = oneOf("loss-type", a["loss-type"], ["sequence", "token", "dr_grpo"] as const);
   let judge: { client: OpenAI; model: string } | undefined;
   if (a.reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
@@ -191,7 +206,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}${scaleRewards ? "" : ", advantages unscaled"}${lossType !== "sequence" ? `, loss ${lossType}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
@@ -219,6 +234,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
       const score = game.score(all);
       const r = await model.train(groups, {
         learningRate: lr,
+        scaleRewards,
+        lossType,
         maxHistoriesPerTrajectory: maxHistories,
         beta,
         // The turns a run never samples (a scripted opening) drift unless the KL term holds them too.
