@@ -77,7 +77,11 @@ describe("webart", () => {
     ["train", ["--tool-choice", "required"], "--tool-choice is for --env email only"],
     ["train", ["--scale-rewards", "std"], '--scale-rewards "std": expected group or none'],
     ["train", ["--loss-type", "mean"], '--loss-type "mean": expected sequence, token or dr_grpo'],
-    ["eval", ["--env", "email", "--tool-choice", "always"], '--tool-choice "always": expected auto, required or guided'],
+    [
+      "eval",
+      ["--env", "email", "--tool-choice", "always"],
+      '--tool-choice "always": expected auto, required or guided',
+    ],
     ["eval", ["--games", "1.5"], '--games "1.5": expected an integer >= 1'],
     ["eval", ["--checkpoint", "last"], '--checkpoint "last": expected a step number, latest or none'],
     ["serve", ["--port", "70000"], '--port "70000": expected an integer in [0, 65535]'],
