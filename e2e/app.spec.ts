@@ -543,8 +543,12 @@ test("email search: the env picks webart-tools; webart-tiny is refused by name; 
   await tiny({ name: "email-e2e", steps: 2 });
   await page.getByLabel("Environment").selectOption("email");
   await expect(tools).toBeChecked();
-  // Every turn a call that fits a tool's schema (tool_choice required).
-  await page.getByLabel("Tool calls", { exact: true }).selectOption("required");
+  // The env's defaults: every turn a call whose values the episode has shown (guided), rollouts at 1.5, more
+  // groups drawn while fewer vary (none here: one group of two, so that two steps stay short).
+  await expect(page.getByLabel("Tool calls", { exact: true })).toHaveValue("guided");
+  await expect(page.getByLabel("Temperature")).toHaveValue("1.5");
+  await expect(page.getByLabel("Most groups drawn a step (games)")).toHaveValue("8");
+  await page.getByLabel("Most groups drawn a step (games)").fill("");
   await page.getByRole("button", { name: "Start" }).click();
   // (The check of the model's context runs first; until it is done the status still shows the last run.)
   await expect(page.getByTestId("status")).toContainText("email-e2e", { timeout: 60_000 });

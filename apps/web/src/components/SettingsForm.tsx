@@ -3,7 +3,7 @@
 import type { ReactNode } from "react";
 import { scenarioFormatOf } from "webart/envs";
 import { DEFAULT_RUBRIC } from "webart/ruler";
-import { defaultMaxTokens, type DraftErrors, type SettingsDraft } from "../lib/settings.ts";
+import { switchEnv, type DraftErrors, type SettingsDraft } from "../lib/settings.ts";
 
 function Field(props: {
   id: keyof SettingsDraft;
@@ -104,21 +104,7 @@ export function SettingsForm(props: {
             <select
               id={a.id}
               value={d.env}
-              onChange={(x) => {
-                const env = x.target.value as SettingsDraft["env"];
-                // A custom task is judged by RULER only; 2048 by its score only; the self-judge is for custom tasks.
-                const reward =
-                  env === "custom"
-                    ? d.reward === "env"
-                      ? "ruler"
-                      : d.reward
-                    : env === "2048" || d.reward === "self"
-                      ? "env"
-                      : d.reward;
-                // A tool call takes far more tokens than a move: each env starts at its own reply budget.
-                const maxTokens = d.maxTokens === defaultMaxTokens(d.env) ? defaultMaxTokens(env) : d.maxTokens;
-                props.onChange({ ...d, env, reward, maxTokens });
-              }}
+              onChange={(x) => props.onChange(switchEnv(d, x.target.value as SettingsDraft["env"]))}
             >
               <option value="tictactoe">Tic-tac-toe (vs. random)</option>
               <option value="2048">2048</option>

@@ -1,7 +1,7 @@
 // The training form's defaults are `npm run train`'s recipe, and its fields are checked by name.
 import { expect, it } from "vitest";
 import { GAMES } from "webart/envs";
-import { defaultDraft, draftFrom, validate } from "./settings.ts";
+import { defaultDraft, draftFrom, switchEnv, validate } from "./settings.ts";
 
 it("defaults to the CLI's tic-tac-toe recipe, and round-trips through a saved run's settings", () => {
   const d = defaultDraft();
@@ -77,4 +77,17 @@ it("forces tool calls for email only when asked; other envs and old runs leave t
   expect(validate({ ...defaultDraft(), toolChoice: "required" }).settings!.toolChoice).toBeUndefined();
   const { toolChoice: _, ...old } = forced;
   expect(draftFrom("old", old, defaultDraft()).toolChoice).toBe("auto");
+});
+
+it("picking the email env takes its training defaults (guided calls at 1.5), keeping what the user changed", () => {
+  const email = switchEnv(defaultDraft(), "email");
+  const t = GAMES.email.train;
+  expect(email).toMatchObject({ env: "email", toolChoice: t.toolChoice, temperature: String(t.temperature) });
+  expect(email).toMatchObject({ groupsPerStep: String(t.groupsPerStep), maxGroups: String(t.maxGroups) });
+  expect(email).toMatchObject({ steps: String(t.steps), maxTokens: String(GAMES.email.maxTokens) });
+  expect(validate(email).settings).toMatchObject({ toolChoice: "guided", temperature: 1.5 });
+  // Back to tic-tac-toe: its own defaults again; a setting the user changed stays through both switches.
+  expect(switchEnv(email, "tictactoe")).toEqual(defaultDraft());
+  const mine = switchEnv(switchEnv({ ...defaultDraft(), temperature: "0.7" }, "email"), "tictactoe");
+  expect(mine.temperature).toBe("0.7");
 });

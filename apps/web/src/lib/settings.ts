@@ -82,6 +82,44 @@ export const ENV_LABELS: Record<EnvName, string> = {
  *  call a hundred or more); a custom task starts from the form's default, as tic-tac-toe. */
 export const defaultMaxTokens = (env: EnvName): string => String(GAMES[env === "custom" ? "tictactoe" : env].maxTokens);
 
+/** The settings an env's `npm run train` defaults set (the email env's guided calls at temperature 1.5, ...). */
+function envDefaults(
+  env: EnvName,
+): Pick<SettingsDraft, "steps" | "groupsPerStep" | "maxGroups" | "temperature" | "toolChoice" | "maxTokens"> {
+  const t = GAMES[env === "custom" ? "tictactoe" : env].train;
+  return {
+    steps: String(t.steps),
+    groupsPerStep: String(t.groupsPerStep),
+    maxGroups: t.maxGroups ? String(t.maxGroups) : "",
+    temperature: String(t.temperature ?? 1),
+    toolChoice: t.toolChoice ?? "auto",
+    maxTokens: defaultMaxTokens(env),
+  };
+}
+
+/**
+ * The draft after picking another env: each setting still at the old env's default takes the new env's (a tool
+ * call takes far more tokens than a move; the email env trains guided calls), what the user changed stays; the
+ * reward follows what the env can be scored by.
+ */
+export function switchEnv(d: SettingsDraft, env: EnvName): SettingsDraft {
+  // A custom task is judged by RULER only; 2048 by its score only; the self-judge is for custom tasks.
+  const reward =
+    env === "custom"
+      ? d.reward === "env"
+        ? "ruler"
+        : d.reward
+      : env === "2048" || d.reward === "self"
+        ? "env"
+        : d.reward;
+  const before = envDefaults(d.env);
+  const after = envDefaults(env);
+  const next: SettingsDraft = { ...d, env, reward };
+  for (const k of Object.keys(after) as (keyof typeof after)[])
+    if (d[k] === before[k]) (next as unknown as Record<string, string>)[k] = after[k];
+  return next;
+}
+
 export function newRunName(env: EnvName): string {
   const d = new Date();
   const p = (n: number) => String(n).padStart(2, "0");

@@ -44,8 +44,7 @@ export const EVAL = {
     "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
     "tool-choice": {
       arg: "auto|required|guided",
-      default: "auto",
-      help: "email: required forces a tool call every turn, constrained to a tool's schema; guided also\nlimits its values to what the episode has shown (as train's)",
+      help: "email: required forces a tool call every turn, constrained to a tool's schema; guided also\nlimits its values to what the episode has shown (as train's; default guided for email, else auto)",
     },
     "legal-moves": {
       flag: true,
@@ -66,7 +65,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const temperature = num("temperature", a.temperature, { min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(GAMES[env].maxTokens), { int: true, min: 1 });
-  const toolChoice = toolChoiceOption(a["tool-choice"], env);
+  const toolChoice = toolChoiceOption(a["tool-choice"] ?? GAMES[env].train.toolChoice ?? "auto", env);
   const legalMoves = a["legal-moves"];
   if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
   const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);

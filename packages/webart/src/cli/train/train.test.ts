@@ -206,7 +206,9 @@ describe("webart train / eval", () => {
 
   it("--env email: 2 steps on the embedded webart-tools by default, then eval's table with both scripted searchers", async () => {
     const args = ["--env", "email", "--name", "mail", "--group-size", "2", "--groups-per-step", "1", "--runs", runs];
-    expect(await trainCommand([...args, "--steps", "1", "--max-tokens", "64"])).toBe(0);
+    args.push("--max-groups", "1");
+    // The first step leaves each turn to the model (auto); the env's default is guided calls, as the second's.
+    expect(await trainCommand([...args, "--steps", "1", "--max-tokens", "64", "--tool-choice", "auto"])).toBe(0);
     // The second step forces a guided tool call every turn: each sampled turn is a call to one of the tools, its
     // search words the question's. It also trains with unscaled advantages and the token-mean loss, the options'
     // path through to the trainer.

@@ -37,13 +37,13 @@ export const TRAIN = {
     env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
     steps: {
       arg: "N",
-      help: "train until this step (default 160 for tic-tac-toe: ~20 min on 2 CPU cores; 250 for 2048; 30 for email)",
+      help: "train until this step (default 160 for tic-tac-toe: ~20 min on 2 CPU cores; 250 for 2048; 25 for email: ~45 min)",
     },
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
-    "groups-per-step": { arg: "N", help: "groups per step (default 4; 2 for email)" },
+    "groups-per-step": { arg: "N", help: "groups per step (default 4)" },
     "max-groups": {
       arg: "N",
-      help: "dynamic sampling: draw up to N groups a step, more after the first --groups-per-step while fewer\nthan that many have rewards that differ (the others train nothing; default: --groups-per-step, none more)",
+      help: "dynamic sampling: draw up to N groups a step, more after the first --groups-per-step while fewer\nthan that many have rewards that differ (the others train nothing; default: --groups-per-step, none\nmore; 8 for email)",
     },
     lr: { arg: "X", default: "1e-3", help: "learning rate (AdamW, on the LoRA adapter)" },
     beta: {
@@ -72,7 +72,7 @@ export const TRAIN = {
     project: { arg: "NAME", help: "project (default: the env)" },
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
     "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
-    temperature: { arg: "X", default: "1", help: "sampling temperature for rollouts" },
+    temperature: { arg: "X", help: "sampling temperature for rollouts (default 1; 1.5 for email)" },
     opponent: {
       arg: "LIST",
       help: `tic-tac-toe opponents, one per group in turn: ${Object.keys(TICTACTOE_OPPONENTS).join(", ")}\n(default random,winning; e.g. random; eval always plays random)`,
@@ -95,8 +95,7 @@ export const TRAIN = {
     },
     "tool-choice": {
       arg: "auto|required|guided",
-      default: "auto",
-      help: "email: required forces a tool call every turn, its tokens constrained to a tool's schema;\nguided also limits each value to what the episode has shown (search words from the question,\nids from the results, answers from the text read); auto: the model's choice (a reply that is\nno call ends the episode as malformed)",
+      help: "email: required forces a tool call every turn, its tokens constrained to a tool's schema;\nguided also limits each value to what the episode has shown (search words from the question,\nids from the results, answers from the text read); auto: the model's choice (a reply that is\nno call ends the episode as malformed) (default guided for email, else auto)",
     },
     scenarios: {
       arg: "shared|independent",
@@ -139,7 +138,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const anchorBeta = num("anchor-beta", a["anchor-beta"] ?? String(beta), { min: 0 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const maxTokens = num("max-tokens", a["max-tokens"] ?? String(game.maxTokens), { int: true, min: 1 });
-  const temperature = num("temperature", a.temperature, { min: 0 });
+  const temperature = num("temperature", a.temperature ?? String(game.train.temperature ?? 1), { min: 0 });
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
@@ -155,7 +154,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   if (explore > 0 && env !== "tictactoe") throw new UsageError("--explore is for --env tictactoe only");
   const legalMoves = a["legal-moves"];
   if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
-  const toolChoice = toolChoiceOption(a["tool-choice"], env);
+  const toolChoice = toolChoiceOption(a["tool-choice"] ?? game.train.toolChoice ?? "auto", env);
   const scaleRewards =
     oneOf("scale-rewards", a["scale-rewards"] ?? (game.train.scaleRewards === false ? "none" : "group"), [
       "group",
