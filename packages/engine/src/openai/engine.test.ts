@@ -338,15 +338,17 @@ describe("chat.completions through the openai SDK", () => {
         function: { name: "resign", parameters: { type: "object", properties: {}, additionalProperties: false } },
       },
     ];
-    const r = await client.chat.completions.create({
-      model: "tiny",
-      messages,
-      tools,
-      tool_choice: "required",
-      max_tokens: 300,
-      temperature: 1,
-      seed: 4,
-    });
+    const ask = (extra: object) =>
+      client.chat.completions.create({
+        model: "tiny",
+        messages,
+        tools,
+        tool_choice: "required",
+        max_tokens: 300,
+        temperature: 1,
+        ...extra,
+      } as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming);
+    const r = await ask({ seed: 4 });
     const c = r.choices[0];
     expect(c.finish_reason).toBe("tool_calls");
     const call = c.message.tool_calls![0];
@@ -355,15 +357,7 @@ describe("chat.completions through the openai SDK", () => {
     expect(["place_mark", "resign"]).toContain(fn.name);
     const args = JSON.parse(fn.arguments);
     if (fn.name === "place_mark") expect(["A1", "A2", "B2"]).toContain(args.cell);
-    const named = await client.chat.completions.create({
-      model: "tiny",
-      messages,
-      tools,
-      tool_choice: { type: "function", function: { name: "place_mark" } },
-      max_tokens: 300,
-      temperature: 1,
-      seed: 5,
-    });
+    const named = await ask({ tool_choice: { type: "function", function: { name: "place_mark" } }, seed: 5 });
     expect((named.choices[0].message.tool_calls![0] as { function: { name: string } }).function.name).toBe(
       "place_mark",
     );
@@ -377,24 +371,13 @@ describe("chat.completions through the openai SDK", () => {
         },
       },
     ];
-    const ask = (extra: object) =>
-      client.chat.completions.create({
-        model: "tiny",
-        messages,
-        tools,
-        tool_choice: "required",
-        max_tokens: 300,
-        temperature: 1,
-        seed: 6,
-        logprobs: true,
-        ...extra,
-      } as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming);
-    const [plain, guided] = await Promise.all([ask({}), ask({ guided_tools: narrow })]);
+    const [plain, guided] = await Promise.all([ask({ seed: 6 }), ask({ seed: 6, guided_tools: narrow })]);
     const gc = guided.choices[0].message.tool_calls![0] as { function: { name: string; arguments: string } };
     expect([gc.function.name, JSON.parse(gc.function.arguments)]).toEqual(["place_mark", { cell: "B2" }]);
     expect(guided.usage!.prompt_tokens).toBe(plain.usage!.prompt_tokens);
     const wrong = await ask({
       tool_choice: { type: "function", function: { name: "resign" } },
+      seed: 6,
       guided_tools: narrow,
     }).catch((e: unknown) => e);
     expect((wrong as Error).message).toMatch(

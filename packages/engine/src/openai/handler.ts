@@ -142,8 +142,6 @@ function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstra
       const only = typeof tc === "object" ? tc.function.name : undefined;
       // guided_tools, where given, narrow the call; the prompt still shows tools.
       const [list, field] = cr.guided_tools ? [cr.guided_tools, "guided_tools"] : [cr.tools, "tools"];
-      if (only && !list.some((t) => (t as { function: { name: string } }).function.name === only))
-        throw badRequest(`guided_tools: the tool_choice names "${only}", which guided_tools leaves out`, field);
       // Each tool that may be called on its own first, so that an error names the tool.
       list.forEach((tool, i) => {
         const fn = (tool as { function: { name: string; parameters?: Record<string, unknown> } }).function;

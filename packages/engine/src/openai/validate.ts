@@ -293,6 +293,14 @@ function guidedTools(v: unknown, toolList: Tool[], choice: ToolChoice): Tool[] |
     if (!names.has(name))
       throw badRequest(`guided_tools: no tool named "${name}" in tools (${[...names].join(", ")})`, "guided_tools");
   }
+  if (
+    typeof choice === "object" &&
+    !list.some((t) => (t as { function: { name: string } }).function.name === choice.function.name)
+  )
+    throw badRequest(
+      `guided_tools: the tool_choice names "${choice.function.name}", which guided_tools leaves out`,
+      "guided_tools",
+    );
   return list;
 }
 

@@ -79,10 +79,10 @@ export function guidedEmailTools(
   ];
   const ids = new Set<string>();
   const phrases = new Set<string>();
-  for (const content of results) {
-    for (const m of content.matchAll(/\bm\d+\b/g)) ids.add(m[0]);
-    for (const text of resultTexts(content))
-      for (const sentence of text.split(/(?<=[.!?])\s+/)) {
+  for (const e of results.flatMap(resultEntries)) {
+    if (typeof e.message_id === "string") ids.add(e.message_id);
+    for (const text of [e.subject, e.snippet, e.body])
+      for (const sentence of typeof text === "string" ? text.split(/(?<=[.!?])\s+/) : []) {
         const w = sentence
           .split(/\s+/)
           .map((x) => x.replace(/^[.,;:!?"'()]+|[.,;:!?"'()]+$/g, ""))
@@ -116,23 +116,15 @@ export function guidedEmailTools(
   return tools;
 }
 
-/** The texts of a tool result a guided answer may quote: subjects, snippets and bodies (not ids, names or dates). */
-function resultTexts(content: string): string[] {
+/** The emails a tool result names (a search's results, or the email read; none for an error), as parsed JSON. */
+function resultEntries(content: string): Record<string, unknown>[] {
   let v: unknown;
   try {
     v = JSON.parse(content);
   } catch {
     return [];
   }
-  const out: string[] = [];
-  for (const e of Array.isArray(v) ? v : [v]) {
-    if (e === null || typeof e !== "object") continue;
-    for (const k of ["subject", "snippet", "body"]) {
-      const x = (e as Record<string, unknown>)[k];
-      if (typeof x === "string") out.push(x);
-    }
-  }
-  return out;
+  return (Array.isArray(v) ? v : [v]).filter((e): e is Record<string, unknown> => e !== null && typeof e === "object");
 }
 
 export type ToolOutcome =
