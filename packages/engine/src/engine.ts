@@ -5,7 +5,7 @@ import type OpenAI from "openai";
 import { getDevice, isNode, type Gpu } from "@webart/gpu";
 import type { ModelConfig } from "./config/index.ts";
 import { Scheduler } from "./generate/scheduler.ts";
-import type { Generator } from "./generate/types.ts";
+import type { Generator, TokenConstraint } from "./generate/types.ts";
 import { BaseModels, type BaseModel } from "./model/bases.ts";
 import { LoraState, validateLoraConfig, type LoraConfig } from "./model/lora.ts";
 import { Model } from "./model/model.ts";
@@ -27,6 +27,8 @@ import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
 import {
+  canonicalConstraint,
+  CanonicalPairs,
   choiceConstraint,
   createJsonConstraintFactory,
   tokenBytes,
@@ -126,14 +128,20 @@ export class Engine {
       const V = runner.vocabSize;
       const eos = tokenizer.stopTokenIds;
       const json = createJsonConstraintFactory(tokenizer.inner, { eosIds: eos, vocabSize: V });
-      served.jsonConstraint = json;
+      // Every constraint samples only the token pairs the tokenizer itself writes (constrain/canonical.ts).
+      let pairs: CanonicalPairs | undefined;
+      const canonical = (f: () => TokenConstraint) =>
+        canonicalConstraint((pairs ??= new CanonicalPairs(tokenizer.inner, vocabFor(tokenizer.inner, V, []), V)), f);
+      served.jsonConstraint = (schema) => canonical(json(schema));
       served.toolConstraint = (tools, only) => {
         // Llama 3: the reply is the call's JSON, then the end of the turn; Hermes: the JSON in <tool_call> tags.
-        if (toolFormat === "llama3_json") return json(toolCallSchema(tools as ToolSpecLike[], only, "parameters"));
+        if (toolFormat === "llama3_json")
+          return canonical(json(toolCallSchema(tools as ToolSpecLike[], only, "parameters")));
         const body = json(toolCallSchema(tools as ToolSpecLike[], only));
-        return toolCallConstraint(vocabFor(tokenizer.inner, V, []), V, eos, body);
+        return canonical(toolCallConstraint(vocabFor(tokenizer.inner, V, []), V, eos, body));
       };
-      served.choiceConstraint = (choices) => choiceConstraint(vocabFor(tokenizer.inner, V, []), V, eos, choices);
+      served.choiceConstraint = (choices) =>
+        canonical(choiceConstraint(vocabFor(tokenizer.inner, V, []), V, eos, choices));
     }
     this.served.push(served);
     this.handler = createHandler({ models: () => this.served });

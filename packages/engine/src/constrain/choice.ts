@@ -24,10 +24,8 @@ export function choiceConstraint(
   choices: readonly string[],
 ): () => TokenConstraint {
   const all = choices.map((c) => enc.encode(c));
-  return () => {
-    // What is left of each choice the text so far is a prefix of.
-    let rests: Uint8Array[] = all;
-    let ended = false;
+  // `rests`: what is left of each choice the text so far is a prefix of.
+  const state = (rests: Uint8Array[], ended: boolean): TokenConstraint => {
     return {
       allowed() {
         const mask = new Uint32Array(vocab.words);
@@ -59,6 +57,8 @@ export function choiceConstraint(
       done() {
         return rests.length > 0 && rests.every((r) => r.length === 0);
       },
+      fork: () => state(rests, ended),
     };
   };
+  return () => state(all, false);
 }

@@ -4,3 +4,4 @@ export { compileSchema, DEFAULT_LIMITS, JsonSchemaError, type JsonLimits } from 
 export { tokenBytes, vocabFor, type Vocab, type VocabTokenizer } from "./vocab.ts";
 export { choiceConstraint } from "./choice.ts";
 export { toolCallConstraint, toolCallSchema, type ToolSpecLike } from "./tool.ts";
+export { canonicalConstraint, CanonicalPairs, type PairTokenizer } from "./canonical.ts";

@@ -2,6 +2,7 @@
 // the compiler, as the independent check), random JSON values that fit a schema, and a random-policy driver.
 import type { Rng } from "@webart/gpu";
 import type { JsonConstraint } from "./json.ts";
+import { popcount } from "./canonical.ts";
 
 type Json = Record<string, unknown>;
 const isObj = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -143,12 +144,6 @@ export interface Drive {
   end: "eos" | "done" | "stuck" | "limit";
   /** Steps whose mask allowed an end token. */
   eosSteps: number[];
-}
-
-function popcount(x: number): number {
-  x -= (x >>> 1) & 0x55555555;
-  x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
-  return (((x + (x >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
 }
 
 /** A uniformly random set bit of `mask`, or -1 when none is set. */

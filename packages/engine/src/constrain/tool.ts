@@ -24,6 +24,11 @@ class Literal {
   mask(): Uint32Array {
     return prefixMask(this.vocab, this.V, [this.rest], new Uint32Array(this.vocab.words));
   }
+  fork(): Literal {
+    const l = new Literal(this.vocab, this.V, "");
+    l.rest = this.rest;
+    return l;
+  }
   accept(id: number): boolean {
     const b = this.vocab.bytes(id);
     if (!b || b.length > this.rest.length || b.some((x, i) => x !== this.rest[i])) return false;
@@ -59,13 +64,9 @@ export function toolCallConstraint(
   eosIds: number[],
   json: () => TokenConstraint,
 ): () => TokenConstraint {
-  return () => {
-    const prefix = new Literal(vocab, V, "<tool_call>\n");
-    const suffix = new Literal(vocab, V, "\n</tool_call>");
-    const body = json();
-    let failed = false;
-    const eos = new Uint32Array(vocab.words);
-    for (const id of eosIds) if (id < V) eos[id >>> 5] |= 1 << (id & 31);
+  const eos = new Uint32Array(vocab.words);
+  for (const id of eosIds) if (id < V) eos[id >>> 5] |= 1 << (id & 31);
+  const state = (prefix: Literal, body: TokenConstraint, suffix: Literal, failed: boolean): TokenConstraint => {
     const bodyDone = () => body.done();
     return {
       allowed() {
@@ -83,6 +84,8 @@ export function toolCallConstraint(
       done() {
         return !failed && prefix.done && bodyDone() && suffix.done;
       },
+      ...(body.fork ? { fork: () => state(prefix.fork(), body.fork!(), suffix.fork(), failed) } : {}),
     };
   };
+  return () => state(new Literal(vocab, V, "<tool_call>\n"), json(), new Literal(vocab, V, "\n</tool_call>"), false);
 }

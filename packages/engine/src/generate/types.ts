@@ -8,6 +8,8 @@ export interface TokenConstraint {
   accept(tokenId: number): void;
   /** True when the constrained text is complete (the sequence should end). */
   done(): boolean;
+  /** An independent copy of the state, when the constraint can make one (the canonical filter looks ahead). */
+  fork?(): TokenConstraint;
 }
 
 export interface SamplingParams {
