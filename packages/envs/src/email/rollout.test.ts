@@ -9,7 +9,7 @@ import { firstContentWord, naiveSearcher, perfectSearcher, searchesQuestion, sea
 import { EMAIL_REWARD, summarizeEmail } from "./grade.ts";
 import { emailScenario, type EmailScenario } from "./inbox.ts";
 import { EMAIL_MAX_TURNS, emailSystemPrompt, rolloutEmail } from "./rollout.ts";
-import { EMAIL_TOOLS } from "./tools.ts";
+import { EMAIL_TOOLS, guidedEmailTools } from "./tools.ts";
 
 const sampling = { model: "m", temperature: 0.8, maxTokens: 200 };
 const play = (policy: ScriptedPolicy, scenario: EmailScenario, extra: object = {}) =>
@@ -232,5 +232,33 @@ describe("rolloutEmail", () => {
       expect(turns[2].return_final_answer.answer.enum).toContain(q.answer);
       expect(turns[2].return_final_answer.message_id.enum).toContain(q.messageId);
     }
+  });
+
+  it("guided answers are runs of a sentence's words as written, never across sentences or a snippet's cut", () => {
+    const body =
+      "Hello Kofi,\n\nAll done, the rental car booking is made. The confirmation code is KHMG6P.\n\nBest,\nYuki";
+    const results = [
+      JSON.stringify([{ message_id: "m1", subject: "Rental car", snippet: "…ne, the rental car booking is ma…" }]),
+      JSON.stringify({ message_id: "m1", subject: "Rental car", body }),
+    ];
+    const final = guidedEmailTools("What is the code Yuki got?", results).find(
+      (t) => t.function.name === "return_final_answer",
+    )!;
+    const answers = (final.function.parameters as { properties: { answer: { enum: string[] } } }).properties.answer
+      .enum;
+    for (const a of [
+      "All done, the rental car booking is made.",
+      "All done, the rental car booking is made",
+      "All done,",
+      "All done",
+      "KHMG6P",
+      "The confirmation code is KHMG6P.",
+      "Yuki",
+      "Best",
+      "the rental car booking",
+    ])
+      expect(answers, a).toContain(a);
+    for (const a of ["made. The", "made The", "Best, Yuki", "Kofi, All", "ne, the", "…ne,", "ma…", "booking is ma"])
+      expect(answers, a).not.toContain(a);
   });
 });

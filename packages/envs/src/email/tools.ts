@@ -62,8 +62,9 @@ export const GUIDED_ANSWER_WORDS = 20;
  * The tools of one guided turn (`toolChoice: "guided"`): EMAIL_TOOLS with every value limited to what the episode
  * has shown the agent, for webart's `guided_tools`. search_inbox takes 1-3 words of the question as keywords
  * (and one as `from`); read_email an id that a tool result named (offered only once one has); return_final_answer
- * a phrase of 1-GUIDED_ANSWER_WORDS words within a sentence of the results' subjects, snippets and bodies, or "not found", and a
- * named id or "none". The agent still picks which words, which email and which phrase: that is what it learns.
+ * a phrase of 1-GUIDED_ANSWER_WORDS words within a sentence of the results' subjects, snippets and bodies as
+ * written (addPhrases), or "not found", and a named id or "none". The agent still picks which words, which email
+ * and which phrase: that is what it learns.
  */
 export function guidedEmailTools(
   question: string,
@@ -81,15 +82,7 @@ export function guidedEmailTools(
   const phrases = new Set<string>();
   for (const e of results.flatMap(resultEntries)) {
     if (typeof e.message_id === "string") ids.add(e.message_id);
-    for (const text of [e.subject, e.snippet, e.body])
-      for (const sentence of typeof text === "string" ? text.split(/(?<=[.!?])\s+/) : []) {
-        const w = sentence
-          .split(/\s+/)
-          .map((x) => x.replace(/^[.,;:!?"'()]+|[.,;:!?"'()]+$/g, ""))
-          .filter(Boolean);
-        for (let i = 0; i < w.length; i++)
-          for (let n = 1; n <= GUIDED_ANSWER_WORDS && i + n <= w.length; n++) phrases.add(w.slice(i, i + n).join(" "));
-      }
+    for (const text of [e.subject, e.snippet, e.body]) if (typeof text === "string") addPhrases(text, phrases);
   }
   const [search, read, final] = EMAIL_TOOLS;
   const fn = (t: (typeof EMAIL_TOOLS)[number], properties: object) => ({
@@ -114,6 +107,28 @@ export function guidedEmailTools(
     }),
   );
   return tools;
+}
+
+/**
+ * Adds to `phrases` every run of 1-GUIDED_ANSWER_WORDS words of one sentence (or line) of `text` as it is written,
+ * commas inside kept, so a model that copies text can copy it; the last word with or without its trailing
+ * punctuation. A snippet's words cut by its "…" are left out.
+ */
+function addPhrases(text: string, phrases: Set<string>): void {
+  for (const sentence of text.split(/(?<=[.!?])\s+|\s*\n\s*/)) {
+    const w = sentence.split(/\s+/).filter(Boolean);
+    if (w[0]?.startsWith("…")) w.shift();
+    if (w.at(-1)?.endsWith("…")) w.pop();
+    if (w.length) w[0] = w[0].replace(/^["'(]+/, "");
+    for (let i = 0; i < w.length; i++)
+      for (let n = 1; n <= GUIDED_ANSWER_WORDS && i + n <= w.length; n++) {
+        const head = w.slice(i, i + n - 1);
+        const last = w[i + n - 1];
+        const bare = last.replace(/[.,;:!?"')]+$/, "");
+        if (bare) phrases.add([...head, bare].join(" "));
+        phrases.add([...head, last].join(" "));
+      }
+  }
 }
 
 /** The emails a tool result names (a search's results, or the email read; none for an error), as parsed JSON. */

@@ -1,4 +1,5 @@
 // `webart eval`: N games of the base model, a checkpoint of a run, and the baselines (random legal
+import { appendFile, writeFile } from "node:fs/promises";
 // player; perfect minimax for tic-tac-toe; perfect and naive scripted searchers for email), as one table.
 import { realpathSync } from "node:fs";
 import { Engine, FsStore, LoraState, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
@@ -53,6 +54,10 @@ export const EVAL = {
     "no-base": { flag: true, help: "leave out the base model's row" },
     "no-baselines": { flag: true, help: "leave out the baselines' rows" },
     json: { flag: true, help: "print the rows as one JSON array instead of a table" },
+    trajectories: {
+      arg: "FILE",
+      help: "also write the models' episodes to FILE, a JSON line each: {player, trajectory} (messages, tool\ncalls and results, reward, metrics)",
+    },
   },
 } satisfies CommandSpec;
 
@@ -87,6 +92,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
       );
     baseModel = runBase;
   }
+  if (a.trajectories) await writeFile(a.trajectories, "");
   const engine = await Engine.load(baseModel, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
   const play = async (label: string) => {
     const client = engine.openaiClient();
@@ -107,6 +113,11 @@ export async function evalCommand(argv: string[]): Promise<number> {
       );
     }
     rows.push({ player: label, ...GAMES[env].summarize(trajs) });
+    if (a.trajectories)
+      await appendFile(
+        a.trajectories,
+        trajs.map((t) => JSON.stringify({ player: label, trajectory: t }) + "\n").join(""),
+      );
   };
   if (!a["no-base"]) await play(`base model (${baseModel.split("/").pop()})`);
   if (files && checkpoint !== "none") {
