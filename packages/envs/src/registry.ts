@@ -20,7 +20,10 @@ export interface GameScenario {
   start?: TicTacToeStart;
   /** Tic-tac-toe's reward for the decisions themselves (TicTacToeOptions.decisionReward; default 0). */
   decisionReward?: number;
-  /** Tic-tac-toe's exploration: the chance a move is a random empty cell (TicTacToeOptions.explore; default 0). */
+  /**
+   * Exploration (default 0): tic-tac-toe's chance a move is a random empty cell (TicTacToeOptions.explore); the email
+   * env's chance an answer is a random sentence of the email read (EmailRolloutOptions.explore).
+   */
   explore?: number;
   /** Tic-tac-toe: each move sampled among the legal ones (TicTacToeOptions.legalMoves; default false). */
   legalMoves?: boolean;
@@ -62,7 +65,7 @@ export interface Game {
     beta?: number;
     /** Tic-tac-toe's reward for the decisions themselves (default 0). */
     decisionReward?: number;
-    /** Tic-tac-toe's exploration: the chance a training move is a random empty cell (default 0). */
+    /** Exploration (GameScenario.explore; default 0). */
     explore?: number;
     /** Divide each group's advantages by its reward std (default true, as ART); false: r - mean (Dr. GRPO). */
     scaleRewards?: boolean;
@@ -127,7 +130,11 @@ export const GAMES: Record<GameName, Game> = {
   email: {
     name: "email",
     rollout: (client, { scenario, ...opts }) =>
-      rolloutEmail(client, { ...opts, scenario: emailScenario(scenario.split ?? "train", scenario.seed) }),
+      rolloutEmail(client, {
+        ...opts,
+        scenario: emailScenario(scenario.split ?? "train", scenario.seed),
+        ...(scenario.explore ? { explore: scenario.explore } : {}),
+      }),
     summarize: (t) => numbers(summarizeEmail(t)),
     score: (t) => summarizeEmail(t).accuracy,
     scoreName: "accuracy",
@@ -175,7 +182,7 @@ export interface StepScenarios {
   starts?: readonly TicTacToeStart[];
   /** Tic-tac-toe's reward for the decisions themselves (default 0: the outcome alone). */
   decisionReward?: number;
-  /** Tic-tac-toe's exploration (default 0: every move the model's pick). */
+  /** Exploration (GameScenario.explore; default 0: every move or answer the model's pick). */
   explore?: number;
   /** Tic-tac-toe: each training move sampled among the legal ones (default false). */
   legalMoves?: boolean;

@@ -15,6 +15,7 @@ export interface PairTokenizer {
   encode(text: string, opts?: { addSpecialTokens?: boolean }): number[];
 }
 
+const MAX_CACHED_PAIRS = 1 << 20;
 const fatal = new TextDecoder("utf-8", { fatal: true });
 
 /** Judges token pairs against the tokenizer; answers are cached. */
@@ -69,6 +70,8 @@ export class CanonicalPairs {
       const ids = this.tok.encode(a + b, { addSpecialTokens: false });
       r = ids.length === 2 && ids[0] === prev && ids[1] === next;
     }
+    // Bounded: a server that runs for days judges ever more pairs of a large vocabulary.
+    if (this.pairs.size >= MAX_CACHED_PAIRS) this.pairs.clear();
     this.pairs.set(key, r);
     return r;
   }

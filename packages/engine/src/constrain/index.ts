@@ -3,5 +3,5 @@ export { createJsonConstraintFactory, JsonConstraint, JsonGrammar, type JsonCons
 export { compileSchema, DEFAULT_LIMITS, JsonSchemaError, type JsonLimits } from "./schema.ts";
 export { tokenBytes, vocabFor, type Vocab, type VocabTokenizer } from "./vocab.ts";
 export { choiceConstraint } from "./choice.ts";
-export { toolCallConstraint, toolCallSchema, type ToolSpecLike } from "./tool.ts";
+export { isFixedSchema, toolCallConstraint, toolCallSchema, type ToolSpecLike } from "./tool.ts";
 export { canonicalConstraint, CanonicalPairs, type PairTokenizer } from "./canonical.ts";

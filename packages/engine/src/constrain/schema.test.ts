@@ -1,7 +1,7 @@
 // Schema compilation: what the supported subset accepts, and errors that name the unsupported keyword and
 // where it is (the handler turns them into 400s).
 import { describe, expect, it } from "vitest";
-import { compileSchema, DEFAULT_LIMITS, JsonSchemaError } from "./index.ts";
+import { compileSchema, DEFAULT_LIMITS, isFixedSchema, JsonSchemaError } from "./index.ts";
 import { SCHEMAS } from "./testing.ts";
 
 const compile = (s: Record<string, unknown>) => compileSchema(s, DEFAULT_LIMITS);
@@ -122,5 +122,37 @@ describe("compileSchema", () => {
       /5 nested objects\/arrays, more than maxDepth 4/,
     );
     expect(compileSchema(s, { ...DEFAULT_LIMITS, maxDepth: 5 }).root.need).toBe(5);
+  });
+});
+
+describe("isFixedSchema", () => {
+  it("is true only where one value fits", () => {
+    const one = { type: "string", enum: ["B2"] };
+    const obj = (props: object, extra: object = {}) => ({
+      type: "object",
+      properties: props,
+      required: Object.keys(props),
+      additionalProperties: false,
+      ...extra,
+    });
+    for (const s of [
+      one,
+      { const: 3 },
+      obj({ a: one, b: { const: null } }),
+      obj({}),
+      { type: "array", items: one, minItems: 2, maxItems: 2 },
+    ])
+      expect(isFixedSchema(s), JSON.stringify(s)).toBe(true);
+    for (const s of [
+      { type: "string", enum: ["A1", "B2"] },
+      { type: "string" },
+      obj({ a: one }, { required: [] }),
+      obj({ a: one }, { additionalProperties: true }),
+      obj({ a: { type: "string" } }),
+      { type: "array", items: one, minItems: 1, maxItems: 2 },
+      true,
+      null,
+    ])
+      expect(isFixedSchema(s), JSON.stringify(s)).toBe(false);
   });
 });

@@ -89,3 +89,22 @@ export function toolCallConstraint(
   };
   return () => state(new Literal(vocab, V, "<tool_call>\n"), json(), new Literal(vocab, V, "\n</tool_call>"), false);
 }
+
+/**
+ * True when a schema admits exactly one value (JSON whitespace aside): a one-value enum or a const, an object whose
+ * properties are all required, fixed and the only ones, or an array of fixed items with minItems = maxItems.
+ */
+export function isFixedSchema(schema: unknown): boolean {
+  if (schema === null || typeof schema !== "object") return false;
+  const s = schema as Record<string, unknown>;
+  if ("const" in s) return true;
+  if (Array.isArray(s.enum)) return s.enum.length === 1;
+  if (s.type === "object" && s.additionalProperties === false && s.properties && typeof s.properties === "object") {
+    const props = Object.entries(s.properties as Record<string, unknown>);
+    const required = Array.isArray(s.required) ? s.required : [];
+    return props.every(([k, v]) => required.includes(k) && isFixedSchema(v));
+  }
+  if (s.type === "array" && typeof s.minItems === "number" && s.minItems === s.maxItems)
+    return s.minItems === 0 || isFixedSchema(s.items);
+  return false;
+}

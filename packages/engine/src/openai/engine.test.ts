@@ -375,6 +375,19 @@ describe("chat.completions through the openai SDK", () => {
     const gc = guided.choices[0].message.tool_calls![0] as { function: { name: string; arguments: string } };
     expect([gc.function.name, JSON.parse(gc.function.arguments)]).toEqual(["place_mark", { cell: "B2" }]);
     expect(guided.usage!.prompt_tokens).toBe(plain.usage!.prompt_tokens);
+    const sampled = guided.choices[0] as SampledChoice;
+    expect([sampled.forced, typeof sampled.token_allowed]).toEqual([undefined, "object"]);
+    // Named, with guided parameters that admit one value: the call is forced (trained only toward, no KL term).
+    const fixed = await ask({
+      tool_choice: { type: "function", function: { name: "place_mark" } },
+      guided_tools: narrow,
+    });
+    const fc = fixed.choices[0] as SampledChoice;
+    expect(JSON.parse((fc.message.tool_calls![0] as { function: { arguments: string } }).function.arguments)).toEqual({
+      cell: "B2",
+    });
+    expect([fc.forced, fc.token_allowed]).toEqual([true, undefined]);
+    expect(fc.token_logprobs!.every((x) => Number.isFinite(x) && x <= 0)).toBe(true);
     const wrong = await ask({
       tool_choice: { type: "function", function: { name: "resign" } },
       seed: 6,

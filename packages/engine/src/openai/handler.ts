@@ -4,6 +4,7 @@
 import { encodeAllowed } from "../art/allowed.ts";
 import type { ChatTokenizer } from "../art/tokenize.ts";
 import { compileSchema, DEFAULT_LIMITS, JsonSchemaError } from "../constrain/schema.ts";
+import { isFixedSchema } from "../constrain/tool.ts";
 import type { GenerateResult, Generator, SampleResult, TokenConstraint, TokenEvent } from "../generate/types.ts";
 import { ChoiceStream } from "./choice.ts";
 import { ApiError, badRequest, errorResponse, jsonResponse } from "./errors.ts";
@@ -119,6 +120,15 @@ function buildPrompt(model: ServedModel, cr: ChatRequest): number[] {
   return model.tokenizer.encode(text, { addSpecialTokens: false });
 }
 
+/** A named tool_choice whose tool in guided_tools has parameters that admit one value. */
+function fixedCall(cr: ChatRequest): boolean {
+  const tc = cr.tool_choice;
+  if (typeof tc !== "object" || !cr.guided_tools) return false;
+  const tool = cr.guided_tools.find((t) => (t as { function: { name: string } }).function.name === tc.function.name) as
+    { function: { parameters?: unknown } } | undefined;
+  return tool !== undefined && isFixedSchema(tool.function.parameters);
+}
+
 function constraintFor(model: ServedModel, cr: ChatRequest): (() => TokenConstraint) | undefined {
   const tc = cr.tool_choice;
   const forced = tc === "required" || typeof tc === "object";
@@ -207,8 +217,9 @@ async function chatCompletion(model: ServedModel, cr: ChatRequest, signal: Abort
     );
   }
   const constraint = constraintFor(model, cr);
-  // A guided_choice of one string: the reply is forced, not sampled (SampledChoice.forced).
-  const forced = cr.guided_choice?.length === 1 ? { forced: true } : {};
+  // A guided_choice of one string, or a named call whose guided_tools schema admits one value: the reply is forced,
+  // not sampled (SampledChoice.forced).
+  const forced = cr.guided_choice?.length === 1 || fixedCall(cr) ? { forced: true } : {};
   // The sets a constrained sample's tokens were drawn from (SampledChoice.token_allowed), so training takes each
   // token's logprob over its set; a forced reply is trained as forced instead.
   const allowedOf = (s: SampleResult) => {

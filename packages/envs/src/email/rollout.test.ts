@@ -9,7 +9,7 @@ import { firstContentWord, naiveSearcher, perfectSearcher, searchesQuestion, sea
 import { EMAIL_REWARD, summarizeEmail } from "./grade.ts";
 import { emailScenario, type EmailScenario } from "./inbox.ts";
 import { EMAIL_MAX_TURNS, emailSystemPrompt, rolloutEmail } from "./rollout.ts";
-import { EMAIL_TOOLS, guidedEmailTools } from "./tools.ts";
+import { EMAIL_TOOLS, guidedEmailTools, sentencesOf } from "./tools.ts";
 
 const sampling = { model: "m", temperature: 0.8, maxTokens: 200 };
 const play = (policy: ScriptedPolicy, scenario: EmailScenario, extra: object = {}) =>
@@ -260,5 +260,46 @@ describe("rolloutEmail", () => {
       expect(answers, a).toContain(a);
     for (const a of ["made. The", "made The", "Best, Yuki", "Kofi, All", "ne, the", "…ne,", "ma…", "booking is ma"])
       expect(answers, a).not.toContain(a);
+  });
+
+  it("explore: an answer after a read is asked again as a forced call of a sentence of the email read", async () => {
+    type Req = { tool_choice: unknown; guided_tools: { function: { name: string; parameters: unknown } }[] };
+    for (const [i, s] of evalScenarios.slice(0, 6).entries()) {
+      const server = scriptedOpenAI(perfectSearcher(s, { sender: false }));
+      const t = await rolloutEmail(server.client, {
+        ...sampling,
+        scenario: s,
+        toolChoice: "guided",
+        explore: 1,
+        seed: i,
+      });
+      expect(t.metrics.explored).toBe(true);
+      const reqs = server.requests as unknown as Req[];
+      // search, read, the answer the policy chose (dropped), then the forced one.
+      expect(reqs.map((r) => r.tool_choice)).toEqual([
+        "required",
+        "required",
+        "required",
+        { type: "function", function: { name: "return_final_answer" } },
+      ]);
+      const fixed = reqs[3].guided_tools;
+      expect(fixed.map((f) => f.function.name)).toEqual(["return_final_answer"]);
+      const { answer, message_id } = (
+        fixed[0].function.parameters as { properties: Record<string, { enum: string[] }> }
+      ).properties;
+      expect(message_id.enum).toEqual([s.question.messageId]);
+      const body = s.inbox.emails.find((e) => e.id === s.question.messageId)!.body;
+      expect(sentencesOf(body)).toContain(answer.enum[0]);
+      // The trajectory holds the forced reply alone: one answer call after the search and the read.
+      const names = asMessages(t).flatMap((m) => ("tool_calls" in m ? (m.tool_calls ?? []) : []));
+      expect(names.map((c) => (c as { function: { name: string } }).function.name)).toEqual([
+        "search_inbox",
+        "read_email",
+        "return_final_answer",
+      ]);
+    }
+    await expect(play(perfectSearcher(evalScenarios[0]), evalScenarios[0], { explore: 0.5 })).rejects.toThrow(
+      /explore needs toolChoice "guided"/,
+    );
   });
 });

@@ -3,11 +3,12 @@
 // and the trajectory; return_final_answer, a malformed reply or the turn limit ends it. Only the Choices are
 // trained; the tool results are plain messages, so RULER (or a person) reads the trajectory as a chat.
 import OpenAI from "openai";
+import { Rng } from "@webart/gpu";
 import { turnSeed } from "../rollout.ts";
 import type { Message, MessagesAndChoices, SamplingOptions, TrajectoryLike } from "../types.ts";
 import { answerMatches, emailReward, type EmailOutcome } from "./grade.ts";
 import { emailSplitOf, weekdayOf, type EmailScenario } from "./inbox.ts";
-import { callTool, EMAIL_TOOLS, guidedEmailTools } from "./tools.ts";
+import { callTool, EMAIL_TOOLS, fixedAnswerTool, guidedEmailTools, sentencesOf } from "./tools.ts";
 
 /** Model turns (chat completions) before an episode without an answer ends. */
 export const EMAIL_MAX_TURNS = 8;
@@ -25,6 +26,13 @@ export interface EmailRolloutOptions extends SamplingOptions {
   scenario: EmailScenario;
   /** Default EMAIL_MAX_TURNS. */
   maxTurns?: number;
+  /**
+   * Exploration, with guided calls (training only): when the model answers after reading an email, with this
+   * probability the answer is instead a whole sentence or line of the email read last, drawn at random and asked of
+   * the model as a forced call (the server marks it forced: trained only toward, outside the KL term). It tries
+   * answers the model is sure are wrong. Default 0.
+   */
+  explore?: number;
 }
 
 export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): Promise<TrajectoryLike> {
@@ -44,23 +52,47 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
   const guided = opts.toolChoice === "guided";
   // Tool results so far: what a guided call's values come from.
   const results: string[] = [];
+  const explore = opts.explore ?? 0;
+  if (!(Number.isFinite(explore) && explore >= 0 && explore <= 1))
+    throw new Error(`email: explore must be a probability from 0 to 1 (got ${explore})`);
+  if (explore && !guided)
+    throw new Error(`email: explore needs toolChoice "guided" (got ${opts.toolChoice ?? "auto"})`);
+  // The draws are the episode's own (a group's episodes share the scenario, and must explore apart).
+  const rng = new Rng(seed ?? Math.floor(Math.random() * 2 ** 31));
+  let lastRead: { id: string; body: string } | null = null;
+  let explored = false;
 
   while (o.turns < maxTurns && !answer && !o.malformed) {
     let completion: OpenAI.Chat.Completions.ChatCompletion;
+    const request = {
+      model,
+      messages,
+      tools: EMAIL_TOOLS,
+      tool_choice: opts.toolChoice === "guided" ? ("required" as const) : (opts.toolChoice ?? "auto"),
+      // webart's extension (ChatRequest.guided_tools); the openai SDK passes unknown fields through.
+      ...(guided ? { guided_tools: guidedEmailTools(scenario.question.text, results) } : {}),
+      parallel_tool_calls: false,
+      temperature,
+      max_completion_tokens: maxTokens,
+      logprobs: true,
+      ...(seed === undefined ? {} : { seed: turnSeed(seed, o.turns) }),
+    };
     try {
-      completion = await client.chat.completions.create({
-        model,
-        messages,
-        tools: EMAIL_TOOLS,
-        tool_choice: opts.toolChoice === "guided" ? "required" : (opts.toolChoice ?? "auto"),
-        // webart's extension (ChatRequest.guided_tools); the openai SDK passes unknown fields through.
-        ...(guided ? { guided_tools: guidedEmailTools(scenario.question.text, results) } : {}),
-        parallel_tool_calls: false,
-        temperature,
-        max_completion_tokens: maxTokens,
-        logprobs: true,
-        ...(seed === undefined ? {} : { seed: turnSeed(seed, o.turns) }),
-      });
+      completion = await client.chat.completions.create(request);
+      const sentences = lastRead ? sentencesOf(lastRead.body) : [];
+      const answers = completion.choices[0]?.message.tool_calls?.some(
+        (c) => c.type === "function" && c.function.name === "return_final_answer",
+      );
+      if (explore && lastRead && answers && sentences.length && rng.next() < explore) {
+        // This reply is dropped; the trajectory holds the forced one.
+        explored = true;
+        const forced = {
+          ...request,
+          tool_choice: { type: "function" as const, function: { name: "return_final_answer" } },
+          guided_tools: [fixedAnswerTool(sentences[rng.int(sentences.length)], lastRead.id)],
+        };
+        completion = await client.chat.completions.create(forced);
+      }
     } catch (e) {
       // The conversation outgrew the model's context: the episode ends unanswered, like running out of turns.
       if (e instanceof OpenAI.BadRequestError && e.code === "context_length_exceeded") {
@@ -97,7 +129,12 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
         break;
       }
       if (r.tool === "search_inbox") searches++;
-      else reads++;
+      else {
+        reads++;
+        const e = JSON.parse(r.content) as { message_id?: unknown; body?: unknown };
+        if (typeof e.message_id === "string" && typeof e.body === "string")
+          lastRead = { id: e.message_id, body: e.body };
+      }
       results.push(r.content);
       const result: Message = { role: "tool", tool_call_id: call.id, content: r.content };
       messages.push(result);
@@ -118,7 +155,7 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
     messagesAndChoices: history,
     tools: EMAIL_TOOLS,
     reward: emailReward(o),
-    metrics: { ...o, searches, reads, contextFull },
+    metrics: { ...o, searches, reads, contextFull, ...(explore ? { explored } : {}) },
     metadata: {
       game: "email",
       seed: scenario.seed,

@@ -115,11 +115,7 @@ export function guidedEmailTools(
  * punctuation. A snippet's words cut by its "…" are left out.
  */
 function addPhrases(text: string, phrases: Set<string>): void {
-  for (const sentence of text.split(/(?<=[.!?])\s+|\s*\n\s*/)) {
-    const w = sentence.split(/\s+/).filter(Boolean);
-    if (w[0]?.startsWith("…")) w.shift();
-    if (w.at(-1)?.endsWith("…")) w.pop();
-    if (w.length) w[0] = w[0].replace(/^["'(]+/, "");
+  for (const w of sentenceWords(text))
     for (let i = 0; i < w.length; i++)
       for (let n = 1; n <= GUIDED_ANSWER_WORDS && i + n <= w.length; n++) {
         const head = w.slice(i, i + n - 1);
@@ -128,7 +124,46 @@ function addPhrases(text: string, phrases: Set<string>): void {
         if (bare) phrases.add([...head, bare].join(" "));
         phrases.add([...head, last].join(" "));
       }
-  }
+}
+
+/** The words of each sentence (or line) of `text` as written; a snippet's words cut by its "…" left out. */
+function sentenceWords(text: string): string[][] {
+  return text
+    .split(/(?<=[.!?])\s+|\s*\n\s*/)
+    .map((sentence) => {
+      const w = sentence.split(/\s+/).filter(Boolean);
+      if (w[0]?.startsWith("…")) w.shift();
+      if (w.at(-1)?.endsWith("…")) w.pop();
+      if (w.length) w[0] = w[0].replace(/^["'(]+/, "");
+      return w;
+    })
+    .filter((w) => w.length > 0);
+}
+
+/** The sentences and lines of `text` as guided answers can write them whole (see addPhrases). */
+export const sentencesOf = (text: string): string[] =>
+  sentenceWords(text)
+    .filter((w) => w.length <= GUIDED_ANSWER_WORDS)
+    .map((w) => w.join(" "));
+
+/**
+ * return_final_answer with both values fixed, for webart's `guided_tools` with a named tool_choice: the server
+ * then reports the reply as forced (SampledChoice.forced), trained only toward and outside the KL term.
+ */
+export function fixedAnswerTool(answer: string, messageId: string): OpenAI.Chat.Completions.ChatCompletionFunctionTool {
+  const final = EMAIL_TOOLS[2];
+  return {
+    ...final,
+    function: {
+      ...final.function,
+      parameters: {
+        type: "object",
+        properties: { answer: { type: "string", enum: [answer] }, message_id: { type: "string", enum: [messageId] } },
+        required: ["answer", "message_id"],
+        additionalProperties: false,
+      },
+    },
+  };
 }
 
 /** The emails a tool result names (a search's results, or the email read; none for an error), as parsed JSON. */

@@ -87,7 +87,7 @@ export const TRAIN = {
     },
     explore: {
       arg: "P",
-      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice (trained only when its game beats the group's mean, never in\nthe KL term; default 0)",
+      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice; email (guided calls): each answer given after reading an email\nis, with probability P, a random sentence or line of that email, asked as a forced call.\nTrained only when its episode beats the group's mean, never in the KL term (default 0)",
     },
     "legal-moves": {
       flag: true,
@@ -151,10 +151,12 @@ export async function trainCommand(argv: string[]): Promise<number> {
   });
   if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
   const explore = num("explore", a.explore ?? String(game.train.explore ?? 0), { min: 0, max: 1 });
-  if (explore > 0 && env !== "tictactoe") throw new UsageError("--explore is for --env tictactoe only");
+  if (explore > 0 && env === "2048") throw new UsageError("--explore is for --env tictactoe or email");
   const legalMoves = a["legal-moves"];
   if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
   const toolChoice = toolChoiceOption(a["tool-choice"] ?? game.train.toolChoice ?? "auto", env);
+  if (explore > 0 && env === "email" && toolChoice !== "guided")
+    throw new UsageError(`--explore ${explore}: email explores answers among guided calls; pass --tool-choice guided`);
   const scaleRewards =
     oneOf("scale-rewards", a["scale-rewards"] ?? (game.train.scaleRewards === false ? "none" : "group"), [
       "group",
@@ -205,7 +207,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .filter((h) => h.step <= step)
     : [];
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}${scaleRewards ? "" : ", advantages unscaled"}${lossType !== "sequence" ? `, loss ${lossType}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}${scaleRewards ? "" : ", advantages unscaled"}${lossType !== "sequence" ? `, loss ${lossType}` : ""}`,
   );
   try {
     while (step < steps && !stopping) {
