@@ -72,7 +72,12 @@ describe("webart", () => {
     ["train", ["--decision-reward", "some"], '--decision-reward "some": expected a number >= 0'],
     ["train", ["--env", "2048", "--decision-reward", "0.5"], "--decision-reward is for --env tictactoe only"],
     ["train", ["--explore", "2"], '--explore "2": expected a number in [0, 1]'],
-    ["train", ["--env", "email", "--explore", "0.1"], "--explore is for --env tictactoe only"],
+    ["train", ["--env", "2048", "--explore", "0.1"], "--explore is for --env tictactoe or email"],
+    [
+      "train",
+      ["--env", "email", "--explore", "0.1", "--tool-choice", "required"],
+      "--explore 0.1: email explores answers among guided calls; pass --tool-choice guided",
+    ],
     ["train", ["--env", "2048", "--legal-moves"], "--legal-moves is for --env tictactoe only"],
     ["train", ["--tool-choice", "required"], "--tool-choice is for --env email only"],
     ["train", ["--scale-rewards", "std"], '--scale-rewards "std": expected group or none'],
