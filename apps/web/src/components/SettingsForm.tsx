@@ -61,8 +61,8 @@ const NUMBERS: [keyof SettingsDraft, string, string?][] = [
   ],
   [
     "explore",
-    "Exploration (tic-tac-toe)",
-    "the chance a training move is a random empty cell, trained only when its game beats the group's (0: none)",
+    "Exploration",
+    "the chance a training move is a random empty cell (tic-tac-toe), or an answer a random sentence of the email read (email, guided calls); trained only when its episode beats the group's (0: none)",
   ],
   ["memoryBudget", "GPU memory budget (GiB)", "4 is the browser default; the plan must fit it"],
 ];
@@ -207,7 +207,8 @@ export function SettingsForm(props: {
           {NUMBERS.filter(
             ([k]) =>
               (k !== "opponents" && k !== "starts" && k !== "decisionReward" && k !== "explore") ||
-              d.env === "tictactoe",
+              d.env === "tictactoe" ||
+              (k === "explore" && d.env === "email" && d.toolChoice === "guided"),
           ).map(([k, label, hint]) => (
             <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
               {(a) => (

@@ -45,13 +45,16 @@ it("takes a decision reward from 0 (the outcome alone), names the field when it 
   expect(draftFrom("old", old, defaultDraft()).decisionReward).toBe("0");
 });
 
-it("takes an exploration probability in [0, 1] for tic-tac-toe only, names the field otherwise, and reads old runs as 0", () => {
+it("takes an exploration probability in [0, 1] for tic-tac-toe and guided email, names the field otherwise, and reads old runs as 0", () => {
   expect(validate({ ...defaultDraft(), explore: "0.1" }).settings!.explore).toBe(0.1);
   for (const bad of ["-0.1", "", "often", "1.5"])
     expect(validate({ ...defaultDraft(), explore: bad }).errors.explore).toMatch(/Exploration must be a probability/);
   const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200", explore: "often" };
   expect(validate(email).errors.explore).toBeUndefined();
   expect(validate(email).settings!.explore).toBeUndefined();
+  const guided = { ...email, toolChoice: "guided" as const };
+  expect(validate(guided).errors.explore).toMatch(/Exploration must be a probability/);
+  expect(validate({ ...guided, explore: "0.3" }).settings!.explore).toBe(0.3);
   const { explore: _, ...old } = validate({ ...defaultDraft(), explore: "0.1" }).settings!;
   expect(draftFrom("old", old, defaultDraft()).explore).toBe("0");
 });
@@ -84,6 +87,7 @@ it("picking the email env takes its training defaults (guided calls at 1.5), kee
   const t = GAMES.email.train;
   expect(email).toMatchObject({ env: "email", toolChoice: t.toolChoice, temperature: String(t.temperature) });
   expect(email).toMatchObject({ groupsPerStep: String(t.groupsPerStep), maxGroups: String(t.maxGroups) });
+  expect(email).toMatchObject({ groupSize: String(t.groupSize), explore: String(t.explore ?? 0) });
   expect(email).toMatchObject({ steps: String(t.steps), maxTokens: String(GAMES.email.maxTokens) });
   expect(validate(email).settings).toMatchObject({ toolChoice: "guided", temperature: 1.5 });
   // Back to tic-tac-toe: its own defaults again; a setting the user changed stays through both switches.

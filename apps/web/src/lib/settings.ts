@@ -85,15 +85,20 @@ export const defaultMaxTokens = (env: EnvName): string => String(GAMES[env === "
 /** The settings an env's `npm run train` defaults set (the email env's guided calls at temperature 1.5, ...). */
 function envDefaults(
   env: EnvName,
-): Pick<SettingsDraft, "steps" | "groupsPerStep" | "maxGroups" | "temperature" | "toolChoice" | "maxTokens"> {
+): Pick<
+  SettingsDraft,
+  "steps" | "groupSize" | "groupsPerStep" | "maxGroups" | "temperature" | "toolChoice" | "maxTokens" | "explore"
+> {
   const t = GAMES[env === "custom" ? "tictactoe" : env].train;
   return {
     steps: String(t.steps),
+    groupSize: String(t.groupSize),
     groupsPerStep: String(t.groupsPerStep),
     maxGroups: t.maxGroups ? String(t.maxGroups) : "",
     temperature: String(t.temperature ?? 1),
     toolChoice: t.toolChoice ?? "auto",
     maxTokens: defaultMaxTokens(env),
+    explore: String(t.explore ?? 0),
   };
 }
 
@@ -225,8 +230,10 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const decisionReward = Number(d.decisionReward.trim());
   if (d.env === "tictactoe" && (d.decisionReward.trim() === "" || !(decisionReward >= 0 && decisionReward <= 10)))
     errors.decisionReward = "Decision reward must be a number from 0 (the outcome alone) to 10 (e.g. 0.5)";
+  // Tic-tac-toe explores moves; email explores answers among guided calls.
+  const explores = d.env === "tictactoe" || (d.env === "email" && d.toolChoice === "guided");
   const explore = Number(d.explore.trim());
-  if (d.env === "tictactoe" && (d.explore.trim() === "" || !(explore >= 0 && explore <= 1)))
+  if (explores && (d.explore.trim() === "" || !(explore >= 0 && explore <= 1)))
     errors.explore = "Exploration must be a probability from 0 (none) to 1 (e.g. 0.1)";
   const memoryBudgetGiB = real(d.memoryBudget, "GPU memory budget (GiB)", 0, 1024, errors, "memoryBudget", "4");
   let custom: TrainSettings["custom"];
@@ -264,7 +271,8 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       temperature,
       opponents,
       starts,
-      ...(d.env === "tictactoe" ? { decisionReward, explore } : {}),
+      ...(d.env === "tictactoe" ? { decisionReward } : {}),
+      ...(explores ? { explore } : {}),
       ...(d.env === "tictactoe" && d.legalMoves ? { legalMoves: true } : {}),
       ...(d.env === "email" && d.toolChoice !== "auto" ? { toolChoice: d.toolChoice } : {}),
       memoryBudgetGiB,

@@ -9,6 +9,7 @@ import {
   EMAIL_TOOLS,
   emailScenario,
   emailSystemPrompt,
+  GAMES,
   parseOpponents,
   parseStarts,
   rolloutEmail,
@@ -377,6 +378,10 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       // The turns a run never samples (a decision start's opening) drift unless the KL term holds them too.
       const res = await s.model.train(groups, {
         learningRate: meta.settings.learningRate,
+        // The env's recipe (the email env trains on r - mean); custom tasks take ART's default.
+        ...(meta.settings.env !== "custom"
+          ? { scaleRewards: GAMES[meta.settings.env].train.scaleRewards ?? true }
+          : {}),
         beta,
         anchorContextTurns: beta > 0,
       });
