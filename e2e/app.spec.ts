@@ -547,7 +547,9 @@ test("email search: the env picks webart-tools; webart-tiny is refused by name; 
   // groups drawn while fewer vary (none here: one group of two, so that two steps stay short).
   await expect(page.getByLabel("Tool calls", { exact: true })).toHaveValue("guided");
   await expect(page.getByLabel("Temperature")).toHaveValue("1.5");
-  await expect(page.getByLabel("Most groups drawn a step (games)")).toHaveValue("8");
+  await expect(page.getByLabel("Most groups drawn a step (games)")).toHaveValue("12");
+  // 30% of the answers after a read are a random sentence of that email, asked as a forced call.
+  await expect(page.getByLabel("Exploration")).toHaveValue("0.3");
   await page.getByLabel("Most groups drawn a step (games)").fill("");
   await page.getByRole("button", { name: "Start" }).click();
   // (The check of the model's context runs first; until it is done the status still shows the last run.)

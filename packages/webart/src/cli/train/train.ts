@@ -87,7 +87,7 @@ export const TRAIN = {
     },
     explore: {
       arg: "P",
-      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice; email (guided calls): each answer given after reading an email\nis, with probability P, a random sentence or line of that email, asked as a forced call.\nTrained only when its episode beats the group's mean, never in the KL term (default 0)",
+      help: "tic-tac-toe: each training move is, with probability P, a random empty cell asked of the\nmodel through guided_choice; email (guided calls): each answer given after reading an email\nis, with probability P, a random sentence or line of that email, asked as a forced call.\nTrained only when its episode beats the group's mean, never in the KL term (default 0; 0.3\nfor email's guided calls)",
     },
     "legal-moves": {
       flag: true,
@@ -150,7 +150,9 @@ export async function trainCommand(argv: string[]): Promise<number> {
     min: 0,
   });
   if (decisionReward > 0 && env !== "tictactoe") throw new UsageError("--decision-reward is for --env tictactoe only");
-  const explore = num("explore", a.explore ?? String(game.train.explore ?? 0), { min: 0, max: 1 });
+  // The email default explores guided answers; a run that asks for other calls explores only if told to.
+  const exploreDefault = env === "email" && a["tool-choice"] && a["tool-choice"] !== "guided" ? 0 : game.train.explore;
+  const explore = num("explore", a.explore ?? String(exploreDefault ?? 0), { min: 0, max: 1 });
   if (explore > 0 && env === "2048") throw new UsageError("--explore is for --env tictactoe or email");
   const legalMoves = a["legal-moves"];
   if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
