@@ -3,7 +3,7 @@
 import type { ReactNode } from "react";
 import { scenarioFormatOf } from "webart/envs";
 import { DEFAULT_RUBRIC } from "webart/ruler";
-import { switchEnv, type DraftErrors, type SettingsDraft } from "../lib/settings.ts";
+import { exploresIn, switchEnv, type DraftErrors, type SettingsDraft } from "../lib/settings.ts";
 
 function Field(props: {
   id: keyof SettingsDraft;
@@ -204,11 +204,10 @@ export function SettingsForm(props: {
           </div>
         )}
         <div className="grid2">
-          {NUMBERS.filter(
-            ([k]) =>
-              (k !== "opponents" && k !== "starts" && k !== "decisionReward" && k !== "explore") ||
-              d.env === "tictactoe" ||
-              (k === "explore" && d.env === "email" && d.toolChoice === "guided"),
+          {NUMBERS.filter(([k]) =>
+            k === "explore"
+              ? exploresIn(d)
+              : (k !== "opponents" && k !== "starts" && k !== "decisionReward") || d.env === "tictactoe",
           ).map(([k, label, hint]) => (
             <Field key={k} id={k} label={label} error={e[k]} hint={hint}>
               {(a) => (

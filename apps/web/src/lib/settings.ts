@@ -125,6 +125,10 @@ export function switchEnv(d: SettingsDraft, env: EnvName): SettingsDraft {
   return next;
 }
 
+/** Whether the draft's env explores: tic-tac-toe its moves, email its answers among guided calls. */
+export const exploresIn = (d: SettingsDraft): boolean =>
+  d.env === "tictactoe" || (d.env === "email" && d.toolChoice === "guided");
+
 export function newRunName(env: EnvName): string {
   const d = new Date();
   const p = (n: number) => String(n).padStart(2, "0");
@@ -230,8 +234,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
   const decisionReward = Number(d.decisionReward.trim());
   if (d.env === "tictactoe" && (d.decisionReward.trim() === "" || !(decisionReward >= 0 && decisionReward <= 10)))
     errors.decisionReward = "Decision reward must be a number from 0 (the outcome alone) to 10 (e.g. 0.5)";
-  // Tic-tac-toe explores moves; email explores answers among guided calls.
-  const explores = d.env === "tictactoe" || (d.env === "email" && d.toolChoice === "guided");
+  const explores = exploresIn(d);
   const explore = Number(d.explore.trim());
   if (explores && (d.explore.trim() === "" || !(explore >= 0 && explore <= 1)))
     errors.explore = "Exploration must be a probability from 0 (none) to 1 (e.g. 0.1)";

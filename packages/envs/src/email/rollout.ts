@@ -79,11 +79,11 @@ export async function rolloutEmail(client: OpenAI, opts: EmailRolloutOptions): P
     };
     try {
       completion = await client.chat.completions.create(request);
-      const sentences = lastRead ? sentencesOf(lastRead.body) : [];
       const answers = completion.choices[0]?.message.tool_calls?.some(
         (c) => c.type === "function" && c.function.name === "return_final_answer",
       );
-      if (explore && lastRead && answers && sentences.length && rng.next() < explore) {
+      const sentences = explore && answers && lastRead ? sentencesOf(lastRead.body) : [];
+      if (lastRead && sentences.length && rng.next() < explore) {
         // This reply is dropped; the trajectory holds the forced one.
         explored = true;
         const forced = {

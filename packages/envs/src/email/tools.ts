@@ -85,23 +85,13 @@ export function guidedEmailTools(
     for (const text of [e.subject, e.snippet, e.body]) if (typeof text === "string") addPhrases(text, phrases);
   }
   const [search, read, final] = EMAIL_TOOLS;
-  const fn = (t: (typeof EMAIL_TOOLS)[number], properties: object) => ({
-    ...t,
-    function: {
-      ...t.function,
-      parameters: {
-        type: "object",
-        properties,
-        required: t.function.parameters!.required,
-        additionalProperties: false,
-      },
-    },
-  });
   const word = { type: "string", enum: words };
-  const tools = [fn(search, { keywords: { type: "array", items: word, minItems: 1, maxItems: 3 }, from: word })];
-  if (ids.size) tools.push(fn(read, { message_id: { type: "string", enum: [...ids] } }));
+  const tools = [
+    withProperties(search, { keywords: { type: "array", items: word, minItems: 1, maxItems: 3 }, from: word }),
+  ];
+  if (ids.size) tools.push(withProperties(read, { message_id: { type: "string", enum: [...ids] } }));
   tools.push(
-    fn(final, {
+    withProperties(final, {
       answer: { type: "string", enum: ["not found", ...phrases] },
       message_id: { type: "string", enum: [...ids, "none"] },
     }),
@@ -150,16 +140,28 @@ export const sentencesOf = (text: string): string[] =>
  * return_final_answer with both values fixed, for webart's `guided_tools` with a named tool_choice: the server
  * then reports the reply as forced (SampledChoice.forced), trained only toward and outside the KL term.
  */
-export function fixedAnswerTool(answer: string, messageId: string): OpenAI.Chat.Completions.ChatCompletionFunctionTool {
-  const final = EMAIL_TOOLS[2];
+export const fixedAnswerTool = (
+  answer: string,
+  messageId: string,
+): OpenAI.Chat.Completions.ChatCompletionFunctionTool =>
+  withProperties(EMAIL_TOOLS[2], {
+    answer: { type: "string", enum: [answer] },
+    message_id: { type: "string", enum: [messageId] },
+  });
+
+/** One of EMAIL_TOOLS with its parameters' properties replaced (the same required ones, no others allowed). */
+function withProperties(
+  t: (typeof EMAIL_TOOLS)[number],
+  properties: object,
+): OpenAI.Chat.Completions.ChatCompletionFunctionTool {
   return {
-    ...final,
+    ...t,
     function: {
-      ...final.function,
+      ...t.function,
       parameters: {
         type: "object",
-        properties: { answer: { type: "string", enum: [answer] }, message_id: { type: "string", enum: [messageId] } },
-        required: ["answer", "message_id"],
+        properties,
+        required: t.function.parameters!.required,
         additionalProperties: false,
       },
     },
