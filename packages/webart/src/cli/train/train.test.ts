@@ -221,6 +221,7 @@ describe("webart train / eval", () => {
       message?: { tool_calls?: { function: { name: string; arguments: string } }[] };
       token_ids?: number[];
       token_allowed?: { sets: string[]; of: number[] };
+      forced?: boolean;
     };
     type Traj = {
       tools?: { function: { name: string } }[];
@@ -245,8 +246,10 @@ describe("webart train / eval", () => {
       const args = JSON.parse(call.arguments) as { keywords?: string[] };
       expect(typeof args).toBe("object");
       for (const k of args.keywords ?? []) expect(c.question).toContain(k);
-      // Each token keeps the set the constrained sampler drew it from, which the step trained it over.
-      expect(c.token_allowed!.of).toHaveLength(c.token_ids!.length);
+      // Each sampled token keeps the set the constrained sampler drew it from, which the step trained it over; an
+      // explored answer (the default --explore) is forced: one path, no sets.
+      if (c.forced) expect(c.token_allowed).toBeUndefined();
+      else expect(c.token_allowed!.of).toHaveLength(c.token_ids!.length);
     }
     const out: string[] = [];
     const log = console.log;
