@@ -154,6 +154,31 @@ describe("device layer on Dawn", () => {
     gpu.release(bx, by);
   });
 
+  it("submits in the order submit() was called, even when the first waits on a new pipeline's checks", async () => {
+    const n = 64;
+    const assign: KernelSpec = {
+      name: "assign",
+      code: /* wgsl */ `
+        struct P { n: u32, a: f32 }
+        @group(0) @binding(0) var<uniform> p: P;
+        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+        @compute @workgroup_size(64)
+        fn assign(@builtin(global_invocation_id) g: vec3u) { if (g.x < p.n) { y[g.x] = p.a; } }`,
+    };
+    const bx = gpu.upload(new Float32Array(n).fill(1));
+    const by = gpu.upload(new Float32Array(n));
+    await gpu.run(scale, [bx, by], 1, new Params().u32(n).f32(0)); // scale_add's pipeline is built and checked
+    const a = gpu.recorder();
+    a.dispatch(assign, [by], 1, new Params().u32(n).f32(5)); // a new pipeline: its submit waits on its checks
+    const b = gpu.recorder();
+    b.dispatch(scale, [bx, by], 1, new Params().u32(n).f32(2));
+    // Neither awaited before the other is submitted (as a decode run submits its steps).
+    await Promise.all([a.submit(), b.submit()]);
+    const y = await gpu.readF32(by, n);
+    expect(y[0]).toBe(7); // y = 5, then y += 2·1; the other order would leave 5
+    gpu.release(bx, by);
+  });
+
   it("surfaces a WGSL compile error with the shader's name, line and message", async () => {
     const bad: KernelSpec = {
       name: "broken_kernel",

@@ -139,6 +139,8 @@ export class Gpu {
   private pipelines = new Map<string, GPUComputePipeline>();
   private bySpec = new WeakMap<KernelSpec, GPUComputePipeline>();
   private pendingChecks: Promise<void>[] = [];
+  /** The last submit still waiting for its turn (see _submit). */
+  private submitting?: Promise<void>;
   private lostListeners = new Set<(e: DeviceLostError) => void>();
   private scopes = new Set<GpuScope>();
   pipelineCacheHits = 0;
@@ -385,10 +387,29 @@ export class Gpu {
 
   /** @internal used by Recorder */
   async _submit(cmd: GPUCommandBuffer[], after: () => void): Promise<void> {
-    try {
-      await this.flushChecks();
+    const run = () => {
       this.checkAlive();
       this.device.queue.submit(cmd);
+    };
+    try {
+      // Submits at once when nothing waits (no await before it), so a caller that does not await the submit can
+      // encode the next command buffer while the device runs this one. A submit that waits on new pipelines'
+      // checks holds later submits behind it: the queue gets them in the order they were made.
+      if (!this.pendingChecks.length && !this.submitting) run();
+      else {
+        const prev = this.submitting;
+        const turn = (async () => {
+          if (prev) await prev.catch(() => {});
+          await this.flushChecks();
+          run();
+        })();
+        this.submitting = turn;
+        try {
+          await turn;
+        } finally {
+          if (this.submitting === turn) this.submitting = undefined;
+        }
+      }
     } finally {
       this.pool.openRecorders--;
       after();
