@@ -182,10 +182,14 @@ async function timed(f: () => Promise<void>): Promise<number> {
   return (performance.now() - t0) / 1000;
 }
 
+/** Decode steps in a run (the engine's default SchedulerOptions.decodeAhead). */
+export const AHEAD = 8;
+
 /**
  * Prefill B prompts of P tokens (one step), then D decode steps for all B sequences; then (abD > 0) abD more of the
  * model's decode steps alternating with abD of one dispatch per op (Model.fuseDecode off), each timed alone, so the two
- * compare under the same load.
+ * compare under the same load; then (runs > 0) `runs` runs of AHEAD steps with no readback between them
+ * (ModelRunner.decode, the engine's free-text path) alternating with as many rounds of AHEAD steps one at a time.
  */
 export async function decodeRun(
   gpu: Gpu,
@@ -194,6 +198,7 @@ export async function decodeRun(
   P: number,
   D: number,
   abD = 0,
+  runs = 0,
 ): Promise<{
   prefill: number;
   decode: number;
@@ -202,8 +207,10 @@ export async function decodeRun(
   stepMs: number;
   encodeMs: number;
   ab?: { fused: number; perOp: number };
+  /** tok/s in runs of AHEAD steps and one step at a time. */
+  ahead?: { run: number; single: number };
 }> {
-  const runner = new ModelRunner(model, B, P + D + 2 * abD + 4);
+  const runner = new ModelRunner(model, B, P + D + 2 * abD + (2 * runs + 1) * AHEAD + 4);
   const rng = new Rng(B);
   const V = model.config.vocabSize;
   const ids = new Uint32Array(B * P).map(() => rng.int(V));
@@ -250,6 +257,26 @@ export async function decodeRun(
     model.fuseDecode = true;
     ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
   }
+  let ahead: { run: number; single: number } | undefined;
+  if (runs) {
+    const run = async () => {
+      const slots = Uint32Array.from({ length: B }, (_, b) => b);
+      const specs = Array.from({ length: B }, (_, b) => sampleSpec(b, b, at - P + 1));
+      const res = await runner.decode({ ids: last, slots, pos: new Uint32Array(B).fill(at) }, specs, AHEAD);
+      last = res[AHEAD - 1].ids;
+      at += AHEAD;
+    };
+    await run(); // warm-up
+    const t = { run: 0, single: 0 };
+    for (let r = 0; r < 2 * runs; r++) {
+      if (r % 2) t.run += await timed(run);
+      else
+        t.single += await timed(async () => {
+          for (let d = 0; d < AHEAD; d++) await step();
+        });
+    }
+    ahead = { run: (B * AHEAD * runs) / t.run, single: (B * AHEAD * runs) / t.single };
+  }
   const dispatches = runner.lastDispatches;
   runner.kv.dispose();
   gpu.pool.trim();
@@ -260,6 +287,18 @@ export async function decodeRun(
     stepMs: (1000 * decode) / D,
     encodeMs: encodeMs / D,
     ab,
+    ahead,
+  };
+}
+
+/** Runs of AHEAD decode steps against as many steps one at a time, alternating (decodeRun's `ahead`). */
+export function aheadResult(id: string, a: { run: number; single: number }): BenchResult {
+  return {
+    id: `${id}.ahead`,
+    value: a.run,
+    unit: "tok/s",
+    vs: { id: `${id}.single`, ratio: a.run / a.single },
+    note: `runs of ${AHEAD} steps with no readback between them; one step at a time ${a.single.toPrecision(4)} tok/s, alternating`,
   };
 }
 
@@ -287,7 +326,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const D = ctx.quick ? 3 : 8;
     let base = 0;
     for (const B of [1, 8, 32]) {
-      const r = await decodeRun(gpu, model, B, P, D, D);
+      const r = await decodeRun(gpu, model, B, P, D, D, ctx.quick ? 1 : 2);
       if (B === 1) base = r.decode;
       out.push({ id: `generate.${id}.prefill.b${B}`, value: r.prefill, unit: "tok/s", note: `${P}-token prompts` });
       out.push({
@@ -304,6 +343,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         vs: { id: `generate.${id}.decode.b${B}`, ratio: ab.fused / ab.perOp },
         note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
       });
+      out.push(aheadResult(`generate.${id}.decode.b${B}`, r.ahead!));
     }
     model.dispose();
     gpu.pool.trim();
@@ -343,7 +383,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
       note: `planned ${(expected / 2 ** 20).toFixed(0)} MiB (weights ${(plan.weights / 2 ** 20).toFixed(0)} + KV ${(plan.kvCache / 2 ** 20).toFixed(0)})`,
     });
     for (const B of [1, 8]) {
-      const r = await decodeRun(gpu, model, B, 8, 3, 2);
+      const r = await decodeRun(gpu, model, B, 8, 3, 2, 1);
       out.push({ id: `generate.qwen05b.decode.b${B}`, value: r.decode, unit: "tok/s" });
       const ab = r.ab!;
       out.push({
@@ -353,6 +393,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         vs: { id: `generate.qwen05b.decode.b${B}`, ratio: ab.fused / ab.perOp },
         note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
       });
+      out.push(aheadResult(`generate.qwen05b.decode.b${B}`, r.ahead!));
     }
     out.push(...(await dispatchCounts(gpu, model, "qwen05b")));
   }

@@ -51,6 +51,9 @@ export interface EngineOptions extends OpenModelOptions {
   maxContext?: number;
   /** Prompt tokens per engine step (default 256). */
   prefillChunk?: number;
+  /** Free-text decode steps run in a row without a readback between them (default 8; 1: one at a time). Tokens
+   *  then reach onToken and streams in bursts of up to this many. */
+  decodeAhead?: number;
   /** Keep 16-bit weights as f32 on the GPU (default false: frozen weights stay in their file's form). */
   weightsF32?: boolean;
   /** Bytes webart may hold on this GPU, all runs on the device together: a plan over it is refused before
@@ -114,7 +117,7 @@ export class Engine {
     readonly memoryBudget: number,
     opts: EngineOptions,
   ) {
-    this.scheduler = new Scheduler(runner, { prefillChunk: opts.prefillChunk });
+    this.scheduler = new Scheduler(runner, { prefillChunk: opts.prefillChunk, decodeAhead: opts.decodeAhead });
     const toolFormat = detectToolFormat(tokenizer.inner.chatTemplate);
     const served: ServedModel = {
       name,

@@ -30,6 +30,16 @@ export interface StepModel {
   ): Promise<{ ids: Uint32Array; logprobs: Float32Array; top?: { tokenId: number; logprob: number }[][] }>;
   /** Copies KV rows [0, len) of slot `src` into slot `dst` (recorded before the next step). */
   copySlot(src: number, dst: number, len: number): void;
+  /**
+   * Optional: `steps` decode steps in a row, each row feeding back the token it sampled (step j at pos + j with
+   * sample step s.step + j), for rows that are all sampled in order with no masks or top logprobs. One result per
+   * step, the same as that many step() calls.
+   */
+  decode?(
+    tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array },
+    samples: SampleSpec[],
+    steps: number,
+  ): Promise<{ ids: Uint32Array; logprobs: Float32Array }[]>;
 }
 
 interface Seq {
@@ -91,6 +101,12 @@ interface Pending {
 export interface SchedulerOptions {
   /** Prompt tokens fed per step across all prefilling sequences. */
   prefillChunk?: number;
+  /**
+   * Decode steps run in a row, without reading tokens back between them, when every running sequence decodes free
+   * text (no constraint, no top logprobs) and no request waits (default 8; 1: a step at a time). A sequence that
+   * stops inside the run drops the tokens sampled after its stop.
+   */
+  decodeAhead?: number;
 }
 
 export class Scheduler implements Generator {
@@ -102,8 +118,11 @@ export class Scheduler implements Generator {
   private pumping = false;
   private paused?: Promise<void>;
   private readonly prefillChunk: number;
+  private readonly decodeAhead: number;
   private closed = false;
-  stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0 };
+  /** A decode run (decodeRuns: runs of more than one step) counts each step whose tokens were kept in steps, and
+   *  the steps after every sequence of it stopped in stepsDropped. */
+  stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0, decodeRuns: 0, stepsDropped: 0 };
 
   constructor(
     private model: StepModel,
@@ -111,6 +130,10 @@ export class Scheduler implements Generator {
   ) {
     this.free = Array.from({ length: model.slots }, (_, i) => i);
     this.prefillChunk = opts.prefillChunk ?? 256;
+    this.decodeAhead = opts.decodeAhead ?? 8;
+    if (!(Number.isInteger(this.decodeAhead) && this.decodeAhead >= 1)) {
+      throw new Error(`Scheduler: decodeAhead ${this.decodeAhead} must be an integer >= 1`);
+    }
   }
 
   get maxContext(): number {
@@ -312,6 +335,32 @@ export class Scheduler implements Generator {
         s.kvLen += take;
       }
       if (!ids.length) return;
+      const ahead = this.aheadSteps(sampled, ids.length);
+      if (ahead > 1) {
+        const runs = await this.model.decode!(
+          { ids: Uint32Array.from(ids), slots: Uint32Array.from(slots), pos: Uint32Array.from(pos) },
+          samples,
+          ahead,
+        );
+        this.stats.decodeRuns++;
+        runs.forEach((res, j) => {
+          if (sampled.every((s) => s.finish)) this.stats.stepsDropped++;
+          else this.stats.steps++;
+          for (const [i, s] of sampled.entries()) {
+            if (s.finish) continue; // stopped earlier in the run: what it sampled after is dropped
+            if (j) {
+              s.feed = [];
+              s.kvLen++;
+              this.stats.tokensFed++;
+            }
+            this.stats.tokensSampled++;
+            this.accept(s, res.ids[i], res.logprobs[i]);
+          }
+        });
+        this.stats.tokensFed += ids.length;
+        this.retire();
+        continue;
+      }
       const res = await this.model.step(
         { ids: Uint32Array.from(ids), slots: Uint32Array.from(slots), pos: Uint32Array.from(pos) },
         samples,
@@ -322,6 +371,23 @@ export class Scheduler implements Generator {
       sampled.forEach((s, i) => this.accept(s, res.ids[i], res.logprobs[i], res.top?.[i]));
       this.retire();
     }
+  }
+
+  /**
+   * How many decode steps to run in a row now: 1 unless the model can, every fed token is a running sequence's
+   * sampled one, free text (no constraint, no top logprobs), and no request waits; at most as many as the
+   * sequence nearest its token limit or the context's end has left.
+   */
+  private aheadSteps(sampled: Seq[], fed: number): number {
+    if (this.decodeAhead < 2 || !this.model.decode || this.waiting.length || sampled.length !== fed) return 1;
+    let n = this.decodeAhead;
+    for (const s of sampled) {
+      const r = s.req.req;
+      if (s.constraint || r.topLogprobs > 0 || r.signal?.aborted) return 1;
+      // s.kvLen already counts the token fed now; a step at position p needs p < maxContext.
+      n = Math.min(n, r.maxTokens - s.out.length, this.model.maxContext - s.kvLen + 1);
+    }
+    return Math.max(1, n);
   }
 
   private accept(s: Seq, id: number, logprob: number, top?: { tokenId: number; logprob: number }[]): void {

@@ -1,10 +1,16 @@
 // The scheduler's view of the model: one batched forward over mixed prefill/decode tokens against the
 // KV cache, logits for the sampled rows only, sampling on the GPU, one readback of ids and logprobs.
-import type { Gpu } from "@webart/gpu";
+import type { Gpu, Recorder } from "@webart/gpu";
 import { packSampleRows, sample, sampleMaskWords } from "@webart/shaders";
 import type { SampleSpec, StepModel } from "../generate/scheduler.ts";
 import { KvCache } from "./kv.ts";
 import type { Model } from "./model.ts";
+
+export interface StepResult {
+  ids: Uint32Array;
+  logprobs: Float32Array;
+  top?: { tokenId: number; logprob: number }[][];
+}
 
 export class ModelRunner implements StepModel {
   readonly kv: KvCache;
@@ -30,10 +36,97 @@ export class ModelRunner implements StepModel {
   async step(
     tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array },
     samples: SampleSpec[],
-  ): Promise<{ ids: Uint32Array; logprobs: Float32Array; top?: { tokenId: number; logprob: number }[][] }> {
+  ): Promise<StepResult> {
     const gpu: Gpu = this.model.gpu;
     const t0 = performance.now();
+    const rec = gpu.recorder();
+    this.kv.flush(rec);
+    const ids = gpu.upload(tokens.ids);
+    const e = this.encode(rec, ids, tokens, samples);
+    gpu.release(ids);
+    this.lastDispatches = rec.dispatches;
+    this.lastEncodeMs = performance.now() - t0;
+    await rec.submit();
+    if (!e) return { ids: new Uint32Array(0), logprobs: new Float32Array(0) };
+    const [idsBuf, lpBuf] = await Promise.all([e.ids, e.logprobs]);
+    const res: StepResult = { ids: new Uint32Array(idsBuf), logprobs: new Float32Array(lpBuf) };
+    if (e.logits) {
+      const all = new Float32Array(await e.logits);
+      res.top = samples.map((s, i) =>
+        s.top > 0 ? topLogprobs(all.subarray(i * this.vocabSize, (i + 1) * this.vocabSize), s.top) : [],
+      );
+    }
+    return res;
+  }
+
+  /**
+   * `steps` decode steps in a row for a batch of sequences that each feed one token and sample every row in order,
+   * without masks or top logprobs: step j feeds the ids step j - 1 sampled, which stay on the device (no readback
+   * between steps), at positions pos + j, sampling with step s.step + j. Each step is submitted as soon as it is
+   * encoded, so the host encodes step j + 1 while the device runs step j; all ids and logprobs are read at the end.
+   * Returns one result per step, as step() would have given them one by one.
+   */
+  async decode(
+    tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array },
+    samples: SampleSpec[],
+    steps: number,
+  ): Promise<StepResult[]> {
+    const gpu: Gpu = this.model.gpu;
     const N = tokens.ids.length;
+    if (samples.length !== N || samples.some((s, i) => s.row !== i || s.mask || s.top > 0)) {
+      throw new Error("ModelRunner.decode: every row is sampled in order, without masks or top logprobs");
+    }
+    if (new Set(tokens.slots).size !== N) throw new Error("ModelRunner.decode: one token per sequence");
+    const submits: Promise<void>[] = [];
+    const reads: Promise<ArrayBuffer>[][] = [];
+    let ids = gpu.upload(tokens.ids);
+    try {
+      for (let j = 0; j < steps; j++) {
+        const t0 = performance.now();
+        const rec = gpu.recorder();
+        if (j === 0) this.kv.flush(rec);
+        const pos = tokens.pos.map((p) => p + j);
+        const e = this.encode(
+          rec,
+          ids,
+          { ...tokens, pos },
+          j ? samples.map((s) => ({ ...s, step: s.step + j })) : samples,
+          true,
+        )!;
+        gpu.release(ids);
+        ids = e.idsBuf!;
+        reads.push([e.ids, e.logprobs]);
+        this.lastDispatches = rec.dispatches;
+        this.lastEncodeMs = performance.now() - t0;
+        // Not awaited: the submit is made now, and the host goes on to encode the next step.
+        submits.push(rec.submit());
+      }
+    } finally {
+      gpu.release(ids);
+    }
+    for (const p of [...submits, ...reads.flat()]) p.catch(() => {}); // awaited below; a failure is reported once
+    await Promise.all(submits);
+    return Promise.all(
+      reads.map(async ([i, l]) => ({ ids: new Uint32Array(await i), logprobs: new Float32Array(await l) })),
+    );
+  }
+
+  /**
+   * Records one step's forward over `ids` (N tokens at their slots and positions), the logits of the sampled rows
+   * and the sampling, with reads of the sampled ids and logprobs (and the logits when top logprobs are asked for).
+   * With `keepIds`, the sampled ids' buffer is returned unreleased (the next step's input).
+   */
+  private encode(
+    rec: Recorder,
+    ids: GPUBuffer,
+    tokens: { slots: Uint32Array; pos: Uint32Array },
+    samples: SampleSpec[],
+    keepIds = false,
+  ):
+    | { ids: Promise<ArrayBuffer>; logprobs: Promise<ArrayBuffer>; logits?: Promise<ArrayBuffer>; idsBuf?: GPUBuffer }
+    | undefined {
+    const gpu: Gpu = this.model.gpu;
+    const N = tokens.slots.length;
     const V = this.vocabSize;
     const sp = new Uint32Array(2 * N);
     const seen = new Set<number>();
@@ -45,20 +138,18 @@ export class ModelRunner implements StepModel {
       maxLen = Math.max(maxLen, tokens.pos[i] + 1);
     }
     const decode = seen.size === N; // one token per sequence: the decode kernel with split-KV
-    const rec = gpu.recorder();
-    this.kv.flush(rec);
-    const ids = gpu.upload(tokens.ids);
     const slotPos = gpu.upload(sp);
     const { x } = this.model.forward(rec, ids, N, { kind: "cache", kv: this.kv, slotPos, decode, maxLen }, false);
     const S = samples.length;
-    let out: Promise<ArrayBuffer>[] = [];
-    let topLogits: Promise<ArrayBuffer> | undefined;
-    const temp: GPUBuffer[] = [ids, slotPos, x];
-    if (S) {
+    const temp: GPUBuffer[] = [slotPos, x];
+    try {
+      if (!S) return undefined;
       // A decode step samples every row in order: the logits read x itself.
       const all = S === N && samples.every((s, i) => s.row === i);
       const rows = all ? undefined : gpu.upload(Uint32Array.from(samples.map((s) => s.row)));
+      if (rows) temp.push(rows);
       const logits = gpu.buffer(S * V * 4, "activations", "logits");
+      temp.push(logits);
       this.model.logits(rec, x, N, rows, S, logits);
       const params = gpu.upload(
         packSampleRows(
@@ -72,6 +163,7 @@ export class ModelRunner implements StepModel {
           })),
         ),
       );
+      temp.push(params);
       let mask: GPUBuffer | undefined;
       if (samples.some((s) => s.mask)) {
         const words = sampleMaskWords(V);
@@ -82,6 +174,8 @@ export class ModelRunner implements StepModel {
       }
       const outIds = gpu.buffer(S * 4, "activations", "sampled ids");
       const outLp = gpu.buffer(S * 4, "activations", "sampled logprobs");
+      temp.push(outLp);
+      if (!keepIds) temp.push(outIds);
       sample(
         gpu,
         rec,
@@ -89,26 +183,15 @@ export class ModelRunner implements StepModel {
         { B: S, V },
         { tuning: this.model.tuning.sample },
       );
-      out = [rec.read(outIds, S * 4), rec.read(outLp, S * 4)];
-      if (samples.some((s) => s.top > 0)) topLogits = rec.read(logits, S * V * 4);
-      temp.push(logits, params, outIds, outLp);
-      if (rows) temp.push(rows);
+      return {
+        ids: rec.read(outIds, S * 4),
+        logprobs: rec.read(outLp, S * 4),
+        logits: samples.some((s) => s.top > 0) ? rec.read(logits, S * V * 4) : undefined,
+        idsBuf: keepIds ? outIds : undefined,
+      };
+    } finally {
+      gpu.release(...temp);
     }
-    gpu.release(...temp);
-    this.lastDispatches = rec.dispatches;
-    this.lastEncodeMs = performance.now() - t0;
-    await rec.submit();
-    if (!S) return { ids: new Uint32Array(0), logprobs: new Float32Array(0) };
-    const [idsBuf, lpBuf] = await Promise.all(out);
-    const res: { ids: Uint32Array; logprobs: Float32Array; top?: { tokenId: number; logprob: number }[][] } = {
-      ids: new Uint32Array(idsBuf),
-      logprobs: new Float32Array(lpBuf),
-    };
-    if (topLogits) {
-      const all = new Float32Array(await topLogits);
-      res.top = samples.map((s, i) => (s.top > 0 ? topLogprobs(all.subarray(i * V, (i + 1) * V), s.top) : []));
-    }
-    return res;
   }
 }
 

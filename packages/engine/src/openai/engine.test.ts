@@ -450,6 +450,57 @@ it("the generator refuses prompt ids the model has no embedding row for, naming 
   expect(ok.samples[0].tokenIds.length).toBeGreaterThan(0);
 });
 
+it("free text decodes 8 steps in a row with the tokens and logprobs of one step at a time", async () => {
+  // A short context, so some samples end at its limit inside a run; stop strings end others inside one.
+  const opts = { name: "tiny", kvSlots: 4, maxContext: 96 };
+  const [ahead, single] = await Promise.all([
+    Engine.load(MODEL_DIR, opts),
+    Engine.load(MODEL_DIR, { ...opts, decodeAhead: 1 }),
+  ]);
+  try {
+    const reqs = [
+      { max_tokens: 3, seed: 1 },
+      { max_tokens: 13, seed: 2, n: 3 },
+      { max_tokens: 46, seed: 3, n: 2 }, // up to the end of the context (50 prompt tokens)
+      { max_tokens: 30, seed: 4, stop: ["\n", " "] },
+      { max_tokens: 20, seed: 5, temperature: 0 },
+    ];
+    const run = async (e: Engine) => {
+      const c = e.openaiClient();
+      const out: unknown[] = [];
+      for (const r of reqs) {
+        const res = await c.chat.completions.create({ model: "tiny", messages, temperature: 1.2, ...r });
+        out.push(
+          res.choices.map((ch) => {
+            const s = ch as SampledChoice;
+            return [s.token_ids, s.token_logprobs, ch.finish_reason, ch.message.content];
+          }),
+        );
+      }
+      // Concurrent requests batch into one run.
+      const together = await Promise.all(
+        [6, 7, 8].map((seed) => c.chat.completions.create({ model: "tiny", messages, max_tokens: 9, seed })),
+      );
+      out.push(together.map((r) => (r.choices[0] as SampledChoice).token_ids));
+      return out;
+    };
+    const [a, b] = [await run(ahead), await run(single)];
+    expect(a).toEqual(b);
+    const finishes = JSON.stringify(a);
+    expect(finishes).toContain('"length"');
+    expect(finishes).toContain('"stop"');
+    expect(ahead.scheduler.stats.decodeRuns).toBeGreaterThan(5);
+    expect(single.scheduler.stats.decodeRuns).toBe(0);
+    // The steps whose tokens were kept count one by one: as many as one step at a time took. Runs go on past a
+    // stop until their end (those steps are dropped).
+    expect(ahead.scheduler.stats.steps).toBe(single.scheduler.stats.steps);
+    expect(ahead.scheduler.stats.stepsDropped).toBeGreaterThan(0);
+    expect(single.scheduler.stats.stepsDropped).toBe(0);
+  } finally {
+    await Promise.all([ahead.close(), single.close()]);
+  }
+});
+
 describe("Engine.close", () => {
   it("fails queued requests, frees the weights, KV cache and adapter on the GPU, and refuses new ones", async () => {
     const held = () => {
