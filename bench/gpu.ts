@@ -1,6 +1,7 @@
 // `npm run bench -- gpu`: the problems a real GPU is judged on, each checked before it is timed.
 // - matmul 4096³ (f32 B in nn, bf16 B in nt as the model's projections run), every variant this device has,
 //   as a fraction of the probe's FMA peak; the tensor-core (coop) variant against the best f32 one;
+// - the decode matvec's variants on Qwen2.5-0.5B's projections, batch 1 and 8, against the copy bandwidth;
 // - real model shapes at full depth with random bf16 weights (Qwen2.5-0.5B, Qwen3-0.6B, Qwen2.5-1.5B): decode
 //   tokens/s at batch 1, 8 and 32 (batch 1 against the copy-bandwidth roofline: weight bytes a token over the
 //   probe's copy bandwidth), prefill tokens/s, and a LoRA GRPO step of 8 × 512 tokens (time, tokens/s, peak memory).
@@ -24,10 +25,12 @@ import {
   matmul,
   type MatmulMode,
   type MatmulVariant,
+  matvec,
+  matvecVariants,
   type WeightDtype,
 } from "@webart/shaders";
-import { matmulReference } from "@webart/shaders/reference";
-import { decodeRun, sampleSpec } from "./generate.ts";
+import { matmulReference, matvecReference } from "@webart/shaders/reference";
+import { AHEAD, aheadResult, decodeRun, sampleSpec } from "./generate.ts";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "./harness.ts";
 import { configJson, randomModelFiles } from "./models.ts";
 
@@ -167,6 +170,69 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
   }
 }
 
+/**
+ * The decode matvec's variants on Qwen2.5-0.5B's decode projections (bf16 W; a CPU device gets them at a quarter
+ * of each side): each checked against the CPU reference, then timed 8 calls a submit, as GB/s of W and x read and
+ * y written, against the probe's copy bandwidth.
+ */
+async function matvecPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
+  const gpu = ctx.gpu;
+  const small = ctx.quick || isCpuDevice(gpu);
+  const shapes: [string, number, number][] = [
+    ["qkv", 1152, 896],
+    ["o", 896, 896],
+    ["gate_up", 9728, 896],
+    ["down", 896, 4864],
+    ["lm_head", 151936, 896],
+  ];
+  const rng = new Rng(5);
+  for (const [name, N0, K0] of small ? shapes.slice(0, 4) : shapes) {
+    const [N, K] = small ? [N0 / 4, K0 / 4] : [N0, K0];
+    const wv = rng.f32(N * K);
+    const w = gpu.upload(packHalf(wv, "bf16"), "bench");
+    for (const M of [1, 8]) {
+      const xv = rng.f32(M * K);
+      const [x, y] = [gpu.upload(xv, "bench"), gpu.buffer(M * N * 4, "bench")];
+      const want = matvecReference(xv, roundHalf(wv, "bf16"), new Float32Array(M * N), { M, N, K });
+      try {
+        for (const variant of matvecVariants(gpu)) {
+          const id = `gpu.matvec.${name}.${N}x${K}.b${M}.${variant}`;
+          const rec = gpu.recorder();
+          const ran = matvec(gpu, rec, { x, w, y }, { M, N, K }, { wDtype: "bf16", variant });
+          const got = rec.read(y, M * N * 4);
+          await rec.submit();
+          const err = relErr(new Float32Array(await got), want);
+          if (!(err < 1e-5) || ran !== variant) {
+            ctx.log(`${id}: WRONG (relative error ${err.toExponential(2)}, ran ${ran})`);
+            out.push({ id, value: 0, unit: "GB/s", note: `wrong: relative error ${err.toExponential(2)}` });
+            continue;
+          }
+          const ms =
+            (await timeGpu(
+              gpu,
+              (r) => {
+                for (let i = 0; i < 8; i++) matvec(gpu, r, { x, w, y }, { M, N, K }, { wDtype: "bf16", variant });
+              },
+              { minMs: small ? 20 : 100, maxReps: 20 },
+            )) / 8;
+          const gbps = (N * K * 2 + M * (N + K) * 4) / (ms * 1e6);
+          out.push({
+            id,
+            value: gbps,
+            unit: "GB/s",
+            fraction_of_peak: gbps / ctx.peak.copy_gbps,
+            note: `${(ms * 1000).toFixed(1)} us a call (8 a submit); of the probe's copy bandwidth`,
+          });
+          ctx.log(`${id}: ${gbps.toPrecision(3)} GB/s (${(ms * 1000).toFixed(1)} us)`);
+        }
+      } finally {
+        gpu.release(x, y);
+      }
+    }
+    gpu.release(w);
+  }
+}
+
 /** The fixed cost of a step: 150 tiny dispatches (as many as a decode step of a 24-layer model) in one submit,
  *  then a 4-byte read back, timed on the host from the first dispatch recorded to the read resolved. */
 async function overheadPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
@@ -281,7 +347,7 @@ async function oneModel(
     try {
       let base = 0;
       for (const b of [1, 8, 32]) {
-        const r = await decodeRun(gpu, engine.model, b, 16, small ? 3 : 16);
+        const r = await decodeRun(gpu, engine.model, b, 16, small ? 3 : 16, 0, small ? 1 : 4);
         if (b === 1) base = r.decode;
         out.push({
           id: `gpu.${name}.decode.b${b}`,
@@ -295,6 +361,15 @@ async function oneModel(
         ctx.log(
           `${name} decode b${b}: ${r.decode.toFixed(1)} tok/s, ${r.dispatches} dispatches a step, ` +
             `${r.stepMs.toFixed(2)} ms a step of which ${r.encodeMs.toFixed(2)} ms encoding on the host`,
+        );
+        const a = r.ahead!;
+        out.push({
+          ...aheadResult(`gpu.${name}.decode.b${b}`, a),
+          ...(b === 1 ? { vs: { id: "copy-bandwidth roofline", ratio: a.run / roofline } } : {}),
+        });
+        ctx.log(
+          `${name} decode b${b} in runs of ${AHEAD}: ${a.run.toFixed(1)} tok/s, one step at a time ${a.single.toFixed(1)} ` +
+            `(${(a.run / a.single).toFixed(2)}x)`,
         );
       }
       const model = engine.model;
@@ -406,9 +481,10 @@ async function profilePart(ctx: BenchContext, name: string): Promise<void> {
 
 export const gpuSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[]> => {
   const out: BenchResult[] = [];
-  const parts = (process.env.WEBART_BENCH_PARTS ?? "overhead,matmul,models").split(",");
+  const parts = (process.env.WEBART_BENCH_PARTS ?? "overhead,matmul,matvec,models").split(",");
   if (parts.includes("overhead")) await overheadPart(ctx, out);
   if (parts.includes("matmul")) await matmulPart(ctx, out);
+  if (parts.includes("matvec")) await matvecPart(ctx, out);
   if (parts.includes("models")) await modelPart(ctx, out);
   if (parts.includes("profile"))
     await profilePart(ctx, process.env.WEBART_BENCH_MODELS?.split(",")[0] ?? "qwen2.5-0.5b");

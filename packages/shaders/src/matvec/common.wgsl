@@ -1,4 +1,4 @@
-// What both decode matvecs (forward.wgsl, subgroup.wgsl) share, appended to each by index.ts: the parameters and
+// What the decode matvecs (forward.wgsl, subgroup.wgsl, stream.wgsl) share, appended to each by index.ts: the parameters and
 // bindings, where output column n's row of W starts, and the epilogue (bias, LoRA term, gated activation, store).
 struct Seg {
   rows: u32, offW: u32, offBias: u32, loraR: u32, // loraR 0: no LoRA term on this segment
@@ -12,7 +12,7 @@ struct Params {
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read> w: array<u32>; // f32 bits, or two bf16/f16 per word
+// binding 2, W, is declared by each variant (as words, or as 16-byte vectors in stream.wgsl).
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
 @group(0) @binding(4) var<storage, read> nw: array<f32>; // (K) RMSNorm weight
 @group(0) @binding(5) var<storage, read> t: array<f32>; // (M, ldt) LoRA x·Aᵀ of every segment

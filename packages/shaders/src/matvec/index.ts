@@ -2,12 +2,13 @@
 // bf16/f16: memory-bound, so W is streamed once per call (larger M: use matmul). What decode runs around a
 // projection can ride along in the same dispatch: the RMSNorm of x, several weights side by side (q, k, v),
 // each one's LoRA term, the gated activation of gate and up, and the residual add.
-import { Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
+import { isCpuDevice, Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
 import { tune, type TuneOptions } from "../tune/index.ts";
 import common from "./common.wgsl";
 import forward from "./forward.wgsl";
+import stream from "./stream.wgsl";
 import subgroup from "./subgroup.wgsl";
 
 export interface MatvecBuffers {
@@ -73,15 +74,21 @@ export interface MatvecSegment {
 }
 
 const W_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
-export const MATVEC_VARIANTS = ["subgroup", "workgroup"] as const;
+export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream"] as const;
 /** subgroup: lanes split K and subgroupAdd reduces, no barriers (needs the subgroups feature);
- * workgroup: threads split K and reduce through workgroup memory (works everywhere). */
+ * workgroup: threads split K and reduce through workgroup memory (works everywhere);
+ * stream: 16-byte loads of W, 32 threads a column and 8 columns a workgroup, for GPUs' bandwidth (works everywhere;
+ * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
-/** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the other 4. */
-const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64 };
+/** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the workgroup one 4, the
+ * stream one STREAM_G columns of STREAM_T threads each. */
+const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64, stream: 256 };
 const CG = 4;
-/** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one). */
-const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4 };
+const STREAM_T = 32;
+const STREAM_G = 8;
+/** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one, MT × 2
+ * vectors in the stream one). */
+const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4, stream: 4 };
 const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
 const specs = new Map<string, KernelSpec>();
 
@@ -96,13 +103,22 @@ export function matvecSpec(
   let s = specs.get(key);
   if (!s) {
     const o = { W_KIND: W_KIND[wDtype], WG: WG[variant], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
+    const { WG: _, ...rest } = o;
     s =
       variant === "subgroup"
         ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, CG } }
-        : { name: "matvec_forward", code: forward + common, overrides: o };
+        : variant === "stream"
+          ? { name: "matvec_forward_stream", code: stream + common, overrides: { ...rest, T: STREAM_T, G: STREAM_G } }
+          : { name: "matvec_forward", code: forward + common, overrides: o };
     specs.set(key, s);
   }
   return s;
+}
+
+/** Whether the stream variant can run a problem: every row of W starts on 16 bytes (8 halves or 4 floats). */
+export function streamable(wDtype: WeightDtype, K: number, offsetsW: number[]): boolean {
+  const e = wDtype === "f32" ? 4 : 8;
+  return K % e === 0 && offsetsW.every((o) => o % e === 0);
 }
 
 /** The variants this device can run. */
@@ -135,7 +151,9 @@ export async function tuneMatvec(
         out[wDtype] = await tune(
           gpu,
           `matvec.${wDtype}@${N}x${K}`,
-          matvecVariants(gpu),
+          // The stream variant is for GPUs' memory: on a CPU device it ran 2-3x slower than workgroup (`npm run
+          // bench -- gpu --quick`), so tuning there does not spend time on it.
+          matvecVariants(gpu).filter((v) => v !== "stream" || !isCpuDevice(gpu)),
           (variant, rec) => matvec(gpu, rec, { x, w, y }, { M: 1, N, K }, { wDtype, variant }),
           opts,
         );
@@ -149,8 +167,15 @@ export async function tuneMatvec(
   return out;
 }
 
-/** Records y (=|+=) [norm](x)·Wᵀ (+ bias) (+ LoRA) [gated]. Checks every access against the buffers' sizes first. */
-export function matvec(gpu: Gpu, rec: Recorder, b: MatvecBuffers, dims: MatvecDims, o: MatvecOptions = {}): void {
+/** Records y (=|+=) [norm](x)·Wᵀ (+ bias) (+ LoRA) [gated]. Checks every access against the buffers' sizes first.
+ * Returns the variant that runs it. */
+export function matvec(
+  gpu: Gpu,
+  rec: Recorder,
+  b: MatvecBuffers,
+  dims: MatvecDims,
+  o: MatvecOptions = {},
+): MatvecVariant {
   const { x, w, y, bias, norm } = b;
   const { M, K } = dims;
   const { wDtype = "f32" } = o;
@@ -191,10 +216,19 @@ export function matvec(gpu: Gpu, rec: Recorder, b: MatvecBuffers, dims: MatvecDi
   }
   const reads = [x, w, bias, norm, lora?.t, lora?.params];
   if (reads.includes(y)) throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
-  const variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning);
+  let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning);
   if (!matvecVariants(gpu).includes(variant)) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
+  if (
+    variant === "stream" &&
+    !streamable(
+      wDtype,
+      K,
+      segs.map((s) => s.offsetW),
+    )
+  )
+    variant = "workgroup";
   // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines.
   const MT = Math.min(2 ** Math.ceil(Math.log2(M)), MAX_MT[variant]);
   const flags = (bias ? 1 : 0) | (o.accumulate ? 2 : 0);
@@ -216,11 +250,13 @@ export function matvec(gpu: Gpu, rec: Recorder, b: MatvecBuffers, dims: MatvecDi
       .u32(o.gated ? 0 : base);
     base += s.rows;
   }
-  // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the other.
-  const perGroup = (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
+  // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the subgroup
+  // one, STREAM_G in the stream one.
+  const perGroup = variant === "stream" ? STREAM_G : (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
   // Unused inputs are bound to x (never read; all are read-only storage).
   const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
   rec.dispatch(matvecSpec(variant, wDtype, MT, !!norm, o.gated), bindings, gpu.grid(Math.ceil(N / perGroup)), params);
+  return variant;
 }
 
 function check(

@@ -4,7 +4,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, type Tolerance } from "@webart/gpu/check";
-import { MATVEC_VARIANTS, matvec, matvecVariants, type MatvecDims, type MatvecOptions } from "./index.ts";
+import { MATVEC_VARIANTS, matvec, matvecVariants, streamable, type MatvecDims, type MatvecOptions } from "./index.ts";
 import { matvecFusedReference, matvecReference } from "./reference.ts";
 
 // The kernel sums K in WG interleaved partial sums and a tree, the reference left to right: for
@@ -22,7 +22,11 @@ const SIZES: [number, number, number][] = [
   [1, 17, 24],
   [8, 40, 96],
   [4, 9, 20],
+  [64, 9, 24],
+  [13, 11, 40],
 ];
+/** The variant each check ran (the stream variant hands problems whose rows are not on 16 bytes to workgroup). */
+const ran: string[] = [];
 
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
@@ -40,7 +44,7 @@ async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias =
   const bb = bias ? g.upload(biasVals) : undefined;
   const rec = g.recorder();
   const { M: _M, N: _N, K: _K, ...opts } = o;
-  matvec(g, rec, { x: bx, w: bw, y: by, bias: bb }, { M, N, K }, opts);
+  ran.push(matvec(g, rec, { x: bx, w: bw, y: by, bias: bb }, { M, N, K }, opts));
   const out = rec.read(by, yInit.byteLength);
   await rec.submit();
   const got = new Float32Array(await out);
@@ -93,6 +97,7 @@ it("gives the same results with Dawn's robustness on (as in browsers)", async ()
   const robust = await getDevice({ robustness: true });
   for (const variant of matvecVariants(robust)) {
     await check(robust, { M: 5, N: 33, K: 17, wDtype: "bf16", offsetW: 3, variant }, 120, true);
+    await check(robust, { M: 5, N: 33, K: 48, wDtype: "bf16", offsetW: 8, variant }, 121, true);
   }
   expect(robust.errors).toEqual([]);
 });
@@ -126,12 +131,14 @@ async function checkFused(
   const [bt, bp] = R ? [up(tVals), up(params)] : [undefined, undefined];
   const rec = g.recorder();
   const { M: _M, N: _N, K: _K, bias: _bias, ...rest } = o;
-  matvec(
-    g,
-    rec,
-    { x: bx, w: bw, y: by, bias: bb, norm: bn, loraT: bt, loraParams: bp },
-    { M, N: o.N, K },
-    { ...rest, eps: 1e-5, ldt },
+  ran.push(
+    matvec(
+      g,
+      rec,
+      { x: bx, w: bw, y: by, bias: bb, norm: bn, loraT: bt, loraParams: bp },
+      { M, N: o.N, K },
+      { ...rest, eps: 1e-5, ldt },
+    ),
   );
   const out = rec.read(by, yInit.byteLength);
   await rec.submit();
@@ -214,7 +221,21 @@ describe.each(MATVEC_VARIANTS)("fused matvec %s", (variant) => {
     const o = { M: 6, N: 70, K: 18, wDtype, variant, segments: segs, accumulate: true, ldy: 90, offsetY: 7 };
     await checkFused(gpu, o, 230, { R: 4 });
     await checkFused(gpu, { ...o, M: 1, offsetX: 3, ldx: 20 }, 231, { R: 4 });
+    const aligned = { ...o, K: 32, segments: segments([70], 32, [true], 4) };
+    await checkFused(gpu, aligned, 232, { R: 4 });
+    await checkFused(gpu, { ...aligned, M: 1, offsetX: 3, ldx: 40 }, 233, { R: 4 });
   });
+});
+
+it("the stream variant runs every problem whose rows of W start on 16 bytes, the workgroup variant the rest", () => {
+  // Tallied over the checks above (vitest runs a file's tests in order).
+  const mine = ran.filter((v) => v === "stream").length;
+  expect(mine).toBeGreaterThanOrEqual(40);
+  expect(ran.filter((v) => v === "workgroup").length).toBeGreaterThan(mine);
+  expect(streamable("bf16", 24, [0, 16, 200])).toBe(true);
+  expect(streamable("bf16", 20, [0])).toBe(false);
+  expect(streamable("f16", 24, [4])).toBe(false);
+  expect(streamable("f32", 20, [4, 8])).toBe(true);
 });
 
 it("refuses inconsistent fused options", () => {
