@@ -30,6 +30,7 @@ const SUITES: Record<string, () => Promise<Suite>> = {
   polling: async () => (await import("./polling.ts")).pollingSuite,
   memory: async () => (await import("./memory.ts")).memorySuite,
   serve: async () => (await import("./serve.ts")).serveSuite,
+  constrain: async () => (await import("./constrain.ts")).constrainSuite,
 };
 
 export function registerSuite(name: string, load: () => Promise<Suite>): void {

@@ -8,7 +8,14 @@ import { SPECIAL_TOKENS, tokenizerConfig, tokenizerJson, trainBpe } from "@webar
 import { describe, expect, it } from "vitest";
 import type { TokenConstraint } from "../generate/types.ts";
 import { Tokenizer } from "../tokenizer/index.ts";
-import { canonicalConstraint, CanonicalPairs, createJsonConstraintFactory, toolCallSchema, vocabFor } from "./index.ts";
+import {
+  canonicalConstraint,
+  CanonicalPairs,
+  createJsonConstraintFactory,
+  toolCallConstraint,
+  toolCallSchema,
+  vocabFor,
+} from "./index.ts";
 import { randomAllowed } from "./testing.ts";
 
 const require = createRequire(import.meta.url);
@@ -123,5 +130,35 @@ describe.each([
       }
     }
     expect(split).toBeGreaterThan(1);
+  });
+
+  it("remembering the look ahead by the constraint's state key changes no mask", () => {
+    const vocab = vocabFor(s.tok, s.V, []);
+    const json = createJsonConstraintFactory(s.tok, { eosIds: s.eos, vocabSize: s.V });
+    const keyed = toolCallConstraint(vocab, s.V, s.eos, json(toolCallSchema(TOOLS)));
+    // The same states without keys: nothing can be remembered by state.
+    const strip = (c: TokenConstraint): TokenConstraint => ({
+      allowed: () => c.allowed(),
+      accept: (id) => c.accept(id),
+      done: () => c.done(),
+      fork: () => strip(c.fork!()),
+    });
+    const a = canonicalConstraint(new CanonicalPairs(s.tok, vocab, s.V), keyed);
+    const b = canonicalConstraint(new CanonicalPairs(s.tok, vocab, s.V), () => strip(keyed()));
+    expect(keyed().key?.()).toMatch(/^t\d+:/);
+    const rng = new Rng(7);
+    let steps = 0;
+    for (let r = 0; r < 30; r++) {
+      const [ca, cb] = [a(), b()];
+      for (let step = 0; step < 200 && !ca.done(); step++, steps++) {
+        const [ma, mb] = [ca.allowed()!, cb.allowed()!];
+        expect(ma).toEqual(mb);
+        const id = randomAllowed(ma, rng);
+        ca.accept(id);
+        cb.accept(id);
+      }
+      expect(cb.done()).toBe(true);
+    }
+    expect(steps).toBeGreaterThan(300);
   });
 });

@@ -22,6 +22,11 @@ const fatal = new TextDecoder("utf-8", { fatal: true });
 export class CanonicalPairs {
   private single = new Map<number, string | null>();
   private pairs = new Map<number, boolean>();
+  /** Constraint states seen (TokenConstraint.key): a number each, and the ids they allow (once asked). */
+  private states = new Map<string, { n: number; ids?: Int32Array | null }>();
+  private stateCount = 0;
+  /** Look-ahead answers by state number, token and depth. */
+  private ahead = new Map<number, boolean>();
 
   /**
    * `maxCandidates`: a mask with more allowed tokens than this is left as it is (free text in a 150k vocabulary
@@ -84,18 +89,20 @@ export class CanonicalPairs {
    * maxCandidates tokens.
    */
   filter(c: TokenConstraint, prev: number, mask: Uint32Array): Uint32Array {
-    if (count(mask) > this.maxCandidates) return mask;
-    // A copy: the constraint may reuse its mask arrays while the look ahead asks it for more.
-    const m = mask.slice();
-    const out = new Uint32Array(m.length);
+    // The ids, not the mask: the constraint may reuse its mask arrays while the look ahead asks it for more.
+    const ids = setBits(mask, this.maxCandidates);
+    if (!ids) return mask;
+    const out = new Uint32Array(mask.length);
     let kept = 0;
-    forEachBit(m, (id) => {
-      if (prev >= 0 && !this.ok(prev, id)) return;
-      if (c.fork && !this.goesOn(c, id, this.depth)) return;
+    for (const id of ids) {
+      if (prev >= 0 && !this.ok(prev, id)) continue;
+      if (c.fork && !this.goesOn(c, id, this.depth)) continue;
       out[id >>> 5] |= 1 << (id & 31);
       kept++;
-    });
-    return kept ? out : m;
+    }
+    if (kept) return out;
+    for (const id of ids) out[id >>> 5] |= 1 << (id & 31);
+    return out;
   }
 
   /**
@@ -103,33 +110,70 @@ export class CanonicalPairs {
    * that pairs with `id` and goes on in turn.
    */
   private goesOn(c: TokenConstraint, id: number, depth: number): boolean {
+    const st = this.state(c);
+    const memo = st && (st.n * this.V + id) * 8 + depth;
+    const known = memo === undefined ? undefined : this.ahead.get(memo);
+    if (known !== undefined) return known;
+    const r = this.walk(c, id, depth);
+    if (memo !== undefined) {
+      if (this.ahead.size >= MAX_CACHED_PAIRS) this.ahead.clear();
+      this.ahead.set(memo, r);
+    }
+    return r;
+  }
+
+  /** What is remembered of `c`'s state, when it has a key. */
+  private state(c: TokenConstraint): { n: number; ids?: Int32Array | null } | undefined {
+    const key = c.key?.();
+    if (key === undefined) return undefined;
+    let st = this.states.get(key);
+    if (!st) {
+      if (this.states.size >= 1 << 16) this.states.clear(); // numbers are never reused: old answers just go unused
+      this.states.set(key, (st = { n: this.stateCount++ }));
+    }
+    return st;
+  }
+
+  private walk(c: TokenConstraint, id: number, depth: number): boolean {
     const f = c.fork!();
     f.accept(id);
     if (depth === 0 || f.done()) return true;
-    const next = f.allowed();
-    if (!next || count(next) > this.maxCandidates) return true;
-    let found = false;
-    forEachBit(next.slice(), (u) => !(found = this.ok(id, u) && this.goesOn(f, u, depth - 1)));
-    return found;
+    const ids = this.allowedIds(f);
+    if (!ids) return true;
+    for (const u of ids) if (this.ok(id, u) && this.goesOn(f, u, depth - 1)) return true;
+    return false;
+  }
+
+  /** The ids `c` allows now, null when it allows anything or more than maxCandidates; by its key when it has one. */
+  private allowedIds(c: TokenConstraint): Int32Array | null {
+    const st = this.state(c);
+    if (st?.ids !== undefined) return st.ids;
+    const m = c.allowed();
+    const ids = m && setBits(m, this.maxCandidates);
+    if (st) st.ids = ids;
+    return ids;
   }
 }
 
-function count(mask: Uint32Array): number {
-  let n = 0;
-  for (const w of mask) n += popcount(w);
-  return n;
-}
+const scratch = new Int32Array(4097);
 
-/** Calls `f` with each set bit's index in order until it returns false. */
-function forEachBit(mask: Uint32Array, f: (id: number) => boolean | void): void {
+/**
+ * The set bits' indices of a mask in order, or null when there are more than `limit` (<= 4096): one pass that
+ * stops at the limit, so a wide mask costs little and a narrow one is read once.
+ */
+function setBits(mask: Uint32Array, limit: number): Int32Array | null {
+  const buf = limit < scratch.length ? scratch : new Int32Array(limit + 1);
+  let n = 0;
   for (let i = 0; i < mask.length; i++) {
     let w = mask[i];
     while (w) {
       const bit = w & -w;
       w ^= bit;
-      if (f(i * 32 + (31 - Math.clz32(bit))) === false) return;
+      if (n === limit) return null;
+      buf[n++] = i * 32 + (31 - Math.clz32(bit));
     }
   }
+  return buf.slice(0, n);
 }
 
 /** Set bits of a 32-bit mask word. */

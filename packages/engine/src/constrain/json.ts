@@ -22,7 +22,11 @@ export interface JsonConstraintOptions extends Partial<JsonLimits> {
 }
 
 /** A compiled schema with the token tables: computes (and caches) the allowed-token mask of a state. */
+let grammars = 0;
+
 export class JsonGrammar {
+  /** Distinguishes this grammar's states from other grammars' in constraint keys. */
+  readonly id = ++grammars;
   private readonly masks = new Map<string, Uint32Array>();
   /** The mask allowing only the end-of-sequence tokens. */
   readonly eos: Uint32Array;
@@ -143,6 +147,10 @@ export class JsonConstraint implements TokenConstraint {
     c.threads = this.threads;
     c.ended = this.ended;
     return c;
+  }
+
+  key(): string {
+    return `j${this.g.id}:${this.ended ? "end" : this.threads.map((t) => t.key).join(";")}`;
   }
 
   /** True after a token the constraint did not allow (then nothing is allowed any more). */

@@ -21,6 +21,10 @@ class Literal {
   get done(): boolean {
     return this.rest.length === 0;
   }
+  /** Bytes left: with the fixed text, the state. */
+  get left(): number {
+    return this.rest.length;
+  }
   mask(): Uint32Array {
     return prefixMask(this.vocab, this.V, [this.rest], new Uint32Array(this.vocab.words));
   }
@@ -57,6 +61,8 @@ export function toolCallSchema(
   return pick.length === 1 ? one(pick[0]) : { anyOf: pick.map(one) };
 }
 
+let toolCalls = 0;
+
 /** literal prefix → JSON (from a JSON constraint factory) → literal suffix → end of turn. */
 export function toolCallConstraint(
   vocab: Vocab,
@@ -66,6 +72,7 @@ export function toolCallConstraint(
 ): () => TokenConstraint {
   const eos = new Uint32Array(vocab.words);
   for (const id of eosIds) if (id < V) eos[id >>> 5] |= 1 << (id & 31);
+  const id = ++toolCalls;
   const state = (prefix: Literal, body: TokenConstraint, suffix: Literal, failed: boolean): TokenConstraint => {
     const bodyDone = () => body.done();
     return {
@@ -85,6 +92,7 @@ export function toolCallConstraint(
         return !failed && prefix.done && bodyDone() && suffix.done;
       },
       ...(body.fork ? { fork: () => state(prefix.fork(), body.fork!(), suffix.fork(), failed) } : {}),
+      ...(body.key ? { key: () => `t${id}:${failed ? "x" : `${prefix.left},${suffix.left},${body.key!()}`}` } : {}),
     };
   };
   return () => state(new Literal(vocab, V, "<tool_call>\n"), json(), new Literal(vocab, V, "\n</tool_call>"), false);

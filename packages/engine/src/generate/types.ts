@@ -10,6 +10,11 @@ export interface TokenConstraint {
   done(): boolean;
   /** An independent copy of the state, when the constraint can make one (the canonical filter looks ahead). */
   fork?(): TokenConstraint;
+  /**
+   * Names the state, when the constraint can: two states with the same key allow the same tokens now and after
+   * any tokens (the canonical filter remembers its look ahead by it). Unique across constraints of a process.
+   */
+  key?(): string;
 }
 
 export interface SamplingParams {
