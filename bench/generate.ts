@@ -348,6 +348,31 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     model.dispose();
     gpu.pool.trim();
   }
+  {
+    // The host's share of a decode step: Qwen2.5-0.5B's 24 layers and structure (q/k/v bias, tied head) at narrow
+    // widths, so the device's work is small and the step's dispatches are as many as the real model's.
+    const c = parseConfig({
+      ...configJson("qwen2.5-0.5b"),
+      hidden_size: 128,
+      intermediate_size: 256,
+      num_attention_heads: 2,
+      num_key_value_heads: 1,
+      vocab_size: 1024,
+    });
+    const w = await uploadWeights(gpu, c, randomTensors(c, false));
+    const model = new Model(gpu, c, w);
+    for (const B of [1, 8]) {
+      const r = await decodeRun(gpu, model, B, 8, ctx.quick ? 20 : 100);
+      out.push({
+        id: `generate.encode.qwen05b_layers.b${B}`,
+        value: r.encodeMs,
+        unit: "ms",
+        note: `host time to encode a decode step of ${r.dispatches} dispatches (${((1000 * r.encodeMs) / r.dispatches).toFixed(1)} us a dispatch); the step took ${r.stepMs.toFixed(2)} ms`,
+      });
+    }
+    model.dispose();
+    gpu.pool.trim();
+  }
   if (!ctx.quick) {
     // Qwen2.5-0.5B shape, random bf16 weights: load, decode, and the memory the engine accounts for.
     const c = QWEN25_05B;
