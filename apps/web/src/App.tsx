@@ -1,6 +1,7 @@
 // The app: model and settings on the left, the current run's charts, games and a play board on the right.
 // All engine work happens in the worker; this component keeps the page's state and reacts to its events.
 import { useCallback, useEffect, useMemo, useRef, useState } from "react";
+import { flushSync } from "react-dom";
 import type {
   DeviceInfo,
   EngineEvent,
@@ -86,6 +87,7 @@ export function App() {
   const [modelError, setModelError] = useState<string | null>(null);
   const [checking, setChecking] = useState(false);
   const [progress, setProgress] = useState<LoadProgress | null>(null);
+  const lastStage = useRef("");
   const [draft, setDraft] = useState<SettingsDraft>(defaultDraft);
   const { settings, errors } = useMemo(() => validate(draft), [draft]);
   const [runs, setRuns] = useState<RunSummary[]>([]);
@@ -120,12 +122,21 @@ export function App() {
   useEffect(
     () =>
       onEngineEvent((e: EngineEvent) => {
-        if (e.type === "load")
-          setProgress({ stage: e.stage, file: e.file, bytesDone: e.bytesDone, bytesTotal: e.bytesTotal });
-        else if (e.type === "notice") setNotices((n) => addNotice(n, e.message));
+        if (e.type === "load") {
+          const p = { stage: e.stage, file: e.file, bytesDone: e.bytesDone, bytesTotal: e.bytesTotal };
+          // The first event of each stage and file is drawn at once: a fast stage (a small model's weights) would
+          // otherwise be batched with the next state and never show.
+          const shown = lastStage.current;
+          lastStage.current = `${e.stage}|${e.file}`;
+          if (shown !== lastStage.current) flushSync(() => setProgress(p));
+          else setProgress(p);
+        } else if (e.type === "notice") setNotices((n) => addNotice(n, e.message));
         else if (e.run !== current.current) return;
         else if (e.type === "phase") {
-          if (e.phase !== "loading") setProgress(null);
+          if (e.phase !== "loading") {
+            lastStage.current = "";
+            setProgress(null);
+          }
           setStatus((s) => ({ ...s, phase: e.phase, done: e.done, total: e.total }));
         } else if (e.type === "step") {
           setRows((r) => [...r.filter((x) => x.step !== e.row.step), e.row]);
@@ -133,6 +144,7 @@ export function App() {
           setVersion((v) => v + 1);
           void refreshRuns();
         } else if (e.type === "state") {
+          lastStage.current = "";
           setProgress(null);
           setStatus((s) => ({
             ...s,
@@ -331,6 +343,7 @@ export function App() {
     } catch (e) {
       setModelError((e as Error).message);
     } finally {
+      lastStage.current = "";
       setProgress(null);
     }
   };
