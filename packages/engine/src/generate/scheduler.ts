@@ -13,8 +13,11 @@ export interface SampleSpec {
   seed: number;
   step: number;
   stream: number;
-  /** Allowed-token bitmask (ceil(V/32) words) or null. */
-  mask: Uint32Array | null;
+  /**
+   * Allowed-token bitmask (ceil(V/32) words) or null; or a function that gives it, which the model calls once the
+   * step's forward is on the device, so the host works out the masks while the device runs it.
+   */
+  mask: Uint32Array | null | (() => Uint32Array | null);
   /** Alternatives to report (top logprobs), 0 for none. */
   top: number;
 }
@@ -317,7 +320,8 @@ export class Scheduler implements Generator {
         if (prefill) budget -= take;
         else {
           const sp = p.req.sampling;
-          s.mask = s.constraint?.allowed() ?? null;
+          s.mask = null;
+          const c = s.constraint;
           samples.push({
             row: ids.length - 1,
             temperature: sp.temperature,
@@ -326,7 +330,7 @@ export class Scheduler implements Generator {
             seed: sp.seed >>> 0,
             step: s.out.length,
             stream: p.first + s.sample,
-            mask: s.mask,
+            mask: c ? () => (s.mask = c.allowed() ?? null) : null,
             top: p.req.topLogprobs,
           });
           sampled.push(s);

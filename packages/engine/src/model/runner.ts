@@ -44,9 +44,10 @@ export class ModelRunner implements StepModel {
     const ids = gpu.upload(tokens.ids);
     const e = this.encode(rec, ids, tokens, samples);
     gpu.release(ids);
-    this.lastDispatches = rec.dispatches;
+    this.lastDispatches = rec.dispatches + (e?.rec && e.rec !== rec ? e.rec.dispatches : 0);
     this.lastEncodeMs = performance.now() - t0;
-    await rec.submit();
+    await (e?.rec ?? rec).submit();
+    if (e?.forward) await e.forward;
     if (!e) return { ids: new Uint32Array(0), logprobs: new Float32Array(0) };
     const [idsBuf, lpBuf] = await Promise.all([e.ids, e.logprobs]);
     const res: StepResult = { ids: new Uint32Array(idsBuf), logprobs: new Float32Array(lpBuf) };
@@ -114,7 +115,9 @@ export class ModelRunner implements StepModel {
   /**
    * Records one step's forward over `ids` (N tokens at their slots and positions), the logits of the sampled rows
    * and the sampling, with reads of the sampled ids and logprobs (and the logits when top logprobs are asked for).
-   * With `keepIds`, the sampled ids' buffer is returned unreleased (the next step's input).
+   * With `keepIds`, the sampled ids' buffer is returned unreleased (the next step's input). When a sample's mask
+   * is a function, `rec` is submitted after the logits (`forward`: that submit) and the masks are asked for while
+   * the device runs it; the sampling is recorded in a new recorder, returned as `rec`, for the caller to submit.
    */
   private encode(
     rec: Recorder,
@@ -123,7 +126,14 @@ export class ModelRunner implements StepModel {
     samples: SampleSpec[],
     keepIds = false,
   ):
-    | { ids: Promise<ArrayBuffer>; logprobs: Promise<ArrayBuffer>; logits?: Promise<ArrayBuffer>; idsBuf?: GPUBuffer }
+    | {
+        ids: Promise<ArrayBuffer>;
+        logprobs: Promise<ArrayBuffer>;
+        logits?: Promise<ArrayBuffer>;
+        idsBuf?: GPUBuffer;
+        rec: Recorder;
+        forward?: Promise<void>;
+      }
     | undefined {
     const gpu: Gpu = this.model.gpu;
     const N = tokens.slots.length;
@@ -151,6 +161,19 @@ export class ModelRunner implements StepModel {
       const logits = gpu.buffer(S * V * 4, "activations", "logits");
       temp.push(logits);
       this.model.logits(rec, x, N, rows, S, logits);
+      let forward: Promise<void> | undefined;
+      if (samples.some((s) => typeof s.mask === "function")) {
+        forward = rec.submit(); // the device runs the forward while the host works out the masks
+        forward.catch(() => {}); // awaited by the caller; a failure is reported there
+        rec = gpu.recorder();
+      }
+      let masks: (Uint32Array | null)[];
+      try {
+        masks = samples.map((s) => (typeof s.mask === "function" ? s.mask() : s.mask));
+      } catch (err) {
+        if (forward) rec.abandon(); // the sampling's recorder: nothing was recorded in it
+        throw err;
+      }
       const params = gpu.upload(
         packSampleRows(
           samples.map((s) => ({
@@ -165,10 +188,10 @@ export class ModelRunner implements StepModel {
       );
       temp.push(params);
       let mask: GPUBuffer | undefined;
-      if (samples.some((s) => s.mask)) {
+      if (masks.some((m) => m)) {
         const words = sampleMaskWords(V);
         const m = new Uint32Array(S * words).fill(0xffffffff);
-        samples.forEach((s, i) => s.mask && m.set(s.mask.subarray(0, words), i * words));
+        masks.forEach((mask, i) => mask && m.set(mask.subarray(0, words), i * words));
         mask = gpu.upload(m);
         temp.push(mask);
       }
@@ -188,6 +211,8 @@ export class ModelRunner implements StepModel {
         logprobs: rec.read(outLp, S * 4),
         logits: samples.some((s) => s.top > 0) ? rec.read(logits, S * V * 4) : undefined,
         idsBuf: keepIds ? outIds : undefined,
+        rec,
+        forward,
       };
     } finally {
       gpu.release(...temp);

@@ -2,7 +2,9 @@
 import { join } from "node:path";
 import OpenAI from "openai";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { Rng } from "@webart/gpu";
 import { Engine } from "../engine.ts";
+import { ModelRunner } from "../model/runner.ts";
 import { decodeAllowed } from "../art/allowed.ts";
 import type { SampledChoice } from "../art/trajectories.ts";
 import {
@@ -499,6 +501,48 @@ it("free text decodes 8 steps in a row with the tokens and logprobs of one step 
   } finally {
     await Promise.all([ahead.close(), single.close()]);
   }
+});
+
+it("masks given as functions are worked out while the device runs the forward, and sample as given masks do", async () => {
+  const V = engine.config.vocabSize;
+  const words = Math.ceil(V / 32);
+  const rng = new Rng(9);
+  const tokens = {
+    ids: Uint32Array.from({ length: 12 }, () => rng.int(V)),
+    slots: Uint32Array.from({ length: 12 }, (_, i) => (i < 6 ? 0 : 1)),
+    pos: Uint32Array.from({ length: 12 }, (_, i) => i % 6),
+  };
+  const masks = [0, 1].map(() => Uint32Array.from({ length: words }, () => rng.int(0x100000000)));
+  const spec = (row: number, b: number) => ({
+    row,
+    temperature: 1,
+    topK: 0,
+    topP: 1,
+    seed: 3,
+    step: 0,
+    stream: b,
+    top: 0,
+  });
+  const run = async (lazy: boolean) => {
+    const runner = new ModelRunner(engine.model, 2, 16);
+    let asked = 0;
+    try {
+      return await runner.step(
+        tokens,
+        [5, 11].map((row, b) => ({
+          ...spec(row, b),
+          mask: lazy ? () => (asked++, masks[b]) : masks[b],
+        })),
+      );
+    } finally {
+      runner.kv.dispose();
+      if (lazy) expect(asked).toBe(2);
+    }
+  };
+  const [eager, lazy] = [await run(false), await run(true)];
+  expect(lazy.ids).toEqual(eager.ids);
+  expect(lazy.logprobs).toEqual(eager.logprobs);
+  for (const [b, id] of lazy.ids.entries()) expect((masks[b][id >>> 5] >>> (id & 31)) & 1).toBe(1);
 });
 
 describe("Engine.close", () => {
