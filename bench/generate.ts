@@ -23,7 +23,7 @@ import {
 } from "@webart/engine";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
-import { configJson } from "./models.ts";
+import { configJson, narrowConfig } from "./models.ts";
 
 const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
   parseConfig({
@@ -46,7 +46,7 @@ const llama = (C: number, L: number, H: number, KV: number, F: number, V: number
 const QWEN25_05B = parseConfig(configJson("qwen2.5-0.5b"));
 
 /** Random weights streamed straight to the loader (no file): f32, or bf16 bytes. */
-async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGenerator<Tensor> {
+export async function* randomTensors(c: ModelConfig, bf16: boolean, seed = 1): AsyncGenerator<Tensor> {
   const rng = new Rng(seed);
   for (const [name, shape] of tensorShapes(c)) {
     const n = shape.reduce((a, b) => a * b, 1);
@@ -351,14 +351,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
   {
     // The host's share of a decode step: Qwen2.5-0.5B's 24 layers and structure (q/k/v bias, tied head) at narrow
     // widths, so the device's work is small and the step's dispatches are as many as the real model's.
-    const c = parseConfig({
-      ...configJson("qwen2.5-0.5b"),
-      hidden_size: 128,
-      intermediate_size: 256,
-      num_attention_heads: 2,
-      num_key_value_heads: 1,
-      vocab_size: 1024,
-    });
+    const c = parseConfig(narrowConfig("qwen2.5-0.5b", 1024));
     const w = await uploadWeights(gpu, c, randomTensors(c, false));
     const model = new Model(gpu, c, w);
     for (const B of [1, 8]) {

@@ -86,6 +86,19 @@ export const REAL: Record<string, Record<string, unknown>> = {
 };
 
 /** The config.json of a REAL model, with `layers` layers instead of its own where given. */
+/** A real shape's depth and structure at narrow widths (hidden 128, 2 heads), with vocabulary `vocab`: as many
+ *  dispatches a step as the real model, little work in each. */
+export function narrowConfig(name: string, vocab: number): Record<string, unknown> {
+  return {
+    ...configJson(name),
+    hidden_size: 128,
+    intermediate_size: 256,
+    num_attention_heads: 2,
+    num_key_value_heads: 1,
+    vocab_size: vocab,
+  };
+}
+
 export function configJson(name: string, layers?: number): Record<string, unknown> {
   const j = {
     hidden_act: "silu",

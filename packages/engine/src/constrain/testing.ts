@@ -3,6 +3,7 @@
 import type { Rng } from "@webart/gpu";
 import type { JsonConstraint } from "./json.ts";
 import { popcount } from "./canonical.ts";
+import type { ToolSpecLike } from "./tool.ts";
 
 type Json = Record<string, unknown>;
 const isObj = (v: unknown): v is Json => typeof v === "object" && v !== null && !Array.isArray(v);
@@ -286,3 +287,38 @@ export const SCHEMAS: Record<string, Json> = {
   text: { type: "string", maxLength: 8 },
   any: {},
 };
+
+/**
+ * Tools shaped as the email env's guided calls over one email body: search_inbox's keywords an enum of its words,
+ * return_final_answer's answer an enum of its runs of up to `maxWords` words (or "not found").
+ */
+export function guidedEmailTools(body: string, maxWords: number): ToolSpecLike[] {
+  const words = body.split(/[^A-Za-z0-9$]+/).filter(Boolean);
+  const phrases = new Set<string>();
+  for (let i = 0; i < words.length; i++)
+    for (let n = 1; n <= maxWords && i + n <= words.length; n++) phrases.add(words.slice(i, i + n).join(" "));
+  return [
+    {
+      function: {
+        name: "search_inbox",
+        parameters: {
+          type: "object",
+          properties: { keywords: { type: "array", items: { enum: words }, minItems: 1, maxItems: 3 } },
+          required: ["keywords"],
+          additionalProperties: false,
+        },
+      },
+    },
+    {
+      function: {
+        name: "return_final_answer",
+        parameters: {
+          type: "object",
+          properties: { answer: { enum: ["not found", ...phrases] }, message_id: { enum: ["m9254", "m17", "none"] } },
+          required: ["answer", "message_id"],
+          additionalProperties: false,
+        },
+      },
+    },
+  ];
+}
