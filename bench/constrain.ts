@@ -125,6 +125,7 @@ async function overlapRun(
   const B = 8;
   const ctxLen = 8 + (2 * rounds + 1) * OVERLAP_STEPS + 4;
   const runner = new ModelRunner(model, B, ctxLen);
+  runner.overlapMasks = true; // measured here on every device (the engine keeps it off on CPU devices)
   const rng = new Rng(4);
   const cons = Array.from({ length: B }, () => make());
   let last = new Uint32Array(B).fill(872);

@@ -1,6 +1,6 @@
 // The scheduler's view of the model: one batched forward over mixed prefill/decode tokens against the
 // KV cache, logits for the sampled rows only, sampling on the GPU, one readback of ids and logprobs.
-import type { Gpu, Recorder } from "@webart/gpu";
+import { isCpuDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { packSampleRows, sample, sampleMaskWords } from "@webart/shaders";
 import type { SampleSpec, StepModel } from "../generate/scheduler.ts";
 import { KvCache } from "./kv.ts";
@@ -19,6 +19,11 @@ export class ModelRunner implements StepModel {
   lastDispatches = 0;
   /** Host time of the last step() until its submit (encoding its forward, logits and sampling), in ms. */
   lastEncodeMs = 0;
+  /**
+   * Whether a step whose masks are functions submits its forward before asking for them (default: on a GPU; on a
+   * CPU device the device's work runs on the host's own cores, so nothing would overlap).
+   */
+  overlapMasks: boolean;
 
   constructor(
     readonly model: Model,
@@ -27,6 +32,7 @@ export class ModelRunner implements StepModel {
   ) {
     this.kv = new KvCache(model.gpu, model.config, slots, maxContext);
     this.vocabSize = model.config.vocabSize;
+    this.overlapMasks = !isCpuDevice(model.gpu);
   }
 
   copySlot(src: number, dst: number, len: number): void {
@@ -116,7 +122,7 @@ export class ModelRunner implements StepModel {
    * Records one step's forward over `ids` (N tokens at their slots and positions), the logits of the sampled rows
    * and the sampling, with reads of the sampled ids and logprobs (and the logits when top logprobs are asked for).
    * With `keepIds`, the sampled ids' buffer is returned unreleased (the next step's input). When a sample's mask
-   * is a function, `rec` is submitted after the logits (`forward`: that submit) and the masks are asked for while
+   * is a function (and overlapMasks), `rec` is submitted after the logits (`forward`: that submit) and the masks are asked for while
    * the device runs it; the sampling is recorded in a new recorder, returned as `rec`, for the caller to submit.
    */
   private encode(
@@ -162,7 +168,7 @@ export class ModelRunner implements StepModel {
       temp.push(logits);
       this.model.logits(rec, x, N, rows, S, logits);
       let forward: Promise<void> | undefined;
-      if (samples.some((s) => typeof s.mask === "function")) {
+      if (this.overlapMasks && samples.some((s) => typeof s.mask === "function")) {
         forward = rec.submit(); // the device runs the forward while the host works out the masks
         forward.catch(() => {}); // awaited by the caller; a failure is reported there
         rec = gpu.recorder();
