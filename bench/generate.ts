@@ -326,7 +326,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const D = ctx.quick ? 3 : 8;
     let base = 0;
     for (const B of [1, 8, 32]) {
-      const r = await decodeRun(gpu, model, B, P, D, D, ctx.quick ? 1 : 2);
+      const r = await decodeRun(gpu, model, B, P, D, D, ctx.quick ? 1 : id === "1m" ? 8 : 3);
       if (B === 1) base = r.decode;
       out.push({ id: `generate.${id}.prefill.b${B}`, value: r.prefill, unit: "tok/s", note: `${P}-token prompts` });
       out.push({
