@@ -87,7 +87,12 @@ export function App() {
   const [modelError, setModelError] = useState<string | null>(null);
   const [checking, setChecking] = useState(false);
   const [progress, setProgress] = useState<LoadProgress | null>(null);
+  /** The stage and file of the progress shown, "" when none: see the load event below. */
   const lastStage = useRef("");
+  const clearProgress = useCallback(() => {
+    lastStage.current = "";
+    setProgress(null);
+  }, []);
   const [draft, setDraft] = useState<SettingsDraft>(defaultDraft);
   const { settings, errors } = useMemo(() => validate(draft), [draft]);
   const [runs, setRuns] = useState<RunSummary[]>([]);
@@ -133,10 +138,7 @@ export function App() {
         } else if (e.type === "notice") setNotices((n) => addNotice(n, e.message));
         else if (e.run !== current.current) return;
         else if (e.type === "phase") {
-          if (e.phase !== "loading") {
-            lastStage.current = "";
-            setProgress(null);
-          }
+          if (e.phase !== "loading") clearProgress();
           setStatus((s) => ({ ...s, phase: e.phase, done: e.done, total: e.total }));
         } else if (e.type === "step") {
           setRows((r) => [...r.filter((x) => x.step !== e.row.step), e.row]);
@@ -144,8 +146,7 @@ export function App() {
           setVersion((v) => v + 1);
           void refreshRuns();
         } else if (e.type === "state") {
-          lastStage.current = "";
-          setProgress(null);
+          clearProgress();
           setStatus((s) => ({
             ...s,
             state: e.state,
@@ -158,7 +159,7 @@ export function App() {
           if (e.state !== "running") void refreshRuns();
         }
       }),
-    [refreshRuns],
+    [refreshRuns, clearProgress],
   );
 
   // The memory plan follows the model and the settings that change it (rank, concurrent games, budget).
@@ -343,8 +344,7 @@ export function App() {
     } catch (e) {
       setModelError((e as Error).message);
     } finally {
-      lastStage.current = "";
-      setProgress(null);
+      clearProgress();
     }
   };
 

@@ -158,8 +158,8 @@ export class CanonicalPairs {
 const scratch = new Int32Array(4097);
 
 /**
- * The set bits' indices of a mask in order, or null when there are more than `limit` (<= 4096): one pass that
- * stops at the limit, so a wide mask costs little and a narrow one is read once.
+ * The set bits' indices of a mask in order, or null when there are more than `limit`: one pass that stops at the
+ * limit, so a wide mask costs little and a narrow one is read once.
  */
 function setBits(mask: Uint32Array, limit: number): Int32Array | null {
   const buf = limit < scratch.length ? scratch : new Int32Array(limit + 1);
@@ -174,13 +174,6 @@ function setBits(mask: Uint32Array, limit: number): Int32Array | null {
     }
   }
   return buf.slice(0, n);
-}
-
-/** Set bits of a 32-bit mask word. */
-export function popcount(x: number): number {
-  x -= (x >>> 1) & 0x55555555;
-  x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
-  return (((x + (x >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
 }
 
 /** The same constraint, sampling only token pairs the tokenizer writes (see the file's comment). */

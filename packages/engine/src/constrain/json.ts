@@ -21,9 +21,9 @@ export interface JsonConstraintOptions extends Partial<JsonLimits> {
   maskCacheSize?: number;
 }
 
-/** A compiled schema with the token tables: computes (and caches) the allowed-token mask of a state. */
 let grammars = 0;
 
+/** A compiled schema with the token tables: computes (and caches) the allowed-token mask of a state. */
 export class JsonGrammar {
   /** Distinguishes this grammar's states from other grammars' in constraint keys. */
   readonly id = ++grammars;

@@ -2,7 +2,6 @@
 // the compiler, as the independent check), random JSON values that fit a schema, and a random-policy driver.
 import type { Rng } from "@webart/gpu";
 import type { JsonConstraint } from "./json.ts";
-import { popcount } from "./canonical.ts";
 import type { ToolSpecLike } from "./tool.ts";
 
 type Json = Record<string, unknown>;
@@ -321,4 +320,11 @@ export function guidedEmailTools(body: string, maxWords: number): ToolSpecLike[]
       },
     },
   ];
+}
+
+/** Set bits of a 32-bit mask word. */
+export function popcount(x: number): number {
+  x -= (x >>> 1) & 0x55555555;
+  x = (x & 0x33333333) + ((x >>> 2) & 0x33333333);
+  return (((x + (x >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
 }

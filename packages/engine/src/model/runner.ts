@@ -122,8 +122,9 @@ export class ModelRunner implements StepModel {
    * Records one step's forward over `ids` (N tokens at their slots and positions), the logits of the sampled rows
    * and the sampling, with reads of the sampled ids and logprobs (and the logits when top logprobs are asked for).
    * With `keepIds`, the sampled ids' buffer is returned unreleased (the next step's input). When a sample's mask
-   * is a function (and overlapMasks), `rec` is submitted after the logits (`forward`: that submit) and the masks are asked for while
-   * the device runs it; the sampling is recorded in a new recorder, returned as `rec`, for the caller to submit.
+   * is a function and overlapMasks is on, `rec` is submitted after the logits (`forward`: that submit) and the masks
+   * are asked for while the device runs it; the sampling is recorded in a new recorder, returned as `rec`, for the
+   * caller to submit.
    */
   private encode(
     rec: Recorder,

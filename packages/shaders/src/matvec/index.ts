@@ -80,9 +80,9 @@ export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream"] as const;
  * stream: 16-byte loads of W, 32 threads a column and 8 columns a workgroup, for GPUs' bandwidth (works everywhere;
  * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
-/** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the workgroup one 4, the
- * stream one STREAM_G columns of STREAM_T threads each. */
-const WG: Record<MatvecVariant, number> = { subgroup: 16, workgroup: 64, stream: 256 };
+/** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the workgroup one 4 (the
+ * stream one: STREAM_G columns of STREAM_T threads each). */
+const WG: Record<Exclude<MatvecVariant, "stream">, number> = { subgroup: 16, workgroup: 64 };
 const CG = 4;
 const STREAM_T = 32;
 const STREAM_G = 8;
@@ -102,14 +102,13 @@ export function matvecSpec(
   const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}`;
   let s = specs.get(key);
   if (!s) {
-    const o = { W_KIND: W_KIND[wDtype], WG: WG[variant], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
-    const { WG: _, ...rest } = o;
+    const o = { W_KIND: W_KIND[wDtype], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
     s =
-      variant === "subgroup"
-        ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, CG } }
-        : variant === "stream"
-          ? { name: "matvec_forward_stream", code: stream + common, overrides: { ...rest, T: STREAM_T, G: STREAM_G } }
-          : { name: "matvec_forward", code: forward + common, overrides: o };
+      variant === "stream"
+        ? { name: "matvec_forward_stream", code: stream + common, overrides: { ...o, T: STREAM_T, G: STREAM_G } }
+        : variant === "subgroup"
+          ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, WG: WG.subgroup, CG } }
+          : { name: "matvec_forward", code: forward + common, overrides: { ...o, WG: WG.workgroup } };
     specs.set(key, s);
   }
   return s;
