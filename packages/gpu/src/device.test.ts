@@ -140,6 +140,51 @@ describe("device layer on Dawn", () => {
     gpu.release(before, after);
   });
 
+  it("packs uniform fields in order, padded with zeros to 16 bytes", () => {
+    const p = new Params().u32(7, 0xffffffff).i32(-3).f32(1.5).u32(9);
+    const b = p.bytes();
+    expect(b.byteLength).toBe(32);
+    expect(p.byteLength).toBe(32);
+    const u = new Uint32Array(b.buffer, b.byteOffset, 8);
+    expect([...u.subarray(0, 2)]).toEqual([7, 0xffffffff]);
+    expect(new Int32Array(b.buffer, b.byteOffset, 8)[2]).toBe(-3);
+    expect(new Float32Array(b.buffer, b.byteOffset, 8)[3]).toBe(1.5);
+    expect([...u.subarray(4)]).toEqual([9, 0, 0, 0]);
+    expect(new Params().bytes().byteLength).toBe(16);
+    // Written into a used chunk: the padding is zeroed, the words around are kept.
+    const chunk = new Uint32Array(16).fill(0xdead);
+    p.write(chunk, new Int32Array(chunk.buffer), new Float32Array(chunk.buffer), 4);
+    expect([...chunk.subarray(0, 4)]).toEqual([0xdead, 0xdead, 0xdead, 0xdead]);
+    expect([...chunk.subarray(8, 12)]).toEqual([9, 0, 0, 0]);
+    expect(chunk[12]).toBe(0xdead);
+    expect(() => new Params().u32(-1)).toThrow(/not a u32/);
+  });
+
+  it("makes a bind group once per pipeline, buffers and ranges, and reuses it", async () => {
+    const n = 64;
+    const [bx, by, bz] = [gpu.upload(new Float32Array(n).fill(1)), gpu.buffer(n * 4), gpu.buffer(2 * n * 4)];
+    const hits = () => gpu.bindGroupHits;
+    const step = async (y: GPUBuffer | { buffer: GPUBuffer; offset: number; size: number }) => {
+      const rec = gpu.recorder();
+      rec.dispatch(scale, [bx, y], 1, new Params().u32(n).f32(1));
+      await rec.submit();
+    };
+    await step(by);
+    const h0 = hits();
+    await step(by); // same buffers, same uniform range of a fresh chunk from the pool: a hit
+    expect(hits()).toBe(h0 + 1);
+    await step(bz); // another buffer: a new group
+    await step({ buffer: bz, offset: n * 4, size: n * 4 }); // another range of it: a new group
+    expect(hits()).toBe(h0 + 1);
+    await step({ buffer: bz, offset: n * 4, size: n * 4 });
+    expect(hits()).toBe(h0 + 2);
+    // The group found is the one for those bindings: y and the upper half of z both got x added.
+    expect([...(await gpu.readF32(by, 2))]).toEqual([2, 2]);
+    expect([...(await gpu.readF32(bz, 1, n * 4))]).toEqual([2]);
+    expect([...(await gpu.readF32(bz, 1))]).toEqual([1]);
+    gpu.release(bx, by, bz);
+  });
+
   it("records many dispatches and submits them once", async () => {
     const n = 256;
     const bx = gpu.upload(new Float32Array(n).fill(1));

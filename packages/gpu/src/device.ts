@@ -147,7 +147,10 @@ export class Gpu {
   pipelineCacheMisses = 0;
   /** Bind groups by pipeline and resources: a decode step binds the same pooled buffers as the last one, and
    *  creating a bind group costs more host time than the rest of a dispatch. Cleared when the pool destroys. */
-  private bindGroups = new Map<string, GPUBindGroup>();
+  /** Bind groups by a hash of their key (bindGroupKey), each bucket checked against the whole key. */
+  private bindGroups = new Map<number, { key: number[]; bg: GPUBindGroup }[]>();
+  private bindGroupCount = 0;
+  private scratchKey: number[] = [];
   private objectIds = new WeakMap<object, number>();
   private nextObjectId = 1;
   bindGroupHits = 0;
@@ -163,14 +166,17 @@ export class Gpu {
     opts: DeviceOptions,
   ) {
     this.features = new Set(device.features as unknown as Iterable<string>);
-    this.limits = device.limits;
+    // A plain copy: the device's limits are native getters, ~0.2 us a read on the hot path (grid, uniforms).
+    const limits: Record<string, unknown> = {};
+    for (const k in device.limits) limits[k] = device.limits[k as keyof GPUSupportedLimits];
+    this.limits = Object.freeze(limits) as unknown as GPUSupportedLimits;
     this.maxStorageBinding = Math.min(
       device.limits.maxStorageBufferBindingSize,
       opts.limitOverrides?.maxStorageBufferBindingSize ?? Infinity,
     );
     this.maxBufferSize = Math.min(device.limits.maxBufferSize, opts.limitOverrides?.maxBufferSize ?? Infinity);
     this.pool = new BufferPool(device, this.maxBufferSize);
-    this.pool.onTrim = () => this.bindGroups.clear();
+    this.pool.onTrim = () => this.clearBindGroups();
     this.profiling = !!opts.profile && this.features.has("timestamp-query");
     this.lost = device.lost.then((info) => {
       const err = new DeviceLostError(info.reason ?? "unknown", info.message || "(no message)");
@@ -362,21 +368,52 @@ export class Gpu {
     return id;
   }
 
-  /** @internal A bind group of `pipeline` over these buffer bindings, made once and reused. */
-  _bindGroup(pipeline: GPUComputePipeline, label: string, entries: GPUBindGroupEntry[]): GPUBindGroup {
-    let key = `${this.objectId(pipeline)}`;
-    for (const e of entries) {
-      const r = e.resource as GPUBufferBinding;
-      key += `|${this.objectId(r.buffer)}:${r.offset ?? 0}:${r.size ?? -1}`;
+  private clearBindGroups(): void {
+    this.bindGroups.clear();
+    this.bindGroupCount = 0;
+  }
+
+  /**
+   * @internal A bind group of `pipeline` over the uniform range (binding 0, when given) and these buffer bindings
+   * (in order after it), made once and reused. Found by a key of numbers (object ids, offsets, sizes): a decode
+   * step looks up ~150, and building a string key for each took a sizeable share of the host's encode time.
+   */
+  _bindGroup(
+    pipeline: GPUComputePipeline,
+    label: string,
+    uniform: { buffer: GPUBuffer; offset: number; size: number } | undefined,
+    bindings: Binding[],
+  ): GPUBindGroup {
+    const key = this.scratchKey;
+    key.length = 0;
+    key.push(this.objectId(pipeline));
+    if (uniform) key.push(this.objectId(uniform.buffer), uniform.offset, uniform.size);
+    else key.push(0);
+    for (const x of bindings) {
+      if ("buffer" in x) key.push(this.objectId(x.buffer), x.offset ?? 0, x.size ?? -1);
+      else key.push(this.objectId(x), 0, -1);
     }
-    let bg = this.bindGroups.get(key);
-    if (bg) {
-      this.bindGroupHits++;
-      return bg;
+    let h = 0x811c9dc5;
+    for (let i = 0; i < key.length; i++) h = Math.imul(h ^ key[i], 0x01000193);
+    h &= 0x3fffffff; // a small integer: Map keys that need no boxing
+    const bucket = this.bindGroups.get(h);
+    if (bucket) {
+      outer: for (const e of bucket) {
+        if (e.key.length !== key.length) continue;
+        for (let i = 0; i < key.length; i++) if (e.key[i] !== key[i]) continue outer;
+        this.bindGroupHits++;
+        return e.bg;
+      }
     }
-    if (this.bindGroups.size >= 8192) this.bindGroups.clear();
-    bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries, label });
-    this.bindGroups.set(key, bg);
+    if (this.bindGroupCount >= 8192) this.clearBindGroups();
+    const entries: GPUBindGroupEntry[] = [];
+    if (uniform) entries.push({ binding: 0, resource: uniform });
+    for (const x of bindings) entries.push({ binding: entries.length, resource: "buffer" in x ? x : { buffer: x } });
+    const bg = this.device.createBindGroup({ layout: pipeline.getBindGroupLayout(0), entries, label });
+    const e = { key: key.slice(), bg };
+    if (bucket && this.bindGroups.has(h)) bucket.push(e);
+    else this.bindGroups.set(h, [e]);
+    this.bindGroupCount++;
     return bg;
   }
 
@@ -477,7 +514,16 @@ export class GpuScope {
 export class Recorder {
   private encoder: GPUCommandEncoder;
   private pass?: GPUComputePassEncoder;
-  private chunks: { buf: GPUBuffer; data: Uint8Array<ArrayBuffer>; used: number }[] = [];
+  private chunks: {
+    buf: GPUBuffer;
+    data: Uint8Array<ArrayBuffer>;
+    u: Uint32Array;
+    i: Int32Array;
+    f: Float32Array;
+    used: number;
+  }[] = [];
+  /** minUniformBufferOffsetAlignment (a native getter: read once). */
+  private align: number;
   private reads: {
     staging: GPUBuffer;
     size: number;
@@ -497,34 +543,40 @@ export class Recorder {
   constructor(private gpu: Gpu) {
     this.encoder = gpu.device.createCommandEncoder();
     this.errorsAtStart = gpu.errors.length;
+    this.align = gpu.limits.minUniformBufferOffsetAlignment;
   }
 
-  private uniform(data: Uint8Array): { buffer: GPUBuffer; offset: number; size: number } {
-    const align = this.gpu.limits.minUniformBufferOffsetAlignment;
+  /** Writes params into the current uniform chunk (a new one when full) and returns their range. */
+  private uniform(params: Params): { buffer: GPUBuffer; offset: number; size: number } {
+    const size = params.byteLength;
     let c = this.chunks[this.chunks.length - 1];
-    if (!c || c.used + data.byteLength > UNIFORM_CHUNK) {
+    if (!c || c.used + size > UNIFORM_CHUNK) {
       const buf = this.gpu.pool.acquire(UNIFORM_CHUNK, 0x40 | 0x08 /* UNIFORM | COPY_DST */, "uniforms");
-      c = { buf, data: new Uint8Array(UNIFORM_CHUNK), used: 0 };
+      const data = new ArrayBuffer(UNIFORM_CHUNK);
+      c = {
+        buf,
+        data: new Uint8Array(data),
+        u: new Uint32Array(data),
+        i: new Int32Array(data),
+        f: new Float32Array(data),
+        used: 0,
+      };
       this.chunks.push(c);
     }
     const offset = c.used;
-    c.data.set(data, offset);
-    c.used = Math.ceil((offset + data.byteLength) / align) * align;
-    return { buffer: c.buf, offset, size: data.byteLength };
+    params.write(c.u, c.i, c.f, offset / 4);
+    c.used = Math.ceil((offset + size) / this.align) * this.align;
+    return { buffer: c.buf, offset, size };
   }
 
   dispatch(spec: KernelSpec, bindings: Binding[], workgroups: WorkgroupCount, params?: Params): void {
     if (this.submitted) throw new Error("Recorder: already submitted");
     const pipeline = this.gpu.pipeline(spec);
-    const entries: GPUBindGroupEntry[] = [];
-    let b = 0;
-    if (params) entries.push({ binding: b++, resource: this.uniform(params.bytes()) });
-    for (const x of bindings) {
-      const r = "buffer" in x ? x : { buffer: x };
-      entries.push({ binding: b++, resource: r as GPUBufferBinding });
-    }
-    const bindGroup = this.gpu._bindGroup(pipeline, spec.name, entries);
-    const [x, y = 1, z = 1] = typeof workgroups === "number" ? [workgroups] : workgroups;
+    const bindGroup = this.gpu._bindGroup(pipeline, spec.name, params && this.uniform(params), bindings);
+    const one = typeof workgroups === "number";
+    const x = one ? workgroups : workgroups[0];
+    const y = one ? 1 : (workgroups[1] ?? 1);
+    const z = one ? 1 : (workgroups[2] ?? 1);
     if (x === 0 || y === 0 || z === 0) return;
     let pass: GPUComputePassEncoder;
     if (this.gpu.profiling) {

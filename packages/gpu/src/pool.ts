@@ -28,8 +28,10 @@ export interface MemoryStats {
 }
 
 export class BufferPool {
-  private free = new Map<string, GPUBuffer[]>();
-  private meta = new WeakMap<GPUBuffer, { key: string; size: number; tag: string; live: boolean }>();
+  /** Free buffers by size and usage (size * 1024 + usage: usage flags fit in 10 bits). */
+  private free = new Map<number, GPUBuffer[]>();
+  /** Each buffer's record, made when it is created and updated when it is handed out again. */
+  private meta = new WeakMap<GPUBuffer, { key: number; size: number; tag: string; live: boolean }>();
   readonly stats: MemoryStats = {
     liveBytes: 0,
     peakLiveBytes: 0,
@@ -62,18 +64,20 @@ export class BufferPool {
           "split the tensor or use a smaller model / batch.",
       );
     }
-    const key = `${usage}:${size}`;
-    const list = this.free.get(key);
-    let buf = list?.pop();
+    const key = size * 1024 + usage;
+    let buf = this.free.get(key)?.pop();
     if (buf) {
       this.stats.poolHits++;
+      const m = this.meta.get(buf)!;
+      m.tag = tag;
+      m.live = true;
     } else {
       buf = this.device.createBuffer({ size, usage, label: label ?? tag });
       this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;
       this.stats.peakAllocatedBytes = Math.max(this.stats.peakAllocatedBytes, this.stats.allocatedBytes);
+      this.meta.set(buf, { key, size, tag, live: true });
     }
-    this.meta.set(buf, { key, size, tag, live: true });
     this.stats.liveBytes += size;
     this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
     this.stats.peakByTag[tag] = Math.max(this.stats.peakByTag[tag] ?? 0, this.stats.byTag[tag]);

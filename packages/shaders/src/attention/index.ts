@@ -127,6 +127,17 @@ export function chooseTiles(
   over: Partial<Tiles> = {},
   profile = tileProfile(gpu, kind === "decode" ? "decode" : "train"),
 ): Tiles {
+  // Every decode step of every layer asks again: the answer is kept per device (a failed choice throws each time).
+  const key = `${kind}|${d}|${g}|${over.bq}|${over.gh}|${over.bk}|${over.wg}|${profile}`;
+  let memo = chosen.get(gpu);
+  if (!memo) chosen.set(gpu, (memo = new Map()));
+  let t = memo.get(key);
+  if (!t) memo.set(key, (t = Object.freeze(pickTiles(gpu, kind, d, g, over, profile))));
+  return t;
+}
+const chosen = new WeakMap<Gpu, Map<string, Tiles>>();
+
+function pickTiles(gpu: Gpu, kind: TileKind, d: number, g: number, over: Partial<Tiles>, profile: TileProfile): Tiles {
   const { rows, keys } = defaults(kind, d, profile);
   const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
   const gh = over.gh ?? Math.max(...divisors.filter((x) => x <= rows));

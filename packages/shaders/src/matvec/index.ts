@@ -2,7 +2,7 @@
 // bf16/f16: memory-bound, so W is streamed once per call (larger M: use matmul). What decode runs around a
 // projection can ride along in the same dispatch: the RMSNorm of x, several weights side by side (q, k, v),
 // each one's LoRA term, the gated activation of gate and up, and the residual add.
-import { isCpuDevice, Params, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
+import { isCpuDevice, Params, sizeOf, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
 import { tune, type TuneOptions } from "../tune/index.ts";
@@ -128,7 +128,9 @@ export function matvecVariants(gpu: Gpu): MatvecVariant[] {
 /** The variant matvec() uses: tuned for this dtype, else subgroup when the device has it. */
 export function matvecVariant(gpu: Gpu, wDtype: WeightDtype = "f32", tuning?: MatvecTuning): MatvecVariant {
   const t = tuning?.[wDtype];
-  return t && matvecVariants(gpu).includes(t) ? t : matvecVariants(gpu)[0];
+  const subgroups = gpu.features.has("subgroups");
+  if (t && t in MAX_MT && (t !== "subgroup" || subgroups)) return t;
+  return subgroups ? "subgroup" : "workgroup";
 }
 
 /** Times the available variants on a (1, K) × (K, N) problem per dtype and keeps the winners with the device, under
@@ -186,37 +188,39 @@ export function matvec(
     throw new Error("matvec: gated needs 2 segments of equal rows (gate, up)");
   const N = o.gated ? segs[0].rows : segs.reduce((a, s) => a + s.rows, 0);
   if (dims.N !== N) throw new Error(`matvec: N = ${dims.N} but the segments give ${N} output columns`);
-  for (const [k, v] of Object.entries({ M, N, K, ...Object.fromEntries(segs.map((s, i) => [`rows${i}`, s.rows])) })) {
-    if (!Number.isInteger(v) || v < 1) throw new Error(`matvec: ${k} = ${v} must be a positive integer`);
-  }
+  positive("M", M);
+  positive("N", N);
+  positive("K", K);
+  for (let i = 0; i < segs.length; i++) positive(`rows${i}`, segs[i].rows);
   if (!(wDtype in W_KIND)) throw new Error(`matvec: wDtype "${wDtype}" is not supported (f32, bf16, f16)`);
   const ldx = o.ldx ?? K;
   const ldy = o.ldy ?? N;
   const [offX, offY] = [o.offsetX ?? 0, o.offsetY ?? 0];
-  check("x", x, 4, offX, M, ldx, K);
-  check("y", y, 4, offY, M, ldy, N);
+  check("x", -1, x, 4, offX, M, ldx, K);
+  check("y", -1, y, 4, offY, M, ldy, N);
   if (norm) {
-    check("norm weight", norm, 4, 0, 1, K, K);
+    check("norm weight", -1, norm, 4, 0, 1, K, K);
     if (o.eps === undefined) throw new Error("matvec: a norm weight needs options.eps");
   }
   if (b.loraT && (!b.loraParams || o.ldt === undefined))
     throw new Error("matvec: buffers.loraT needs buffers.loraParams and options.ldt");
   const lora = b.loraT && { t: b.loraT, params: b.loraParams!, ldt: o.ldt! };
-  for (const [i, s] of segs.entries()) {
-    const seg = o.segments ? ` segment ${i}` : "";
-    check(`W${seg}`, w, wDtype === "f32" ? 4 : 2, s.offsetW, s.rows, K, K);
-    if (bias) check(`bias${seg}`, bias, 4, s.offsetBias ?? 0, 1, s.rows, s.rows);
+  for (let i = 0; i < segs.length; i++) {
+    const s = segs[i];
+    const seg = o.segments ? i : -1;
+    check("W", seg, w, wDtype === "f32" ? 4 : 2, s.offsetW, s.rows, K, K);
+    if (bias) check("bias", seg, bias, 4, s.offsetBias ?? 0, 1, s.rows, s.rows);
     const l = s.lora;
     if (!l) continue;
     if (!lora) throw new Error(`matvec: segment ${i} has a LoRA term but no lora inputs were given`);
     if (!(Number.isInteger(l.rank) && l.rank >= 1)) throw new Error(`matvec: LoRA rank ${l.rank} must be >= 1`);
-    check(`LoRA t segment ${i}`, lora.t, 4, l.tCol, M, lora.ldt, l.rank);
-    check(`LoRA B segment ${i}`, lora.params, 4, l.b, 1, s.rows * l.rank, s.rows * l.rank);
+    check("LoRA t", i, lora.t, 4, l.tCol, M, lora.ldt, l.rank);
+    check("LoRA B", i, lora.params, 4, l.b, 1, s.rows * l.rank, s.rows * l.rank);
   }
-  const reads = [x, w, bias, norm, lora?.t, lora?.params];
-  if (reads.includes(y)) throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
+  if (y === x || y === w || y === bias || y === norm || y === lora?.t || y === lora?.params)
+    throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
   let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning);
-  if (!matvecVariants(gpu).includes(variant)) {
+  if (!(variant in MAX_MT) || (variant === "subgroup" && !gpu.features.has("subgroups"))) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
   if (
@@ -258,8 +262,17 @@ export function matvec(
   return variant;
 }
 
+/** Throws unless `v` is a positive integer. */
+function positive(name: string, v: number): void {
+  if (!Number.isInteger(v) || v < 1) throw new Error(`matvec: ${name} = ${v} must be a positive integer`);
+}
+
+/** Checks that `rows` rows of `cols` elements, `ld` apart from element `offset`, fit in `buf` (and u32 indexing).
+ * `seg` >= 0 names the segment in the error. Runs for every binding of every matvec, so the message is built only
+ * when it throws. */
 function check(
-  name: string,
+  what: string,
+  seg: number,
   buf: GPUBuffer,
   bytesPerElement: number,
   offset: number,
@@ -267,14 +280,15 @@ function check(
   ld: number,
   cols: number,
 ) {
+  const end = offset + (rows - 1) * ld + cols;
+  const bytes = bytesPerElement === 2 ? Math.ceil(end / 2) * 4 : end * 4;
+  const ok = Number.isInteger(offset) && offset >= 0 && Number.isInteger(ld) && ld >= cols;
+  if (ok && end <= 0xffffffff && bytes <= sizeOf(buf)) return;
+  const name = seg >= 0 ? `${what} segment ${seg}` : what;
   for (const [k, v] of Object.entries({ offset, ld })) {
     if (!Number.isInteger(v) || v < 0) throw new Error(`matvec: ${name} ${k} = ${v} must be an integer >= 0`);
   }
   if (ld < cols) throw new Error(`matvec: ${name} row stride ${ld} is less than its row length ${cols}`);
-  const end = offset + (rows - 1) * ld + cols;
-  const bytes = bytesPerElement === 2 ? Math.ceil(end / 2) * 4 : end * 4;
   if (end > 0xffffffff) throw new Error(`matvec: ${name} spans ${end} elements, past u32 indexing`);
-  if (bytes > buf.size) {
-    throw new Error(`matvec: ${name} needs ${bytes} bytes (elements up to ${end - 1}) but its buffer has ${buf.size}`);
-  }
+  throw new Error(`matvec: ${name} needs ${bytes} bytes (elements up to ${end - 1}) but its buffer has ${buf.size}`);
 }

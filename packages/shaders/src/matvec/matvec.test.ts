@@ -87,6 +87,12 @@ it("refuses accesses past a buffer", async () => {
   expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 4, K: 8 }, { wDtype: "bf16", offsetW: 1 })).toThrow(
     /W needs 68 bytes/,
   );
+  const segments = [
+    { rows: 1, offsetW: 0 },
+    { rows: 1, offsetW: 16 },
+  ];
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 2, K: 8 }, { segments })).toThrow(/W segment 1 needs 96 bytes/);
+  expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 4, K: 8 }, { ldx: 4 })).toThrow(/x row stride 4 is less/);
   matvec(gpu, rec, { x, w, y }, { M: 1, N: 4, K: 8 }, { wDtype: "bf16" }); // 32 halves fit in 16 words
   expect(rec.dispatches).toBe(1);
   await rec.submit();

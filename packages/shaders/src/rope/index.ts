@@ -1,7 +1,7 @@
 // RoPE: inverse frequencies on the CPU (HF default, linear and Llama-3 scaling, so the scaling logic stays in TS) and the
 // dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not; and
 // inference's attention inputs in one dispatch (ropeQkv: per-head q/k norm, RoPE, q out, k and v into the KV cache).
-import { Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./rotate.wgsl";
 
 const WG = 256;
@@ -152,7 +152,7 @@ export function ropeQkv(gpu: Gpu, rec: Recorder, b: RopeQkvBuffers, dims: RopeQk
   if (slots * tmax * kv * d >= 2 ** 32)
     throw new Error(`ropeQkv: ${slots}x${tmax}x${kv}x${d} elements overflow u32 indexing`);
   const need = (what: string, buf: GPUBuffer, elements: number) => {
-    if (buf.size < elements * 4) throw new Error(`ropeQkv: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
+    if (sizeOf(buf) < elements * 4) throw new Error(`ropeQkv: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
   };
   need("qkv", b.qkv, (n - 1) * ldq + (h + 2 * kv) * d);
   need("slotPos", b.slotPos, 2 * n);

@@ -6,7 +6,7 @@
 // sampler's "old" logprob in GRPO), not the probability the filtered sampler drew it with. With
 // `logprobAtTemperature` it is log softmax(logits / T) instead, for a trainer that divides by T too
 // (greedy rows always report T = 1). A row with no allowed token yields token 0xffffffff, logprob -inf.
-import { Params, type Gpu, type Recorder } from "@webart/gpu";
+import { Params, sizeOf, type Gpu, type Recorder } from "@webart/gpu";
 import code from "./sample.wgsl";
 import { rowSpecs, rowThreads, type RowTuning } from "../util/row-threads.ts";
 
@@ -64,7 +64,7 @@ export function packAllowedMask(V: number, allowed: ArrayLike<number>[]): Uint32
 }
 
 function need(buf: GPUBuffer, bytes: number, what: string): void {
-  if (buf.size < bytes) throw new RangeError(`${what}: buffer has ${buf.size} bytes, needs ${bytes}`);
+  if (sizeOf(buf) < bytes) throw new RangeError(`${what}: buffer has ${buf.size} bytes, needs ${bytes}`);
 }
 
 export interface SampleBuffers {
