@@ -296,7 +296,7 @@ export async function decodeRun(
  * (setPipeline, setBindGroup, dispatchWorkgroups, recorded by wrapping the pass encoder's methods for one step),
  * replayed straight into a pass with nothing else around them; the best of 8 replays, in ms.
  */
-async function nativeEncodeMs(gpu: Gpu, model: Model, B: number): Promise<number> {
+export async function nativeEncodeMs(gpu: Gpu, model: Model, B: number): Promise<number> {
   const probe = gpu.device.createCommandEncoder();
   const proto = Object.getPrototypeOf(probe.beginComputePass()) as Record<string, (...a: unknown[]) => unknown>;
   const names = ["setPipeline", "setBindGroup", "dispatchWorkgroups"];
