@@ -649,10 +649,10 @@ export class Recorder {
   /**
    * Drops a recorder that will not be submitted (its work failed part-way): its uniforms and readback
    * buffers go back to the pool and the pool stops holding releases for it. Its reads never resolve. No-op
-   * once submitted.
+   * once submitted. Returns whether it dropped the recorder (false: it had been submitted).
    */
-  abandon(): void {
-    if (this.submitted) return;
+  abandon(): boolean {
+    if (this.submitted) return false;
     this.submitted = true;
     for (const c of this.chunks) this.gpu.pool.release(c.buf);
     for (const r of this.reads) this.gpu.pool.release(r.staging);
@@ -660,6 +660,7 @@ export class Recorder {
     this.chunks = [];
     this.reads = [];
     if (--this.gpu.pool.openRecorders === 0) this.gpu.pool.flushReleases();
+    return true;
   }
 
   async submit(): Promise<void> {

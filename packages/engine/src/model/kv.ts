@@ -37,9 +37,10 @@ export class KvCache {
     this.pending.push({ src, dst, len });
   }
 
-  /** Records the pending slot copies (call first in a step's recorder). WebGPU forbids a copy within one
-   *  buffer, so rows go through a scratch buffer. */
-  flush(rec: Recorder): void {
+  /** Records the pending slot copies (call first in a step's recorder) and returns them, for requeue() should that
+   *  recorder be dropped. WebGPU forbids a copy within one buffer, so rows go through a scratch buffer. */
+  flush(rec: Recorder): { src: number; dst: number; len: number }[] {
+    const copies = this.pending;
     const row = this.rowFloats * 4;
     for (const { src, dst, len } of this.pending) {
       const tmp = this.gpu.buffer(len * row, "kv", "kv copy");
@@ -50,6 +51,12 @@ export class KvCache {
       this.gpu.release(tmp);
     }
     this.pending = [];
+    return copies;
+  }
+
+  /** Puts copies that flush() recorded into a recorder that was never submitted back in front of the pending ones. */
+  requeue(copies: { src: number; dst: number; len: number }[]): void {
+    this.pending = [...copies, ...this.pending];
   }
 
   dispose(): void {

@@ -46,10 +46,18 @@ export class ModelRunner implements StepModel {
     const gpu: Gpu = this.model.gpu;
     const t0 = performance.now();
     const rec = gpu.recorder();
-    this.kv.flush(rec);
+    const copies = this.kv.flush(rec);
     const ids = gpu.upload(tokens.ids);
-    const e = this.encode(rec, ids, tokens, samples);
-    gpu.release(ids);
+    let e: ReturnType<typeof this.encode>;
+    try {
+      e = this.encode(rec, ids, tokens, samples);
+    } catch (err) {
+      // Nothing of this step runs (unless its forward was already submitted): the slot copies wait for the next.
+      if (rec.abandon()) this.kv.requeue(copies);
+      throw err;
+    } finally {
+      gpu.release(ids);
+    }
     this.lastDispatches = rec.dispatches + (e?.rec && e.rec !== rec ? e.rec.dispatches : 0);
     this.lastEncodeMs = performance.now() - t0;
     await (e?.rec ?? rec).submit();
@@ -91,15 +99,22 @@ export class ModelRunner implements StepModel {
       for (let j = 0; j < steps; j++) {
         const t0 = performance.now();
         const rec = gpu.recorder();
-        if (j === 0) this.kv.flush(rec);
+        const copies = j === 0 ? this.kv.flush(rec) : [];
         const pos = tokens.pos.map((p) => p + j);
-        const e = this.encode(
-          rec,
-          ids,
-          { ...tokens, pos },
-          j ? samples.map((s) => ({ ...s, step: s.step + j })) : samples,
-          true,
-        )!;
+        let e: NonNullable<ReturnType<typeof this.encode>>;
+        try {
+          e = this.encode(
+            rec,
+            ids,
+            { ...tokens, pos },
+            j ? samples.map((s) => ({ ...s, step: s.step + j })) : samples,
+            true,
+          )!;
+        } catch (err) {
+          if (rec.abandon()) this.kv.requeue(copies);
+          for (const p of [...submits, ...reads.flat()]) p.catch(() => {}); // the steps submitted run; this fails
+          throw err;
+        }
         gpu.release(ids);
         ids = e.idsBuf!;
         reads.push([e.ids, e.logprobs]);

@@ -546,6 +546,46 @@ it("masks given as functions are worked out while the device runs the forward, a
   for (const [b, id] of lazy.ids.entries()) expect((masks[b][id >>> 5] >>> (id & 31)) & 1).toBe(1);
 });
 
+it("a step that fails while it is encoded (a mask that throws) leaves no recorder open and no buffer live", async () => {
+  const gpu = engine.gpu;
+  const V = engine.config.vocabSize;
+  const tokens = { ids: Uint32Array.of(1, 2, 3), slots: Uint32Array.of(0, 0, 0), pos: Uint32Array.of(0, 1, 2) };
+  const spec = { row: 2, temperature: 1, topK: 0, topP: 1, seed: 1, step: 0, stream: 0, top: 0, mask: null };
+  for (const overlap of [false, true]) {
+    const runner = new ModelRunner(engine.model, 1, 16);
+    runner.overlapMasks = overlap;
+    await runner.step(tokens, [spec]); // pipelines built, the cache written once
+    const live = gpu.memory.liveBytes;
+    const failing = {
+      ...spec,
+      mask: () => {
+        throw new Error("constraint failed");
+      },
+    };
+    await expect(runner.step(tokens, [failing])).rejects.toThrow(/constraint failed/);
+    expect(gpu.pool.openRecorders).toBe(0);
+    expect(gpu.memory.liveBytes).toBe(live);
+    // The runner goes on: the next step samples as before.
+    const r = await runner.step(tokens, [spec]);
+    expect(r.ids[0]).toBeLessThan(V);
+    runner.kv.dispose();
+  }
+  // Slot copies recorded into the dropped step wait for the next one: slot 1 then holds slot 0's rows.
+  const runner = new ModelRunner(engine.model, 2, 16);
+  await runner.step(tokens, [spec]);
+  runner.copySlot(0, 1, 3);
+  const next = (slot: number) => ({ ids: Uint32Array.of(4), slots: Uint32Array.of(slot), pos: Uint32Array.of(3) });
+  const throwing = () => {
+    throw new Error("constraint failed");
+  };
+  await expect(runner.step(next(1), [{ ...spec, row: 0, mask: throwing }])).rejects.toThrow(/constraint failed/);
+  const copied = await runner.step(next(1), [{ ...spec, row: 0 }]);
+  const original = await runner.step(next(0), [{ ...spec, row: 0 }]);
+  expect(copied.logprobs).toEqual(original.logprobs);
+  expect(copied.ids).toEqual(original.ids);
+  runner.kv.dispose();
+});
+
 describe("Engine.close", () => {
   it("fails queued requests, frees the weights, KV cache and adapter on the GPU, and refuses new ones", async () => {
     const held = () => {
