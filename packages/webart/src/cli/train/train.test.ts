@@ -98,14 +98,17 @@ describe("webart train / eval", () => {
       "--judge-api-key-env",
       "WEBART_TEST_JUDGE_KEY",
       ...tiny,
-      // The embedded model plays almost deterministically at temperature 1; at 2 a group's games differ, so the
-      // judge sees more than one (identical trajectories are judged once). Two unseeded games sometimes still came
-      // out the same (a group with nothing to learn), so a group here has four. Games start from the empty board:
-      // the default decision openings leave one or two moves to play, and four such games came out the same.
+      // The embedded model plays almost deterministically, and a group's games share their seed (the agent's
+      // symbol, the opponent's moves), so its games can come out the same: RULER then judges one and copies its
+      // score, and the group has nothing to learn. At temperature 2, from the empty board, four games a group still
+      // came out the same now and then (CI, 2026-11-28). With half the training moves a random empty cell
+      // (--explore 0.5) the games of a group differ, so the judge sees more than one.
       "--start",
       "empty",
       "--temperature",
       "2",
+      "--explore",
+      "0.5",
       "--group-size",
       "4",
     ]);
