@@ -108,6 +108,19 @@ describe("device layer on Dawn", () => {
     expect(gpu.memory.allocatedBytes).toBeLessThanOrEqual(alloc - (1 << 20));
   });
 
+  it("hands out the oldest free buffer of a size, whatever order they were released in", () => {
+    const size = 3 << 20; // a bucket no other test uses
+    const bufs = [0, 1, 2, 3].map(() => gpu.buffer(size, "test"));
+    for (const order of [
+      [2, 0, 3, 1],
+      [3, 2, 1, 0],
+    ]) {
+      gpu.release(...order.map((i) => bufs[i]));
+      expect([0, 1, 2, 3].map(() => gpu.buffer(size, "test"))).toEqual(bufs);
+    }
+    gpu.release(...bufs);
+  });
+
   it("a scope gives back what work that failed part-way still holds: its live buffers and unsubmitted recorders", async () => {
     const m0 = {
       live: gpu.memory.liveBytes,

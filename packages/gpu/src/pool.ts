@@ -31,7 +31,8 @@ export class BufferPool {
   /** Free buffers by size and usage (size * 1024 + usage: usage flags fit in 10 bits). */
   private free = new Map<number, GPUBuffer[]>();
   /** Each buffer's record, made when it is created and updated when it is handed out again. */
-  private meta = new WeakMap<GPUBuffer, { key: number; size: number; tag: string; live: boolean }>();
+  private meta = new WeakMap<GPUBuffer, { key: number; size: number; tag: string; live: boolean; id: number }>();
+  private created = 0;
   readonly stats: MemoryStats = {
     liveBytes: 0,
     peakLiveBytes: 0,
@@ -76,7 +77,7 @@ export class BufferPool {
       this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;
       this.stats.peakAllocatedBytes = Math.max(this.stats.peakAllocatedBytes, this.stats.allocatedBytes);
-      this.meta.set(buf, { key, size, tag, live: true });
+      this.meta.set(buf, { key, size, tag, live: true, id: this.created++ });
     }
     this.stats.liveBytes += size;
     this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
@@ -104,7 +105,11 @@ export class BufferPool {
       const m = this.meta.get(buf)!;
       let list = this.free.get(m.key);
       if (!list) this.free.set(m.key, (list = []));
-      list.push(buf);
+      // Kept in order of creation, oldest last: acquire() hands out the oldest free buffer of a size, whatever order
+      // they came back in, so a step that asks for the same sizes gets the same buffers (and finds its bind groups).
+      let i = list.length;
+      while (i > 0 && this.meta.get(list[i - 1])!.id < m.id) i--;
+      list.splice(i, 0, buf);
     }
     this.pendingRelease = [];
     this.pendingBytes = 0;
