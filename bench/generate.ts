@@ -8,6 +8,7 @@ import type { Gpu } from "@webart/gpu";
 import {
   accumulateGradients,
   DEFAULT_LORA,
+  Engine,
   KvCache,
   LoraState,
   Model,
@@ -23,7 +24,7 @@ import {
 } from "@webart/engine";
 import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
-import { configJson, narrowConfig } from "./models.ts";
+import { configJson, narrowConfig, TINY as TINY_DIR } from "./models.ts";
 
 const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
   parseConfig({
@@ -327,6 +328,39 @@ export async function nativeEncodeMs(gpu: Gpu, model: Model, B: number): Promise
   return best;
 }
 
+/**
+ * Requests of different lengths served together, as an agent's rollouts are: six chat completions at once on the
+ * embedded model (prompts and max_tokens of six sizes, so the batch shrinks as they finish), `rounds` times. Returns
+ * each round's share of bind-group lookups that had to make a group (a step finds its groups only when the pool
+ * hands it the same buffers as before).
+ */
+async function servingBindGroupMisses(gpu: Gpu, rounds: number): Promise<number[]> {
+  const engine = await Engine.load(TINY_DIR, { gpu, name: "mixed", kvSlots: 8, maxContext: 512 });
+  const client = engine.openaiClient();
+  const out: number[] = [];
+  try {
+    for (let round = 0; round < rounds; round++) {
+      const [h0, m0] = [gpu.bindGroupHits, gpu.bindGroupMisses];
+      await Promise.all(
+        Array.from({ length: 6 }, (_, i) =>
+          client.chat.completions.create({
+            model: "mixed",
+            messages: [{ role: "user", content: "hello ".repeat(1 + 3 * i) }],
+            max_tokens: 10 + 15 * i,
+            temperature: 1,
+            seed: i + round,
+          }),
+        ),
+      );
+      const [hits, misses] = [gpu.bindGroupHits - h0, gpu.bindGroupMisses - m0];
+      out.push(misses / Math.max(1, hits + misses));
+    }
+  } finally {
+    await engine.close();
+  }
+  return out;
+}
+
 /** Runs of AHEAD decode steps against as many steps one at a time, alternating (decodeRun's `ahead`). */
 export function aheadResult(id: string, a: { run: number; single: number }): BenchResult {
   return {
@@ -348,6 +382,16 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     out.push(...(await dispatchCounts(gpu, model, "tiny")));
     model.dispose();
     gpu.pool.trim();
+  }
+  {
+    const misses = await servingBindGroupMisses(gpu, 5);
+    const pct = misses.map((m) => `${(100 * m).toFixed(1)}%`).join(", ");
+    out.push({
+      id: "generate.serving.bind_group_misses",
+      value: (100 * (misses[2] + misses[3] + misses[4])) / 3,
+      unit: "%",
+      note: `six chat completions of different lengths at once on the embedded model, 5 rounds; rounds 3-5's mean. Each round: ${pct}`,
+    });
   }
   const models: [string, ModelConfig][] = [
     ["1m", llama(128, 4, 4, 2, 384, 512)],

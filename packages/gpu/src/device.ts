@@ -154,6 +154,8 @@ export class Gpu {
   private objectIds = new WeakMap<object, number>();
   private nextObjectId = 1;
   bindGroupHits = 0;
+  /** Bind groups made because none fitted (each a native createBindGroup). */
+  bindGroupMisses = 0;
   /** The shapes of the adapter's subgroup matrices, where the device has the feature (else empty). */
   subgroupMatrixConfigs: SubgroupMatrixConfig[] = [];
   /** The adapter's largest subgroup (0 where it does not say): a workgroup using subgroup matrices is a multiple. */
@@ -405,6 +407,7 @@ export class Gpu {
         return e.bg;
       }
     }
+    this.bindGroupMisses++;
     if (this.bindGroupCount >= 8192) this.clearBindGroups();
     const entries: GPUBindGroupEntry[] = [];
     if (uniform) entries.push({ binding: 0, resource: uniform });
