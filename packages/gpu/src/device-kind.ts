@@ -16,14 +16,3 @@ export function isCpuDevice(gpu: Gpu): boolean {
 }
 /** Asked for every kernel a step records: answered once per device. */
 const known = new WeakMap<Gpu, boolean>();
-
-/**
- * A buffer's size in bytes. `GPUBuffer.size` is a native getter (~75 ns on Dawn in Node) and kernels check every
- * binding's size on every dispatch; sizes never change, so each is read once.
- */
-export function sizeOf(buf: GPUBuffer): number {
-  let n = sizes.get(buf);
-  if (n === undefined) sizes.set(buf, (n = buf.size));
-  return n;
-}
-const sizes = new WeakMap<GPUBuffer, number>();

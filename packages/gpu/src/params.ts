@@ -46,7 +46,8 @@ export class Params {
       else if (k[j] === F) f[at + j] = w[j];
       else i[at + j] = w[j];
     }
-    for (let j = w.length; j < this.byteLength / 4; j++) u[at + j] = 0;
+    const end = this.byteLength / 4;
+    for (let j = w.length; j < end; j++) u[at + j] = 0;
   }
   /** The bytes, padded (a new buffer). */
   bytes(): Uint8Array {

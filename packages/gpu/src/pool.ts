@@ -31,8 +31,8 @@ export class BufferPool {
   /** Free buffers by size and usage (size * 1024 + usage: usage flags fit in 10 bits). */
   private free = new Map<number, GPUBuffer[]>();
   /** Each buffer's record, made when it is created and updated when it is handed out again. */
+  /** `id`: the buffer's place in creation order (stats.buffersCreated when it was made). */
   private meta = new WeakMap<GPUBuffer, { key: number; size: number; tag: string; live: boolean; id: number }>();
-  private created = 0;
   readonly stats: MemoryStats = {
     liveBytes: 0,
     peakLiveBytes: 0,
@@ -74,10 +74,10 @@ export class BufferPool {
       m.live = true;
     } else {
       buf = this.device.createBuffer({ size, usage, label: label ?? tag });
-      this.stats.buffersCreated++;
+      const id = this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;
       this.stats.peakAllocatedBytes = Math.max(this.stats.peakAllocatedBytes, this.stats.allocatedBytes);
-      this.meta.set(buf, { key, size, tag, live: true, id: this.created++ });
+      this.meta.set(buf, { key, size, tag, live: true, id });
     }
     this.stats.liveBytes += size;
     this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
