@@ -77,35 +77,47 @@ const W_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
 export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream"] as const;
 /** subgroup: lanes split K and subgroupAdd reduces, no barriers (needs the subgroups feature);
  * workgroup: threads split K and reduce through workgroup memory (works everywhere);
- * stream: 16-byte loads of W, 32 threads a column and 8 columns a workgroup, for GPUs' bandwidth (works everywhere;
+ * stream: 16-byte loads of W, four in flight a thread, 32-256 threads a column by K, for GPUs' bandwidth (works everywhere;
  * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
 /** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the workgroup one 4 (the
- * stream one: STREAM_G columns of STREAM_T threads each). */
+ * stream one: 256 / T columns of T threads each, T from streamThreads). */
 const WG: Record<Exclude<MatvecVariant, "stream">, number> = { subgroup: 16, workgroup: 64 };
 const CG = 4;
-const STREAM_T = 32;
-const STREAM_G = 8;
+/** The stream variant's workgroup: STREAM_WG threads, T to a column. */
+const STREAM_WG = 256;
+
+/**
+ * Threads a column in the stream variant (a power of two, 32 to 256; the workgroup owns 256 / T columns): enough
+ * that each thread has about four of the row's 16-byte vectors, the four it loads at once. So a long K (the MLP's
+ * down projection, K = 4864 in Qwen2.5-0.5B: T = 256) spreads over more threads than a short one (K = 896: T = 32).
+ */
+export function streamThreads(wDtype: WeightDtype, K: number): number {
+  const vectors = Math.ceil(K / (wDtype === "f32" ? 4 : 8));
+  return Math.min(STREAM_WG, Math.max(32, 2 ** Math.ceil(Math.log2(vectors / 4))));
+}
 /** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one, MT × 2
  * vectors in the stream one). */
 const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4, stream: 4 };
 const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
 const specs = new Map<string, KernelSpec>();
 
+/** A variant's kernel; `T` is the stream variant's threads a column (streamThreads). */
 export function matvecSpec(
   variant: MatvecVariant,
   wDtype: WeightDtype,
   MT: number,
   norm = false,
   gated?: GatedActivation,
+  T = 32,
 ): KernelSpec {
-  const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}`;
+  const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}.${variant === "stream" ? T : 0}`;
   let s = specs.get(key);
   if (!s) {
     const o = { W_KIND: W_KIND[wDtype], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
     s =
       variant === "stream"
-        ? { name: "matvec_forward_stream", code: stream + common, overrides: { ...o, T: STREAM_T, G: STREAM_G } }
+        ? { name: "matvec_forward_stream", code: stream + common, overrides: { ...o, T, G: STREAM_WG / T } }
         : variant === "subgroup"
           ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, WG: WG.subgroup, CG } }
           : { name: "matvec_forward", code: forward + common, overrides: { ...o, WG: WG.workgroup } };
@@ -254,11 +266,17 @@ export function matvec(
     base += s.rows;
   }
   // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the subgroup
-  // one, STREAM_G in the stream one.
-  const perGroup = variant === "stream" ? STREAM_G : (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
+  // one, 256 / T in the stream one.
+  const T = variant === "stream" ? streamThreads(wDtype, K) : 0;
+  const perGroup = T ? STREAM_WG / T : (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
   // Unused inputs are bound to x (never read; all are read-only storage).
   const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
-  rec.dispatch(matvecSpec(variant, wDtype, MT, !!norm, o.gated), bindings, gpu.grid(Math.ceil(N / perGroup)), params);
+  rec.dispatch(
+    matvecSpec(variant, wDtype, MT, !!norm, o.gated, T),
+    bindings,
+    gpu.grid(Math.ceil(N / perGroup)),
+    params,
+  );
   return variant;
 }
 

@@ -4,7 +4,15 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, type Tolerance } from "@webart/gpu/check";
-import { MATVEC_VARIANTS, matvec, matvecVariants, streamable, type MatvecDims, type MatvecOptions } from "./index.ts";
+import {
+  MATVEC_VARIANTS,
+  matvec,
+  matvecVariants,
+  streamable,
+  streamThreads,
+  type MatvecDims,
+  type MatvecOptions,
+} from "./index.ts";
 import { matvecFusedReference, matvecReference } from "./reference.ts";
 
 // The kernel sums K in WG interleaved partial sums and a tree, the reference left to right: for
@@ -32,7 +40,7 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 afterAll(() => expect(gpu.errors).toEqual([]));
 
-async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias = false) {
+async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias = false, tol = TOL) {
   const rng = new Rng(seed);
   const { M, N, K, wDtype = "f32" } = o;
   const [ldx, ldy] = [o.ldx ?? K, o.ldy ?? N];
@@ -51,7 +59,7 @@ async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias =
   g.release(bx, bw, by, bb);
   const wRef = wDtype === "f32" ? wVals : roundHalf(wVals, wDtype);
   const want = matvecReference(xVals, wRef, yInit.slice(), o, bias ? biasVals : undefined, o.offsetBias);
-  assertClose(`matvec ${wDtype} ${M}x${N}x${K}`, got, want, TOL);
+  assertClose(`matvec ${wDtype} ${M}x${N}x${K}`, got, want, tol);
 }
 
 describe.each(MATVEC_VARIANTS)("matvec %s", (variant) => {
@@ -114,6 +122,7 @@ async function checkFused(
   o: MatvecDims & MatvecOptions & { bias?: boolean },
   seed: number,
   opts: { norm?: boolean; R?: number } = {},
+  tol = TOL,
 ) {
   const rng = new Rng(seed);
   const { M, K, wDtype = "f32" } = o;
@@ -157,7 +166,7 @@ async function checkFused(
     bias: o.bias ? biasVals : undefined,
     lora: R ? { t: tVals, ldt, params } : undefined,
   });
-  assertClose(`fused matvec ${wDtype} ${M}x${N}x${K} ${o.gated ?? ""}`, got, want, TOL);
+  assertClose(`fused matvec ${wDtype} ${M}x${N}x${K} ${o.gated ?? ""}`, got, want, tol);
 }
 
 /** The segments of a q/k/v-like layout: rows at 16-element-aligned offsets, LoRA on the ones marked. */
@@ -242,6 +251,42 @@ it("the stream variant runs every problem whose rows of W start on 16 bytes, the
   expect(streamable("bf16", 20, [0])).toBe(false);
   expect(streamable("f16", 24, [4])).toBe(false);
   expect(streamable("f32", 20, [4, 8])).toBe(true);
+});
+
+describe("stream matvec at long K", () => {
+  it("gives a column 32 to 256 threads, about four 16-byte vectors of its row each", () => {
+    expect(streamThreads("bf16", 896)).toBe(32); // Qwen2.5-0.5B's hidden size: 112 vectors
+    expect(streamThreads("bf16", 4864)).toBe(256); // its intermediate size (down): 608 vectors
+    expect(streamThreads("bf16", 2048)).toBe(64);
+    expect(streamThreads("bf16", 2056)).toBe(128);
+    expect(streamThreads("f32", 2048)).toBe(128);
+    expect(streamThreads("bf16", 8)).toBe(32);
+  });
+
+  // Every width, a K past 4 vectors a thread (two trips of the loop, the second partial) and M over one pass. Sums of
+  // ~1000-8000 terms in f32 (the normed, gated ones up to ~3): 1e-3 (the workgroup variant is off by up to 6e-4 at
+  // K = 1032 and 1.6e-2 at 8200 on the same inputs).
+  const LONG: Tolerance = { atol: 1e-3, rtol: 1e-3 };
+  it.each([
+    ["bf16", 1032, 64],
+    ["bf16", 2056, 128],
+    ["f32", 2056, 256],
+    ["f16", 8200, 256],
+  ] as const)("%s W, K = %i (%i threads a column)", async (wDtype, K, T) => {
+    expect(streamThreads(wDtype, K)).toBe(T);
+    await check(gpu, { M: 5, N: 11, K, wDtype, variant: "stream" }, 240 + T, true, LONG);
+    await check(
+      gpu,
+      { M: 1, N: 3, K, wDtype, variant: "stream", offsetW: 8, ldx: K + 3, offsetX: 1 },
+      250 + T,
+      false,
+      LONG,
+    );
+    const segs = segments([9, 9], K, [true, false], 2);
+    const o = { M: 2, N: 9, K, wDtype, variant: "stream" as const, segments: segs, gated: "silu" as const };
+    await checkFused(gpu, o, 260 + T, { norm: true, R: 2 }, LONG);
+    expect(ran.slice(-3)).toEqual(["stream", "stream", "stream"]);
+  });
 });
 
 it("refuses inconsistent fused options", () => {

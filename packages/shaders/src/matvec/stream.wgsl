@@ -1,9 +1,12 @@
 // Decode matvec, stream variant (same contract, fused options and epilogue as forward.wgsl), built for a GPU's
-// memory bandwidth: every load of W is 16 bytes (8 bf16/f16 or 4 f32 elements), T threads read one output column's
-// row (and under GATE its up row) along K, and a workgroup of G such groups owns G columns, so even a projection of
-// 896 outputs keeps thousands of threads with several loads each in flight. Needs every row of W to start on 16
-// bytes (K and the segments' offsets multiples of 8 halves or 4 floats): index.ts runs the workgroup variant
-// otherwise. Parameters, bindings and the epilogue: common.wgsl (appended).
+// memory bandwidth, which a matvec reaches only with enough bytes in flight (Little's law: on the H200, ~4 TB/s
+// times ~1 us of latency is ~4 MB). Every load of W is 16 bytes (8 bf16/f16 or 4 f32 elements), and each thread
+// issues four of them, from branch-free clamped addresses, before it uses any. T threads read one output column's
+// row (and under GATE its up row) along K, and a workgroup of G such groups owns G columns (T · G = 256): index.ts
+// picks T from K so that a row's vectors are about four a thread, so a projection of few outputs and a long K (the
+// MLP's down projection) still keeps ~200k threads loading. Needs every row of W to start on 16 bytes (K and the
+// segments' offsets multiples of 8 halves or 4 floats): index.ts runs the workgroup variant otherwise.
+// Parameters, bindings and the epilogue: common.wgsl (appended).
 @group(0) @binding(2) var<storage, read> w: array<vec4u>; // 4 f32, or 8 bf16/f16, a vector
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override T: u32 = 32u; // threads a column (a power of two)
@@ -14,6 +17,13 @@ override GATE: u32 = 0u; // 0 none, 1 silu, 2 GELU tanh: y = act(seg 0) * seg 1
 
 var<workgroup> red: array<vec2f, 4u * T * G>; // (MT, G·T): partial sums of the column's row (x) and up row (y)
 var<workgroup> redSq: array<f32, 4u * T * G>; // NORM: partial Σ x² of each row of x
+
+// A thread's sums for the pass's rows of x: · the column's row, · the up row (GATE), Σ x² (NORM); and the rows'
+// element offsets in x.
+var<private> acc: array<vec4f, 4>;
+var<private> accUp: array<vec4f, 4>;
+var<private> sq: vec4f;
+var<private> xr: vec4u;
 
 // Elements 0-3 (hi = false) or 4-7 of a 16-byte vector of W (f32: only 0-3 exist).
 fn half4(v: vec4u, hi: bool) -> vec4f {
@@ -30,6 +40,30 @@ fn x4(e: u32) -> vec4f {
   return vec4f(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
 }
 
+// Adds the vector of the column's row (v0) and of its up row (v1) that start at element k of K; `on` is 0 for a
+// vector past the row's end (k was clamped to the row's last vector, so every read stays in bounds).
+fn accumulate(v0: vec4u, v1: vec4u, k: u32, on: f32) {
+  let E = select(8u, 4u, W_KIND == 0u);
+  for (var h = 0u; h < E / 4u; h++) {
+    let kk = k + 4u * h;
+    let hi = h == 1u;
+    var w0 = on * select(half4(v0, hi), bitcast<vec4f>(v0), W_KIND == 0u);
+    var w1 = vec4f();
+    if (GATE != 0u) { w1 = on * select(half4(v1, hi), bitcast<vec4f>(v1), W_KIND == 0u); }
+    if (NORM) {
+      let nv = vec4f(nw[kk], nw[kk + 1u], nw[kk + 2u], nw[kk + 3u]);
+      w0 *= nv;
+      w1 *= nv;
+    }
+    for (var i = 0u; i < MT; i++) {
+      let xv = x4(xr[i] + kk);
+      acc[i] += xv * w0;
+      if (GATE != 0u) { accUp[i] += xv * w1; }
+      if (NORM) { sq[i] += on * dot(xv, xv); }
+    }
+  }
+}
+
 @compute @workgroup_size(T * G)
 fn matvec_forward_stream(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_id) wid: vec3u,
                          @builtin(num_workgroups) nwg: vec3u) {
@@ -44,37 +78,39 @@ fn matvec_forward_stream(@builtin(local_invocation_id) lid: vec3u, @builtin(work
   let r0 = rowOf(nc, false) / E; // vector index of the row's start
   let r1 = select(r0, rowOf(nc, true) / E, GATE != 0u);
   let TG = T * G;
+  let S = T * E; // elements from one of a thread's vectors to its next
+  let kLast = p.K - E; // the row's last vector (K is a multiple of E)
   for (var m0 = 0u; m0 < p.M; m0 += MT) {
-    let xr = p.offX + vec4u(m0, min(m0 + 1u, p.M - 1u), min(m0 + 2u, p.M - 1u), min(m0 + 3u, p.M - 1u)) * p.ldx;
-    var a = array<vec4f, 4>(vec4f(), vec4f(), vec4f(), vec4f()); // row m0 + i · the column's row
-    var b = array<vec4f, 4>(vec4f(), vec4f(), vec4f(), vec4f()); // GATE: row m0 + i · the up row
-    var sq = vec4f();
-    for (var k = t * E; k < p.K; k += T * E) {
-      let q = k / E;
-      let v0 = w[r0 + q];
-      var v1 = vec4u();
-      if (GATE != 0u) { v1 = w[r1 + q]; }
-      for (var h = 0u; h < E / 4u; h++) {
-        let kk = k + 4u * h;
-        let hi = h == 1u;
-        var w0 = select(half4(v0, hi), bitcast<vec4f>(v0), W_KIND == 0u);
-        var w1 = vec4f();
-        if (GATE != 0u) { w1 = select(half4(v1, hi), bitcast<vec4f>(v1), W_KIND == 0u); }
-        if (NORM) {
-          let nv = vec4f(nw[kk], nw[kk + 1u], nw[kk + 2u], nw[kk + 3u]);
-          w0 *= nv;
-          w1 *= nv;
-        }
-        for (var i = 0u; i < MT; i++) {
-          let xv = x4(xr[i] + kk);
-          a[i] += xv * w0;
-          if (GATE != 0u) { b[i] += xv * w1; }
-          if (NORM) { sq[i] += dot(xv, xv); }
-        }
+    xr = p.offX + vec4u(m0, min(m0 + 1u, p.M - 1u), min(m0 + 2u, p.M - 1u), min(m0 + 3u, p.M - 1u)) * p.ldx;
+    acc = array<vec4f, 4>(vec4f(), vec4f(), vec4f(), vec4f());
+    accUp = array<vec4f, 4>(vec4f(), vec4f(), vec4f(), vec4f());
+    sq = vec4f();
+    for (var k = t * E; k < p.K; k += 4u * S) {
+      let k1 = min(k + S, kLast);
+      let k2 = min(k + 2u * S, kLast);
+      let k3 = min(k + 3u * S, kLast);
+      // All loads first: four (or eight, gated) 16-byte reads in flight before the first multiply.
+      let a0 = w[r0 + k / E];
+      let a1 = w[r0 + k1 / E];
+      let a2 = w[r0 + k2 / E];
+      let a3 = w[r0 + k3 / E];
+      var b0 = vec4u();
+      var b1 = vec4u();
+      var b2 = vec4u();
+      var b3 = vec4u();
+      if (GATE != 0u) {
+        b0 = w[r1 + k / E];
+        b1 = w[r1 + k1 / E];
+        b2 = w[r1 + k2 / E];
+        b3 = w[r1 + k3 / E];
       }
+      accumulate(a0, b0, k, 1.0);
+      accumulate(a1, b1, k1, select(0.0, 1.0, k + S < p.K));
+      accumulate(a2, b2, k2, select(0.0, 1.0, k + 2u * S < p.K));
+      accumulate(a3, b3, k3, select(0.0, 1.0, k + 3u * S < p.K));
     }
     for (var i = 0u; i < MT; i++) {
-      red[i * TG + tid] = vec2f(dot(a[i], vec4f(1.0)), dot(b[i], vec4f(1.0)));
+      red[i * TG + tid] = vec2f(dot(acc[i], vec4f(1.0)), dot(accUp[i], vec4f(1.0)));
       if (NORM) { redSq[i * TG + tid] = sq[i]; }
     }
     workgroupBarrier();
