@@ -536,6 +536,7 @@ export class Model {
       rec,
       { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l], norm: qkNorm },
       { n: N, h: H, kv: KV, d: D, ldq, slots: kv.slots, tmax: kv.tmax },
+      { tuning: this.tuning.rope },
     );
     const o = buf(N * H * D, "o");
     const lse = buf(N * H, "lse");

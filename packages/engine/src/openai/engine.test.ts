@@ -45,6 +45,7 @@ it("Engine.load timed every kernel choice for the model's shapes on this device,
     ["logprobs.threads@", String(tuning.logprobs?.threads)],
     [`lora.layout@C=${c.hiddenSize}`, tuning.lora?.layout],
     [`rmsnorm.layout@C=${c.hiddenSize}`, tuning.rmsnorm?.layout],
+    [`rope.layout@${shape}`, tuning.rope?.layout],
   ];
   for (const use of ["train", "decode"] as const) {
     const family = engine.gpu.tuning.get(`attention.${use}@${shape}`);

@@ -1,7 +1,7 @@
 // RoPE: inverse frequencies on the CPU (HF default, linear and Llama-3 scaling, so the scaling logic stays in TS) and the
 // dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not; and
 // inference's attention inputs in one dispatch (ropeQkv: per-head q/k norm, RoPE, q out, k and v into the KV cache).
-import { Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { isCpuDevice, Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./rotate.wgsl";
 
 const WG = 256;
@@ -10,8 +10,30 @@ export const ropeForwardSpec = spec("rope_forward");
 export const ropeForwardInplaceSpec = spec("rope_forward_inplace");
 export const ropeBackwardSpec = spec("rope_backward");
 export const ropeBackwardInplaceSpec = spec("rope_backward_inplace");
-/** One thread a head row; 64 so that a decode batch's few rows still spread over workgroups. */
-export const ropeQkvSpec: KernelSpec = { name: "rope_qkv", code, overrides: { WG: 64 } };
+/** ropeQkv's layouts. "cpu": one thread a head row, in workgroups of 64 so that a decode batch's few rows still
+ * spread over workgroups (SwiftShader's threads); "gpu": a workgroup of 64 a head row, each thread a few of its
+ * pairs, so a decode step's rotations run side by side instead of D/2 after another in each of a few threads. */
+export const ROPE_QKV_LAYOUTS = ["cpu", "gpu"] as const;
+export type RopeQkvLayout = (typeof ROPE_QKV_LAYOUTS)[number];
+/** What start-up tuning (tune/kernels.ts) chooses for ropeQkv. */
+export interface RopeTuning {
+  layout: RopeQkvLayout;
+}
+export const ropeQkvSpecs: Record<RopeQkvLayout, KernelSpec> = {
+  cpu: { name: "rope_qkv", code, overrides: { WG: 64 } },
+  gpu: { name: "rope_qkv_wide", code, overrides: { WG: 64 } },
+};
+
+/** ropeQkv's layout: as chosen (tuned), else by the device's kind. */
+export function ropeQkvLayout(gpu: Gpu, opts: RopeQkvOptions = {}): RopeQkvLayout {
+  return opts.layout ?? opts.tuning?.layout ?? (isCpuDevice(gpu) ? "cpu" : "gpu");
+}
+
+export interface RopeQkvOptions {
+  /** The layout (default: the tuned one, else by the device's kind). */
+  layout?: RopeQkvLayout;
+  tuning?: RopeTuning;
+}
 
 /** Llama-3 frequency scaling, HF `rope_scaling` with `rope_type: "llama3"`. */
 export interface Llama3RopeScaling {
@@ -144,7 +166,13 @@ export interface RopeQkvBuffers {
  * q = rope(norm(q)) written out, k = rope(norm(k)) and v written into the caches at each token's (slot, pos);
  * tokens with a slot or pos out of range get q only. What ropeForward on q and k and kvcacheWrite do, in one dispatch.
  */
-export function ropeQkv(gpu: Gpu, rec: Recorder, b: RopeQkvBuffers, dims: RopeQkvDims): void {
+export function ropeQkv(
+  gpu: Gpu,
+  rec: Recorder,
+  b: RopeQkvBuffers,
+  dims: RopeQkvDims,
+  opts: RopeQkvOptions = {},
+): RopeQkvLayout {
   const { n, h, kv, d, ldq, slots, tmax } = dims;
   if (d % 2 !== 0 || h % kv !== 0)
     throw new Error(`ropeQkv: need an even head dim and H % KV == 0 (D=${d} H=${h} KV=${kv})`);
@@ -165,8 +193,12 @@ export function ropeQkv(gpu: Gpu, rec: Recorder, b: RopeQkvBuffers, dims: RopeQk
     need("k norm", b.norm.k, d);
   }
   const params = new Params().u32(n, h, kv, d, ldq, slots, tmax, b.norm ? 1 : 0).f32(b.norm?.eps ?? 0);
+  const layout = ropeQkvLayout(gpu, opts);
+  if (!(layout in ropeQkvSpecs)) throw new Error(`ropeQkv: layout "${layout}" (${ROPE_QKV_LAYOUTS.join(", ")})`);
   const rows = n * (h + 2 * kv);
-  if (!rows) return;
+  if (!rows) return layout;
   const bindings = [b.slotPos, b.invFreq, b.q, b.qkv, b.norm?.q ?? b.qkv, b.norm?.k ?? b.qkv, b.kc, b.vc];
-  rec.dispatch(ropeQkvSpec, bindings, gpu.grid(Math.ceil(rows / (ropeQkvSpec.overrides!.WG as number))), params);
+  const spec = ropeQkvSpecs[layout];
+  rec.dispatch(spec, bindings, gpu.grid(layout === "gpu" ? rows : Math.ceil(rows / 64)), params);
+  return layout;
 }

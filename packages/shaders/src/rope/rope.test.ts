@@ -1,7 +1,7 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { ropeBackward, ropeForward, ropeInvFreq, ropeQkv, type RopeScaling } from "./index.ts";
+import { ROPE_QKV_LAYOUTS, ropeBackward, ropeForward, ropeInvFreq, ropeQkv, type RopeScaling } from "./index.ts";
 import { ropeQkvReference, ropeReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -156,50 +156,54 @@ describe("rope inverse frequencies", () => {
   });
 });
 
-describe("ropeQkv (per-head norm, RoPE, KV-cache write) vs the composed CPU references", () => {
-  it.each([
-    // n, h, kv, d, extra columns in a packed row, per-head norm
-    [1, 3, 1, 32, 0, false],
-    [4, 4, 2, 8, 5, true],
-    [8, 14, 2, 64, 0, false],
-    [70, 2, 1, 16, 3, true], // several workgroups
-  ] as const)("n=%i h=%i kv=%i d=%i (+%i columns, norm %s)", async (n, h, kv, d, extra, norm) => {
-    const rng = new Rng(n * 100 + d);
-    const [slots, tmax] = [3, 2 * Math.ceil(n / 3) + 4];
-    const ldq = (h + 2 * kv) * d + extra;
-    const qkv = rng.f32(n * ldq);
-    // Distinct (slot, pos) per token (as the scheduler's are), the positions spread over the cache.
-    const sp = new Uint32Array(2 * n);
-    for (let t = 0; t < n; t++) [sp[2 * t], sp[2 * t + 1]] = [t % slots, 2 * Math.floor(t / slots) + (t % 2)];
-    sp[0] = 0xffffffff; // a padding token: q only
-    if (n > 2) sp[3] = tmax; // a position past the cache: q only
-    const inv = ropeInvFreq(d, 10000, llama32);
-    const cache = slots * tmax * kv * d;
-    const [kc, vc] = [rng.f32(cache), rng.f32(cache)];
-    const nw = norm ? { q: rng.f32(d, 0.5, 1.5), k: rng.f32(d, 0.5, 1.5), eps: 1e-6 } : undefined;
-    const up = (a: ArrayBufferView) => gpu.upload(a);
-    const b = {
-      qkv: up(qkv),
-      slotPos: up(sp),
-      invFreq: up(inv),
-      q: gpu.buffer(n * h * d * 4),
-      kc: up(kc),
-      vc: up(vc),
-      norm: nw && { q: up(nw.q), k: up(nw.k), eps: nw.eps },
-    };
-    const rec = gpu.recorder();
-    ropeQkv(gpu, rec, b, { n, h, kv, d, ldq, slots, tmax });
-    expect(rec.dispatches).toBe(1);
-    const reads = [rec.read(b.q, n * h * d * 4), rec.read(b.kc, cache * 4), rec.read(b.vc, cache * 4)];
-    await rec.submit();
-    const [q, k, v] = (await Promise.all(reads)).map((a) => new Float32Array(a));
-    gpu.release(b.qkv, b.slotPos, b.invFreq, b.q, b.kc, b.vc, b.norm?.q, b.norm?.k);
-    const want = ropeQkvReference(qkv, sp, inv, kc, vc, { n, h, kv, d, ldq, slots, tmax }, nw);
-    // The norm's rstd adds a few ulps to RoPE's 1e-6 on inputs in [-1, 1] (normed rows reach ~4 here).
-    const t = norm ? { atol: 1e-5, rtol: 1e-5 } : tol;
-    assertClose("q", q, want.q, t);
-    assertClose("k cache", k, want.kc, t);
-    assertClose("v cache", v, want.vc, { atol: 0, rtol: 0 });
-    expect(gpu.errors).toEqual([]);
-  });
-});
+describe.each(ROPE_QKV_LAYOUTS)(
+  "ropeQkv, %s layout (per-head norm, RoPE, KV-cache write) vs the composed CPU references",
+  (layout) => {
+    it.each([
+      // n, h, kv, d, extra columns in a packed row, per-head norm
+      [1, 3, 1, 32, 0, false],
+      [4, 4, 2, 8, 5, true],
+      [8, 14, 2, 64, 0, false],
+      [70, 2, 1, 16, 3, true], // several workgroups
+      [3, 2, 1, 256, 0, true], // the gpu layout's threads take two pairs of a row each
+    ] as const)("n=%i h=%i kv=%i d=%i (+%i columns, norm %s)", async (n, h, kv, d, extra, norm) => {
+      const rng = new Rng(n * 100 + d);
+      const [slots, tmax] = [3, 2 * Math.ceil(n / 3) + 4];
+      const ldq = (h + 2 * kv) * d + extra;
+      const qkv = rng.f32(n * ldq);
+      // Distinct (slot, pos) per token (as the scheduler's are), the positions spread over the cache.
+      const sp = new Uint32Array(2 * n);
+      for (let t = 0; t < n; t++) [sp[2 * t], sp[2 * t + 1]] = [t % slots, 2 * Math.floor(t / slots) + (t % 2)];
+      sp[0] = 0xffffffff; // a padding token: q only
+      if (n > 2) sp[3] = tmax; // a position past the cache: q only
+      const inv = ropeInvFreq(d, 10000, llama32);
+      const cache = slots * tmax * kv * d;
+      const [kc, vc] = [rng.f32(cache), rng.f32(cache)];
+      const nw = norm ? { q: rng.f32(d, 0.5, 1.5), k: rng.f32(d, 0.5, 1.5), eps: 1e-6 } : undefined;
+      const up = (a: ArrayBufferView) => gpu.upload(a);
+      const b = {
+        qkv: up(qkv),
+        slotPos: up(sp),
+        invFreq: up(inv),
+        q: gpu.buffer(n * h * d * 4),
+        kc: up(kc),
+        vc: up(vc),
+        norm: nw && { q: up(nw.q), k: up(nw.k), eps: nw.eps },
+      };
+      const rec = gpu.recorder();
+      expect(ropeQkv(gpu, rec, b, { n, h, kv, d, ldq, slots, tmax }, { layout })).toBe(layout);
+      expect(rec.dispatches).toBe(1);
+      const reads = [rec.read(b.q, n * h * d * 4), rec.read(b.kc, cache * 4), rec.read(b.vc, cache * 4)];
+      await rec.submit();
+      const [q, k, v] = (await Promise.all(reads)).map((a) => new Float32Array(a));
+      gpu.release(b.qkv, b.slotPos, b.invFreq, b.q, b.kc, b.vc, b.norm?.q, b.norm?.k);
+      const want = ropeQkvReference(qkv, sp, inv, kc, vc, { n, h, kv, d, ldq, slots, tmax }, nw);
+      // The norm's rstd adds a few ulps to RoPE's 1e-6 on inputs in [-1, 1] (normed rows reach ~4 here).
+      const t = norm ? { atol: 1e-5, rtol: 1e-5 } : tol;
+      assertClose("q", q, want.q, t);
+      assertClose("k cache", k, want.kc, t);
+      assertClose("v cache", v, want.vc, { atol: 0, rtol: 0 });
+      expect(gpu.errors).toEqual([]);
+    });
+  },
+);

@@ -134,3 +134,58 @@ fn rope_qkv(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) 
     if (isQ) { y[dst + k] = a; y[dst + k + half] = b; } else { kc[dst + k] = a; kc[dst + k + half] = b; }
   }
 }
+
+// rope_qkv's "gpu" layout: a workgroup of WG threads a head row, each thread a few of its (k, k + D/2) pairs (or, in
+// a v row, of its elements), the per-head norm's Σ x² shared through workgroup memory. One thread a row (above)
+// leaves a decode batch's few rows to few threads, each walking D/2 pairs in turn.
+var<workgroup> ssPart: array<f32, WG>;
+
+@compute @workgroup_size(WG)
+fn rope_qkv_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3u,
+                 @builtin(num_workgroups) nwg: vec3u) {
+  let heads = pq.h + 2u * pq.kv;
+  let i = wid.x + wid.y * nwg.x; // the head row: token i / heads, row i % heads
+  if (i >= pq.n * heads) { return; } // grid padding: the whole workgroup
+  let t = i / heads;
+  let r = i % heads;
+  let src = t * pq.ldq + r * pq.d;
+  let slot = pos[2u * t];
+  let tp = pos[2u * t + 1u];
+  let cached = slot < pq.slots && tp < pq.tmax;
+  let row = (slot * pq.tmax + tp) * pq.kv;
+  if (r >= pq.h + pq.kv) {
+    if (cached) {
+      let dst = (row + r - pq.h - pq.kv) * pq.d;
+      for (var e = lid; e < pq.d; e += WG) { vc[dst + e] = x[src + e]; }
+    }
+    return;
+  }
+  let isQ = r < pq.h;
+  var rs = 1.0;
+  if (pq.norm != 0u) {
+    var ss = 0.0;
+    for (var e = lid; e < pq.d; e += WG) { ss += x[src + e] * x[src + e]; }
+    ssPart[lid] = ss;
+    workgroupBarrier();
+    for (var s = WG / 2u; s > 0u; s >>= 1u) {
+      if (lid < s) { ssPart[lid] += ssPart[lid + s]; }
+      workgroupBarrier();
+    }
+    rs = inverseSqrt(ssPart[0] / f32(pq.d) + pq.eps);
+  }
+  if (!isQ && !cached) { return; }
+  let half = pq.d / 2u;
+  let dst = select((row + r - pq.h) * pq.d, (t * pq.h + r) * pq.d, isQ);
+  for (var k = lid; k < half; k += WG) {
+    var u = x[src + k] * rs;
+    var v = x[src + k + half] * rs;
+    if (pq.norm != 0u) {
+      u *= select(kn[k], qn[k], isQ);
+      v *= select(kn[k + half], qn[k + half], isQ);
+    }
+    let cs = cosSin(f32(tp) * invFreq[k]);
+    let a = u * cs.x - v * cs.y;
+    let b = v * cs.x + u * cs.y;
+    if (isQ) { y[dst + k] = a; y[dst + k + half] = b; } else { kc[dst + k] = a; kc[dst + k + half] = b; }
+  }
+}

@@ -18,6 +18,7 @@ import {
 } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward, type LoraTuning } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnormBackward, rmsnormForward, type RmsnormTuning } from "../rmsnorm/index.ts";
+import { ROPE_QKV_LAYOUTS, ropeInvFreq, ropeQkv, type RopeTuning } from "../rope/index.ts";
 import { ROW_THREADS, type RowTuning } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
@@ -32,6 +33,7 @@ export interface KernelTuning {
   attention?: AttentionTuning;
   lora?: LoraTuning;
   rmsnorm?: RmsnormTuning;
+  rope?: RopeTuning;
 }
 
 /** What the measured problems are shaped like: the model's dims. */
@@ -133,6 +135,9 @@ class Scratch {
     return this.keep(this.gpu.upload(this.rng.f32(n, lo, hi), "tune"));
   }
   u32(a: Uint32Array): GPUBuffer {
+    return this.keep(this.gpu.upload(a, "tune"));
+  }
+  values(a: Float32Array): GPUBuffer {
     return this.keep(this.gpu.upload(a, "tune"));
   }
   zeros(bytes: number): GPUBuffer {
@@ -321,6 +326,35 @@ export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES
   return { layout };
 }
 
+/** ropeQkv's layout on a decode step's rows: `z.decodeB` tokens of the model's q, k and v heads (q/k norms on). */
+export async function tuneRope(
+  gpu: Gpu,
+  dims: { heads: number; kvHeads: number; headDim: number },
+  z: Sizes = CPU_SIZES,
+): Promise<RopeTuning> {
+  const { heads: h, kvHeads: kv, headDim: d } = dims;
+  const key = `rope.layout@H=${h},KV=${kv},D=${d}`;
+  const layout = await tuneWith(gpu, key, ROPE_QKV_LAYOUTS, (s) => {
+    const [n, slots, tmax] = [z.decodeB, z.decodeB, 4];
+    const ldq = (h + 2 * kv) * d;
+    const sp = new Uint32Array(2 * n);
+    for (let t = 0; t < n; t++) [sp[2 * t], sp[2 * t + 1]] = [t, t % tmax];
+    const cache = slots * tmax * kv * d;
+    const b = {
+      qkv: s.f32(n * ldq),
+      slotPos: s.u32(sp),
+      invFreq: s.values(ropeInvFreq(d, 10000)),
+      q: s.zeros(n * h * d * 4),
+      kc: s.zeros(cache * 4),
+      vc: s.zeros(cache * 4),
+      norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 },
+    };
+    const dm = { n, h, kv, d, ldq, slots, tmax };
+    return (c) => (rec) => void ropeQkv(gpu, rec, b, dm, { layout: c });
+  });
+  return { layout };
+}
+
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA and RMSNorm.
@@ -342,5 +376,6 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),
     rmsnorm: await tuneRmsnorm(gpu, shape.hidden, z),
+    rope: await tuneRope(gpu, shape, z),
   };
 }

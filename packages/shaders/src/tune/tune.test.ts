@@ -11,6 +11,7 @@ import { isCpuDevice } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraLayout } from "../lora/index.ts";
 import { rmsnormVariant } from "../rmsnorm/index.ts";
+import { ROPE_QKV_LAYOUTS, ropeQkvLayout } from "../rope/index.ts";
 
 let gpu: Gpu;
 beforeAll(async () => {
@@ -110,6 +111,8 @@ it("each kernel follows its tuning where given and the device kind's default whe
     expect(attentionVariant(gpu, 30, use, rows)).toBe("tiled"); // rows need D % 4 == 0
   }
   expect(loraLayout(gpu)).toBe(cpu ? "cpu" : "gpu");
+  expect(ropeQkvLayout(gpu)).toBe(cpu ? "cpu" : "gpu");
+  for (const layout of ROPE_QKV_LAYOUTS) expect(ropeQkvLayout(gpu, { tuning: { layout } })).toBe(layout);
   expect(rmsnormVariant(gpu, 896).wg).toBe(cpu ? 64 : 256);
   for (const layout of LORA_LAYOUTS) {
     expect(loraLayout(gpu, { layout })).toBe(layout);
@@ -139,6 +142,7 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
     ["logprobs.threads", String(t.logprobs?.threads)],
     ["lora.layout", t.lora?.layout],
     ["rmsnorm.layout", t.rmsnorm?.layout],
+    ["rope.layout", t.rope?.layout],
   ];
   for (const use of ["train", "decode"] as const) {
     const a = t.attention?.[use];
