@@ -22,7 +22,7 @@ import {
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { coopConfig, tuneKernels, type KernelTuning } from "@webart/shaders";
+import { coopConfig, loraGradChunk, tuneKernels, type KernelTuning } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -191,6 +191,8 @@ export class Engine {
       lora: opts.train?.lora,
       // Another engine's upload of these weights is already live (in inUse): not counted twice.
       sharedWeights: base.weightsShared,
+      // The device kind's LoRA layout until tuning below says which one runs.
+      loraGradChunk: loraGradChunk(gpu),
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
@@ -219,6 +221,7 @@ export class Engine {
         headDim: c.headDim,
       };
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
+      setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;

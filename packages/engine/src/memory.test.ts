@@ -95,6 +95,35 @@ describe.each([
     expect(gpu.pool.stats.liveBytes).toBe(held);
   });
 
+  it("with GPUs' LoRA layout (gradient sums split by 128 tokens), the plan counts the partial sums", async () => {
+    const tuning = engine.model.tuning;
+    const o = { batch: 2, length: 200, microBatchTokens: 400, recompute: true, vocabChunk: 256 };
+    const peaks: Record<string, { measured: number; planned: number }> = {};
+    try {
+      for (const layout of ["cpu", "gpu"] as const) {
+        tuning.lora = { layout };
+        const chunk = layout === "gpu" ? 128 : undefined;
+        const plan = planMemory(engine.config, {
+          ...setup,
+          loraGradChunk: chunk,
+          train: { microBatchTokens: 400, recompute: true },
+        });
+        const m = await measureGrpoStep(engine, o);
+        peaks[layout] = { measured: m.peak, planned: plan.peakTraining };
+        expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
+        expect(m.peak / plan.peakTraining).toBeLessThanOrEqual(1);
+      }
+    } finally {
+      delete tuning.lora;
+    }
+    // 4 splits of the widest LoRA gradient (I = max(C, F) rows x rank 4): more memory, and planned as such.
+    const measured = peaks.gpu.measured - peaks.cpu.measured;
+    const planned = peaks.gpu.planned - peaks.cpu.planned;
+    expect(planned).toBeGreaterThan(0);
+    expect(measured / planned).toBeGreaterThan(0.5);
+    expect(measured / planned).toBeLessThanOrEqual(1);
+  });
+
   it("recompute keeps less: the plans and the measurements agree on how much less", async () => {
     const o = { batch: 2, length: 64, microBatchTokens: 128, vocabChunk: 256 };
     const keep = await measureGrpoStep(engine, { ...o, recompute: false });

@@ -28,6 +28,9 @@ export interface PlanSetup {
   train?: { microBatchTokens: number; recompute: boolean; allowedSets?: boolean };
   /** The base weights are already on the GPU (another run of the same base model): not counted again. */
   sharedWeights?: boolean;
+  /** Tokens a workgroup sums in LoRA's gradient products where the device's LoRA layout splits them over
+   * workgroups (`loraGradChunk` of @webart/shaders: 128 on GPUs); each split keeps its partial sums. */
+  loraGradChunk?: number;
 }
 
 export interface MemoryPlan {
@@ -128,12 +131,15 @@ function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): 
 }
 
 /** The largest set of gradients in flight inside one layer's backward (MLP part, then attention part). */
-function layerGrads(c: ModelConfig, N: number, rank: number): number {
+function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | undefined): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const branch = c.sandwichNorms ? f(N * C) + f(256 * C) : 0; // Gemma: the branch norm's input gradient, its dw partials
-  const mlp = 3 * f(N * F) + f(N * C) + (rank ? f(N * rank) : 0) + branch; // da, dg, du, dh2, LoRA dt
+  // LoRA dt, and where the gradients' sums over N are split, one product's partial sums (a split per chunk)
+  const splits = chunk ? Math.ceil(N / chunk) : 1;
+  const lora = (width: number) => (rank ? f(N * rank) + (splits > 1 ? f(splits * width * rank) : 0) : 0);
+  const mlp = 3 * f(N * F) + f(N * C) + lora(Math.max(C, F)) + branch; // da, dg, du, dh2, LoRA
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
-  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + (rank ? f(N * rank) : 0) + branch; // do, dq, dk, dv, delta, dh1
+  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + lora(Math.max(C, H * D)) + branch; // do, dq, dk, dv, delta, dh1, LoRA
   return Math.max(mlp, attn);
 }
 
@@ -178,6 +184,7 @@ function trainingPeak(
   nTargets: number,
   recompute: boolean,
   allowedSets = false,
+  loraGradChunk?: number,
 ): { peak: number; perLayer: number } {
   const { hiddenSize: C, numLayers: L } = c;
   const Vc = Math.min(vocabChunk, c.vocabSize);
@@ -191,7 +198,7 @@ function trainingPeak(
   // Head: logprobs (lp, entropy, lse, dloss, per-token terms), dhN and one logits chunk, during its backward.
   const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc);
   // Top layer's backward: the kept inputs, dx, dhN, the layer's saved set (recomputed or kept) and its gradients.
-  const back = L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank);
+  const back = L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank, loraGradChunk);
   const perLayer = x + (recompute ? 0 : saved);
   return { peak: inputs + Math.max(head, back) + UNIFORMS, perLayer };
 }
@@ -217,7 +224,16 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   let trainingPerLayer = 0;
   if (s.train) {
     const N = s.train.microBatchTokens;
-    const t = trainingPeak(c, N, s.vocabChunk, rank, targets.length, s.train.recompute, s.train.allowedSets);
+    const t = trainingPeak(
+      c,
+      N,
+      s.vocabChunk,
+      rank,
+      targets.length,
+      s.train.recompute,
+      s.train.allowedSets,
+      s.loraGradChunk,
+    );
     training = t.peak;
     trainingPerLayer = t.perLayer;
     largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);

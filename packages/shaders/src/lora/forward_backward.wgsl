@@ -1,11 +1,14 @@
 // LoRA's products as one small strided matmul: out[i, j] (+)= scale * sum_k P[i, k] * Q[k, j], each operand
 // at an element offset with its own strides. Forward (t = x·Aᵀ, y += s·t·Bᵀ) and backward (dt, dB, dA, dx)
-// are all this shape with R as J or K, so one kernel serves both entry points.
+// are all this shape with R as J or K, so one kernel serves both entry points. The gradients dA and dB sum over
+// every token (K = N) into a few outputs (I x R): their k can be split over `splits` workgroups, each writing its
+// partial sums (split s at oOff + s * oSplit), which lora_reduce then adds up in order.
 struct Params {
   I: u32, J: u32, K: u32, tilesI: u32,
   pOff: u32, pi: u32, pk: u32, tiles: u32,
   qOff: u32, qk: u32, qj: u32, accumulate: u32,
   oOff: u32, oi: u32, oj: u32, scale: f32,
+  splits: u32, kChunk: u32, oSplit: u32, pad: u32,
 }
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> P: array<f32>; // (I, K) at pOff, strides (pi, pk)
@@ -23,8 +26,11 @@ const TMAX = 4u;
 var<workgroup> red: array<vec4f, WI * WJ * WK * TM>;
 
 fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
-  let tile = wid.x + wid.y * nwg.x;
-  if (tile >= p.tiles) { return; }
+  let flat = wid.x + wid.y * nwg.x;
+  if (flat >= p.tiles * p.splits) { return; }
+  let split = flat / p.tiles;
+  let tile = flat % p.tiles;
+  let kEnd = min(p.K, (split + 1u) * p.kChunk);
   let wi = l % WI;
   let wj = (l / WI) % WJ;
   let wk = l / (WI * WJ);
@@ -37,7 +43,7 @@ fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
   // into per-lane gathers and scatters, which made this loop several times slower there (TMAX = 4).
   let prow = p.pOff + min(i0 + vec4u(0u, 1u, 2u, 3u) * WI, vec4u(p.I - 1u)) * p.pi;
   var acc: array<vec4f, TMAX>;
-  for (var k = wk; k < p.K; k += WK) {
+  for (var k = split * p.kChunk + wk; k < kEnd; k += WK) {
     let qk = k * p.qk;
     let q = vec4f(Q[qcol.x + qk], Q[qcol.y + qk], Q[qcol.z + qk], Q[qcol.w + qk]);
     let pk = k * p.pk;
@@ -66,7 +72,7 @@ fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
     for (var c = 0u; c < 4u; c++) {
       let j = j0 + c * WJ;
       if (j >= p.J) { break; }
-      let o = p.oOff + i * p.oi + j * p.oj;
+      let o = p.oOff + split * p.oSplit + i * p.oi + j * p.oj;
       let v = p.scale * acc[m][c];
       if (p.accumulate != 0u) { out[o] += v; } else { out[o] = v; }
     }
@@ -89,4 +95,21 @@ fn lora_backward(
   @builtin(num_workgroups) nwg: vec3u,
 ) {
   lora_matmul(l, wid, nwg);
+}
+
+// out[i, j] (+)= the sum over s of part[s * I * J + i * J + j], s in order (a split lora_matmul's partial sums).
+struct ReduceParams { I: u32, J: u32, S: u32, accumulate: u32, oOff: u32, oi: u32, oj: u32, pad: u32 }
+@group(0) @binding(0) var<uniform> pr: ReduceParams;
+@group(0) @binding(1) var<storage, read> part: array<f32>;
+@group(0) @binding(2) var<storage, read_write> sums: array<f32>; // lora_matmul's out
+
+@compute @workgroup_size(64)
+fn lora_reduce(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let e = gid.x + gid.y * nwg.x * 64u;
+  let IJ = pr.I * pr.J;
+  if (e >= IJ) { return; }
+  var v = 0.0;
+  for (var s = 0u; s < pr.S; s++) { v += part[s * IJ + e]; }
+  let o = pr.oOff + (e / pr.J) * pr.oi + (e % pr.J) * pr.oj;
+  if (pr.accumulate != 0u) { sums[o] += v; } else { sums[o] = v; }
 }

@@ -89,8 +89,32 @@ it.each([
   [{ WI: 4, WJ: 2, WK: 4, TM: 3 }],
   [{ WI: 2, WJ: 8, WK: 16, TM: 2 }],
   [{ WI: 1, WJ: 1, WK: 32, TM: 4 }],
+  // k split over workgroups (partial sums, then lora_reduce): chunks that do and do not divide k
+  [{ WI: 4, WJ: 2, WK: 2, TM: 2, KC: 4 }],
+  [{ WI: 2, WJ: 1, WK: 1, TM: 3, KC: 3 }],
 ])("lora with tiling %o matches the CPU reference", async (t) => {
   await check(gpu, dims(9, 41, 23, 5), ALL(t), true, t.WI + t.WJ * 3 + t.WK * 7);
+});
+
+it("lora's GPU gradients split N over workgroups by 128 tokens (partial sums added in order)", async () => {
+  expect(LORA_TILING_GPU.grad.KC).toBe(128);
+  const rec = gpu.recorder();
+  const N = 300; // 3 splits, the last of 44 tokens
+  const d = dims(N, 24, 40, 8);
+  const [w, g] = [gpu.buffer(2 * 8 * 64 * 4), gpu.buffer(2 * 8 * 64 * 4)];
+  const [x, t, dy, dx] = [
+    gpu.buffer(N * 24 * 4),
+    gpu.buffer(N * 8 * 4),
+    gpu.buffer(N * 40 * 4),
+    gpu.buffer(N * 24 * 4),
+  ];
+  const slot = { buffer: w, a: 0, b: 8 * 24 };
+  loraBackward(gpu, rec, { slot, grads: { ...slot, buffer: g }, x, t, dy, dx }, d, { layout: "gpu" });
+  expect(rec.dispatches).toBe(6); // dt, dB and its reduce, dA and its reduce, dx
+  rec.abandon();
+  gpu.release(w, g, x, t, dy, dx);
+  await check(gpu, d, LORA_TILING_GPU, true, 301);
+  await check(gpu, dims(257, 33, 9, 3), LORA_TILING_GPU, false, 302);
 });
 
 it("lora backward can overwrite dA and dB instead of accumulating", async () => {
