@@ -9,6 +9,7 @@
 import {
   Engine,
   LORA_TARGETS,
+  loraGradients,
   measureGrpoStep,
   ModelRunner,
   parseConfig,
@@ -97,6 +98,53 @@ async function checkVariant(
     return relErr(new Float32Array(await out), want);
   } finally {
     gpu.release(a, b, bb, c);
+  }
+}
+
+/**
+ * Tensor cores in backward too (EngineOptions.tensorCoresBackward): the GRPO step's time against tensor cores in the
+ * forward only (`forwardMs`), and how far its LoRA gradients are from the f32 backward's on one batch, with a random
+ * B (PEFT's B = 0 would leave dA zero).
+ */
+async function tensorCoresBackward(
+  ctx: BenchContext,
+  engine: Engine,
+  id: string,
+  o: Parameters<typeof measureGrpoStep>[1],
+  forwardMs: number,
+  out: BenchResult[],
+): Promise<void> {
+  const model = engine.model;
+  const lora = model.lora!;
+  try {
+    model.tensorCoresBackward = true;
+    await measureGrpoStep(engine, o); // compiles
+    const back = await measureGrpoStep(engine, o);
+    model.tensorCoresBackward = false;
+    engine.gpu.write(lora.params, new Rng(9).f32(lora.size, -0.02, 0.02));
+    const ref = await loraGradients(engine, o);
+    model.tensorCoresBackward = true;
+    const got = await loraGradients(engine, o);
+    let [dd, rr, gr] = [0, 0, 0];
+    for (let i = 0; i < ref.length; i++)
+      [dd, rr, gr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2, gr + got[i] * ref[i]];
+    const rel = Math.sqrt(dd / rr);
+    const cos = gr / Math.sqrt(rr * got.reduce((a, v) => a + v * v, 0));
+    out.push({
+      id: `${id}.tensor_cores_backward`,
+      value: back.ms / 1000,
+      unit: "s",
+      vs: { id: "tensor cores in the forward only", ratio: forwardMs / back.ms },
+      note: `peak ${(back.peak / GiB).toFixed(2)} GiB; LoRA gradients vs the f32 backward: relative L2 error ${rel.toExponential(2)}, cosine ${cos.toFixed(6)}`,
+    });
+    ctx.log(
+      `${id} with tensor cores in backward: ${(back.ms / 1000).toFixed(2)} s (forward only ${(forwardMs / 1000).toFixed(2)} s); ` +
+        `LoRA gradients: relative error ${rel.toExponential(2)}, cosine ${cos.toFixed(6)}`,
+    );
+  } catch (e) {
+    ctx.log(`${id} with tensor cores in backward: failed: ${(e as Error).message}`);
+  } finally {
+    model.tensorCoresBackward = false;
   }
 }
 
@@ -428,6 +476,7 @@ async function oneModel(
         `${name} GRPO ${B}x${T}: ${(m.ms / 1000).toFixed(2)} s, ${((B * T) / (m.ms / 1000)).toFixed(0)} tok/s, peak ${(m.peak / GiB).toFixed(2)} GiB` +
           (cores ? ` (without tensor cores ${(grpo.false.ms / 1000).toFixed(2)} s)` : ""),
       );
+      if (cores) await tensorCoresBackward(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, m.ms, out);
     } finally {
       await engine.close();
       gpu.pool.trim();

@@ -69,8 +69,11 @@ export interface EngineOptions extends OpenModelOptions {
    *  seconds on a CPU device, `npm run bench -- kernels` prints how long; see tune/kernels.ts). */
   tune?: boolean;
   /** Forward products with weights (prefill, training's forward, the LM head's logits) on tensor cores, operands
-   *  rounded to f16, where the device has them (Dawn's subgroup matrices; default on). Gradients stay f32. */
+   *  rounded to f16, where the device has them (Dawn's subgroup matrices; default on). */
   tensorCores?: boolean;
+  /** With tensorCores, backward's input gradients too, each scaled into f16's range first (default off: not yet
+   *  measured on a GPU; `npm run bench -- gpu` times it and compares its LoRA gradients with the f32 path's). */
+  tensorCoresBackward?: boolean;
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
@@ -225,6 +228,7 @@ export class Engine {
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;
+    model.tensorCoresBackward = opts.tensorCoresBackward ?? false;
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
     return new Engine(

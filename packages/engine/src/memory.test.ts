@@ -5,12 +5,12 @@ import { readFileSync, mkdtempSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { tmpdir } from "node:os";
-import { getDevice, type Gpu } from "@webart/gpu";
+import { getDevice, Rng, type Gpu } from "@webart/gpu";
 import { LocalBackend } from "./art/local-backend.ts";
 import { TrainableModel } from "./art/model.ts";
 import { Trajectory, TrajectoryGroup, type SampledChoice } from "./art/trajectories.ts";
 import { Engine } from "./engine.ts";
-import { measureGrpoStep, measureInference } from "./memory.ts";
+import { loraGradients, measureGrpoStep, measureInference } from "./memory.ts";
 import { LORA_TARGETS, planMemory, type PlanSetup } from "./plan.ts";
 import { randomTensors, tinyConfigJson } from "./weights/testing.ts";
 import { writeSafetensors } from "./weights/index.ts";
@@ -122,6 +122,30 @@ describe.each([
     expect(planned).toBeGreaterThan(0);
     expect(measured / planned).toBeGreaterThan(0.5);
     expect(measured / planned).toBeLessThanOrEqual(1);
+  });
+
+  it("loraGradients: one batch's gradients, the same each time; GPUs' LoRA layout (split sums) gives the CPU one's", async () => {
+    const lora = engine.model.lora!;
+    gpu.write(lora.params, new Rng(4).f32(lora.size, -0.05, 0.05)); // B != 0, so dA is not zero
+    const o = { batch: 2, length: 200, microBatchTokens: 400, recompute: true, vocabChunk: 256 };
+    const tuning = engine.model.tuning;
+    const grads: Record<string, Float32Array> = {};
+    try {
+      for (const layout of ["cpu", "gpu"] as const) {
+        tuning.lora = { layout };
+        grads[layout] = await loraGradients(engine, o);
+      }
+      expect(await loraGradients(engine, o)).toEqual(grads.gpu); // deterministic: no atomics
+    } finally {
+      delete tuning.lora;
+    }
+    const { cpu, gpu: g } = grads;
+    expect(cpu.length).toBe(lora.size);
+    const norm = Math.sqrt(cpu.reduce((a, v) => a + v * v, 0));
+    expect(norm).toBeGreaterThan(0);
+    let diff = 0;
+    for (let i = 0; i < cpu.length; i++) diff += (g[i] - cpu[i]) ** 2;
+    expect(Math.sqrt(diff) / norm).toBeLessThan(1e-5); // the same sums in another order
   });
 
   it("recompute keeps less: the plans and the measurements agree on how much less", async () => {

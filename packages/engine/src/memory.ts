@@ -35,42 +35,77 @@ export async function measureInference(engine: Engine, prefill: number): Promise
   return { peak: gpu.pool.stats.peakLiveBytes, tokens: N };
 }
 
-/** Peak live bytes of one GRPO step (gradients and AdamW) on `batch` sequences of `length` random tokens. */
-export async function measureGrpoStep(
-  engine: Engine,
-  o: { batch: number; length: number; microBatchTokens: number; recompute: boolean; vocabChunk: number; seed?: number },
-): Promise<{ peak: number; ms: number; microBatches: number }> {
-  const lora = engine.model.lora;
-  if (!lora) throw new Error("measureGrpoStep: attach a LoRA adapter first");
-  lora.ensureOptimizer();
-  const gpu = engine.gpu;
+type GrpoBatch = {
+  batch: number;
+  length: number;
+  microBatchTokens: number;
+  recompute: boolean;
+  vocabChunk: number;
+  seed?: number;
+};
+
+/** `batch` sequences of `length` random tokens, the last 3/4 trained, advantages +1 and -1 in turn. */
+function randomBatch(engine: Engine, o: GrpoBatch): TrainSequence[] {
   const rng = new Rng(o.seed ?? 1);
   const V = engine.config.vocabSize;
-  const seqs: TrainSequence[] = Array.from({ length: o.batch }, (_, b) => ({
+  return Array.from({ length: o.batch }, (_, b) => ({
     ids: Array.from({ length: o.length }, () => rng.int(V)),
     mask: Array.from({ length: o.length }, (_, t) => (t >= o.length / 4 ? 1 : 0)),
     oldLogprobs: new Array(o.length).fill(NaN),
     advantage: b % 2 ? 1 : -1,
     coef: 1 / (o.batch * o.length),
   }));
+}
+
+const gradients = (engine: Engine, seqs: TrainSequence[], o: GrpoBatch) =>
+  accumulateGradients(engine.model, seqs, {
+    loss: "ppo",
+    level: "token",
+    epsilon: 0.2,
+    epsilonHigh: 0.2,
+    beta: 0,
+    microBatchTokens: o.microBatchTokens,
+    recompute: o.recompute,
+    vocabChunk: o.vocabChunk,
+  });
+
+/** Peak live bytes of one GRPO step (gradients and AdamW) on `batch` sequences of `length` random tokens. */
+export async function measureGrpoStep(
+  engine: Engine,
+  o: GrpoBatch,
+): Promise<{ peak: number; ms: number; microBatches: number }> {
+  const lora = engine.model.lora;
+  if (!lora) throw new Error("measureGrpoStep: attach a LoRA adapter first");
+  lora.ensureOptimizer();
+  const gpu = engine.gpu;
+  const seqs = randomBatch(engine, o);
   await gpu.sync();
   gpu.pool.resetPeak();
   const t0 = performance.now();
   let microBatches = 0;
   await engine.scheduler.exclusive(async () => {
-    const r = await accumulateGradients(engine.model, seqs, {
-      loss: "ppo",
-      level: "token",
-      epsilon: 0.2,
-      epsilonHigh: 0.2,
-      beta: 0,
-      microBatchTokens: o.microBatchTokens,
-      recompute: o.recompute,
-      vocabChunk: o.vocabChunk,
-    });
+    const r = await gradients(engine, seqs, o);
     microBatches = r.microBatches;
     gpu.release(r.totals, r.entropyAll);
     await optimizerStep(engine.model, { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 }, 1);
   });
   return { peak: gpu.pool.stats.peakLiveBytes, ms: performance.now() - t0, microBatches };
+}
+
+/** The LoRA gradients (the adapter's flat layout) of the loss on the same random batch as measureGrpoStep, without
+ *  an optimizer step: to compare kernel paths (tensor cores in backward or not) on one batch. */
+export async function loraGradients(engine: Engine, o: GrpoBatch): Promise<Float32Array> {
+  const lora = engine.model.lora;
+  if (!lora) throw new Error("loraGradients: attach a LoRA adapter first");
+  lora.ensureOptimizer();
+  const gpu = engine.gpu;
+  const seqs = randomBatch(engine, o);
+  return engine.scheduler.exclusive(async () => {
+    const r = await gradients(engine, seqs, o);
+    gpu.release(r.totals, r.entropyAll);
+    const rec = gpu.recorder();
+    const read = rec.read(lora.grads!, lora.size * 4);
+    await rec.submit();
+    return new Float32Array(await read);
+  });
 }

@@ -137,9 +137,12 @@ function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | und
   // LoRA dt, and where the gradients' sums over N are split, one product's partial sums (a split per chunk)
   const splits = chunk ? Math.ceil(N / chunk) : 1;
   const lora = (width: number) => (rank ? f(N * rank) + (splits > 1 ? f(splits * width * rank) : 0) : 0);
-  const mlp = 3 * f(N * F) + f(N * C) + lora(Math.max(C, F)) + branch; // da, dg, du, dh2, LoRA
+  // With tensor cores in backward, an input gradient's scale (absMax: its max and 512 partial maxima) is live too.
+  const scale = f(513);
+  const mlp = 3 * f(N * F) + f(N * C) + lora(Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
-  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + lora(Math.max(C, H * D)) + branch; // do, dq, dk, dv, delta, dh1, LoRA
+  const attn =
+    2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + lora(Math.max(C, H * D)) + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
   return Math.max(mlp, attn);
 }
 
@@ -196,7 +199,7 @@ function trainingPeak(
   const kept = L * x + (recompute ? 0 : L * saved) + x;
   const final = f(N * C) + f(N); // hN, rstdN
   // Head: logprobs (lp, entropy, lse, dloss, per-token terms), dhN and one logits chunk, during its backward.
-  const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc);
+  const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc) + f(513); // + dlogits' scale (see layerGrads)
   // Top layer's backward: the kept inputs, dx, dhN, the layer's saved set (recomputed or kept) and its gradients.
   const back = L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank, loraGradChunk);
   const perLayer = x + (recompute ? 0 : saved);

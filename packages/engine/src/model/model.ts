@@ -8,6 +8,8 @@
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
 import type { Binding, Gpu, Recorder } from "@webart/gpu";
 import {
+  ABSMAX_BYTES,
+  absMax,
   add,
   attentionBackward,
   attentionDecode,
@@ -28,6 +30,7 @@ import {
   swigluBackward,
   swigluForward,
   type KernelTuning,
+  type MatmulOptions,
   type MatvecSegment,
   type RmsnormBuffers,
 } from "@webart/shaders";
@@ -116,8 +119,12 @@ export class Model {
    *  op its own dispatch, as training's forward (to compare the two). */
   fuseDecode = true;
   /** Forward products with the weights (x·Wᵀ past DECODE_ROWS rows, the LM head's logits) run the coop matmul:
-   *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them; gradients stay f32. */
+   *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them. */
   tensorCores = false;
+  /** With tensorCores, backward's input gradients (dy·W, the LM head's dlogits·W) too: each dy is scaled by the power
+   *  of two that brings its largest magnitude to [2^14, 2^15) before it is rounded to f16 (absMax, then the coop
+   *  matmul's scaleA). Off by default (EngineOptions.tensorCoresBackward) until it is measured on a GPU. */
+  tensorCoresBackward = false;
 
   constructor(
     readonly gpu: Gpu,
@@ -191,7 +198,22 @@ export class Model {
   /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
     const o = { mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate, tuning: this.tuning.matmul };
-    matmul(this.gpu, rec, { a: dy, b: W.buffer, c: dx }, { M, N: W.cols, K: W.rows }, o);
+    const scaleA = this.gradScale(rec, dy, M * W.rows);
+    matmul(this.gpu, rec, { a: dy, b: W.buffer, c: dx, scaleA }, { M, N: W.cols, K: W.rows }, this.backOptions(o));
+    this.gpu.release(scaleA);
+  }
+
+  /** With tensor cores in backward: max |dy| over its n elements (absMax), for the coop matmul's scaleA. */
+  private gradScale(rec: Recorder, dy: GPUBuffer, n: number): GPUBuffer | undefined {
+    if (!this.tensorCores || !this.tensorCoresBackward) return undefined;
+    const s = this.gpu.buffer(ABSMAX_BYTES, "activations", "gradient scale");
+    absMax(this.gpu, rec, dy, s, n);
+    return s;
+  }
+
+  /** A backward matmul's options: the coop variant where gradScale made a scale. */
+  private backOptions<T extends MatmulOptions>(o: T): T {
+    return this.tensorCores && this.tensorCoresBackward ? { ...o, variant: "coop" } : o;
   }
 
   /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
@@ -673,6 +695,8 @@ export class Model {
   /** dh (M, C) += dlogits (M, v1-v0) · W_head[v0:v1]: the LM head's input gradient for one vocab chunk. */
   headBack(rec: Recorder, dlogits: GPUBuffer, M: number, dh: GPUBuffer, v0: number, v1: number): void {
     const C = this.config.hiddenSize;
+    // One scale for the chunk's dlogits (M, v1 - v0), whichever shards its columns fall in.
+    const scaleA = this.gradScale(rec, dlogits, M * (v1 - v0));
     let r0 = 0;
     for (const s of this.weights.head) {
       const a = Math.max(v0, r0);
@@ -681,9 +705,9 @@ export class Model {
         matmul(
           this.gpu,
           rec,
-          { a: dlogits, b: s.buffer, c: dh },
+          { a: dlogits, b: s.buffer, c: dh, scaleA },
           { M, N: C, K: b - a },
-          {
+          this.backOptions({
             mode: "nn",
             bDtype: this.weights.headDtype,
             lda: v1 - v0,
@@ -691,11 +715,12 @@ export class Model {
             offsetB: (s.offset ?? 0) + (a - r0) * C,
             accumulate: true,
             tuning: this.tuning.matmul,
-          },
+          }),
         );
       }
       r0 += s.rows;
     }
+    this.gpu.release(scaleA);
   }
 
   /**

@@ -4,7 +4,8 @@
 // a BM × BN block of C; each subgroup keeps TM × TN result matrices of SM × SN. BK-deep slices of op(A) and op(B) are
 // converted to f16 in workgroup memory ([m][k] and [n][k], k contiguous), where the subgroup matrices load them.
 // The code is generated: the matrices' shapes must be constants, and the TM × TN accumulators are unrolled so that
-// they stay in registers. Operands are rounded to f16 (11-bit mantissa, |x| ≤ 65504), so callers opt in.
+// they stay in registers. Operands are rounded to f16 (11-bit mantissa, |x| ≤ 65504), so callers opt in; A can be
+// scaled into f16's range first (flag 16, from absMax: gradients).
 import type { Gpu, KernelSpec, SubgroupMatrixConfig } from "@webart/gpu";
 import params from "./params.wgsl";
 
@@ -155,7 +156,7 @@ function coopCode(g: CoopGeometry, direct: boolean): string {
     ),
   ].join("\n");
   const stage = [
-    lines(NA, (i) => `    { ${aIdx(i)} As[m * ${LDS}u + k] = f16(pa${i}); }`),
+    lines(NA, (i) => `    { ${aIdx(i)} As[m * ${LDS}u + k] = f16(pa${i} * sA); }`),
     lines(NB, (i) => `    { ${bIdx(i)} Bs[n * ${LDS}u + k] = f16(pb${i}); }`),
   ].join("\n");
   const step = [
@@ -177,7 +178,7 @@ function coopCode(g: CoopGeometry, direct: boolean): string {
     .map(
       ([i, j]) => `  subgroupMatrixStore<row_major>(&Cs, sg * ${SM * SN}u, acc${i}${j}, ${SN}u);
   workgroupBarrier();
-  epilogue(m0 + ${i * SM}u, n0 + ${j * SN}u, sg, lane, mBlock, nBlock, cBase);
+  epilogue(m0 + ${i * SM}u, n0 + ${j * SN}u, sg, lane, mBlock, nBlock, cBase, alpha);
   workgroupBarrier();`,
     )
     .join("\n");
@@ -191,14 +192,15 @@ var<workgroup> As: array<f16, ${BM * LDS}>; // [m][k]
 var<workgroup> Bs: array<f16, ${BN * LDS}>; // [n][k]
 var<workgroup> Cs: array<f32, ${WM * WN * SM * SN}>; // one result matrix per subgroup
 
-// The subgroup's staged matrix (rows r0.., columns c0.. of the block) into C, with alpha, bias and accumulate.
-fn epilogue(r0: u32, c0: u32, sg: u32, lane: u32, mBlock: u32, nBlock: u32, cBase: u32) {
+// The subgroup's staged matrix (rows r0.., columns c0.. of the block) into C, times alpha (A's scale undone), with
+// bias and accumulate.
+fn epilogue(r0: u32, c0: u32, sg: u32, lane: u32, mBlock: u32, nBlock: u32, cBase: u32, alpha: f32) {
   for (var e = lane; e < ${SM * SN}u; e += ${SG}u) {
     let m = mBlock + r0 + e / ${SN}u;
     let n = nBlock + c0 + e % ${SN}u;
     if (m < p.M && n < p.N) {
       let idx = cBase + m * p.ldc + n;
-      var v = p.alpha * Cs[sg * ${SM * SN}u + e];
+      var v = alpha * Cs[sg * ${SM * SN}u + e];
       if ((p.flags & 4u) != 0u) { v += bias[p.offBias + n]; }
       if ((p.flags & 8u) != 0u) { v += c[idx]; }
       c[idx] = v;
@@ -219,8 +221,19 @@ fn matmul_forward_coop(@builtin(local_invocation_index) tid: u32, @builtin(workg
   let lane = tid % ${SG}u;
   let m0 = (sg / ${WN}u) * ${TM * SM}u;
   let n0 = (sg % ${WN}u) * ${TN * SN}u;
-  // A whole block with no bias and alpha 1 loads C (to accumulate) and stores it straight from the matrices.
-  let full = ${direct} && mBlock + ${BM}u <= p.M && nBlock + ${BN}u <= p.N && (p.flags & 4u) == 0u && p.alpha == 1.0 &&
+  // Flag 16 (scaled A): bias[offBias] holds max |A| (absMax); A is multiplied by the power of two 2^s that brings it
+  // to [2^14, 2^15) before rounding to f16 (whose normal range is 6.1e-5 to 65504: gradients would underflow), and
+  // the sums by 2^-s after. Both are exact.
+  var sA = 1.0;
+  var alpha = p.alpha;
+  if ((p.flags & 16u) != 0u) {
+    let e = i32((bitcast<u32>(bias[p.offBias]) >> 23u) & 0xffu) - 127; // floor(log2(max |A|))
+    let s = clamp(14 - e, -126, 126);
+    sA = bitcast<f32>(u32(127 + s) << 23u);
+    alpha *= bitcast<f32>(u32(127 - s) << 23u);
+  }
+  // A whole block with no bias, no scale and alpha 1 loads C (to accumulate) and stores it straight from the matrices.
+  let full = ${direct} && mBlock + ${BM}u <= p.M && nBlock + ${BN}u <= p.N && (p.flags & 20u) == 0u && p.alpha == 1.0 &&
     p.ldc % 4u == 0u && cBase % 4u == 0u;
 ${ij.map(([i, j]) => `  var acc${i}${j} = ${RES}();`).join("\n")}
   if (full && (p.flags & 8u) != 0u) {

@@ -7,6 +7,7 @@ import params from "./params.wgsl";
 import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
+import absmaxCode from "./absmax.wgsl";
 import { coopBlock, coopGeometry, coopShapes, coopSpec, type CoopShape } from "./coop.ts";
 
 export {
@@ -40,6 +41,12 @@ export interface MatmulBuffers {
   c: GPUBuffer;
   /** [N] f32 added to every row (once, after alpha). */
   bias?: GPUBuffer;
+  /**
+   * coop only: absMax's output for A (max |A| in its first word). A is scaled by the power of two that brings that
+   * to [2^14, 2^15) before it is rounded to f16, and the result scaled back: for operands outside f16's range, as
+   * gradients (down to ~1e-8) are. Not with a bias.
+   */
+  scaleA?: GPUBuffer;
 }
 
 export interface MatmulDims {
@@ -186,7 +193,7 @@ export async function tuneMatmul(
 export function matmul(
   gpu: Gpu,
   rec: Recorder,
-  { a, b, c, bias }: MatmulBuffers,
+  { a, b, c, bias, scaleA }: MatmulBuffers,
   { M, N, K }: MatmulDims,
   o: MatmulOptions = {},
 ): void {
@@ -215,6 +222,8 @@ export function matmul(
   if (c === a || c === b || c === bias) throw new Error("matmul: C must not alias A, B or bias");
 
   const variant = o.variant ?? matmulVariant(gpu, mode, bDtype, o.tuning);
+  if (scaleA && (variant !== "coop" || bias || scaleA.size < 4 || scaleA === c))
+    throw new Error("matmul: scaleA needs the coop variant, no bias, and its own buffer of absMax's output");
   let spec: KernelSpec;
   let wg: [number, number, number];
   if (variant === "coop") {
@@ -230,10 +239,12 @@ export function matmul(
   }
   const max = gpu.limits.maxComputeWorkgroupsPerDimension;
   if (wg.some((x) => x > max)) throw new Error(`matmul: grid ${wg.join("×")} exceeds ${max} workgroups per dimension`);
-  const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (bias ? 4 : 0) | (o.accumulate ? 8 : 0);
-  const params = new Params().u32(M, N, K, flags, lda, ldb, ldc).f32(alpha).u32(offA, offB, offC, offBias, sA, sB, sC);
-  // Without a bias, A fills the binding (never read: both are read-only storage, so sharing is valid).
-  rec.dispatch(spec, [a, b, bias ?? a, c], wg, params);
+  const flags = (tA ? 1 : 0) | (tB ? 2 : 0) | (bias ? 4 : 0) | (o.accumulate ? 8 : 0) | (scaleA ? 16 : 0);
+  const offS = scaleA ? 0 : offBias;
+  const params = new Params().u32(M, N, K, flags, lda, ldb, ldc).f32(alpha).u32(offA, offB, offC, offS, sA, sB, sC);
+  // The bias binding holds A's scale where there is one; with neither, A fills it (never read: both are read-only
+  // storage, so sharing is valid).
+  rec.dispatch(spec, [a, b, bias ?? scaleA ?? a, c], wg, params);
 }
 
 /** Checks that the highest element index of a strided, batched matrix fits the buffer and a u32. */
@@ -258,6 +269,30 @@ function checkOperand(
   if (bytes > buf.size) {
     throw new Error(`matmul: ${name} needs ${bytes} bytes (elements up to ${end - 1}) but its buffer has ${buf.size}`);
   }
+}
+
+/** Workgroups of absMax's first pass: at most this many, so the second pass is one workgroup's loop. */
+const ABSMAX_PARTS = 512;
+const absmaxPartial: KernelSpec = { name: "absmax_partial", code: absmaxCode };
+const absmaxFinal: KernelSpec = { name: "absmax_final", code: absmaxCode };
+
+/** Bytes of absMax's output buffer: the max, then its first pass's partial maxima. */
+export const ABSMAX_BYTES = (1 + ABSMAX_PARTS) * 4;
+
+/**
+ * out[0] = max |x[offset .. offset + n)|, in two dispatches (out holds ABSMAX_BYTES; its other words are scratch).
+ * The coop matmul's `scaleA` reads it to scale A into f16's range before rounding.
+ */
+export function absMax(gpu: Gpu, rec: Recorder, x: GPUBuffer, out: GPUBuffer, n: number, offset = 0): void {
+  if (!Number.isInteger(n) || n < 1 || !Number.isInteger(offset) || offset < 0)
+    throw new Error(`absMax: n = ${n} and offset = ${offset} must be integers, n >= 1, offset >= 0`);
+  if ((offset + n) * 4 > x.size) throw new Error(`absMax: x needs ${(offset + n) * 4} bytes but has ${x.size}`);
+  if (out.size < ABSMAX_BYTES) throw new Error(`absMax: out needs ${ABSMAX_BYTES} bytes but has ${out.size}`);
+  if (out === x) throw new Error("absMax: out must not alias x");
+  const parts = Math.min(ABSMAX_PARTS, Math.ceil(n / (256 * 4)));
+  const params = new Params().u32(n, offset, parts, 0);
+  rec.dispatch(absmaxPartial, [out, x], [parts, 1, 1], params);
+  rec.dispatch(absmaxFinal, [out], [1, 1, 1], params);
 }
 
 /** One row-range shard of a weight W [N, K] that was split across buffers (e.g. an LM head). */

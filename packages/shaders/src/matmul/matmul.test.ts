@@ -4,6 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, f64, finiteDiff, type Tolerance } from "@webart/gpu/check";
 import {
+  ABSMAX_BYTES,
+  absMax,
   coopConfig,
   coopShapes,
   MATMUL_VARIANTS,
@@ -260,5 +262,62 @@ describe("matmul coop (tensor cores)", () => {
       );
       await check(gpu, { M: 9, N: 35, K: 6, batch: 3, strideB: 0, mode: "nt", variant: "coop", coopShape }, 92, true);
     }
+  });
+});
+
+describe("absMax (the scale of an operand rounded to f16)", () => {
+  it.each([
+    [1, 0],
+    [700, 3],
+    [5000, 0], // several workgroups, a partial trip of four loads
+    [1_200_000, 17], // 512 workgroups (the most), grid-strided
+  ])("n = %i from offset %i", async (n, offset) => {
+    const rng = new Rng(n);
+    const vals = rng.f32(offset + n + 5, -1e-6, 1e-6);
+    const at = offset + Math.floor(n / 2);
+    vals[at] = -3e-5; // the largest magnitude, negative
+    vals[offset + n] = 9; // past the range: not counted
+    if (offset) vals[offset - 1] = -9;
+    const [x, out] = [gpu.upload(vals), gpu.buffer(ABSMAX_BYTES)];
+    const rec = gpu.recorder();
+    absMax(gpu, rec, x, out, n, offset);
+    expect(rec.dispatches).toBe(2);
+    const got = rec.read(out, 4);
+    await rec.submit();
+    expect(new Float32Array(await got)[0]).toBe(Math.fround(3e-5));
+    gpu.release(x, out);
+  });
+
+  it("refuses a range past x, a small out, and scaleA without the coop variant", () => {
+    const [x, out, b, c] = [gpu.buffer(64), gpu.buffer(ABSMAX_BYTES), gpu.buffer(64), gpu.buffer(64)];
+    const rec = gpu.recorder();
+    expect(() => absMax(gpu, rec, x, out, 16, 1)).toThrow(/x needs 68 bytes/);
+    expect(() => absMax(gpu, rec, x, x, 4)).toThrow(/out needs/);
+    expect(() => matmul(gpu, rec, { a: x, b, c, scaleA: out }, { M: 2, N: 2, K: 2 }, { variant: "tiled" })).toThrow(
+      /scaleA needs the coop variant/,
+    );
+    expect(rec.dispatches).toBe(0);
+    rec.abandon();
+    gpu.release(x, out, b, c);
+  });
+
+  it("coop with scaleA keeps gradients that f16 alone would lose, where the device has tensor cores", async () => {
+    if (!coopConfig(gpu)) return expect(gpu.features.has("chromium-experimental-subgroup-matrix")).toBe(false);
+    const [M, N, K] = [70, 40, 96];
+    const rng = new Rng(5);
+    const av = rng.f32(M * K, -2e-7, 2e-7); // below f16's normal range (6.1e-5)
+    const bv = rng.f32(K * N);
+    const want = matmulReference(av, roundHalf(bv, "f16"), new Float32Array(M * N), { M, N, K });
+    const [a, b, c, s] = [gpu.upload(av), gpu.upload(bv), gpu.buffer(M * N * 4), gpu.buffer(ABSMAX_BYTES)];
+    for (const coopShape of coopShapes(gpu)) {
+      const rec = gpu.recorder();
+      absMax(gpu, rec, a, s, M * K);
+      matmul(gpu, rec, { a, b, c, scaleA: s }, { M, N, K }, { variant: "coop", coopShape });
+      const out = rec.read(c, M * N * 4);
+      await rec.submit();
+      // Each operand rounded to f16 after scaling: ~2^-11 relative each, over sums of K terms.
+      assertClose(`coop scaled ${coopShape}`, new Float32Array(await out), want, { atol: 1e-8, rtol: 5e-3 });
+    }
+    gpu.release(a, b, c, s);
   });
 });

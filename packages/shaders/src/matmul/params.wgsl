@@ -1,7 +1,7 @@
 // What every matmul variant shares, prepended to each by index.ts: C = alpha·op(A)·op(B) (+ bias) (+ C), op =
 // identity or transpose per operand, batched with strides (0 broadcasts), B in f32 or packed bf16/f16.
 struct Params {
-  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate
+  M: u32, N: u32, K: u32, flags: u32, // flags: 1 transA, 2 transB, 4 bias, 8 accumulate, 16 scaled A (coop)
   lda: u32, ldb: u32, ldc: u32, alpha: f32,
   offA: u32, offB: u32, offC: u32, offBias: u32, // element offsets (B's in 16-bit elements when packed)
   sA: u32, sB: u32, sC: u32, // batch strides in elements; 0 broadcasts
