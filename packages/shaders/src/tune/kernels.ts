@@ -1,6 +1,6 @@
 // Start-up tuning: measures, once per device and model shape, every layout choice the engine's kernels make (matmul
 // and matvec variants for the model's weight dtype, threads per row of sampling and logprobs, the attention family
-// and its tiles, the LoRA and RMSNorm layouts) on problems shaped like the model's. The results stay with the device
+// and its tiles, the LoRA, RMSNorm and decode RoPE layouts) on problems shaped like the model's. The results stay with the device
 // (Gpu.tuning, keyed by op and shape); tuneKernels returns them as a KernelTuning, which the model passes to each
 // kernel it runs. A kernel given no tuning uses a default for the device's kind.
 import type { Gpu, Recorder } from "@webart/gpu";
@@ -357,7 +357,7 @@ export async function tuneRope(
 
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
- * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA and RMSNorm.
+ * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA, RMSNorm and RoPE.
  * Each problem is measured once per device and shape (a second model of the same shape, or a loaded table, reuses
  * the results); models of other shapes on the device measure their own.
  */
