@@ -149,23 +149,40 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
       advantage: s ? 1 : -1,
       coef: 1 / T,
     }));
-    const g = await accumulateGradients(model, seqs, {
-      loss: "ppo",
-      level: "token",
-      epsilon: 0.2,
-      epsilonHigh: 0.2,
-      beta: 0,
-      microBatchTokens: 4096,
-    });
-    gpu.release(g.totals, g.entropyAll);
+    const grads = async (fuse: boolean) => {
+      model.fuseGateUp = fuse;
+      try {
+        const r = await accumulateGradients(model, seqs, {
+          loss: "ppo",
+          level: "token",
+          epsilon: 0.2,
+          epsilonHigh: 0.2,
+          beta: 0,
+          microBatchTokens: 4096,
+        });
+        gpu.release(r.totals, r.entropyAll);
+        return r;
+      } finally {
+        model.fuseGateUp = true;
+      }
+    };
+    const apart = await grads(false);
+    const g = await grads(true);
     const opt = await optimizerStep(
       model,
       { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 },
       1,
     );
+    const perToken = (d: number) => (d + opt.dispatches) / g.trainedTokens;
+    out.push({
+      id: `dispatches.${id}.grpo.per_trained_token.gate_up_apart`,
+      value: perToken(apart.dispatches),
+      unit: "dispatches",
+      note: `${apart.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens, gate and up as two matmuls`,
+    });
     out.push({
       id: `dispatches.${id}.grpo.per_trained_token`,
-      value: (g.dispatches + opt.dispatches) / g.trainedTokens,
+      value: perToken(g.dispatches),
       unit: "dispatches",
       note: `${g.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens: 2 sequences x ${T}, one micro-batch`,
     });

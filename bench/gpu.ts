@@ -122,9 +122,9 @@ async function tensorCoresBackward(
     const back = await measureGrpoStep(engine, o);
     model.tensorCoresBackward = false;
     engine.gpu.write(lora.params, new Rng(9).f32(lora.size, -0.02, 0.02));
-    const ref = await loraGradients(engine, o);
+    const ref = (await loraGradients(engine, o)).grads;
     model.tensorCoresBackward = true;
-    const got = await loraGradients(engine, o);
+    const got = (await loraGradients(engine, o)).grads;
     let [dd, rr, gr] = [0, 0, 0];
     for (let i = 0; i < ref.length; i++)
       [dd, rr, gr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2, gr + got[i] * ref[i]];

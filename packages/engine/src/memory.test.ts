@@ -133,9 +133,9 @@ describe.each([
     try {
       for (const layout of ["cpu", "gpu"] as const) {
         tuning.lora = { layout };
-        grads[layout] = await loraGradients(engine, o);
+        grads[layout] = (await loraGradients(engine, o)).grads;
       }
-      expect(await loraGradients(engine, o)).toEqual(grads.gpu); // deterministic: no atomics
+      expect((await loraGradients(engine, o)).grads).toEqual(grads.gpu); // deterministic: no atomics
     } finally {
       delete tuning.lora;
     }
@@ -146,6 +146,32 @@ describe.each([
     let diff = 0;
     for (let i = 0; i < cpu.length; i++) diff += (g[i] - cpu[i]) ** 2;
     expect(Math.sqrt(diff) / norm).toBeLessThan(1e-5); // the same sums in another order
+  });
+
+  it("gate and up as one matmul (forward and backward): the same gradients in fewer dispatches", async () => {
+    const model = engine.model;
+    const lora = model.lora!;
+    gpu.write(lora.params, new Rng(6).f32(lora.size, -0.05, 0.05));
+    const o = { batch: 2, length: 40, microBatchTokens: 80, recompute: true, vocabChunk: 256 };
+    const L = model.weights.layers[0];
+    expect(L.up.offset).toBe(L.gate.offset + L.gate.rows * L.gate.cols); // back to back: fusable
+    let apart: Awaited<ReturnType<typeof loraGradients>>;
+    try {
+      model.fuseGateUp = false;
+      apart = await loraGradients(engine, o);
+    } finally {
+      model.fuseGateUp = true;
+    }
+    const fused = await loraGradients(engine, o);
+    // A layer's forward (twice: recompute) and backward each lose one matmul.
+    expect(apart.dispatches - fused.dispatches).toBe(3 * model.config.numLayers);
+    let [diff, norm] = [0, 0];
+    for (let i = 0; i < fused.grads.length; i++) {
+      diff += (fused.grads[i] - apart.grads[i]) ** 2;
+      norm += apart.grads[i] ** 2;
+    }
+    expect(norm).toBeGreaterThan(0);
+    expect(Math.sqrt(diff / norm)).toBeLessThan(1e-5);
   });
 
   it("recompute keeps less: the plans and the measurements agree on how much less", async () => {

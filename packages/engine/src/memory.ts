@@ -93,8 +93,12 @@ export async function measureGrpoStep(
 }
 
 /** The LoRA gradients (the adapter's flat layout) of the loss on the same random batch as measureGrpoStep, without
- *  an optimizer step: to compare kernel paths (tensor cores in backward or not) on one batch. */
-export async function loraGradients(engine: Engine, o: GrpoBatch): Promise<Float32Array> {
+ *  an optimizer step, and the dispatches they took: to compare kernel paths (tensor cores in backward or not, gate
+ *  and up as one matmul or two) on one batch. */
+export async function loraGradients(
+  engine: Engine,
+  o: GrpoBatch,
+): Promise<{ grads: Float32Array; dispatches: number }> {
   const lora = engine.model.lora;
   if (!lora) throw new Error("loraGradients: attach a LoRA adapter first");
   lora.ensureOptimizer();
@@ -106,6 +110,6 @@ export async function loraGradients(engine: Engine, o: GrpoBatch): Promise<Float
     const rec = gpu.recorder();
     const read = rec.read(lora.grads!, lora.size * 4);
     await rec.submit();
-    return new Float32Array(await read);
+    return { grads: new Float32Array(await read), dispatches: r.dispatches };
   });
 }

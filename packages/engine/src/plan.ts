@@ -3,7 +3,15 @@
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
 import { bucketSize } from "@webart/gpu";
-import { EMBED, LM_HEAD, groupLayout, tensorShapes, weightGroups, type ModelConfig } from "./config/index.ts";
+import {
+  EMBED,
+  LM_HEAD,
+  SEGMENT_ALIGN,
+  groupLayout,
+  tensorShapes,
+  weightGroups,
+  type ModelConfig,
+} from "./config/index.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
@@ -109,8 +117,15 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
   return { bytes, largest };
 }
 
+/** g and u (or their gradients): one (N, 2F) buffer where gate and up run as one matmul (their weights back to back:
+ *  each fills whole 256-byte blocks, model.ts `gateUp`), else two of (N, F). */
+function gateUp(c: ModelConfig, N: number, weightBytes: number): number {
+  const { hiddenSize: C, intermediateSize: F } = c;
+  return (F * C * weightBytes) % SEGMENT_ALIGN === 0 ? f(N * 2 * F) : 2 * f(N * F);
+}
+
 /** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
-function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): number {
+function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number, weightBytes: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
   const sandwich = c.sandwichNorms ? 2 * f(N * C) + 2 * f(N) : 0; // ao, rstdA, mo, rstdM (Gemma)
@@ -125,13 +140,14 @@ function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number): 
     f(N * H) + // o, lse
     2 * f(N * C) +
     f(N) + // xMid, h2, rstd2
-    3 * f(N * F) + // g, u, a
+    gateUp(c, N, weightBytes) +
+    f(N * F) + // g, u, a
     nTargets * f(N * rank) // LoRA intermediates
   );
 }
 
 /** The largest set of gradients in flight inside one layer's backward (MLP part, then attention part). */
-function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | undefined): number {
+function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | undefined, weightBytes: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const branch = c.sandwichNorms ? f(N * C) + f(256 * C) : 0; // Gemma: the branch norm's input gradient, its dw partials
   // LoRA dt, and where the gradients' sums over N are split, one product's partial sums (a split per chunk)
@@ -139,7 +155,7 @@ function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | und
   const lora = (width: number) => (rank ? f(N * rank) + (splits > 1 ? f(splits * width * rank) : 0) : 0);
   // With tensor cores in backward, an input gradient's scale (absMax: its max and 512 partial maxima) is live too.
   const scale = f(513);
-  const mlp = 3 * f(N * F) + f(N * C) + lora(Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
+  const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + lora(Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
   const attn =
     2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + lora(Math.max(C, H * D)) + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
@@ -150,7 +166,7 @@ function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | und
  * One inference step of N tokens sampling S rows: the step's inputs, one layer's temporaries, then the logits. Up to
  * DECODE_ROWS tokens the layers run model.ts's decodeLayer (fewer temporaries), above it one op at a time.
  */
-function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): number {
+function inferencePeak(c: ModelConfig, N: number, S: number, rank: number, weightBytes: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
   // Gemma: the o_proj / down_proj output, its normed form and rstd, and the new residual beside the old one.
@@ -169,7 +185,8 @@ function inferencePeak(c: ModelConfig, N: number, S: number, rank: number): numb
     // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
     const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
     const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
-    const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + 3 * f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
+    const gu = gateUp(c, N, weightBytes);
+    const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + gu + f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
     layer = qkv + Math.max(qk, rest);
   }
   // Rows, their gathered states (normed apart above DECODE_ROWS rows), logits, sampling's params, mask and outputs.
@@ -188,12 +205,13 @@ function trainingPeak(
   recompute: boolean,
   allowedSets = false,
   loraGradChunk?: number,
+  weightBytes = 2,
 ): { peak: number; perLayer: number } {
   const { hiddenSize: C, numLayers: L } = c;
   const Vc = Math.min(vocabChunk, c.vocabSize);
   // ids, targets, old logprobs, (slot, pos), GRPO meta; and the allowed sets (a header word a row, a mask a row).
   const inputs = 3 * f(N) + f(2 * N) + f(3 * N) + (allowedSets ? f(N + N * Math.ceil(c.vocabSize / 32)) : 0);
-  const saved = layerSaved(c, N, rank, nTargets);
+  const saved = layerSaved(c, N, rank, nTargets, weightBytes);
   const x = f(N * C);
   // Kept through the step: each layer's input, everything else of every layer unless recomputed, the output.
   const kept = L * x + (recompute ? 0 : L * saved) + x;
@@ -201,7 +219,8 @@ function trainingPeak(
   // Head: logprobs (lp, entropy, lse, dloss, per-token terms), dhN and one logits chunk, during its backward.
   const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc) + f(513); // + dlogits' scale (see layerGrads)
   // Top layer's backward: the kept inputs, dx, dhN, the layer's saved set (recomputed or kept) and its gradients.
-  const back = L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank, loraGradChunk);
+  const back =
+    L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank, loraGradChunk, weightBytes);
   const perLayer = x + (recompute ? 0 : saved);
   return { peak: inputs + Math.max(head, back) + UNIFORMS, perLayer };
 }
@@ -221,7 +240,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
-  const inference = inferencePeak(c, s.prefillChunk + s.kvSlots, s.kvSlots, rank);
+  const inference = inferencePeak(c, s.prefillChunk + s.kvSlots, s.kvSlots, rank, s.weightBytes);
   largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
   let training = 0;
   let trainingPerLayer = 0;
@@ -236,6 +255,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
       s.train.recompute,
       s.train.allowedSets,
       s.loraGradChunk,
+      s.weightBytes,
     );
     training = t.peak;
     trainingPerLayer = t.perLayer;

@@ -14,5 +14,6 @@ export {
   describeConfig,
   weightGroups,
   groupLayout,
+  SEGMENT_ALIGN,
 } from "./shapes.ts";
 export { EMBED, FINAL_NORM, LM_HEAD, PROJECTIONS, NORMS, layerModule, layerTensor } from "./names.ts";

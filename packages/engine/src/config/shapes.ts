@@ -42,7 +42,7 @@ export function tensorShapes(c: ModelConfig): Map<string, number[]> {
 }
 
 /** The alignment of a storage binding's offset (WebGPU's minStorageBufferOffsetAlignment default). */
-const SEGMENT_ALIGN = 256;
+export const SEGMENT_ALIGN = 256;
 
 /**
  * Tensors that share one GPU buffer, so that one dispatch reads them side by side (decode's q|k|v projection, and

@@ -28,7 +28,9 @@ import {
   ropeInvFreq,
   ropeQkv,
   swigluBackward,
+  swigluBackwardPacked,
   swigluForward,
+  swigluForwardPacked,
   type KernelTuning,
   type MatmulOptions,
   type MatvecSegment,
@@ -65,8 +67,8 @@ interface Saved {
   xMid: GPUBuffer; // (N, C) residual after attention
   h2: GPUBuffer; // (N, C)
   rstd2: GPUBuffer; // (N)
-  g: GPUBuffer; // (N, F)
-  u: GPUBuffer; // (N, F)
+  /** The gate and up products: apart, (N, F) each, or side by side in the rows of one (N, 2F) (gateUp). */
+  gate: { g: GPUBuffer; u: GPUBuffer } | { gu: GPUBuffer };
   a: GPUBuffer; // (N, F) act(g) * u
   mo?: GPUBuffer; // (N, C) down_proj output before its norm (Gemma)
   rstdM?: GPUBuffer; // (N)
@@ -102,8 +104,17 @@ const FLUSH_BYTES = 4 * 2 ** 20;
 export interface WeightGrads {
   /** The LM head's rows v0..v1: dW += dlogitsᵀ · h, with dlogits (M, v1-v0) and h (M, C). */
   head(rec: Recorder, dlogits: GPUBuffer, h: GPUBuffer, M: number, v0: number, v1: number): void;
-  /** Linear `t` of layer l: dW += dyᵀ · x (and its bias), with x (N, in) and dy (N, out). */
-  linear(rec: Recorder, l: number, t: LoraTarget, x: GPUBuffer, dy: GPUBuffer, N: number): void;
+  /** Linear `t` of layer l: dW += dyᵀ · x (and its bias), with x (N, in) and dy (N, out); `cols`: dy is the columns
+   *  [offsetDy, offsetDy + out) of rows lddy wide (gate and up share one gradient). */
+  linear(
+    rec: Recorder,
+    l: number,
+    t: LoraTarget,
+    x: GPUBuffer,
+    dy: GPUBuffer,
+    N: number,
+    cols?: { lddy: number; offsetDy: number },
+  ): void;
   /** Where the gradient of the RMSNorm weight `name` (its HF tensor name, n values) accumulates. */
   norm(name: string, n: number): Binding;
   /** After the last layer: dx (N, C) is the gradient at the embedding's output. */
@@ -118,6 +129,9 @@ export class Model {
   /** Inference over at most DECODE_ROWS tokens runs decodeLayer (the same math in fewer dispatches); off: every
    *  op its own dispatch, as training's forward (to compare the two). */
   fuseDecode = true;
+  /** Training's and prefill's layer runs gate and up as one matmul where their weights sit back to back (gateUp);
+   *  off: two, as before (to compare the two). */
+  fuseGateUp = true;
   /** Forward products with the weights (x·Wᵀ past DECODE_ROWS rows, the LM head's logits) run the coop matmul:
    *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them. */
   tensorCores = false;
@@ -225,6 +239,7 @@ export class Model {
     y: GPUBuffer,
     N: number,
     keep: boolean,
+    cols?: { ldy: number; offsetY: number },
   ): GPUBuffer | undefined {
     if (!this.useLora) return undefined;
     const l = this.lora!;
@@ -233,7 +248,7 @@ export class Model {
     const e = l.byLayer[layer].get(target)!;
     const t = this.gpu.buffer(N * e.rank * 4, "activations", `lora t ${target}`);
     const dims = { N, in: e.in, out: e.out, R: e.rank, scale: e.scale };
-    loraForward(this.gpu, rec, { slot, x, t, y }, dims, { tuning: this.tuning.lora });
+    loraForward(this.gpu, rec, { slot, x, t, y, ...cols }, dims, { tuning: this.tuning.lora });
     if (!keep) {
       this.gpu.release(t);
       return undefined;
@@ -395,14 +410,28 @@ export class Model {
     const h2 = buf(N * C, "h2");
     const rstd2 = buf(N, "rstd2");
     this.rmsnorm(rec, { x: xMid, w: L.mlpNorm, y: h2, rstd: rstd2 }, N);
-    const g = buf(N * F, "g");
-    const u = buf(N * F, "u");
-    this.linear(rec, h2, L.gate, g, N);
-    this.linear(rec, h2, L.up, u, N);
-    const tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
-    const tu = this.loraFwd(rec, l, "up", h2, u, N, save);
     const a = buf(N * F, "a");
-    swigluForward(gpu, rec, { g, u, h: a }, { n: N * F }, { act: c.hiddenAct });
+    const GU = this.gateUp(l);
+    let gate: Saved["gate"];
+    let tg: GPUBuffer | undefined, tu: GPUBuffer | undefined;
+    if (GU) {
+      // One matmul over both weights: gate in columns [0, F) of each row, up in [F, 2F).
+      const gu = buf(N * 2 * F, "gate|up");
+      this.linear(rec, h2, GU, gu, N);
+      tg = this.loraFwd(rec, l, "gate", h2, gu, N, save, { ldy: 2 * F, offsetY: 0 });
+      tu = this.loraFwd(rec, l, "up", h2, gu, N, save, { ldy: 2 * F, offsetY: F });
+      swigluForwardPacked(gpu, rec, { gu, h: a }, { N, F }, { act: c.hiddenAct });
+      gate = { gu };
+    } else {
+      const g = buf(N * F, "g");
+      const u = buf(N * F, "u");
+      this.linear(rec, h2, L.gate, g, N);
+      this.linear(rec, h2, L.up, u, N);
+      tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
+      tu = this.loraFwd(rec, l, "up", h2, u, N, save);
+      swigluForward(gpu, rec, { g, u, h: a }, { n: N * F }, { act: c.hiddenAct });
+      gate = { g, u };
+    }
     let xOut = xMid;
     let mo: GPUBuffer | undefined, rstdM: GPUBuffer | undefined;
     let td: GPUBuffer | undefined;
@@ -429,7 +458,7 @@ export class Model {
       td = this.loraFwd(rec, l, "down", a, xOut, N, save);
     }
     if (!save) {
-      gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, g, u, a);
+      gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, a, ...Object.values(gate));
       return { x: xOut };
     }
     const saved: Saved = {
@@ -450,8 +479,7 @@ export class Model {
       xMid,
       h2,
       rstd2,
-      g,
-      u,
+      gate,
       a,
       mo,
       rstdM,
@@ -471,6 +499,19 @@ export class Model {
       (biases.length === 0 || (biases.length === 3 && oneBuffer(...biases))) &&
       (!this.useLora || this.lora!.params.size <= this.gpu.maxStorageBinding)
     );
+  }
+
+  /** Layer l's gate and up weights as one matrix of 2F rows, where they sit back to back in one buffer (the loader
+   *  puts them so when each fills whole 256-byte blocks), else undefined. */
+  private gateUp(l: number): Matrix | undefined {
+    const { gate, up } = this.weights.layers[l];
+    const back2back =
+      gate.buffer === up.buffer &&
+      gate.dtype === up.dtype &&
+      gate.cols === up.cols &&
+      gate.rows === up.rows &&
+      up.offset === gate.offset + gate.rows * gate.cols;
+    return this.fuseGateUp && back2back ? { ...gate, rows: 2 * gate.rows } : undefined;
   }
 
   /** Layer l's LoRA entries for these targets (undefined where the adapter has none, or is off). */
@@ -751,8 +792,9 @@ export class Model {
       tBuf: GPUBuffer | undefined,
       dy: GPUBuffer,
       dx: GPUBuffer,
+      cols?: { lddy: number; offsetDy: number },
     ) => {
-      weightGrads?.linear(rec, l, t, x, dy, N);
+      weightGrads?.linear(rec, l, t, x, dy, N, cols);
       if (!lora?.grads) return;
       const e = lora.byLayer[l].get(t);
       if (!e || !tBuf) return;
@@ -760,7 +802,7 @@ export class Model {
       loraBackward(
         gpu,
         rec,
-        { slot: lora.slot(l, t)!, grads: lora.slot(l, t, lora.grads)!, x, t: tBuf, dy, dx },
+        { slot: lora.slot(l, t)!, grads: lora.slot(l, t, lora.grads)!, x, t: tBuf, dy, dx, ...cols },
         dims,
         {
           tuning: this.tuning.lora,
@@ -810,14 +852,26 @@ export class Model {
       const da = buf(N * F, "da");
       this.linearBack(rec, dmo, L.down, da, N, false);
       loraBack(l, "down", s.a, s.t.down, dmo, da);
-      const dg = buf(N * F, "dg");
-      const du = buf(N * F, "du");
-      swigluBackward(gpu, rec, { g: s.g, u: s.u, dh: da, dg, du }, { n: N * F }, { act: c.hiddenAct });
       const dh2 = buf(N * C, "dh2");
-      this.linearBack(rec, dg, L.gate, dh2, N, false);
-      this.linearBack(rec, du, L.up, dh2, N, true);
-      loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
-      loraBack(l, "up", s.h2, s.t.up, du, dh2);
+      let dgate: GPUBuffer[];
+      if ("gu" in s.gate) {
+        // dgu (N, 2F) as gu: one matmul back through both weights, each LoRA term from its half.
+        const dgu = buf(N * 2 * F, "dgate|dup");
+        swigluBackwardPacked(gpu, rec, { gu: s.gate.gu, dh: da, dgu }, { N, F }, { act: c.hiddenAct });
+        this.linearBack(rec, dgu, this.gateUp(l) ?? { ...L.gate, rows: 2 * F }, dh2, N, false);
+        loraBack(l, "gate", s.h2, s.t.gate, dgu, dh2, { lddy: 2 * F, offsetDy: 0 });
+        loraBack(l, "up", s.h2, s.t.up, dgu, dh2, { lddy: 2 * F, offsetDy: F });
+        dgate = [dgu];
+      } else {
+        const dg = buf(N * F, "dg");
+        const du = buf(N * F, "du");
+        swigluBackward(gpu, rec, { g: s.gate.g, u: s.gate.u, dh: da, dg, du }, { n: N * F }, { act: c.hiddenAct });
+        this.linearBack(rec, dg, L.gate, dh2, N, false);
+        this.linearBack(rec, du, L.up, dh2, N, true);
+        loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
+        loraBack(l, "up", s.h2, s.t.up, du, dh2);
+        dgate = [dg, du];
+      }
       const mlpNorm = norm(c.sandwichNorms ? NORMS.preFeedforward : NORMS.postAttention);
       rmsnormBackward(
         gpu,
@@ -830,7 +884,7 @@ export class Model {
           tuning: this.tuning.rmsnorm,
         },
       );
-      gpu.release(da, dg, du, dh2);
+      gpu.release(da, dh2, ...dgate);
       if (dmo !== dx) gpu.release(dmo);
       // --- attention block: xMid = x + o_proj(o) (Gemma: + norm(o_proj(o))).
       const dao = c.sandwichNorms ? branchGrad(s.ao!, L.attnOutNorm!, s.rstdA!, norm(NORMS.postAttention)) : dx;
@@ -917,8 +971,7 @@ function freeSaved(gpu: Gpu, s: Saved): void {
     s.xMid,
     s.h2,
     s.rstd2,
-    s.g,
-    s.u,
+    ...Object.values(s.gate),
     s.a,
     s.mo,
     s.rstdM,

@@ -93,15 +93,22 @@ function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): Weigh
         },
       );
     },
-    linear(rec, l, t, x, dy, N) {
+    linear(rec, l, t, x, dy, N, cols) {
       const W = model.weights.layers[l][t];
       const name = layerModule(l, PROJECTIONS[t]);
+      const at = cols && { lda: cols.lddy, offsetA: cols.offsetDy }; // dy: a column range of wider rows
       matmul(
         gpu,
         rec,
         { a: dy, b: x, c: full.buffer },
         { M: W.rows, N: W.cols, K: N },
-        { mode: "tn", offsetC: full.offsets.get(`${name}.weight`)!, accumulate: true, tuning: model.tuning.matmul },
+        {
+          mode: "tn",
+          ...at,
+          offsetC: full.offsets.get(`${name}.weight`)!,
+          accumulate: true,
+          tuning: model.tuning.matmul,
+        },
       );
       const bias = full.offsets.get(`${name}.bias`);
       if (bias !== undefined) {
@@ -111,7 +118,13 @@ function fullWeightGrads(model: Model, full: FullGrads, ids: Uint32Array): Weigh
           rec,
           { a: ones, b: dy, c: full.buffer },
           { M: 1, N: W.rows, K: N },
-          { mode: "nn", offsetC: bias, accumulate: true, tuning: model.tuning.matmul },
+          {
+            mode: "nn",
+            ...(cols && { ldb: cols.lddy, offsetB: cols.offsetDy }),
+            offsetC: bias,
+            accumulate: true,
+            tuning: model.tuning.matmul,
+          },
         );
       }
     },

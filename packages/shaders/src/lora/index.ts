@@ -180,13 +180,16 @@ export interface LoraForwardBuffers {
   x: Binding; // (N, in)
   t: Binding; // (N, R) out, kept for the backward
   y: Binding; // (N, out), added to
+  /** y's row stride and first element (default out and 0): a column range of a wider product (gate|up). */
+  ldy?: number;
+  offsetY?: number;
 }
 
 /** t = x·Aᵀ (N, R), written; y += s·t·Bᵀ (N, out). x is (N, in). */
 export function loraForward(
   gpu: Gpu,
   rec: Recorder,
-  { slot: w, x, t, y }: LoraForwardBuffers,
+  { slot: w, x, t, y, ldy, offsetY }: LoraForwardBuffers,
   d: LoraDims,
   opts: LoraOptions = {},
 ): void {
@@ -198,7 +201,8 @@ export function loraForward(
   const f = loraForwardSpec;
   // t = x (N, in) · Aᵀ (in, R); y += s · t (N, R) · Bᵀ (R, out)
   matmul(gpu, rec, f, tl.shrink, [N, R, d.in], rows(x, d.in), AT, rows(t, R), 1, false);
-  matmul(gpu, rec, f, tl.expand, [N, d.out, R], rows(t, R), BT, rows(y, d.out), d.scale, true);
+  const Y = { buf: y, off: offsetY ?? 0, su: ldy ?? d.out, sv: 1 };
+  matmul(gpu, rec, f, tl.expand, [N, d.out, R], rows(t, R), BT, Y, d.scale, true);
 }
 
 const rows = (buf: Binding, width: number): Operand => ({ buf, off: 0, su: width, sv: 1 });
@@ -210,6 +214,9 @@ export interface LoraBackwardBuffers {
   x: Binding; // (N, in), the forward's input
   t: Binding; // (N, R), saved by the forward
   dy: Binding; // (N, out)
+  /** dy's row stride and first element (default out and 0): a column range of a wider gradient (gate|up). */
+  lddy?: number;
+  offsetDy?: number;
   /** (N, in): dx += dt·A when given (it already holds the base weight's contribution). */
   dx?: Binding;
   /** (N, R) scratch for dt; taken from the pool when absent. */
@@ -242,10 +249,11 @@ export function loraBackward(
   const A = { buf: w.buffer, off: w.a, su: d.in, sv: 1 }; // (R, in)
   const dB = { buf: g.buffer, off: g.b, su: R, sv: 1 }; // (out, R)
   const dAT = { buf: g.buffer, off: g.a, su: 1, sv: d.in }; // dAᵀ (in, R)
-  const dyT = { buf: b.dy, off: 0, su: 1, sv: d.out }; // (out, N)
+  const [offDy, ldDy] = [b.offsetDy ?? 0, b.lddy ?? d.out];
+  const dyT = { buf: b.dy, off: offDy, su: 1, sv: ldDy }; // (out, N)
   const xT = { buf: b.x, off: 0, su: 1, sv: d.in }; // (in, N)
   // dt = s · dy (N, out) · B (out, R)
-  matmul(gpu, rec, f, tl.shrink, [N, R, d.out], rows(b.dy, d.out), B, dt, d.scale, false);
+  matmul(gpu, rec, f, tl.shrink, [N, R, d.out], { buf: b.dy, off: offDy, su: ldDy, sv: 1 }, B, dt, d.scale, false);
   // dB (+)= s · dyᵀ (out, N) · t (N, R)
   matmul(gpu, rec, f, tl.grad, [d.out, R, N], dyT, rows(b.t, R), dB, d.scale, acc);
   // dA (+)= dtᵀ · x, computed as its transpose (in, R) = xᵀ (in, N) · dt (N, R)

@@ -22,7 +22,15 @@ type Tilings = Partial<Record<LoraProduct, LoraTiling>>;
 const ALL = (t: LoraTiling): Tilings => ({ shrink: t, expand: t, grad: t });
 
 /** Runs forward and backward on the GPU with A, B, dA, dB at odd offsets among other adapters' values. */
-async function check(g: Gpu, d: LoraDims, tiling: Tilings, accumulate: boolean, seed: number) {
+async function check(
+  g: Gpu,
+  d: LoraDims,
+  tiling: Tilings,
+  accumulate: boolean,
+  seed: number,
+  /** y and dy as columns [off, off + out) of rows `ld` wide (a gate|up product). */
+  wide?: { ld: number; off: number },
+) {
   const { N, R } = d;
   const rng = new Rng(seed);
   const x = rng.f32(N * d.in);
@@ -37,18 +45,35 @@ async function check(g: Gpu, d: LoraDims, tiling: Tilings, accumulate: boolean, 
   flat.set(A, a);
   flat.set(B, bOff);
   const grads0 = rng.f32(flat.length); // other micro-batches' (and other adapters') gradients
-  const [bx, bparams, bgrads, by, bdy, bdx] = [x, flat, grads0, y0, dy, dx0].map((v) => g.upload(v));
+  const ld = wide?.ld ?? d.out;
+  const off = wide?.off ?? 0;
+  // y and dy inside rows of ld (the other columns random: y's must stay as they were).
+  const [yWide, dyWide] = [rng.f32(N * ld), rng.f32(N * ld)];
+  for (let n = 0; n < N; n++) {
+    yWide.set(y0.subarray(n * d.out, (n + 1) * d.out), n * ld + off);
+    dyWide.set(dy.subarray(n * d.out, (n + 1) * d.out), n * ld + off);
+  }
+  const [bx, bparams, bgrads, by, bdy, bdx] = [x, flat, grads0, yWide, dyWide, dx0].map((v) => g.upload(v));
   const bt = g.buffer(N * R * 4);
   const rec = g.recorder();
   const w = { buffer: bparams, a, b: bOff };
   const gs = { buffer: bgrads, a, b: bOff };
-  loraForward(g, rec, { slot: w, x: bx, t: bt, y: by }, d, { tiling });
+  const strided = wide ? { ldy: ld, offsetY: off } : {};
+  loraForward(g, rec, { slot: w, x: bx, t: bt, y: by, ...strided }, d, { tiling });
   // The overwrite case also brings its own dt scratch buffer; the others take one from the pool.
   const bdt = accumulate ? undefined : g.buffer(N * R * 4);
-  loraBackward(g, rec, { slot: w, grads: gs, x: bx, t: bt, dy: bdy, dx: bdx, dt: bdt }, d, { tiling, accumulate });
-  const reads = [bt, by, bgrads, bdx].map((buf, i) => rec.read(buf, [N * R, N * d.out, flat.length, N * d.in][i] * 4));
+  const dyAt = wide ? { lddy: ld, offsetDy: off } : {};
+  const bb = { slot: w, grads: gs, x: bx, t: bt, dy: bdy, dx: bdx, dt: bdt, ...dyAt };
+  loraBackward(g, rec, bb, d, { tiling, accumulate });
+  const reads = [bt, by, bgrads, bdx].map((buf, i) => rec.read(buf, [N * R, N * ld, flat.length, N * d.in][i] * 4));
   await rec.submit();
-  const [t, y, grads, dx] = (await Promise.all(reads)).map((v) => new Float32Array(v));
+  const [t, yGot, grads, dx] = (await Promise.all(reads)).map((v) => new Float32Array(v));
+  const y = new Float32Array(N * d.out);
+  for (let n = 0; n < N; n++) {
+    y.set(yGot.subarray(n * ld + off, n * ld + off + d.out), n * d.out);
+    for (let j = 0; j < ld; j++)
+      if (j < off || j >= off + d.out) expect(yGot[n * ld + j], `y column ${j}`).toBe(yWide[n * ld + j]);
+  }
   const ref = loraReference(d, x, A, B, y0);
   const bref = loraBackwardReference(d, x, A, B, ref.t, dy);
   const eGrads = grads0.slice();
@@ -115,6 +140,12 @@ it("lora's GPU gradients split N over workgroups by 128 tokens (partial sums add
   gpu.release(w, g, x, t, dy, dx);
   await check(gpu, d, LORA_TILING_GPU, true, 301);
   await check(gpu, dims(257, 33, 9, 3), LORA_TILING_GPU, false, 302);
+});
+
+it("lora's y and dy can be a column range of wider rows (the up half of a gate|up product)", async () => {
+  await check(gpu, dims(7, 37, 29, 8), LORA_TILING_GPU, true, 401, { ld: 58, off: 29 });
+  await check(gpu, dims(7, 37, 29, 8), LORA_TILING_CPU, true, 402, { ld: 60, off: 0 });
+  await check(gpu, dims(300, 24, 16, 8), LORA_TILING_GPU, true, 403, { ld: 32, off: 16 }); // split sums
 });
 
 it("lora backward can overwrite dA and dB instead of accumulating", async () => {

@@ -1,7 +1,13 @@
 import { beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { swigluBackward, swigluForward, type GatedActivation } from "./index.ts";
+import {
+  swigluBackward,
+  swigluBackwardPacked,
+  swigluForward,
+  swigluForwardPacked,
+  type GatedActivation,
+} from "./index.ts";
 import { swigluBackwardReference, swigluReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -41,6 +47,45 @@ it.each([
   assertClose("du", new Float32Array(await du), ref.du, TOL);
   gpu.release(bg, bu, bdh, bh, bdg, bdu);
   expect(gpu.errors).toEqual([]);
+});
+
+it.each([
+  [1, 1, "silu"],
+  [3, 257, "silu"],
+  [5, 40, "gelu_tanh"],
+] as const)("packed (g | u side by side in rows of 2F): N=%i F=%i act=%s", async (N, F, act) => {
+  const n = N * F;
+  const { g, u, dh } = inputs(n, n + 1);
+  const gu = new Float32Array(N * 2 * F);
+  for (let r = 0; r < N; r++) {
+    gu.set(g.subarray(r * F, (r + 1) * F), r * 2 * F);
+    gu.set(u.subarray(r * F, (r + 1) * F), r * 2 * F + F);
+  }
+  const [bgu, bdh, bh, bdgu] = [gpu.upload(gu), gpu.upload(dh), gpu.buffer(n * 4), gpu.buffer(2 * n * 4)];
+  const rec = gpu.recorder();
+  swigluForwardPacked(gpu, rec, { gu: bgu, h: bh }, { N, F }, { act });
+  swigluBackwardPacked(gpu, rec, { gu: bgu, dh: bdh, dgu: bdgu }, { N, F }, { act });
+  const [h, dgu] = [rec.read(bh, n * 4), rec.read(bdgu, 2 * n * 4)];
+  await rec.submit();
+  const ref = swigluBackwardReference(g, u, dh, act);
+  assertClose("h", new Float32Array(await h), swigluReference(g, u, undefined, act), TOL);
+  const got = new Float32Array(await dgu);
+  const want = new Float32Array(2 * n);
+  for (let r = 0; r < N; r++) {
+    want.set(ref.dg.subarray(r * F, (r + 1) * F), r * 2 * F);
+    want.set(ref.du.subarray(r * F, (r + 1) * F), r * 2 * F + F);
+  }
+  assertClose("dgu", got, want, TOL);
+  gpu.release(bgu, bdh, bh, bdgu);
+  expect(gpu.errors).toEqual([]);
+});
+
+it("packed refuses a gu smaller than (N, 2F)", () => {
+  const [gu, h] = [gpu.buffer(4 * 4 * 3), gpu.buffer(64)];
+  const rec = gpu.recorder();
+  expect(() => swigluForwardPacked(gpu, rec, { gu, h }, { N: 2, F: 16 }, {})).toThrow(/needs 256 \(N, 2F\)/);
+  rec.abandon();
+  gpu.release(gu, h);
 });
 
 it.each(["silu", "gelu_tanh"] as GatedActivation[])(
