@@ -124,6 +124,15 @@ function gateUp(c: ModelConfig, N: number, weightBytes: number): number {
   return (F * C * weightBytes) % SEGMENT_ALIGN === 0 ? f(N * 2 * F) : 2 * f(N * F);
 }
 
+/** Whether q, k and v run as one product (model.ts `qkvProduct`): no per-head q/k norms, and the weights (and biases)
+ *  back to back, as the loader places them when each fills whole 256-byte blocks. */
+function qkvFused(c: ModelConfig, weightBytes: number): boolean {
+  const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D } = c;
+  const whole = (bytes: number) => bytes % SEGMENT_ALIGN === 0;
+  const biases = !c.qkvBias || (whole(H * D * 4) && whole(KV * D * 4));
+  return !c.qkNorm && whole(H * D * C * weightBytes) && whole(KV * D * C * weightBytes) && biases;
+}
+
 /** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
 function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number, weightBytes: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
@@ -157,8 +166,9 @@ function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | und
   const scale = f(513);
   const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + lora(Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
+  const dqkv = qkvFused(c, weightBytes) ? f(N * (H + 2 * KV) * D) : 0; // dq|dk|dv packed for one matmul
   const attn =
-    2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + lora(Math.max(C, H * D)) + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
+    2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + dqkv + lora(Math.max(C, H * D)) + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
   return Math.max(mlp, attn);
 }
 
@@ -182,12 +192,17 @@ function inferencePeak(c: ModelConfig, N: number, S: number, rank: number, weigh
     const mlp = f(N * F) + Math.max(t(2), t(1) + sandwich);
     layer = Math.max(attn, oProj, mlp);
   } else {
-    // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
-    const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
-    const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
     const gu = gateUp(c, N, weightBytes);
     const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + gu + f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
-    layer = qkv + Math.max(qk, rest);
+    if (qkvFused(c, weightBytes)) {
+      // h1, rstd1 and q held through the layer; the packed q|k|v only until ropeQkv has split it (k, v: the cache).
+      layer = f(N * C) + f(N) + f(N * H * D) + Math.max(f(N * (H + 2 * KV) * D) + t(3), rest);
+    } else {
+      // q/k before their norms (Qwen3) are freed before attention, so they never meet the MLP's buffers.
+      const qkv = f(N * C) + f(N) + f(N * H * D) + 2 * f(N * KV * D); // h1, rstd1, q, k, v
+      const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
+      layer = qkv + Math.max(qk, rest);
+    }
   }
   // Rows, their gathered states (normed apart above DECODE_ROWS rows), logits, sampling's params, mask and outputs.
   const normed = S > DECODE_ROWS ? f(S * C) + f(S) : 0;

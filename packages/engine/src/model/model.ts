@@ -24,6 +24,7 @@ import {
   rmsnormForward,
   rmsnormBackward,
   ropeBackward,
+  ropeBackwardPack,
   ropeForward,
   ropeInvFreq,
   ropeQkv,
@@ -132,6 +133,9 @@ export class Model {
   /** Training's and prefill's layer runs gate and up as one matmul where their weights sit back to back (gateUp);
    *  off: two, as before (to compare the two). */
   fuseGateUp = true;
+  /** Training's and prefill's layer runs q, k and v as one matmul, then RoPE and the split in one dispatch, where their
+   *  weights sit back to back and there are no per-head q/k norms (qkvProduct); off: three, as before. */
+  fuseQkv = true;
   /** Forward products with the weights (x·Wᵀ past DECODE_ROWS rows, the LM head's logits) run the coop matmul:
    *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them. */
   tensorCores = false;
@@ -322,20 +326,48 @@ export class Model {
     const h1 = buf(N * C, "h1");
     const rstd1 = buf(N, "rstd1");
     this.rmsnorm(rec, { x, w: L.inNorm, y: h1, rstd: rstd1 }, N);
-    let q = buf(N * H * D, "q"); // (N, H*D)
-    let k = buf(N * KV * D, "k"); // (N, KV*D)
-    const v = buf(N * KV * D, "v");
-    this.linear(rec, h1, L.q, q, N, L.qBias);
-    this.linear(rec, h1, L.k, k, N, L.kBias);
-    this.linear(rec, h1, L.v, v, N, L.vBias);
-    const tq = this.loraFwd(rec, l, "q", h1, q, N, save);
-    const tk = this.loraFwd(rec, l, "k", h1, k, N, save);
-    const tv = this.loraFwd(rec, l, "v", h1, v, N, save);
+    const QKV = this.qkvProduct(l);
+    const { invFreq, window } = this.attention(l);
+    let q: GPUBuffer, k: GPUBuffer | undefined, v: GPUBuffer | undefined;
+    let tq: GPUBuffer | undefined, tk: GPUBuffer | undefined, tv: GPUBuffer | undefined;
+    if (QKV) {
+      // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv): q out, and k and v
+      // into the KV cache (inference) or into their own buffers, laid out as a cache of B x T (training).
+      const ldq = (H + 2 * KV) * D;
+      const qkv = buf(N * ldq, "q|k|v");
+      this.linear(rec, h1, QKV.W, qkv, N, QKV.bias);
+      tq = this.loraFwd(rec, l, "q", h1, qkv, N, save, { ldy: ldq, offsetY: 0 });
+      tk = this.loraFwd(rec, l, "k", h1, qkv, N, save, { ldy: ldq, offsetY: H * D });
+      tv = this.loraFwd(rec, l, "v", h1, qkv, N, save, { ldy: ldq, offsetY: (H + KV) * D });
+      q = buf(N * H * D, "q");
+      const dims = { n: N, h: H, kv: KV, d: D, ldq };
+      if (attend.kind === "cache") {
+        const kv = attend.kv;
+        const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l] };
+        ropeQkv(gpu, rec, b, { ...dims, slots: kv.slots, tmax: kv.tmax }, { tuning: this.tuning.rope });
+      } else {
+        k = buf(N * KV * D, "k");
+        v = buf(N * KV * D, "v");
+        const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: k, vc: v };
+        ropeQkv(gpu, rec, b, { ...dims, slots: attend.B, tmax: attend.T }, { tuning: this.tuning.rope });
+      }
+      gpu.release(qkv);
+    } else {
+      q = buf(N * H * D, "q"); // (N, H*D)
+      k = buf(N * KV * D, "k"); // (N, KV*D)
+      v = buf(N * KV * D, "v");
+      this.linear(rec, h1, L.q, q, N, L.qBias);
+      this.linear(rec, h1, L.k, k, N, L.kBias);
+      this.linear(rec, h1, L.v, v, N, L.vBias);
+      tq = this.loraFwd(rec, l, "q", h1, q, N, save);
+      tk = this.loraFwd(rec, l, "k", h1, k, N, save);
+      tv = this.loraFwd(rec, l, "v", h1, v, N, save);
+    }
     let qPre: GPUBuffer | undefined,
       kPre: GPUBuffer | undefined,
       rstdQ: GPUBuffer | undefined,
       rstdK: GPUBuffer | undefined;
-    if (c.qkNorm) {
+    if (!QKV && c.qkNorm) {
       qPre = q;
       kPre = k;
       q = buf(N * H * D, "qn");
@@ -343,26 +375,28 @@ export class Model {
       rstdQ = buf(N * H, "rstdQ");
       rstdK = buf(N * KV, "rstdK");
       this.rmsnorm(rec, { x: qPre, w: L.qNorm!, y: q, rstd: rstdQ }, N * H, D);
-      this.rmsnorm(rec, { x: kPre, w: L.kNorm!, y: k, rstd: rstdK }, N * KV, D);
+      this.rmsnorm(rec, { x: kPre!, w: L.kNorm!, y: k, rstd: rstdK }, N * KV, D);
       if (!save) {
         gpu.release(qPre, kPre, rstdQ, rstdK);
         qPre = kPre = rstdQ = rstdK = undefined;
       }
     }
-    const { invFreq, window } = this.attention(l);
-    ropeForward(gpu, rec, { x: q, y: q, pos: attend.slotPos, invFreq }, { n: N, heads: H, d: D });
-    ropeForward(gpu, rec, { x: k, y: k, pos: attend.slotPos, invFreq }, { n: N, heads: KV, d: D });
+    if (!QKV) {
+      ropeForward(gpu, rec, { x: q, y: q, pos: attend.slotPos, invFreq }, { n: N, heads: H, d: D });
+      ropeForward(gpu, rec, { x: k!, y: k!, pos: attend.slotPos, invFreq }, { n: N, heads: KV, d: D });
+    }
     const o = buf(N * H * D, "o");
     const lse = buf(N * H, "lse");
     const scale = c.attnScale;
     if (attend.kind === "cache") {
       const kv = attend.kv;
-      kvcacheWrite(
-        gpu,
-        rec,
-        { slotPos: attend.slotPos, k, v, kc: kv.k[l], vc: kv.v[l] },
-        { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax },
-      );
+      if (!QKV)
+        kvcacheWrite(
+          gpu,
+          rec,
+          { slotPos: attend.slotPos, k: k!, v: v!, kc: kv.k[l], vc: kv.v[l] },
+          { n: N, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax },
+        );
       const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
       const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale, window };
       if (attend.decode)
@@ -373,7 +407,7 @@ export class Model {
       attentionForward(
         gpu,
         rec,
-        { q, slotPos: attend.slotPos, k, v, o, lse },
+        { q, slotPos: attend.slotPos, k: k!, v: v!, o, lse },
         { n: N, h: H, kv: KV, d: D, slots: attend.B, tmax: attend.T, scale, window },
         { tuning: this.tuning.attention },
       );
@@ -470,8 +504,8 @@ export class Model {
       rstdQ,
       rstdK,
       q,
-      k,
-      v,
+      k: k!, // saved in training only, where k and v have buffers of their own
+      v: v!,
       o,
       lse,
       ao,
@@ -499,6 +533,23 @@ export class Model {
       (biases.length === 0 || (biases.length === 3 && oneBuffer(...biases))) &&
       (!this.useLora || this.lora!.params.size <= this.gpu.maxStorageBinding)
     );
+  }
+
+  /** Layer l's q, k and v weights as one matrix of (H + 2 KV) D rows (and their biases as one vector), where they sit
+   *  back to back in one buffer, for one matmul and ropeQkv; undefined with per-head q/k norms (their backward needs
+   *  what ropeQkv does not keep) or when fuseQkv is off. */
+  private qkvProduct(l: number): { W: Matrix; bias?: Vector } | undefined {
+    if (!this.fuseQkv || this.config.qkNorm) return undefined;
+    const L = this.weights.layers[l];
+    const next = (a: Matrix, b: Matrix) =>
+      a.buffer === b.buffer && a.dtype === b.dtype && a.cols === b.cols && b.offset === a.offset + a.rows * a.cols;
+    if (!next(L.q, L.k) || !next(L.k, L.v)) return undefined;
+    const W = { ...L.q, rows: L.q.rows + L.k.rows + L.v.rows };
+    const [qb, kb, vb] = [L.qBias, L.kBias, L.vBias];
+    if (!qb && !kb && !vb) return { W };
+    const nextV = (a?: Vector, b?: Vector) => !!a && !!b && a.buffer === b.buffer && b.offset === a.offset + a.length;
+    if (!nextV(qb, kb) || !nextV(kb, vb)) return undefined;
+    return { W, bias: { ...qb!, length: W.rows } };
   }
 
   /** Layer l's gate and up weights as one matrix of 2F rows, where they sit back to back in one buffer (the loader
@@ -903,37 +954,54 @@ export class Model {
         { b: attend.B, t: attend.T, h: H, kv: KV, d: D, scale: c.attnScale, window },
         { tuning: this.tuning.attention },
       );
-      // RoPE is a rotation: its backward rotates the gradient back (in place).
       const pos = acts.slotPos;
-      ropeBackward(gpu, rec, { dy: dq, dx: dq, pos, invFreq }, { n: N, heads: H, d: D });
-      ropeBackward(gpu, rec, { dy: dk, dx: dk, pos, invFreq }, { n: N, heads: KV, d: D });
-      let dqPre = dq;
-      let dkPre = dk;
-      if (c.qkNorm) {
-        dqPre = buf(N * H * D, "dqPre");
-        dkPre = buf(N * KV * D, "dkPre");
-        rmsnormBackward(
-          gpu,
-          rec,
-          { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(norm(NORMS.q), D) },
-          { rows: N * H, C: D },
-          { accumulateDw: true, tuning: this.tuning.rmsnorm },
-        );
-        rmsnormBackward(
-          gpu,
-          rec,
-          { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(norm(NORMS.k), D) },
-          { rows: N * KV, C: D },
-          { accumulateDw: true, tuning: this.tuning.rmsnorm },
-        );
-      }
       const dh1 = buf(N * C, "dh1");
-      this.linearBack(rec, dqPre, L.q, dh1, N, false);
-      this.linearBack(rec, dkPre, L.k, dh1, N, true);
-      this.linearBack(rec, dv, L.v, dh1, N, true);
-      loraBack(l, "q", s.h1, s.t.q, dqPre, dh1);
-      loraBack(l, "k", s.h1, s.t.k, dkPre, dh1);
-      loraBack(l, "v", s.h1, s.t.v, dv, dh1);
+      const QKV = this.qkvProduct(l);
+      if (QKV) {
+        // The forward's ropeQkv backwards: dq and dk rotated back, packed with dv as q|k|v was, then one matmul back
+        // through the three weights; each LoRA term reads its columns.
+        const ldq = (H + 2 * KV) * D;
+        const dqkv = buf(N * ldq, "dq|dk|dv");
+        ropeBackwardPack(gpu, rec, { dq, dk, dv, slotPos: pos, invFreq, dqkv }, { n: N, h: H, kv: KV, d: D, ldq });
+        gpu.release(dq, dk, dv);
+        this.linearBack(rec, dqkv, QKV.W, dh1, N, false);
+        loraBack(l, "q", s.h1, s.t.q, dqkv, dh1, { lddy: ldq, offsetDy: 0 });
+        loraBack(l, "k", s.h1, s.t.k, dqkv, dh1, { lddy: ldq, offsetDy: H * D });
+        loraBack(l, "v", s.h1, s.t.v, dqkv, dh1, { lddy: ldq, offsetDy: (H + KV) * D });
+        gpu.release(dqkv);
+      } else {
+        // RoPE is a rotation: its backward rotates the gradient back (in place).
+        ropeBackward(gpu, rec, { dy: dq, dx: dq, pos, invFreq }, { n: N, heads: H, d: D });
+        ropeBackward(gpu, rec, { dy: dk, dx: dk, pos, invFreq }, { n: N, heads: KV, d: D });
+        let dqPre = dq;
+        let dkPre = dk;
+        if (c.qkNorm) {
+          dqPre = buf(N * H * D, "dqPre");
+          dkPre = buf(N * KV * D, "dkPre");
+          rmsnormBackward(
+            gpu,
+            rec,
+            { x: s.qPre!, w: L.qNorm!, rstd: s.rstdQ!, dy: dq, dx: dqPre, ...fdw(norm(NORMS.q), D) },
+            { rows: N * H, C: D },
+            { accumulateDw: true, tuning: this.tuning.rmsnorm },
+          );
+          rmsnormBackward(
+            gpu,
+            rec,
+            { x: s.kPre!, w: L.kNorm!, rstd: s.rstdK!, dy: dk, dx: dkPre, ...fdw(norm(NORMS.k), D) },
+            { rows: N * KV, C: D },
+            { accumulateDw: true, tuning: this.tuning.rmsnorm },
+          );
+        }
+        this.linearBack(rec, dqPre, L.q, dh1, N, false);
+        this.linearBack(rec, dkPre, L.k, dh1, N, true);
+        this.linearBack(rec, dv, L.v, dh1, N, true);
+        loraBack(l, "q", s.h1, s.t.q, dqPre, dh1);
+        loraBack(l, "k", s.h1, s.t.k, dkPre, dh1);
+        loraBack(l, "v", s.h1, s.t.v, dv, dh1);
+        gpu.release(dq, dk, dv);
+        if (dqPre !== dq) gpu.release(dqPre, dkPre);
+      }
       rmsnormBackward(
         gpu,
         rec,
@@ -941,8 +1009,7 @@ export class Model {
         { rows: N, C },
         { accumulate: true, accumulateDw: true, tuning: this.tuning.rmsnorm },
       );
-      gpu.release(dO, dq, dk, dv, dh1);
-      if (dqPre !== dq) gpu.release(dqPre, dkPre);
+      gpu.release(dO, dh1);
       freeSaved(gpu, s);
       rec.flushIfPending(FLUSH_BYTES);
     }

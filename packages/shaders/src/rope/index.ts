@@ -202,3 +202,42 @@ export function ropeQkv(
   rec.dispatch(spec, bindings, gpu.grid(layout === "gpu" ? rows : Math.ceil(rows / 64)), params);
   return layout;
 }
+
+const packSpec: KernelSpec = { name: "rope_backward_pack", code, overrides: { WG } };
+
+export interface RopeBackwardPackBuffers {
+  dq: GPUBuffer; // (N, H, D), the gradient at RoPE's output
+  dk: GPUBuffer; // (N, KV, D)
+  dv: GPUBuffer; // (N, KV, D)
+  slotPos: GPUBuffer; // (N, 2) u32: each token's position is its second word
+  invFreq: GPUBuffer; // (D/2)
+  /** (N, ldq) out: rows of rope⁻¹(dq) | rope⁻¹(dk) | dv, as ropeQkv's qkv holds q, k and v. */
+  dqkv: GPUBuffer;
+}
+
+/** The backward of ropeQkv's RoPE on a packed q|k|v product (without q/k norms): dq and dk rotated back and dv, packed
+ *  into the rows of dqkv, so one matmul takes the gradient back through the three weights. */
+export function ropeBackwardPack(
+  gpu: Gpu,
+  rec: Recorder,
+  b: RopeBackwardPackBuffers,
+  dims: { n: number; h: number; kv: number; d: number; ldq: number },
+): void {
+  const { n, h, kv, d, ldq } = dims;
+  if (d % 2 !== 0 || ldq < (h + 2 * kv) * d)
+    throw new Error(`ropeBackwardPack: need an even head dim and ldq >= (H + 2 KV) D (D=${d} ldq=${ldq})`);
+  const need = (what: string, buf: GPUBuffer, elements: number) => {
+    if (sizeOf(buf) < elements * 4)
+      throw new Error(`ropeBackwardPack: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
+  };
+  need("dq", b.dq, n * h * d);
+  need("dk", b.dk, n * kv * d);
+  need("dv", b.dv, n * kv * d);
+  need("slotPos", b.slotPos, 2 * n);
+  need("invFreq", b.invFreq, d / 2);
+  need("dqkv", b.dqkv, (n - 1) * ldq + (h + 2 * kv) * d);
+  const params = new Params().u32(n, h, kv, d, ldq, 0, 0, 0).f32(0);
+  const threads = n * (h + 2 * kv) * (d / 2);
+  if (!threads) return;
+  rec.dispatch(packSpec, [b.slotPos, b.invFreq, b.dqkv, b.dq, b.dk, b.dv], gpu.grid(Math.ceil(threads / WG)), params);
+}

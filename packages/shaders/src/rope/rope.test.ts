@@ -1,7 +1,15 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { ROPE_QKV_LAYOUTS, ropeBackward, ropeForward, ropeInvFreq, ropeQkv, type RopeScaling } from "./index.ts";
+import {
+  ROPE_QKV_LAYOUTS,
+  ropeBackward,
+  ropeBackwardPack,
+  ropeForward,
+  ropeInvFreq,
+  ropeQkv,
+  type RopeScaling,
+} from "./index.ts";
 import { ropeQkvReference, ropeReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -207,3 +215,45 @@ describe.each(ROPE_QKV_LAYOUTS)(
     });
   },
 );
+
+describe("ropeBackwardPack (training's backward of ropeQkv, packed for one matmul) vs the CPU reference", () => {
+  it.each([
+    // n, h, kv, d, extra columns in a packed row
+    [1, 2, 1, 8, 0],
+    [6, 4, 2, 16, 3],
+    [40, 14, 2, 64, 0],
+  ] as const)("n=%i h=%i kv=%i d=%i (+%i columns)", async (n, h, kv, d, extra) => {
+    const rng = new Rng(n * 7 + d);
+    const ldq = (h + 2 * kv) * d + extra;
+    const [dq, dk, dv] = [rng.f32(n * h * d), rng.f32(n * kv * d), rng.f32(n * kv * d)];
+    const sp = new Uint32Array(2 * n);
+    for (let t = 0; t < n; t++) [sp[2 * t], sp[2 * t + 1]] = [t % 3, 5 * t + 1]; // (sequence, position)
+    const inv = ropeInvFreq(d, 10000, llama32);
+    const init = rng.f32(n * ldq); // the extra columns stay as they were
+    const b = {
+      dq: gpu.upload(dq),
+      dk: gpu.upload(dk),
+      dv: gpu.upload(dv),
+      slotPos: gpu.upload(sp),
+      invFreq: gpu.upload(inv),
+      dqkv: gpu.upload(init),
+    };
+    const rec = gpu.recorder();
+    ropeBackwardPack(gpu, rec, b, { n, h, kv, d, ldq });
+    expect(rec.dispatches).toBe(1);
+    const read = rec.read(b.dqkv, n * ldq * 4);
+    await rec.submit();
+    const got = new Float32Array(await read);
+    gpu.release(...Object.values(b));
+    const q = ropeReference(dq, sp, inv, n, h, d, -1);
+    const k = ropeReference(dk, sp, inv, n, kv, d, -1);
+    const want = Float64Array.from(init);
+    for (let t = 0; t < n; t++) {
+      want.set(q.subarray(t * h * d, (t + 1) * h * d), t * ldq);
+      want.set(k.subarray(t * kv * d, (t + 1) * kv * d), t * ldq + h * d);
+      want.set(dv.subarray(t * kv * d, (t + 1) * kv * d), t * ldq + (h + kv) * d);
+    }
+    assertClose("dqkv", got, want, tol);
+    expect(gpu.errors).toEqual([]);
+  });
+});

@@ -189,3 +189,43 @@ fn rope_qkv_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_i
     if (isQ) { y[dst + k] = a; y[dst + k + half] = b; } else { kc[dst + k] = a; kc[dst + k + half] = b; }
   }
 }
+
+// rope_backward_pack (training's backward of the q|k|v product): dq (N, H, D) and dk (N, KV, D) rotated back (the
+// inverse rotation at each token's position), and dv, side by side in the packed rows of y (N, ldq), as the q|k|v
+// product holds them, for one matmul back through the three weights. One invocation a (token, head row, pair).
+@group(0) @binding(4) var<storage, read> dqIn: array<f32>; // (N, H, D)
+@group(0) @binding(5) var<storage, read> dkIn: array<f32>; // (N, KV, D)
+@group(0) @binding(6) var<storage, read> dvIn: array<f32>; // (N, KV, D)
+
+@compute @workgroup_size(WG)
+fn rope_backward_pack(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let heads = pq.h + 2u * pq.kv;
+  let half = pq.d / 2u;
+  let i = gid.x + gid.y * nwg.x * WG;
+  if (i >= pq.n * heads * half) { return; }
+  let k = i % half;
+  let row = i / half;
+  let t = row / heads;
+  let r = row % heads;
+  let dst = t * pq.ldq + r * pq.d + k;
+  if (r >= pq.h + pq.kv) {
+    let src = (t * pq.kv + r - pq.h - pq.kv) * pq.d + k;
+    y[dst] = dvIn[src];
+    y[dst + half] = dvIn[src + half];
+    return;
+  }
+  var u: f32;
+  var v: f32;
+  if (r < pq.h) {
+    let src = (t * pq.h + r) * pq.d + k;
+    u = dqIn[src];
+    v = dqIn[src + half];
+  } else {
+    let src = (t * pq.kv + r - pq.h) * pq.d + k;
+    u = dkIn[src];
+    v = dkIn[src + half];
+  }
+  let cs = cosSin(f32(pos[2u * t + 1u]) * invFreq[k]);
+  y[dst] = u * cs.x + v * cs.y;
+  y[dst + half] = v * cs.x - u * cs.y;
+}
