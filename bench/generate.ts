@@ -122,9 +122,9 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
       for (const B of [1, 8]) {
         const name = `dispatches.${id}.decode.b${B}${withLora ? ".lora" : ""}`;
         const lora = withLora ? ", LoRA rank 8 on q,k,v,o,gate,up,down" : "";
-        model.fuseDecode = false;
+        model.fuse(false);
         const perOp = await decodeStep(B);
-        model.fuseDecode = true;
+        model.fuse(true);
         out.push({
           id: `${name}.per_op`,
           value: perOp,
@@ -150,7 +150,7 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
       coef: 1 / T,
     }));
     const grads = async (fuse: boolean) => {
-      model.fuseGateUp = fuse;
+      [model.fuseGateUp, model.fuseQkv] = [fuse, fuse];
       try {
         const r = await accumulateGradients(model, seqs, {
           loss: "ppo",
@@ -163,7 +163,7 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
         gpu.release(r.totals, r.entropyAll);
         return r;
       } finally {
-        model.fuseGateUp = true;
+        [model.fuseGateUp, model.fuseQkv] = [true, true];
       }
     };
     const apart = await grads(false);
@@ -175,10 +175,10 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
     );
     const perToken = (d: number) => (d + opt.dispatches) / g.trainedTokens;
     out.push({
-      id: `dispatches.${id}.grpo.per_trained_token.gate_up_apart`,
+      id: `dispatches.${id}.grpo.per_trained_token.unfused`,
       value: perToken(apart.dispatches),
       unit: "dispatches",
-      note: `${apart.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens, gate and up as two matmuls`,
+      note: `${apart.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens, q, k, v and gate, up as matmuls of their own`,
     });
     out.push({
       id: `dispatches.${id}.grpo.per_trained_token`,
@@ -205,7 +205,7 @@ export const AHEAD = 8;
 
 /**
  * Prefill B prompts of P tokens (one step), then D decode steps for all B sequences; then (abD > 0) abD more of the
- * model's decode steps alternating with abD of one dispatch per op (Model.fuseDecode off), each timed alone, so the two
+ * model's decode steps alternating with abD of one dispatch per op (Model.fuse(false)), each timed alone, so the two
  * compare under the same load; then (runs > 0) `runs` runs of AHEAD steps with no readback between them
  * (ModelRunner.decode, the engine's free-text path) alternating with as many rounds of AHEAD steps one at a time.
  */
@@ -266,13 +266,13 @@ export async function decodeRun(
   let ab: { fused: number; perOp: number } | undefined;
   if (abD) {
     const t = { fused: 0, perOp: 0 };
-    model.fuseDecode = false;
+    model.fuse(false);
     await step(); // the per-op pipelines compile
     for (let d = 0; d < 2 * abD; d++) {
-      model.fuseDecode = d % 2 === 1;
+      model.fuse(d % 2 === 1);
       t[model.fuseDecode ? "fused" : "perOp"] += await timed(step);
     }
-    model.fuseDecode = true;
+    model.fuse(true);
     ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
   }
   let ahead: { run: number; single: number } | undefined;

@@ -162,7 +162,7 @@ describe.each([
       ...steps.slice(0, 2).map((id, i) => [{ slot: 1, pos: prompt.length + i, id }]),
     ];
     const decode = async (fuse: boolean, withLora: boolean) => {
-      model.fuseDecode = fuse;
+      model.fuse(fuse);
       model.lora = withLora ? lora : undefined;
       const kv = new KvCache(gpu, model.config, 2, 32);
       const out: Float32Array[] = [];
@@ -173,7 +173,7 @@ describe.each([
           dispatches.push(lastDispatches);
         }
       } finally {
-        model.fuseDecode = true;
+        model.fuse(true);
         model.lora = undefined;
         kv.dispose();
       }

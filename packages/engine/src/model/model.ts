@@ -136,6 +136,11 @@ export class Model {
   /** Training's and prefill's layer runs q, k and v as one matmul, then RoPE and the split in one dispatch, where their
    *  weights sit back to back and there are no per-head q/k norms (qkvProduct); off: three, as before. */
   fuseQkv = true;
+
+  /** Every fusion above on, or off (one dispatch per op: the baseline benches and tests compare with). */
+  fuse(on: boolean): void {
+    this.fuseDecode = this.fuseGateUp = this.fuseQkv = on;
+  }
   /** Forward products with the weights (x·Wᵀ past DECODE_ROWS rows, the LM head's logits) run the coop matmul:
    *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them. */
   tensorCores = false;
