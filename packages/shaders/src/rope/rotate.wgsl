@@ -90,49 +90,68 @@ fn rope_backward_inplace(@builtin(global_invocation_id) gid: vec3u, @builtin(num
   if (e.x != NONE) { store(e, y[e.x], y[e.y]); }
 }
 
-// One thread per head row of a token (q heads, then k heads, then v heads): tokens with a slot or pos out of range
-// (padding) still get q, but write nothing into the cache.
-@compute @workgroup_size(WG)
-fn rope_qkv(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+// Head row i of rope_qkv's input (token t, row r: q heads, then k heads, then v heads): where it starts in x, the
+// token's position, whether its (slot, pos) is in the cache, and its first kv head's row there.
+struct HeadRow { t: u32, r: u32, src: u32, tp: u32, cached: bool, row: u32 }
+
+fn headRow(i: u32) -> HeadRow {
   let heads = pq.h + 2u * pq.kv;
-  let i = gid.x + gid.y * nwg.x * WG;
-  if (i >= pq.n * heads) { return; }
   let t = i / heads;
   let r = i % heads;
-  let src = t * pq.ldq + r * pq.d;
   let slot = pos[2u * t];
   let tp = pos[2u * t + 1u];
-  let cached = slot < pq.slots && tp < pq.tmax;
-  let row = (slot * pq.tmax + tp) * pq.kv; // the token's first kv head in the cache
-  if (r >= pq.h + pq.kv) {
-    if (cached) {
-      let dst = (row + r - pq.h - pq.kv) * pq.d;
-      for (var e = 0u; e < pq.d; e++) { vc[dst + e] = x[src + e]; }
-    }
-    return;
-  }
-  let isQ = r < pq.h;
-  if (!isQ && !cached) { return; }
-  var rs = 1.0;
-  if (pq.norm != 0u) {
-    var ss = 0.0;
-    for (var e = 0u; e < pq.d; e++) { ss += x[src + e] * x[src + e]; }
-    rs = inverseSqrt(ss / f32(pq.d) + pq.eps);
-  }
+  return HeadRow(t, r, t * pq.ldq + r * pq.d, tp, slot < pq.slots && tp < pq.tmax, (slot * pq.tmax + tp) * pq.kv);
+}
+
+// Elements first, first + step, ... of a v row into the v cache (nothing for a token outside it).
+fn copyV(h: HeadRow, first: u32, step: u32) {
+  if (!h.cached) { return; }
+  let dst = (h.row + h.r - pq.h - pq.kv) * pq.d;
+  for (var e = first; e < pq.d; e += step) { vc[dst + e] = x[h.src + e]; }
+}
+
+// Σ x² over elements first, first + step, ... of the row.
+fn sumSq(h: HeadRow, first: u32, step: u32) -> f32 {
+  var ss = 0.0;
+  for (var e = first; e < pq.d; e += step) { ss += x[h.src + e] * x[h.src + e]; }
+  return ss;
+}
+
+// Pairs (k, k + D/2), k = first, first + step, ... of a q or k row, times rs and the norm weight (pq.norm) and
+// rotated to the token's position, into q out or the k cache.
+fn rotateRow(h: HeadRow, rs: f32, first: u32, step: u32) {
+  let isQ = h.r < pq.h;
   let half = pq.d / 2u;
-  let dst = select((row + r - pq.h) * pq.d, (t * pq.h + r) * pq.d, isQ);
-  for (var k = 0u; k < half; k++) {
-    var u = x[src + k] * rs;
-    var v = x[src + k + half] * rs;
+  let dst = select((h.row + h.r - pq.h) * pq.d, (h.t * pq.h + h.r) * pq.d, isQ);
+  for (var k = first; k < half; k += step) {
+    var u = x[h.src + k] * rs;
+    var v = x[h.src + k + half] * rs;
     if (pq.norm != 0u) {
       u *= select(kn[k], qn[k], isQ);
       v *= select(kn[k + half], qn[k + half], isQ);
     }
-    let cs = cosSin(f32(tp) * invFreq[k]);
+    let cs = cosSin(f32(h.tp) * invFreq[k]);
     let a = u * cs.x - v * cs.y;
     let b = v * cs.x + u * cs.y;
     if (isQ) { y[dst + k] = a; y[dst + k + half] = b; } else { kc[dst + k] = a; kc[dst + k + half] = b; }
   }
+}
+
+// One thread per head row of a token: tokens with a slot or pos out of range (padding) still get q, but write nothing
+// into the cache.
+@compute @workgroup_size(WG)
+fn rope_qkv(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
+  let i = gid.x + gid.y * nwg.x * WG;
+  if (i >= pq.n * (pq.h + 2u * pq.kv)) { return; }
+  let h = headRow(i);
+  if (h.r >= pq.h + pq.kv) {
+    copyV(h, 0u, 1u);
+    return;
+  }
+  if (h.r >= pq.h && !h.cached) { return; }
+  var rs = 1.0;
+  if (pq.norm != 0u) { rs = inverseSqrt(sumSq(h, 0u, 1u) / f32(pq.d) + pq.eps); }
+  rotateRow(h, rs, 0u, 1u);
 }
 
 // rope_qkv's "gpu" layout: a workgroup of WG threads a head row, each thread a few of its (k, k + D/2) pairs (or, in
@@ -144,28 +163,17 @@ var<workgroup> ssPart: array<f32, WG>;
 fn rope_qkv_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3u,
                  @builtin(num_workgroups) nwg: vec3u) {
   let heads = pq.h + 2u * pq.kv;
-  let i = wid.x + wid.y * nwg.x; // the head row: token i / heads, row i % heads
+  let i = wid.x + wid.y * nwg.x; // the head row
   if (i >= pq.n * heads) { return; } // grid padding: the whole workgroup
-  let t = i / heads;
-  let r = i % heads;
-  let src = t * pq.ldq + r * pq.d;
-  let slot = pos[2u * t];
-  let tp = pos[2u * t + 1u];
-  let cached = slot < pq.slots && tp < pq.tmax;
-  let row = (slot * pq.tmax + tp) * pq.kv;
+  let r = i % heads; // (from the workgroup's id: the branches below are uniform, as the barriers need)
+  let h = headRow(i);
   if (r >= pq.h + pq.kv) {
-    if (cached) {
-      let dst = (row + r - pq.h - pq.kv) * pq.d;
-      for (var e = lid; e < pq.d; e += WG) { vc[dst + e] = x[src + e]; }
-    }
+    copyV(h, lid, WG);
     return;
   }
-  let isQ = r < pq.h;
   var rs = 1.0;
   if (pq.norm != 0u) {
-    var ss = 0.0;
-    for (var e = lid; e < pq.d; e += WG) { ss += x[src + e] * x[src + e]; }
-    ssPart[lid] = ss;
+    ssPart[lid] = sumSq(h, lid, WG);
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
       if (lid < s) { ssPart[lid] += ssPart[lid + s]; }
@@ -173,21 +181,8 @@ fn rope_qkv_wide(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_i
     }
     rs = inverseSqrt(ssPart[0] / f32(pq.d) + pq.eps);
   }
-  if (!isQ && !cached) { return; }
-  let half = pq.d / 2u;
-  let dst = select((row + r - pq.h) * pq.d, (t * pq.h + r) * pq.d, isQ);
-  for (var k = lid; k < half; k += WG) {
-    var u = x[src + k] * rs;
-    var v = x[src + k + half] * rs;
-    if (pq.norm != 0u) {
-      u *= select(kn[k], qn[k], isQ);
-      v *= select(kn[k + half], qn[k + half], isQ);
-    }
-    let cs = cosSin(f32(tp) * invFreq[k]);
-    let a = u * cs.x - v * cs.y;
-    let b = v * cs.x + u * cs.y;
-    if (isQ) { y[dst + k] = a; y[dst + k + half] = b; } else { kc[dst + k] = a; kc[dst + k + half] = b; }
-  }
+  if (r >= pq.h && !h.cached) { return; }
+  rotateRow(h, rs, lid, WG);
 }
 
 // rope_backward_pack (training's backward of the q|k|v product): dq (N, H, D) and dk (N, KV, D) rotated back (the
