@@ -222,6 +222,7 @@ export class Engine {
         heads: c.numHeads,
         kvHeads: c.numKvHeads,
         headDim: c.headDim,
+        intermediate: c.intermediateSize,
       };
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);

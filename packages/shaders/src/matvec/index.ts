@@ -31,8 +31,14 @@ export interface MatvecDims {
   K: number;
 }
 
-/** What start-up tuning (tune/kernels.ts) chooses for the matvec: a variant per weight dtype. */
-export type MatvecTuning = Partial<Record<WeightDtype, MatvecVariant>>;
+/** What start-up tuning (tune/kernels.ts) chooses for the matvec: a variant per weight dtype, and on GPUs one per
+ *  problem the model decodes (`shapes`, keyed by matvecShapeKey: its projections differ 170-fold in size). */
+export type MatvecTuning = Partial<Record<WeightDtype, MatvecVariant>> & { shapes?: Map<number, MatvecVariant> };
+
+/** A problem's key in MatvecTuning.shapes: its dtype, outputs N (gated: of each half), K and whether it is gated. */
+export function matvecShapeKey(wDtype: WeightDtype, N: number, K: number, gated: boolean): number {
+  return ((N * 2 + (gated ? 1 : 0)) * 4 + W_KIND[wDtype]) * 2 ** 20 + K;
+}
 
 export interface MatvecOptions {
   wDtype?: WeightDtype;
@@ -137,21 +143,36 @@ export function matvecVariants(gpu: Gpu): MatvecVariant[] {
   return MATVEC_VARIANTS.filter((v) => v !== "subgroup" || gpu.features.has("subgroups"));
 }
 
-/** The variant matvec() uses: tuned for this dtype, else subgroup when the device has it. */
-export function matvecVariant(gpu: Gpu, wDtype: WeightDtype = "f32", tuning?: MatvecTuning): MatvecVariant {
-  const t = tuning?.[wDtype];
+/** The variant matvec() uses: tuned for this problem (`shape`, a matvecShapeKey), else for this dtype, else subgroup
+ *  when the device has it. */
+export function matvecVariant(
+  gpu: Gpu,
+  wDtype: WeightDtype = "f32",
+  tuning?: MatvecTuning,
+  shape?: number,
+): MatvecVariant {
+  const t = (shape !== undefined && tuning?.shapes?.get(shape)) || tuning?.[wDtype];
   const subgroups = gpu.features.has("subgroups");
   if (t && t in MAX_MT && (t !== "subgroup" || subgroups)) return t;
   return subgroups ? "subgroup" : "workgroup";
 }
 
+/** A problem to tune on its own: N outputs (gated: of each half, over 2N rows of W) from K. */
+export interface MatvecShape {
+  N: number;
+  K: number;
+  gated?: boolean;
+}
+
 /** Times the available variants on a (1, K) × (K, N) problem per dtype and keeps the winners with the device, under
- * keys like "matvec.bf16@1024x4096". Returns them as matvec's tuning. */
+ * keys like "matvec.bf16@1024x4096"; then each of `shapes` at batch 1 for the first dtype ("matvec.bf16@896x4864",
+ * "...@4864x896.gated"). Returns them as matvec's tuning. */
 export async function tuneMatvec(
   gpu: Gpu,
   dtypes: WeightDtype[] = ["f32"],
   [N, K] = [1024, 4096],
   opts: TuneOptions = {},
+  shapes: MatvecShape[] = [],
 ): Promise<MatvecTuning> {
   const rng = new Rng(2);
   const values = rng.f32(N * K);
@@ -176,6 +197,46 @@ export async function tuneMatvec(
     }
   } finally {
     gpu.release(x, y);
+  }
+  if (shapes.length) out.shapes = await tuneShapes(gpu, dtypes[0], shapes, opts);
+  return out;
+}
+
+async function tuneShapes(
+  gpu: Gpu,
+  wDtype: WeightDtype,
+  shapes: MatvecShape[],
+  opts: TuneOptions,
+): Promise<Map<number, MatvecVariant>> {
+  const out = new Map<number, MatvecVariant>();
+  const rng = new Rng(3);
+  for (const { N, K, gated = false } of shapes) {
+    const rows = gated ? 2 * N : N;
+    const values = rng.f32(rows * K);
+    const w = gpu.upload(wDtype === "f32" ? values : packHalf(values, wDtype), "tune");
+    const [x, y] = [gpu.upload(values.subarray(0, K), "tune"), gpu.buffer(N * 4, "tune")];
+    const segments = gated ? [0, N * K].map((offsetW) => ({ rows: N, offsetW })) : undefined;
+    try {
+      out.set(
+        matvecShapeKey(wDtype, N, K, gated),
+        await tune(
+          gpu,
+          `matvec.${wDtype}@${N}x${K}${gated ? ".gated" : ""}`,
+          matvecVariants(gpu),
+          (variant, rec) =>
+            matvec(
+              gpu,
+              rec,
+              { x, w, y },
+              { M: 1, N, K },
+              { wDtype, variant, segments, gated: gated ? "silu" : undefined },
+            ),
+          opts,
+        ),
+      );
+    } finally {
+      gpu.release(w, x, y);
+    }
   }
   return out;
 }
@@ -231,7 +292,8 @@ export function matvec(
   }
   if (y === x || y === w || y === bias || y === norm || y === lora?.t || y === lora?.params)
     throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
-  let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning);
+  const shape = o.tuning?.shapes && matvecShapeKey(wDtype, N, K, !!o.gated);
+  let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning, shape);
   if (!(variant in MAX_MT) || (variant === "subgroup" && !gpu.features.has("subgroups"))) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }

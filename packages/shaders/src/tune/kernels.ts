@@ -5,7 +5,7 @@
 // kernel it runs. A kernel given no tuning uses a default for the device's kind.
 import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type MatmulTuning, type WeightDtype } from "../matmul/index.ts";
-import { tuneMatvec, type MatvecTuning } from "../matvec/index.ts";
+import { tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
 import { packSampleRows, sample } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
 import {
@@ -45,6 +45,8 @@ export interface TuneShape {
   heads: number;
   kvHeads: number;
   headDim: number;
+  /** The MLP's width (its decode projections are tuned one by one on fast devices). */
+  intermediate?: number;
 }
 
 /**
@@ -355,6 +357,20 @@ export async function tuneRope(
   return { layout };
 }
 
+/** On fast devices, the decode matvecs a model of this shape runs, each tuned on its own: q|k|v, o, gate|up (gated),
+ *  down and the LM head (they span 1.6 MB to 270 MB in Qwen2.5-0.5B, and a GPU's best variant differs by size). */
+function decodeShapes(s: TuneShape, z: Sizes): MatvecShape[] {
+  if (z !== FAST_SIZES || !s.intermediate) return [];
+  const [C, F, HD] = [s.hidden, s.intermediate, s.heads * s.headDim];
+  return [
+    { N: (s.heads + 2 * s.kvHeads) * s.headDim, K: C },
+    { N: C, K: HD },
+    { N: F, K: C, gated: true },
+    { N: C, K: F },
+    { N: s.vocab, K: C },
+  ];
+}
+
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA, RMSNorm and RoPE.
@@ -371,7 +387,7 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
   ];
   return {
     matmul: await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 }),
-    matvec: await tuneMatvec(gpu, [weights], z.matvec, { ...QUICK, minReps: 3 }),
+    matvec: await tuneMatvec(gpu, [weights], z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z)),
     ...(await tuneRowThreads(gpu, shape.vocab, z)),
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),

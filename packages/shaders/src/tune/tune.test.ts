@@ -3,7 +3,7 @@
 import { afterAll, beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { MATMUL_VARIANTS, defaultMatmulVariant, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
-import { matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
+import { matvec, matvecShapeKey, matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
 import { deviceKey, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
 import { tuneKernels, tuneRowThreads } from "./kernels.ts";
 import { ROW_THREADS, rowThreads } from "../util/row-threads.ts";
@@ -70,6 +70,34 @@ it("keeps results with the device: another device (a robust one on the same GPU)
   expect(Object.keys(saved).every((k) => k.startsWith(`${deviceKey(gpu)}|`))).toBe(true);
   expect(loadTuneTable(robust, saved)).toBe(0);
   expect(robust.tuning.size).toBe(0);
+});
+
+it("tuneMatvec can tune each decode problem on its own; matvec runs a problem's winner, others the dtype's", async () => {
+  const shapes = [
+    { N: 40, K: 64 },
+    { N: 24, K: 32, gated: true },
+  ];
+  // A dtype winner that no problem picks, so the per-problem choice shows.
+  loadTuneTable(gpu, { [`${deviceKey(gpu)}|matvec.bf16@128x256`]: { winner: "workgroup", ms: {} } });
+  const mv = await tuneMatvec(gpu, ["bf16"], [128, 256], {}, shapes);
+  expect(mv.bf16).toBe("workgroup");
+  expect(mv.shapes?.size).toBe(2);
+  for (const { N, K, gated = false } of shapes) {
+    const key = `matvec.bf16@${N}x${K}${gated ? ".gated" : ""}`;
+    const winner = tuned(gpu, key)!;
+    expect(matvecVariants(gpu)).toContain(winner);
+    expect(Object.keys(gpu.tuning.get(key)!.ms).length).toBe(matvecVariants(gpu).length); // each variant timed
+    expect(matvecVariant(gpu, "bf16", mv, matvecShapeKey("bf16", N, K, gated))).toBe(winner);
+  }
+  expect(matvecVariant(gpu, "bf16", mv, matvecShapeKey("bf16", 40, 64, true))).toBe("workgroup"); // not tuned
+  // matvec itself looks the problem up (a forced winner shows it).
+  mv.shapes!.set(matvecShapeKey("bf16", 40, 64, false), "stream");
+  const [x, w, y] = [gpu.buffer(64 * 4), gpu.buffer(40 * 64 * 2), gpu.buffer(40 * 4)];
+  const rec = gpu.recorder();
+  expect(matvec(gpu, rec, { x, w, y }, { M: 1, N: 40, K: 64 }, { wDtype: "bf16", tuning: mv })).toBe("stream");
+  expect(matvec(gpu, rec, { x, w, y }, { M: 1, N: 20, K: 64 }, { wDtype: "bf16", tuning: mv })).toBe("workgroup");
+  rec.abandon();
+  gpu.release(x, w, y);
 });
 
 it("tuneMatmul and tuneMatvec return the tuning that matmul and matvec then use; the table round-trips", async () => {
