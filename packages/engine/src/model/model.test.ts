@@ -1,8 +1,8 @@
 // The whole model against independent PyTorch references: a plain-torch float64 implementation (scripts/fixtures.py:
 // llama, qwen2, qwen3) and transformers' own classes (scripts/fixtures_hf.py: Mistral with and without a sliding
 // window, Gemma 3, SmolLM2, Llama-3.2): prefill logits, token-by-token decode through the KV cache, and two
-// sequences batched in one step; and inference's fused layer (decodeLayer) against one dispatch per op, with a
-// LoRA adapter of per-module ranks on every projection.
+// sequences batched in one step; and inference's fused layer (decodeLayer), and the layer with q|k|v and gate|up as
+// one product each, against one dispatch per op, with a LoRA adapter of per-module ranks on every projection.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
@@ -161,8 +161,10 @@ describe.each([
       prompt.map((id, pos) => ({ slot: 1, pos, id })),
       ...steps.slice(0, 2).map((id, i) => [{ slot: 1, pos: prompt.length + i, id }]),
     ];
-    const decode = async (fuse: boolean, withLora: boolean) => {
-      model.fuse(fuse);
+    // "products": the layer that prefill past DECODE_ROWS tokens runs, with q|k|v and gate|up as one matmul each.
+    const decode = async (fuse: boolean | "products", withLora: boolean) => {
+      model.fuse(fuse !== false);
+      if (fuse === "products") model.fuseDecode = false;
       model.lora = withLora ? lora : undefined;
       const kv = new KvCache(gpu, model.config, 2, 32);
       const out: Float32Array[] = [];
@@ -182,7 +184,12 @@ describe.each([
     for (const withLora of [false, true]) {
       const perOp = await decode(false, withLora);
       const fused = await decode(true, withLora);
+      const products = await decode("products", withLora);
       perOp.out.forEach((want, i) => assertClose(`${name} step ${i}`, fused.out[i], want, { atol: 1e-4, rtol: 1e-4 }));
+      perOp.out.forEach((want, i) =>
+        assertClose(`${name} products ${i}`, products.out[i], want, { atol: 1e-4, rtol: 1e-4 }),
+      );
+      expect(products.dispatches[0]).toBeLessThan(perOp.dispatches[0]); // gate|up at least
       // Fewer than half the dispatches once the layers dominate (not Gemma's norms before the residual adds).
       const L = model.config.numLayers;
       if (!model.config.sandwichNorms) expect(fused.dispatches[1]).toBeLessThanOrEqual((withLora ? 10 : 6) * L + 5);
