@@ -1,7 +1,7 @@
 // The scheduler's view of the model: one batched forward over mixed prefill/decode tokens against the
 // KV cache, logits for the sampled rows only, sampling on the GPU, one readback of ids and logprobs.
 import { isCpuDevice, type Gpu, type Recorder } from "@webart/gpu";
-import { packSampleRows, sample, sampleMaskWords } from "@webart/shaders";
+import { packSampleRows, sample, sampleMaskWords, sampleSplit } from "@webart/shaders";
 import type { SampleSpec, StepModel } from "../generate/scheduler.ts";
 import { KvCache } from "./kv.ts";
 import type { Model } from "./model.ts";
@@ -226,7 +226,14 @@ export class ModelRunner implements StepModel {
         rec,
         { logits, rows: params, tokens: outIds, logprobs: outLp, mask },
         { B: S, V },
-        { tuning: this.model.tuning.sample },
+        {
+          tuning: this.model.tuning.sample,
+          split: sampleSplit(
+            this.model.tuning.sample,
+            S,
+            samples.every((s) => !(s.topK > 0) && !(s.topP < 1)),
+          ),
+        },
       );
       return {
         ids: rec.read(outIds, S * 4),

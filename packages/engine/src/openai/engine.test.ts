@@ -194,6 +194,26 @@ describe("chat.completions through the openai SDK", () => {
     expect(JSON.stringify((one.choices[0] as SampledChoice).token_ids)).toBe(g[0]);
   });
 
+  it("sampling split over workgroups (GPUs' tuned choice) decodes what one workgroup a row decodes", async () => {
+    const tuning = engine.model.tuning;
+    const before = tuning.sample;
+    const req = { model: "tiny", messages, max_tokens: 8, seed: 5 };
+    const ids = (r: OpenAI.ChatCompletion) => r.choices.map((c) => JSON.stringify((c as SampledChoice).token_ids));
+    const one = [
+      await client.chat.completions.create({ ...req, temperature: 0 }),
+      await client.chat.completions.create({ ...req, temperature: 0.8, n: 3 }),
+    ];
+    try {
+      tuning.sample = { threads: before?.threads ?? 8, split: 4 };
+      expect(ids(await client.chat.completions.create({ ...req, temperature: 0 }))).toEqual(ids(one[0]));
+      // Same seeds and steps, so the same uniform draws: the same tokens unless one lands within f32 rounding of a
+      // CDF step (the vocabulary is small here, so steps are wide).
+      expect(ids(await client.chat.completions.create({ ...req, temperature: 0.8, n: 3 }))).toEqual(ids(one[1]));
+    } finally {
+      tuning.sample = before;
+    }
+  });
+
   it("queues n larger than the KV slots (8) in parts: sample k is the same whichever part it runs in", async () => {
     const req = { model: "tiny", messages, max_tokens: 5, temperature: 1.5, seed: 21 };
     const ids = (r: OpenAI.ChatCompletion) => r.choices.map((c) => JSON.stringify((c as SampledChoice).token_ids));

@@ -12,6 +12,8 @@ import { rowSpecs, rowThreads, type RowTuning } from "../util/row-threads.ts";
 
 /** The kernel at a workgroup size (a power of two, 8..256; one workgroup per row). */
 export const sampleSpec = rowSpecs("sample_forward", code);
+const partialSpec = rowSpecs("sample_partial", code);
+const pickSpec = rowSpecs("sample_pick", code);
 
 /** Token id written for a row whose mask allows nothing. */
 export const SAMPLE_NONE = 0xffffffff;
@@ -76,13 +78,41 @@ export interface SampleBuffers {
   mask?: GPUBuffer;
 }
 
+/** What start-up tuning chooses for sampling: threads a row, and on GPUs the chunks a row splits into (at batch 1). */
+export interface SampleTuning extends RowTuning {
+  split?: number;
+}
+
+/** Chunks a row may split into, as tuned on fast devices ("1": one workgroup a row). */
+export const SAMPLE_SPLITS = ["1", "8", "32", "128"] as const;
+
+/** Rows below which a step's sampling splits its rows (where `tuning.split` says so): more rows already spread. */
+export const SPLIT_ROWS = 16;
+
+/** The split a step of `rows` rows uses: the tuned one for few rows whose samplers have no top-k or top-p. */
+export function sampleSplit(tuning: SampleTuning | undefined, rows: number, plain: boolean): number {
+  return plain && rows < SPLIT_ROWS ? (tuning?.split ?? 1) : 1;
+}
+
+export interface SampleOptions {
+  logprobAtTemperature?: boolean;
+  wg?: number;
+  tuning?: SampleTuning;
+  /**
+   * Split each row into this many chunks (2..wg), one workgroup each, then a second dispatch picks the token (for
+   * GPUs, where one workgroup walking a row of V = 151936 takes as long as a projection). Only for rows without
+   * top-k or top-p (the caller knows its rows); 0 or 1: one workgroup a row.
+   */
+  split?: number;
+}
+
 /** Samples one token per row; tokens (B,) u32 and logprobs (B,) f32 are written on the GPU. */
 export function sample(
   gpu: Gpu,
   rec: Recorder,
   { logits, rows, tokens, logprobs, mask }: SampleBuffers,
   { B, V }: { B: number; V: number },
-  opts: { logprobAtTemperature?: boolean; wg?: number; tuning?: RowTuning } = {},
+  opts: SampleOptions = {},
 ): void {
   if (B * V > 0xffffffff) throw new RangeError(`sample: B*V = ${B * V} passes 2^32`);
   need(logits, B * V * 4, "sample logits");
@@ -90,12 +120,23 @@ export function sample(
   need(tokens, B * 4, "sample tokens");
   need(logprobs, B * 4, "sample logprobs");
   if (mask) need(mask, B * sampleMaskWords(V) * 4, "sample mask");
-  const params = new Params().u32(B, V, sampleMaskWords(V), mask ? 1 : 0, opts.logprobAtTemperature ? 1 : 0);
+  const wg = opts.wg ?? rowThreads(gpu, opts.tuning);
+  const split = Math.min(opts.split ?? 1, V);
+  if (!Number.isInteger(split) || split < 1 || split > wg)
+    throw new RangeError(`sample: split ${opts.split} must be an integer from 1 to the workgroup size ${wg}`);
+  const lpT = opts.logprobAtTemperature ? 1 : 0;
+  const params = new Params().u32(B, V, sampleMaskWords(V), mask ? 1 : 0, lpT, split);
   // Without a mask the kernel never reads binding 3; the rows buffer fills the slot.
-  rec.dispatch(
-    sampleSpec(opts.wg ?? rowThreads(gpu, opts.tuning)),
-    [logits, rows, mask ?? rows, tokens, logprobs],
-    gpu.grid(B),
-    params,
-  );
+  if (split === 1) {
+    rec.dispatch(sampleSpec(wg), [logits, rows, mask ?? rows, tokens, logprobs], gpu.grid(B), params);
+    return;
+  }
+  if (B > gpu.limits.maxComputeWorkgroupsPerDimension)
+    throw new RangeError(
+      `sample: ${B} rows split into chunks pass the grid's ${gpu.limits.maxComputeWorkgroupsPerDimension}`,
+    );
+  const parts = gpu.buffer(B * split * 32, "activations", "sample partials");
+  rec.dispatch(partialSpec(wg), [logits, rows, mask ?? rows, parts], [split, B, 1], params);
+  rec.dispatch(pickSpec(wg), [logits, rows, mask ?? rows, tokens, logprobs, parts], gpu.grid(B), params);
+  gpu.release(parts); // the pool keeps it until this recorder is submitted
 }

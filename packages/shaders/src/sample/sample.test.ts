@@ -1,7 +1,15 @@
 import { beforeAll, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose } from "@webart/gpu/check";
-import { packAllowedMask, packSampleRows, sample, SAMPLE_NONE, type SampleRow } from "./index.ts";
+import {
+  packAllowedMask,
+  packSampleRows,
+  sample,
+  SAMPLE_NONE,
+  sampleSplit,
+  SPLIT_ROWS,
+  type SampleRow,
+} from "./index.ts";
 import { sampleReference } from "./reference.ts";
 
 let gpu: Gpu;
@@ -23,6 +31,7 @@ async function run(
   mask?: Uint32Array,
   logprobAtTemperature = false,
   wg?: number,
+  split?: number,
 ): Promise<Run> {
   const bl = gpu.upload(logits);
   const br = gpu.upload(packSampleRows(rows));
@@ -34,7 +43,7 @@ async function run(
     rec,
     { logits: bl, rows: br, tokens: bt, logprobs: bp, mask: bm },
     { B, V },
-    { logprobAtTemperature, wg },
+    { logprobAtTemperature, wg, split },
   );
   const t = rec.read(bt, B * 4);
   const p = rec.read(bp, B * 4);
@@ -113,6 +122,84 @@ it("matches the CPU reference across temperature, top-k, top-p, masks, workgroup
       assertClose(`logprob V=${V} wg=${wg}`, gpuRun.logprobs, lp, { atol: 4e-5, rtol: 1e-5 });
     }
   }
+});
+
+it("split rows (chunks, then a pick) match the CPU reference: temperature, greedy, masks (V = 777, 151936)", async () => {
+  for (const [B, V, split] of [
+    [12, 777, 5],
+    [3, 777, 64],
+    [4, 151_936, 48],
+  ]) {
+    const rng = new Rng(V + split);
+    const logits = rng.f32(B * V, -6, 6);
+    // A few likely tokens per row, so draws land away from CDF steps often enough to compare exactly.
+    for (let b = 0; b < B; b++) for (let i = 0; i < 10; i++) logits[b * V + rng.int(V)] += 12;
+    const rows: SampleRow[] = Array.from({ length: B }, (_, b) => ({
+      temperature: [0.7, 1, 1.5, 0][b % 4],
+      seed: 2000 + b,
+      step: 5 * b,
+    }));
+    const { mask } = randomMask(rng, B, V, 0.8);
+    for (const [m, atT] of [
+      [undefined, false],
+      [mask, true],
+    ] as const) {
+      const got = await run(logits, B, V, rows, m, atT, 64, split);
+      const one = await run(logits, B, V, rows, m, atT, 64); // one workgroup a row
+      const ref = sampleReference(logits, B, V, rows, m, atT);
+      let compared = 0;
+      const sampled = rows.filter((r) => r.temperature > 0).length;
+      for (let b = 0; b < B; b++) {
+        const greedy = !(rows[b].temperature > 0); // the argmax: exact
+        if (!greedy && ref.margin[b] < 1e-4) continue; // u too close to a CDF step: rounding may pick the neighbour
+        if (!greedy) compared++;
+        expect(got.tokens[b], `row ${b} split ${split}`).toBe(ref.tokens[b]);
+        expect(got.tokens[b]).toBe(one.tokens[b]);
+      }
+      expect(compared).toBeGreaterThanOrEqual(sampled / 2); // ~10% of rows land within 1e-4 of a step at V = 777
+      const lp = ref.logprobs.map((_, b) => (got.tokens[b] === ref.tokens[b] ? ref.logprobs[b] : got.logprobs[b]));
+      assertClose(`split logprob V=${V}`, got.logprobs, lp, { atol: 4e-5, rtol: 1e-5 });
+    }
+  }
+});
+
+it("split rows: a row with nothing allowed gets no token, and draws follow the distribution (chi-square)", async () => {
+  const V = 12;
+  const N = 1000;
+  const base = Float32Array.from({ length: V }, (_, j) => 2 - 0.35 * j + 0.1 * Math.sin(7 * j));
+  const logits = new Float32Array(N * V);
+  for (let b = 0; b < N; b++) logits.set(base, b * V);
+  const rows = Array.from({ length: N }, (_, b) => ({ temperature: 0.9, seed: 77, step: b, stream: 0 }));
+  const ids = Array.from({ length: N }, (_, b) => (b === N - 1 ? [] : [...Array(V).keys()].filter((j) => j !== 3)));
+  const got = await run(logits, N, V, rows, packAllowedMask(V, ids), false, 32, 4); // 4 chunks of 3 tokens
+  expect(got.tokens[N - 1]).toBe(SAMPLE_NONE);
+  expect(got.logprobs[N - 1]).toBe(-Infinity);
+  const q = sampleReference(base, 1, V, [rows[0]], packAllowedMask(V, [ids[0]])).probs[0];
+  const counts = new Float64Array(V);
+  for (const t of got.tokens.subarray(0, N - 1)) counts[t]++;
+  expect(counts[3]).toBe(0); // masked
+  let chi2 = 0;
+  for (let j = 0; j < V; j++) if (q[j] > 0) chi2 += (counts[j] - (N - 1) * q[j]) ** 2 / ((N - 1) * q[j]);
+  expect(chi2).toBeLessThan(chi2Quantile(V - 2, 3.09)); // p = 0.001
+});
+
+it("a step splits its rows only as tuned, for few rows without top-k or top-p", () => {
+  const t = { threads: 256, split: 32 };
+  expect(sampleSplit(t, 1, true)).toBe(32);
+  expect(sampleSplit(t, SPLIT_ROWS - 1, true)).toBe(32);
+  expect(sampleSplit(t, SPLIT_ROWS, true)).toBe(1); // enough rows to spread already
+  expect(sampleSplit(t, 1, false)).toBe(1); // top-k / top-p: the threshold search walks the whole row
+  expect(sampleSplit({ threads: 8 }, 1, true)).toBe(1); // untuned (CPU devices)
+});
+
+it("refuses a split past the workgroup", () => {
+  const [l, r, t, lp] = [gpu.buffer(400), gpu.buffer(64), gpu.buffer(16), gpu.buffer(16)];
+  const rec = gpu.recorder();
+  expect(() =>
+    sample(gpu, rec, { logits: l, rows: r, tokens: t, logprobs: lp }, { B: 1, V: 100 }, { wg: 32, split: 33 }),
+  ).toThrow(/split 33 must be an integer from 1 to the workgroup size 32/);
+  rec.abandon();
+  gpu.release(l, r, t, lp);
 });
 
 it("replays with the same seed, differs with another seed, never samples masked tokens", async () => {

@@ -6,7 +6,7 @@
 import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type MatmulTuning, type WeightDtype } from "../matmul/index.ts";
 import { tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
-import { packSampleRows, sample } from "../sample/index.ts";
+import { packSampleRows, sample, SAMPLE_SPLITS, type SampleTuning } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
 import {
   attentionBackward,
@@ -28,7 +28,7 @@ import { tune, type TuneOptions } from "./index.ts";
 export interface KernelTuning {
   matmul?: MatmulTuning;
   matvec?: MatvecTuning;
-  sample?: RowTuning;
+  sample?: SampleTuning;
   logprobs?: RowTuning;
   attention?: AttentionTuning;
   lora?: LoraTuning;
@@ -179,7 +179,7 @@ export async function tuneRowThreads(
   gpu: Gpu,
   vocab: number,
   z: Sizes = CPU_SIZES,
-): Promise<{ sample: RowTuning; logprobs: RowTuning }> {
+): Promise<{ sample: SampleTuning; logprobs: RowTuning }> {
   const V = Math.max(1, vocab);
   const sampleWinner = await tuneWith(
     gpu,
@@ -206,7 +206,20 @@ export async function tuneRowThreads(
     },
     ORDERED,
   );
-  return { sample: { threads: Number(sampleWinner) }, logprobs: { threads: Number(lpWinner) } };
+  const sampleTuning: SampleTuning = { threads: Number(sampleWinner) };
+  if (z === FAST_SIZES) {
+    // GPUs: a decode step of one row, one workgroup walking V against the row split over workgroups.
+    const wg = Number(sampleWinner);
+    const splits = SAMPLE_SPLITS.filter((c) => Number(c) <= Math.min(wg, V));
+    const winner = await tuneWith(gpu, `sample.split@V=${V}`, splits, (s) => {
+      const rows = packSampleRows([{ temperature: 1, seed: 1, step: 0 }]);
+      const [logits, r, tokens, lps] = [s.f32(V, -6, 6), s.u32(rows), s.zeros(4), s.zeros(4)];
+      return (c) => (rec) =>
+        sample(gpu, rec, { logits, rows: r, tokens, logprobs: lps }, { B: 1, V }, { wg, split: Number(c) });
+    });
+    sampleTuning.split = Number(winner);
+  }
+  return { sample: sampleTuning, logprobs: { threads: Number(lpWinner) } };
 }
 
 /**
