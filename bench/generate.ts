@@ -452,6 +452,8 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const c = parseConfig(narrowConfig("qwen2.5-0.5b", 1024));
     const w = await uploadWeights(gpu, c, randomTensors(c, false));
     const model = new Model(gpu, c, w);
+    // Its dispatches: a decode step's, and a trained token's with q|k|v and gate|up fused and not (24 layers, biases).
+    out.push(...(await dispatchCounts(gpu, model, "qwen05b_layers")));
     for (const B of [1, 8]) {
       const r = await decodeRun(gpu, model, B, 8, ctx.quick ? 20 : 100);
       const native = await nativeEncodeMs(gpu, model, B);
