@@ -90,21 +90,40 @@ async function measure<C extends string>(
     return (performance.now() - t0) / copies;
   };
   if (minSubmitMs > 0) {
-    await once(candidates[0]); // compiles its pipelines
-    const t = await once(candidates[0]);
-    copies = Math.max(1, Math.min(MAX_COPIES, Math.ceil(minSubmitMs / Math.max(t, 1e-3))));
+    // Calls per submit, from the first candidate that runs (a failing one is reported in the round below).
+    for (const c of candidates) {
+      try {
+        await once(c); // compiles its pipelines
+        const t = await once(c);
+        copies = Math.max(1, Math.min(MAX_COPIES, Math.ceil(minSubmitMs / Math.max(t, 1e-3))));
+        break;
+      } catch {
+        continue;
+      }
+    }
   }
   // First round, in order: a warm-up and one timing each. A candidate HOPELESS times slower than the best so far is
   // ranked by that timing alone (the slow ones cost most on CPU devices); an ordered search stops there.
+  // A candidate that fails here (a variant this device cannot compile or run) is left out, with a warning: loading a
+  // model must not fail over one of its layout choices. Only when every candidate fails does tuning throw.
   const times = new Map<C, number[]>();
   let best = Infinity;
+  let firstError: unknown;
   for (const c of candidates) {
-    for (let i = 0; i < warmup; i++) await once(c);
-    const t = await once(c);
+    let t: number;
+    try {
+      for (let i = 0; i < warmup; i++) await once(c);
+      t = await once(c);
+    } catch (e) {
+      firstError ??= e;
+      console.warn(`webart: tuning ${key}: "${c}" failed on this device and is left out: ${(e as Error).message}`);
+      continue;
+    }
     times.set(c, [t]);
     if (t > HOPELESS * best && ordered) break;
     best = Math.min(best, t);
   }
+  if (!times.size) throw firstError;
   // Then rounds that alternate between the contenders, so a change in machine load hits them alike.
   const contenders = [...times.keys()].filter((c) => times.get(c)![0] <= HOPELESS * best);
   const more = (c: C) => {

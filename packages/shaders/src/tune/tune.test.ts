@@ -191,6 +191,34 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
   expect(t.rmsnorm?.layout).toBe(gpu.tuning.get("rmsnorm.layout@C=64")!.winner);
 });
 
+it("a candidate that fails on this device (a throw, a shader that does not compile) is left out; all failing throws", async () => {
+  const broken = { name: "broken", code: "@compute @workgroup_size(1) fn broken() { let x: u32 = 1.5; }" };
+  const warn = console.warn;
+  const warnings: string[] = [];
+  console.warn = (m: string) => void warnings.push(m);
+  const isolated = await getDevice({ robustness: true }); // its error log stays apart from the shared device's
+  const [ia, ic] = [isolated.buffer(64 * 64 * 4), isolated.buffer(64 * 64 * 4)];
+  try {
+    const winner = await tune(isolated, "fails@1", ["throws", "ok", "bad-wgsl"] as const, (cand, rec) => {
+      if (cand === "throws") throw new Error("no such variant here");
+      if (cand === "bad-wgsl") rec.dispatch(broken, [], 1);
+      else matmul(isolated, rec, { a: ia, b: ia, c: ic }, { M: 64, N: 64, K: 64 });
+    });
+    expect(winner).toBe("ok");
+    expect(Object.keys(isolated.tuning.get("fails@1")!.ms)).toEqual(["ok"]);
+    expect(warnings.join("\n")).toMatch(/"throws" failed on this device and is left out: no such variant here/);
+    expect(warnings.join("\n")).toMatch(/"bad-wgsl" failed on this device/);
+    await expect(
+      tune(isolated, "fails@2", ["throws"] as const, () => {
+        throw new Error("nothing runs");
+      }),
+    ).rejects.toThrow(/nothing runs/);
+  } finally {
+    console.warn = warn;
+    isolated.release(ia, ic);
+  }
+});
+
 it("an ordered search stops at the first candidate 3x slower than the best so far", async () => {
   const [a, c] = [gpu.buffer(512 * 512 * 4), gpu.buffer(512 * 512 * 4)];
   const sizes = ["16", "512", "32"] as const; // "512" is 32768x the work of "16"; "32" is never reached
