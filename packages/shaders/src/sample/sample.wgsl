@@ -1,7 +1,8 @@
 // Decode sampling, one workgroup per row of logits (B, V): temperature (<= 0: greedy argmax), top-k and
 // top-p as a threshold found by bisection with parallel counting (no sort), an optional allowed-token
 // bitmask, and inverse-CDF sampling with a parallel prefix sum; the uniform comes from a counter-based
-// hash of (seed, step, stream), so a row replays exactly. Writes the token id and its logprob.
+// hash of (seed, step, stream), so a row replays exactly. Writes the token id and its logprob. Rows without top-k
+// or top-p can also be split over workgroups (sample_partial, then sample_pick, at the end of this file).
 struct Params {
   b: u32,
   v: u32,
