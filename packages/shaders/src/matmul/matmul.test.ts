@@ -16,7 +16,7 @@ import {
   type MatmulOptions,
   type MatmulVariant,
 } from "./index.ts";
-import { matmulReference } from "./reference.ts";
+import { absMaxReference, matmulReference } from "./reference.ts";
 
 // f32 accumulation in a different order (and possibly fused) than the reference: K ≤ 257 terms
 // of |x| < 1 give sums below ~20, so 1e-4 relative plus 1e-4 absolute covers it. 16-bit B is
@@ -284,7 +284,11 @@ describe("absMax (the scale of an operand rounded to f16)", () => {
     expect(rec.dispatches).toBe(2);
     const got = rec.read(out, 4);
     await rec.submit();
-    expect(new Float32Array(await got)[0]).toBe(Math.fround(3e-5));
+    const ref = absMaxReference(vals, n, offset);
+    expect(ref.max).toBe(Math.fround(3e-5));
+    expect(new Float32Array(await got)[0]).toBe(ref.max);
+    expect(ref.max * ref.scale).toBeGreaterThanOrEqual(2 ** 14); // the scale the coop matmul applies
+    expect(ref.max * ref.scale).toBeLessThan(2 ** 15);
     gpu.release(x, out);
   });
 

@@ -64,3 +64,12 @@ export function matmulReference(
   }
   return c;
 }
+
+/** absMax's reference: max |x[offset .. offset + n)|, and the power of two the coop matmul's scaleA multiplies by
+ *  (bringing that max to [2^14, 2^15); exponents clamped to [-126, 126] as the kernel does). */
+export function absMaxReference(x: ArrayLike<number>, n: number, offset = 0): { max: number; scale: number } {
+  let max = 0;
+  for (let i = offset; i < offset + n; i++) max = Math.max(max, Math.abs(x[i]));
+  const e = max > 0 ? Math.floor(Math.log2(Math.fround(max))) : -127;
+  return { max: Math.fround(max), scale: 2 ** Math.min(126, Math.max(-126, 14 - e)) };
+}
