@@ -222,7 +222,8 @@ export class Model {
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
     const o = { mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate, tuning: this.tuning.matmul };
     const scaleA = this.gradScale(rec, dy, M * W.rows);
-    matmul(this.gpu, rec, { a: dy, b: W.buffer, c: dx, scaleA }, { M, N: W.cols, K: W.rows }, this.backOptions(o));
+    const b = { a: dy, b: W.buffer, c: dx, scaleA };
+    matmul(this.gpu, rec, b, { M, N: W.cols, K: W.rows }, this.backOptions(o, scaleA));
     this.gpu.release(scaleA);
   }
 
@@ -235,8 +236,8 @@ export class Model {
   }
 
   /** A backward matmul's options: the coop variant where gradScale made a scale. */
-  private backOptions<T extends MatmulOptions>(o: T): T {
-    return this.tensorCores && this.tensorCoresBackward ? { ...o, variant: "coop" } : o;
+  private backOptions<T extends MatmulOptions>(o: T, scaleA: GPUBuffer | undefined): T {
+    return scaleA ? { ...o, variant: "coop" } : o;
   }
 
   /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
@@ -804,15 +805,18 @@ export class Model {
           rec,
           { a: dlogits, b: s.buffer, c: dh, scaleA },
           { M, N: C, K: b - a },
-          this.backOptions({
-            mode: "nn",
-            bDtype: this.weights.headDtype,
-            lda: v1 - v0,
-            offsetA: a - v0,
-            offsetB: (s.offset ?? 0) + (a - r0) * C,
-            accumulate: true,
-            tuning: this.tuning.matmul,
-          }),
+          this.backOptions(
+            {
+              mode: "nn",
+              bDtype: this.weights.headDtype,
+              lda: v1 - v0,
+              offsetA: a - v0,
+              offsetB: (s.offset ?? 0) + (a - r0) * C,
+              accumulate: true,
+              tuning: this.tuning.matmul,
+            },
+            scaleA,
+          ),
         );
       }
       r0 += s.rows;

@@ -169,46 +169,8 @@ fn sample_forward(
     tau = workgroupUniformLoad(&lo_hi).x;
   }
 
-  // Inverse CDF in index order: each thread owns a contiguous block; an inclusive scan of block masses
-  // tells which block holds u * total, and that thread walks its block.
-  let len = (p.v + WG - 1u) / WG;
-  let j0 = min(lid * len, p.v);
-  let j1 = min(j0 + len, p.v);
-  var bm = 0.0;
-  for (var j = j0; j < j1; j++) {
-    let z = logits[base + j] / zdiv;
-    if (allowed(row, j) && key(z) >= tau) { bm += exp(z - zmax); }
-  }
-  if (lid == 0u) { atomicStore(&last_nonempty, 0u); }
-  workgroupBarrier();
-  if (bm > 0.0) { atomicMax(&last_nonempty, lid); }
-  rm[lid] = bm;
-  for (var off = 1u; off < WG; off <<= 1u) {
-    workgroupBarrier();
-    let add = select(0.0, rm[lid - min(off, lid)], lid >= off);
-    workgroupBarrier();
-    rm[lid] += add;
-  }
-  workgroupBarrier();
-  let incl = rm[lid];
-  let excl = select(0.0, rm[lid - 1u], lid > 0u);
   let u = f32(pcg3d(vec3u(r.seed, r.step, r.stream)).x >> 8u) * (1.0 / 16777216.0);
-  let goal = u * rm[WG - 1u];
-  let last = atomicLoad(&last_nonempty);
-  if (bm > 0.0 && goal >= excl && (goal < incl || lid == last)) {
-    var tok = NONE;
-    var acc = excl;
-    for (var j = j0; j < j1; j++) {
-      let z = logits[base + j] / zdiv;
-      if (allowed(row, j) && key(z) >= tau) {
-        tok = j; // the last kept token if rounding never crosses the goal
-        acc += exp(z - zmax);
-        if (acc > goal) { break; }
-      }
-    }
-    tokens[row] = tok;
-    logprobs[row] = logits[base + tok] / ydiv - lse;
-  }
+  drawSpan(lid, row, base, vec2u(0u, p.v), vec2f(zdiv, ydiv), zmax, tau, lse, u, true);
 }
 
 // Split rows (GPUs, rows without top-k or top-p): one workgroup a row walks all V logits in turn (~0.2 ms a row at
@@ -332,34 +294,8 @@ fn sample_pick(
   let goal = u * rm[WG - 1u];
   pickBlock(lid, cm, goal);
   let at = workgroupUniformLoad(&pick);
-  // Within the chunk: blocks of it a thread, their masses scanned, and the thread whose block holds the goal walks.
-  let span = chunk(at.x);
-  let len = (span.y - span.x + WG - 1u) / WG;
-  let j0 = min(span.x + lid * len, span.y);
-  let j1 = min(j0 + len, span.y);
-  var bm = 0.0;
-  for (var j = j0; j < j1; j++) {
-    let z = logits[base + j] / dv.x;
-    if (allowed(row, j)) { bm += exp(z - zmax); }
-  }
-  scan(lid, bm);
-  let g = bitcast<f32>(at.y);
-  let excl = select(0.0, rm[lid - 1u], lid > 0u);
-  let last = atomicLoad(&last_nonempty);
-  if (bm > 0.0 && g >= excl && (g < rm[lid] || lid == last)) {
-    var tok = NONE;
-    var acc = excl;
-    for (var j = j0; j < j1; j++) {
-      let z = logits[base + j] / dv.x;
-      if (allowed(row, j)) {
-        tok = j; // the last allowed token if rounding never crosses the goal
-        acc += exp(z - zmax);
-        if (acc > g) { break; }
-      }
-    }
-    tokens[row] = tok;
-    logprobs[row] = logits[base + tok] / dv.y - lse;
-  }
+  // Within the chunk, the goal that is left.
+  drawSpan(lid, row, base, chunk(at.x), dv, zmax, 0u, lse, bitcast<f32>(at.y), false);
 }
 
 // Inclusive scan of each thread's v into rm; last_nonempty: the highest thread with v > 0.
@@ -378,9 +314,50 @@ fn scan(lid: u32, v: f32) {
   workgroupBarrier();
 }
 
+// The exclusive sum before this thread's block, after scan.
+fn exclusive(lid: u32) -> f32 {
+  return select(0.0, rm[lid - 1u], lid > 0u);
+}
+
+// Whether this thread's block (mass v, after scan) holds the goal: the last non-empty one takes a goal that f32
+// rounding put past the total.
+fn holdsGoal(lid: u32, v: f32, goal: f32) -> bool {
+  return v > 0.0 && goal >= exclusive(lid) && (goal < rm[lid] || lid == atomicLoad(&last_nonempty));
+}
+
 // The thread whose block (mass v) holds the goal records its index and the goal within its block in `pick`.
 fn pickBlock(lid: u32, v: f32, goal: f32) {
-  let excl = select(0.0, rm[lid - 1u], lid > 0u);
-  let last = atomicLoad(&last_nonempty);
-  if (v > 0.0 && goal >= excl && (goal < rm[lid] || lid == last)) { pick = vec2u(lid, bitcast<u32>(goal - excl)); }
+  if (holdsGoal(lid, v, goal)) { pick = vec2u(lid, bitcast<u32>(goal - exclusive(lid))); }
+}
+
+// Inverse CDF over elements [span.x, span.y) of a row, in index order, among its kept tokens (allowed, key(z) >= tau):
+// each thread owns a contiguous block, a scan of the blocks' masses (at the row's zmax) tells which block holds the
+// goal (u times their total with `scaled`, else `goal` as given), and that thread walks its block and writes the
+// token and its logprob. dv: the divisors of z and of the reported logprob.
+fn drawSpan(lid: u32, row: u32, base: u32, span: vec2u, dv: vec2f, zmax: f32, tau: u32, lse: f32, goal: f32,
+            scaled: bool) {
+  let len = (span.y - span.x + WG - 1u) / WG;
+  let j0 = min(span.x + lid * len, span.y);
+  let j1 = min(j0 + len, span.y);
+  var bm = 0.0;
+  for (var j = j0; j < j1; j++) {
+    let z = logits[base + j] / dv.x;
+    if (allowed(row, j) && key(z) >= tau) { bm += exp(z - zmax); }
+  }
+  scan(lid, bm);
+  let g = select(goal, goal * rm[WG - 1u], scaled);
+  if (holdsGoal(lid, bm, g)) {
+    var tok = NONE;
+    var acc = exclusive(lid);
+    for (var j = j0; j < j1; j++) {
+      let z = logits[base + j] / dv.x;
+      if (allowed(row, j) && key(z) >= tau) {
+        tok = j; // the last kept token if rounding never crosses the goal
+        acc += exp(z - zmax);
+        if (acc > g) { break; }
+      }
+    }
+    tokens[row] = tok;
+    logprobs[row] = logits[base + tok] / dv.y - lse;
+  }
 }
