@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# One device call, most important first: each step's output is appended to $OUT/gpu-run.txt as it runs, and its
+# results JSON copied to $OUT/<step>.json, so a call cut short by its time limit still returns what finished.
+# Usage (carry .devbundle and .gl, from scripts/gpu/bundle.sh): bash scripts/gpu/session.sh
+set -uo pipefail
+out=${OUT:-.devbundle/out}
+mkdir -p "$out"
+step() {
+  local name=$1
+  shift
+  echo "=== $name: $* ($(date +%T))" | tee -a "$out/gpu-run.txt"
+  env "$@" bash scripts/gpu/run.sh gpu 2>&1 | tee -a "$out/gpu-run.txt"
+  cp .devbundle/results/gpu.json "$out/$name.json" 2>/dev/null
+}
+step matvec-0.5b WEBART_BENCH_PARTS=overhead,matvec,models WEBART_BENCH_MODELS=qwen2.5-0.5b
+step profile-0.5b WEBART_BENCH_PARTS=profile WEBART_BENCH_MODELS=qwen2.5-0.5b
+step models-rest WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen3-0.6b,qwen2.5-1.5b
+echo "=== done ($(date +%T))" | tee -a "$out/gpu-run.txt"
