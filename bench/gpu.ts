@@ -463,6 +463,7 @@ async function oneModel(
       const o = { batch: B, length: T, microBatchTokens: B * T, recompute: false, vocabChunk: 8192 };
       await measureGrpoStep(engine, o); // allocates the optimizer state, compiles
       const grpo: Record<string, { ms: number; peak: number }> = {};
+      model.tensorCoresBackward = false; // this figure: tensor cores in the forward only (tensorCoresBackward: below)
       for (const on of modes) {
         model.tensorCores = on;
         if (on !== cores) await measureGrpoStep(engine, o); // compiles the other variant's pipelines

@@ -17,9 +17,9 @@ cp node_modules/webgpu/index.js node_modules/webgpu/package.json "$out/node_modu
 [ -f "$out/node_modules/webgpu/dist/linux-x64/dawn.node.xz" ] ||
   xz -T2 -6 -c node_modules/webgpu/dist/linux-x64/dawn.node >"$out/node_modules/webgpu/dist/linux-x64/dawn.node.xz"
 [ -f "$out/node.xz" ] || xz -T2 -6 -c "$(readlink -f "$(command -v node)")" >"$out/node.xz"
-if ! ls .gl/libvulkan1_*.deb >/dev/null 2>&1; then
+if ! ls .gl/libglvnd0_*.deb >/dev/null 2>&1; then
   o='-oAPT::Architecture=amd64 -oAPT::Architectures=amd64 -oDir::State::Lists=/tmp/amd64'
   mkdir -p /tmp/amd64/partial
-  apt-get $o update >/dev/null && (cd .gl && apt-get $o download libvulkan1)
+  apt-get $o update >/dev/null && (cd .gl && apt-get $o download libvulkan1 libegl1 libglvnd0 libopengl0 libgl1 libglx0 libgles2)
 fi
 du -sh "$out" .gl

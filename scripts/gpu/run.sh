@@ -12,6 +12,8 @@ b=.devbundle
 icd=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
 [ -f "$icd" ] || icd=$(ls /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -1)
 export VK_DRIVER_FILES=$icd VK_ICD_FILENAMES=$icd
+egl=/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json
+[ -f "$egl" ] && export __EGL_VENDOR_LIBRARY_FILENAMES=$egl
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.used --format=csv 2>/dev/null
 /tmp/node $b/bench.mjs "$@"
 rc=$?

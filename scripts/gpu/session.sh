@@ -11,6 +11,11 @@ step() {
   echo "=== $name: $* ($(date +%T))" | tee -a "$out/gpu-run.txt"
   env "$@" bash scripts/gpu/run.sh gpu 2>&1 | tee -a "$out/gpu-run.txt"
   cp .devbundle/results/gpu.json "$out/$name.json" 2>/dev/null
+  if grep -q "no adapter found" "$out/gpu-run.txt"; then
+    echo "=== no adapter: the Vulkan loader's account" | tee -a "$out/gpu-run.txt"
+    env VK_LOADER_DEBUG=error,warn,info "$@" bash scripts/gpu/run.sh gpu 2>&1 | head -150 | tee -a "$out/gpu-run.txt"
+    exit 1
+  fi
 }
 step matvec-0.5b WEBART_BENCH_PARTS=overhead,matvec,models WEBART_BENCH_MODELS=qwen2.5-0.5b
 step profile-0.5b WEBART_BENCH_PARTS=profile WEBART_BENCH_MODELS=qwen2.5-0.5b

@@ -71,8 +71,9 @@ export interface EngineOptions extends OpenModelOptions {
   /** Forward products with weights (prefill, training's forward, the LM head's logits) on tensor cores, operands
    *  rounded to f16, where the device has them (Dawn's subgroup matrices; default on). */
   tensorCores?: boolean;
-  /** With tensorCores, backward's input gradients too, each scaled into f16's range first (default off: not yet
-   *  measured on a GPU; `npm run bench -- gpu` times it and compares its LoRA gradients with the f32 path's). */
+  /** With tensorCores, backward's input gradients too, each scaled into f16's range first (default on: on an H200
+   *  it made the GRPO step of 8 x 512 tokens 1.24-1.6x faster, with LoRA gradients within 6.4e-4 (relative L2) of the
+   *  f32 backward's; `npm run bench -- gpu` times it and compares them). */
   tensorCoresBackward?: boolean;
 }
 
@@ -229,7 +230,7 @@ export class Engine {
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;
-    model.tensorCoresBackward = opts.tensorCoresBackward ?? false;
+    model.tensorCoresBackward = opts.tensorCoresBackward ?? true;
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
     return new Engine(

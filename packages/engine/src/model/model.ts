@@ -146,7 +146,7 @@ export class Model {
   tensorCores = false;
   /** With tensorCores, backward's input gradients (dy·W, the LM head's dlogits·W) too: each dy is scaled by the power
    *  of two that brings its largest magnitude to [2^14, 2^15) before it is rounded to f16 (absMax, then the coop
-   *  matmul's scaleA). Off by default (EngineOptions.tensorCoresBackward) until it is measured on a GPU. */
+   *  matmul's scaleA). The engine turns it on with tensorCores (EngineOptions.tensorCoresBackward). */
   tensorCoresBackward = false;
 
   constructor(

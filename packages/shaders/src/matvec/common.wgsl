@@ -11,10 +11,9 @@ struct Params {
   seg: array<Seg, 3>,
 }
 @group(0) @binding(0) var<uniform> p: Params;
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-// binding 2, W, is declared by each variant (as words, or as 16-byte vectors in stream.wgsl).
+// Binding 1, x (M, ldx), 2, W, and 4, the (K) RMSNorm weight, are declared by each variant: as f32s and words, or as
+// 16-byte vectors in stream.wgsl.
 @group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read> nw: array<f32>; // (K) RMSNorm weight
 @group(0) @binding(5) var<storage, read> t: array<f32>; // (M, ldt) LoRA x·Aᵀ of every segment
 @group(0) @binding(6) var<storage, read> lora: array<f32>; // the adapter's flat buffer (each segment's B)
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;

@@ -3,7 +3,9 @@
 // bias and LoRA term s·t·Bᵀ, a gated activation act(seg 0)·seg 1 (GATE), and the residual add (accumulate).
 // Memory-bound: a workgroup owns 4 rows of W, its threads split K, and each W element serves MT rows of x.
 // Parameters, bindings and the epilogue: common.wgsl (appended).
+@group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>; // f32 bits, or two bf16/f16 per word
+@group(0) @binding(4) var<storage, read> nw: array<f32>; // (K) RMSNorm weight
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WG: u32 = 64u; // threads splitting K (a power of two)
 override MT: u32 = 4u; // rows of x per pass: 1, 2, 3 or 4

@@ -132,10 +132,16 @@ export function matvecSpec(
   return s;
 }
 
-/** Whether the stream variant can run a problem: every row of W starts on 16 bytes (8 halves or 4 floats). */
-export function streamable(wDtype: WeightDtype, K: number, offsetsW: number[]): boolean {
+/** Whether the stream variant can run a problem: every row of W starts on 16 bytes (8 halves or 4 floats), and so
+ *  does every row of x (its offset and stride in floats, multiples of 4). */
+export function streamable(
+  wDtype: WeightDtype,
+  K: number,
+  offsetsW: number[],
+  x: { offset: number; ld: number } = { offset: 0, ld: K },
+): boolean {
   const e = wDtype === "f32" ? 4 : 8;
-  return K % e === 0 && offsetsW.every((o) => o % e === 0);
+  return K % e === 0 && offsetsW.every((o) => o % e === 0) && x.offset % 4 === 0 && x.ld % 4 === 0;
 }
 
 /** The variants this device can run. */
@@ -308,6 +314,7 @@ export function matvec(
       wDtype,
       K,
       segs.map((s) => s.offsetW),
+      { offset: offX, ld: ldx },
     )
   )
     variant = "workgroup";

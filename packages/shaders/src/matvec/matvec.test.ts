@@ -238,7 +238,7 @@ describe.each(MATVEC_VARIANTS)("fused matvec %s", (variant) => {
     await checkFused(gpu, { ...o, M: 1, offsetX: 3, ldx: 20 }, 231, { R: 4 });
     const aligned = { ...o, K: 32, segments: segments([70], 32, [true], 4) };
     await checkFused(gpu, aligned, 232, { R: 4 });
-    await checkFused(gpu, { ...aligned, M: 1, offsetX: 3, ldx: 40 }, 233, { R: 4 });
+    await checkFused(gpu, { ...aligned, M: 1, offsetX: 4, ldx: 40 }, 233, { R: 4 });
   });
 });
 
@@ -251,6 +251,10 @@ it("the stream variant runs every problem whose rows of W start on 16 bytes, the
   expect(streamable("bf16", 20, [0])).toBe(false);
   expect(streamable("f16", 24, [4])).toBe(false);
   expect(streamable("f32", 20, [4, 8])).toBe(true);
+  // x is read 16 bytes at a time too: its rows must start on 16 bytes.
+  expect(streamable("bf16", 24, [0], { offset: 4, ld: 28 })).toBe(true);
+  expect(streamable("bf16", 24, [0], { offset: 1, ld: 24 })).toBe(false);
+  expect(streamable("bf16", 24, [0], { offset: 0, ld: 26 })).toBe(false);
 });
 
 describe("stream matvec at long K", () => {
@@ -274,10 +278,10 @@ describe("stream matvec at long K", () => {
     ["f16", 8200, 256],
   ] as const)("%s W, K = %i (%i threads a column)", async (wDtype, K, T) => {
     expect(streamThreads(wDtype, K)).toBe(T);
-    await check(gpu, { M: 5, N: 11, K, wDtype, variant: "stream" }, 240 + T, true, LONG);
+    await check(gpu, { M: 11, N: 11, K, wDtype, variant: "stream" }, 240 + T, true, LONG);
     await check(
       gpu,
-      { M: 1, N: 3, K, wDtype, variant: "stream", offsetW: 8, ldx: K + 3, offsetX: 1 },
+      { M: 1, N: 3, K, wDtype, variant: "stream", offsetW: 8, ldx: K + 4, offsetX: 4 },
       250 + T,
       false,
       LONG,

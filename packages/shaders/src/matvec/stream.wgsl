@@ -7,7 +7,9 @@
 // MLP's down projection) still keeps ~200k threads loading. Needs every row of W to start on 16 bytes (K and the
 // segments' offsets multiples of 8 halves or 4 floats): index.ts runs the workgroup variant otherwise.
 // Parameters, bindings and the epilogue: common.wgsl (appended).
+@group(0) @binding(1) var<storage, read> x: array<vec4f>; // rows start on 16 bytes (offX, ldx multiples of 4)
 @group(0) @binding(2) var<storage, read> w: array<vec4u>; // 4 f32, or 8 bf16/f16, a vector
+@group(0) @binding(4) var<storage, read> nw: array<vec4f>; // (K) RMSNorm weight
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override T: u32 = 32u; // threads a column (a power of two)
 override G: u32 = 8u; // columns a workgroup
@@ -35,9 +37,10 @@ fn half4(v: vec4u, hi: bool) -> vec4f {
   return vec4f(unpack2x16float(a.x), unpack2x16float(a.y));
 }
 
-// Four consecutive elements of x from offset e (scalar loads: x has no alignment promise).
+// Elements e..e + 3 of x (e a multiple of 4) in one 16-byte load: with four scalar loads instead, the H200 ran
+// Qwen2.5-0.5B's LM head (151936 x 896, bf16) in 164 us instead of 98.
 fn x4(e: u32) -> vec4f {
-  return vec4f(x[e], x[e + 1u], x[e + 2u], x[e + 3u]);
+  return x[e / 4u];
 }
 
 // Adds the vector of the column's row (v0) and of its up row (v1) that start at element k of K; `on` is 0 for a
@@ -51,7 +54,7 @@ fn accumulate(v0: vec4u, v1: vec4u, k: u32, on: f32) {
     var w1 = vec4f();
     if (GATE != 0u) { w1 = on * select(half4(v1, hi), bitcast<vec4f>(v1), W_KIND == 0u); }
     if (NORM) {
-      let nv = vec4f(nw[kk], nw[kk + 1u], nw[kk + 2u], nw[kk + 3u]);
+      let nv = nw[kk / 4u];
       w0 *= nv;
       w1 *= nv;
     }

@@ -4,7 +4,9 @@
 enable subgroups;
 diagnostic(off, subgroup_uniformity); // lanes leave the K loops at different trips and reconverge after them
 
+@group(0) @binding(1) var<storage, read> x: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<u32>; // f32 bits, or two bf16/f16 per word
+@group(0) @binding(4) var<storage, read> nw: array<f32>; // (K) RMSNorm weight
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
 override WG: u32 = 16u; // a power of two
 override MT: u32 = 8u; // rows of x per pass, 1..8
