@@ -29,6 +29,7 @@ import {
   matvec,
   matvecVariants,
   type WeightDtype,
+  DECODE_ROWS_MAX,
 } from "@webart/shaders";
 import { matmulReference, matvecReference } from "@webart/shaders/reference";
 import { AHEAD, aheadResult, decodeRun, nativeEncodeMs, sampleSpec } from "./generate.ts";
@@ -401,9 +402,11 @@ async function oneModel(
     );
     try {
       let base = 0;
+      let b32 = 0;
       for (const b of [1, 8, 32]) {
         const r = await decodeRun(gpu, engine.model, b, 16, small ? 3 : 16, 0, small ? 1 : 4);
         if (b === 1) base = r.decode;
+        if (b === 32) b32 = r.decode;
         // The floor of the host's share: the step's Dawn calls alone, replayed.
         const floor =
           b === 1 ? `; the step's Dawn calls alone ${(await nativeEncodeMs(gpu, engine.model, 1)).toFixed(2)} ms` : "";
@@ -429,6 +432,22 @@ async function oneModel(
           `${name} decode b${b} in runs of ${AHEAD}: ${a.run.toFixed(1)} tok/s, one step at a time ${a.single.toFixed(1)} ` +
             `(${(a.run / a.single).toFixed(2)}x)`,
         );
+      }
+      // Start-up tuning's bound on the rows a decode step runs as matvecs; past it, matmuls (tensor cores where on).
+      const rows = engine.model.decodeRows;
+      ctx.log(`${name}: steps of up to ${rows} rows run their projections as matvecs (start-up tuning)`);
+      if (rows < 32) {
+        engine.model.decodeRows = DECODE_ROWS_MAX;
+        const r = await decodeRun(gpu, engine.model, 32, 16, small ? 3 : 16, 0, 0);
+        engine.model.decodeRows = rows;
+        out.push({
+          id: `gpu.${name}.decode.b32.matvec`,
+          value: r.decode,
+          unit: "tok/s",
+          vs: { id: `gpu.${name}.decode.b32`, ratio: b32 / r.decode },
+          note: `batch 32 with every projection a matvec (decodeRows ${DECODE_ROWS_MAX}); ratio: tuning's choice (matmuls past ${rows} rows) over this`,
+        });
+        ctx.log(`${name} decode b32 as matvecs: ${r.decode.toFixed(1)} tok/s (tuned: ${b32.toFixed(1)})`);
       }
       const model = engine.model;
       // With tensor cores (where the engine turned them on) and without, alternating: their ratio.

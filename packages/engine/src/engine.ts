@@ -8,6 +8,7 @@ import { Scheduler } from "./generate/scheduler.ts";
 import type { Generator, TokenConstraint } from "./generate/types.ts";
 import { BaseModels, type BaseModel } from "./model/bases.ts";
 import { LoraState, validateLoraConfig, type LoraConfig } from "./model/lora.ts";
+import { DECODE_ROWS } from "./model/decode-rows.ts";
 import { Model } from "./model/model.ts";
 import { ModelRunner } from "./model/runner.ts";
 import { clientForHandler } from "./openai/client.ts";
@@ -200,19 +201,21 @@ export class Engine {
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
-    let plan: MemoryPlan;
-    if (opts.train) {
-      const t = opts.train;
-      plan = planTraining(c, setup, limits, budget, {
-        microBatchTokens: t.microBatchTokens,
-        longest: maxContext,
-        recompute: t.recompute,
-        inUse,
-      }).plan;
-    } else {
-      plan = planMemory(c, { ...setup, vocabChunk: Math.min(c.vocabSize, 8192) });
-      checkPlan(plan, limits, budget, inUse);
-    }
+    const makePlan = (): MemoryPlan => {
+      if (opts.train) {
+        const t = opts.train;
+        return planTraining(c, setup, limits, budget, {
+          microBatchTokens: t.microBatchTokens,
+          longest: maxContext,
+          recompute: t.recompute,
+          inUse,
+        }).plan;
+      }
+      const p = planMemory(c, { ...setup, vocabChunk: Math.min(c.vocabSize, 8192) });
+      checkPlan(p, limits, budget, inUse);
+      return p;
+    };
+    let plan = makePlan();
     const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
     let tuning: KernelTuning = {};
@@ -227,6 +230,11 @@ export class Engine {
       };
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
+      if (tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) {
+        // Steps of more rows than that run the layer one op at a time, with more temporaries: planned again.
+        setup.decodeRows = tuning.decodeRows;
+        plan = makePlan();
+      }
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;

@@ -12,6 +12,7 @@ import { Trajectory, TrajectoryGroup, type SampledChoice } from "./art/trajector
 import { Engine } from "./engine.ts";
 import { loraGradients, measureGrpoStep, measureInference } from "./memory.ts";
 import { LORA_TARGETS, planMemory, type PlanSetup } from "./plan.ts";
+import { DECODE_ROWS } from "./model/decode-rows.ts";
 import { randomTensors, tinyConfigJson } from "./weights/testing.ts";
 import { writeSafetensors } from "./weights/index.ts";
 
@@ -82,6 +83,22 @@ describe.each([
     // The working set alone, above what the engine holds, within 10% too.
     expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
     expect((m.peak - held) / plan.inference).toBeLessThan(1.1);
+  });
+
+  it("inference where tuning runs steps of more than 8 rows one op at a time (decodeRows 8)", async () => {
+    engine.model.decodeRows = 8;
+    try {
+      const held = gpu.pool.stats.liveBytes;
+      const plan = planMemory(engine.config, { ...setup, decodeRows: 8 });
+      expect(plan.inference).toBeGreaterThan(planMemory(engine.config, setup).inference);
+      const m = await measureInference(engine, prefillChunk);
+      expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
+      expect(m.peak / plan.peakInference).toBeLessThan(1.1);
+      expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
+      expect((m.peak - held) / plan.inference).toBeLessThan(1.1);
+    } finally {
+      engine.model.decodeRows = DECODE_ROWS;
+    }
   });
 
   it.each([false, true])("a GRPO step of 4 x 40 tokens in micro-batches of 2 (recompute %s)", async (recompute) => {

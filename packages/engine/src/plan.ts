@@ -39,6 +39,9 @@ export interface PlanSetup {
   /** Tokens a workgroup sums in LoRA's gradient products where the device's LoRA layout splits them over
    * workgroups (`loraGradChunk` of @webart/shaders: 128 on GPUs); each split keeps its partial sums. */
   loraGradChunk?: number;
+  /** Rows up to which an inference step runs its layers as model.ts's decodeLayer and its projections as matvecs
+   *  (start-up tuning's KernelTuning.decodeRows; default DECODE_ROWS). */
+  decodeRows?: number;
 }
 
 export interface MemoryPlan {
@@ -174,16 +177,23 @@ function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | und
 
 /**
  * One inference step of N tokens sampling S rows: the step's inputs, one layer's temporaries, then the logits. Up to
- * DECODE_ROWS tokens the layers run model.ts's decodeLayer (fewer temporaries), above it one op at a time.
+ * decodeRows tokens the layers run model.ts's decodeLayer (fewer temporaries), above it one op at a time.
  */
-function inferencePeak(c: ModelConfig, N: number, S: number, rank: number, weightBytes: number): number {
+function inferencePeak(
+  c: ModelConfig,
+  N: number,
+  S: number,
+  rank: number,
+  weightBytes: number,
+  decodeRows = DECODE_ROWS,
+): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
   // Gemma: the o_proj / down_proj output, its normed form and rstd, and the new residual beside the old one.
   const sandwich = c.sandwichNorms ? 3 * f(N * C) + f(N) : 0;
   const t = (projections: number) => (rank ? f(N * projections * rank) : 0); // LoRA x·Aᵀ
   let layer: number;
-  if (N <= DECODE_ROWS) {
+  if (N <= decodeRows) {
     // Packed q|k|v (with the LoRA t of its matvec), then q, o and lse around attention; o with the o_proj's t; the
     // MLP's activation with gate|up's t, then with down's.
     const qkv = f(N * (H + 2 * KV) * D);
@@ -204,8 +214,8 @@ function inferencePeak(c: ModelConfig, N: number, S: number, rank: number, weigh
       layer = qkv + Math.max(qk, rest);
     }
   }
-  // Rows, their gathered states (normed apart above DECODE_ROWS rows), logits, sampling's params, mask and outputs.
-  const normed = S > DECODE_ROWS ? f(S * C) + f(S) : 0;
+  // Rows, their gathered states (normed apart above decodeRows rows), logits, sampling's params, mask and outputs.
+  const normed = S > decodeRows ? f(S * C) + f(S) : 0;
   const head = f(S) + f(S * V) + f(S * C) + normed + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
   return inputs + Math.max(layer, head) + UNIFORMS;
 }
@@ -255,7 +265,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
-  const inference = inferencePeak(c, s.prefillChunk + s.kvSlots, s.kvSlots, rank, s.weightBytes);
+  const inference = inferencePeak(c, s.prefillChunk + s.kvSlots, s.kvSlots, rank, s.weightBytes, s.decodeRows);
   largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
   let training = 0;
   let trainingPerLayer = 0;

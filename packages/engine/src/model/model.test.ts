@@ -111,6 +111,26 @@ describe.each([
     kv.dispose();
   });
 
+  it("prefill logits where tuning has steps of more than 8 rows run as matmuls (decodeRows 8)", async () => {
+    // The same weights; 12 prompt tokens take the layer one op at a time, products as matmuls, the head's norm apart.
+    const m8 = new Model(gpu, model.config, model.weights, { decodeRows: 8 });
+    expect(m8.decodeRows).toBe(8);
+    const kv = new KvCache(gpu, model.config, 2, 32);
+    try {
+      const ids = json.prefill.ids;
+      expect(ids.length).toBeGreaterThan(8);
+      const got = await run(
+        m8,
+        kv,
+        ids.map((id, pos) => ({ slot: 1, pos, id })),
+      );
+      assertClose(`${name} prefill (decodeRows 8)`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
+    } finally {
+      kv.dispose();
+      m8.releaseTables();
+    }
+  });
+
   it("decode through the KV cache, token by token", async () => {
     const kv = new KvCache(gpu, model.config, 1, 32);
     const { prompt, steps } = json.decode;

@@ -127,7 +127,11 @@ export class Model {
   readonly invFreq: GPUBuffer;
   readonly invFreqLocal?: GPUBuffer;
   lora?: LoraState;
-  /** Inference over at most DECODE_ROWS tokens runs decodeLayer (the same math in fewer dispatches); off: every
+  /** Rows up to which inference runs its projections (and the LM head) as matvecs and its layers as decodeLayer:
+   *  start-up tuning's choice for this device and shape (KernelTuning.decodeRows), at most DECODE_ROWS. A plan made
+   *  for another bound (PlanSetup.decodeRows) does not hold after a change. */
+  decodeRows: number;
+  /** Inference over at most decodeRows tokens runs decodeLayer (the same math in fewer dispatches); off: every
    *  op its own dispatch, as training's forward (to compare the two). */
   fuseDecode = true;
   /** Training's and prefill's layer runs gate and up as one matmul where their weights sit back to back (gateUp);
@@ -141,7 +145,7 @@ export class Model {
   fuse(on: boolean): void {
     this.fuseDecode = this.fuseGateUp = this.fuseQkv = on;
   }
-  /** Forward products with the weights (x·Wᵀ past DECODE_ROWS rows, the LM head's logits) run the coop matmul:
+  /** Forward products with the weights (x·Wᵀ past decodeRows rows, the LM head's logits) run the coop matmul:
    *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them. */
   tensorCores = false;
   /** With tensorCores, backward's input gradients (dy·W, the LM head's dlogits·W) too: each dy is scaled by the power
@@ -157,6 +161,7 @@ export class Model {
     readonly tuning: KernelTuning = {},
   ) {
     const c = config;
+    this.decodeRows = Math.min(DECODE_ROWS, tuning.decodeRows ?? DECODE_ROWS);
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
       gpu.upload(ropeInvFreq(c.headDim, theta, s.type === "none" ? undefined : s), "weights", label);
     this.invFreq = table(c.ropeTheta, c.ropeScaling, "rope inv_freq");
@@ -197,7 +202,7 @@ export class Model {
     bias?: Vector,
     accumulate = false,
   ): void {
-    if (!accumulate && M <= DECODE_ROWS) {
+    if (!accumulate && M <= this.decodeRows) {
       const o = { wDtype: W.dtype, offsetW: W.offset, offsetBias: bias?.offset, tuning: this.tuning.matvec };
       matvec(this.gpu, rec, { x, w: W.buffer, y, bias: bias?.buffer }, { M, N: W.rows, K: W.cols }, o);
     } else {
@@ -294,7 +299,7 @@ export class Model {
         // Recompute: keep the layer's input, run the layer on a copy of it.
         layers.push({ x });
         x = this.layer(rec, l, x, N, attend, "copy").x;
-      } else if (attend.kind === "cache" && N <= DECODE_ROWS && this.fuseDecode && this.decodeFusable(l)) {
+      } else if (attend.kind === "cache" && N <= this.decodeRows && this.fuseDecode && this.decodeFusable(l)) {
         x = this.decodeLayer(rec, l, x, N, attend);
       } else {
         x = this.layer(rec, l, x, N, attend, "inplace").x;
@@ -624,7 +629,7 @@ export class Model {
   }
 
   /**
-   * Inference's layer over at most DECODE_ROWS tokens against the KV cache, in place on x: the ops of `layer` with
+   * Inference's layer over at most decodeRows tokens against the KV cache, in place on x: the ops of `layer` with
    * what always runs together in one dispatch. The input norm rides in the q|k|v matvec (one, over the three
    * weights), RoPE, q/k norms and the cache write in ropeQkv, the residual adds in the o and down matvecs, the MLP
    * norm and the gated activation in the gate|up matvec; each LoRA term in its projection's matvec, after one matvec
@@ -709,7 +714,7 @@ export class Model {
 
   /**
    * Final norm of S selected rows of x (`rows`; none: all N rows in order, S = N), then logits (S, V) through the LM
-   * head (row shards). Up to DECODE_ROWS rows the norm rides in the head's matvec.
+   * head (row shards). Up to decodeRows rows the norm rides in the head's matvec.
    */
   logits(rec: Recorder, x: GPUBuffer, N: number, rows: GPUBuffer | undefined, S: number, out: GPUBuffer): void {
     const gpu = this.gpu;
@@ -720,7 +725,7 @@ export class Model {
       sel = gpu.buffer(S * C * 4, "activations", "selected rows");
       embeddingForward(gpu, rec, { W: tableViews(gpu, x, N, C, "f32"), ids: rows, out: sel }, { N: S });
     }
-    if (S <= DECODE_ROWS) this.head(rec, sel, S, out, 0, V, V, this.weights.finalNorm);
+    if (S <= this.decodeRows) this.head(rec, sel, S, out, 0, V, V, this.weights.finalNorm);
     else {
       const hs = gpu.buffer(S * C * 4, "activations", "normed rows");
       const rstd = gpu.buffer(S * 4, "activations", "rstd");
@@ -733,7 +738,7 @@ export class Model {
 
   /**
    * out[:, 0:(v1-v0)] (row stride ld) = h (M, C) · W_head[v0:v1]ᵀ, walking the head's row shards; with `norm` (up to
-   * DECODE_ROWS rows), h's rows RMS-normed with that weight first.
+   * decodeRows rows), h's rows RMS-normed with that weight first.
    */
   head(
     rec: Recorder,
@@ -747,14 +752,15 @@ export class Model {
   ): void {
     const C = this.config.hiddenSize;
     const dt = this.weights.headDtype;
-    if (norm && M > DECODE_ROWS) throw new Error(`head: the norm rides in the matvec only up to ${DECODE_ROWS} rows`);
+    if (norm && M > this.decodeRows)
+      throw new Error(`head: the norm rides in the matvec only up to ${this.decodeRows} rows`);
     let r0 = 0;
     for (const s of this.weights.head) {
       const a = Math.max(v0, r0);
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
         const offW = (s.offset ?? 0) + (a - r0) * C;
-        if (M <= DECODE_ROWS)
+        if (M <= this.decodeRows)
           matvec(
             this.gpu,
             rec,

@@ -5,7 +5,9 @@
 // kernel it runs. A kernel given no tuning uses a default for the device's kind.
 import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type MatmulTuning, type WeightDtype } from "../matmul/index.ts";
-import { tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
+import { coopConfig } from "../matmul/coop.ts";
+import { matvec, tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
+import { swigluForwardPacked } from "../swiglu/index.ts";
 import { packSampleRows, sample, SAMPLE_SPLITS, type SampleTuning } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
 import {
@@ -34,7 +36,13 @@ export interface KernelTuning {
   lora?: LoraTuning;
   rmsnorm?: RmsnormTuning;
   rope?: RopeTuning;
+  /** Rows up to which inference runs its projections as matvecs (the model's decodeLayer), matmuls above
+   *  (tuneDecodeRows; none: DECODE_ROWS_MAX). */
+  decodeRows?: number;
 }
+
+/** The most rows a decode step runs as matvecs: the memory planner's bound too. */
+export const DECODE_ROWS_MAX = 64;
 
 /** What the measured problems are shaped like: the model's dims. */
 export interface TuneShape {
@@ -384,6 +392,62 @@ function decodeShapes(s: TuneShape, z: Sizes): MatvecShape[] {
   ];
 }
 
+/** The rows at which tuneDecodeRows weighs matvec against matmul, in order: a matvec's time grows with its rows, a
+ *  matmul's hardly does until its row block is full, so the first that the matmul wins ends the search. */
+const DECODE_ROW_STEPS = [16, 32, DECODE_ROWS_MAX];
+
+/**
+ * Rows up to which a decode step should run its projections as matvecs (the weights streamed once per pass of up to
+ * 4-8 rows, norm and activation fused) rather than matmuls (tiled; tensor cores where the device has them and
+ * `coop`). Weighs one layer's MLP both ways at 16, 32 and 64 rows: norm·gate|up with the gated activation, then down,
+ * against RMSNorm, the gate|up matmul, the activation and the down matmul. At 8 rows and below it is always matvec.
+ * The MLP's weights are zeros of the model's dtype, the MLP's width cut so that they fit in 64 MiB.
+ */
+export async function tuneDecodeRows(
+  gpu: Gpu,
+  shape: TuneShape,
+  tuning: { matmul?: MatmulTuning; matvec?: MatvecTuning },
+  coop: boolean,
+): Promise<number> {
+  const { hidden: C, weights } = shape;
+  if (!shape.intermediate) return DECODE_ROWS_MAX;
+  const wBytes = weights === "f32" ? 4 : 2;
+  // A multiple of 8, so the stream matvec's rows stay on 16 bytes.
+  const F = Math.max(8, Math.floor(Math.min(shape.intermediate, (64 << 20) / (3 * C * wBytes)) / 8) * 8);
+  for (const M of DECODE_ROW_STEPS) {
+    const winner = await tuneWith(gpu, `decode.rows@M=${M},C=${C},F=${F},${weights}`, ["matvec", "matmul"], (s) => {
+      const [wgu, wd] = [s.zeros(2 * F * C * wBytes), s.zeros(C * F * wBytes)];
+      const [x, nw, a, y] = [s.f32(M * C), s.f32(C, 0.5, 1.5), s.zeros(M * F * 4), s.zeros(M * C * 4)];
+      const [h, rstd, gu] = [s.zeros(M * C * 4), s.zeros(M * 4), s.zeros(M * 2 * F * 4)];
+      const segments = [
+        { rows: F, offsetW: 0 },
+        { rows: F, offsetW: F * C },
+      ];
+      const mm = {
+        mode: "nt" as const,
+        bDtype: weights,
+        tuning: tuning.matmul,
+        variant: coop ? ("coop" as const) : undefined,
+      };
+      const mv = { wDtype: weights, tuning: tuning.matvec };
+      return (c) => (rec) => {
+        if (c === "matvec") {
+          const gated = { ...mv, eps: 1e-6, segments, gated: "silu" as const };
+          matvec(gpu, rec, { x, w: wgu, y: a, norm: nw }, { M, N: F, K: C }, gated);
+          matvec(gpu, rec, { x: a, w: wd, y }, { M, N: C, K: F }, mv);
+        } else {
+          rmsnormForward(gpu, rec, { x, w: nw, y: h, rstd }, { rows: M, C, eps: 1e-6 });
+          matmul(gpu, rec, { a: h, b: wgu, c: gu }, { M, N: 2 * F, K: C }, mm);
+          swigluForwardPacked(gpu, rec, { gu, h: a }, { N: M, F });
+          matmul(gpu, rec, { a, b: wd, c: y }, { M, N: C, K: F }, mm);
+        }
+      };
+    });
+    if (winner === "matmul") return M / 2;
+  }
+  return DECODE_ROWS_MAX;
+}
+
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA, RMSNorm and RoPE.
@@ -398,9 +462,12 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
     { mode: "nn" as const, bDtype: weights },
     ...(weights === "f32" ? [] : [{ mode: "nn" as const, bDtype: "f32" as const }]),
   ];
+  const mm = await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 });
+  const mv = await tuneMatvec(gpu, [weights], z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z));
   return {
-    matmul: await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 }),
-    matvec: await tuneMatvec(gpu, [weights], z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z)),
+    matmul: mm,
+    matvec: mv,
+    decodeRows: await tuneDecodeRows(gpu, shape, { matmul: mm, matvec: mv }, coopConfig(gpu) !== undefined),
     ...(await tuneRowThreads(gpu, shape.vocab, z)),
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),

@@ -5,7 +5,7 @@ import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { MATMUL_VARIANTS, defaultMatmulVariant, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
 import { matvec, matvecShapeKey, matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
 import { deviceKey, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
-import { tuneKernels, tuneRowThreads } from "./kernels.ts";
+import { DECODE_ROWS_MAX, tuneDecodeRows, tuneKernels, tuneRowThreads } from "./kernels.ts";
 import { ROW_THREADS, rowThreads } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
@@ -189,6 +189,32 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
   expect(gpu.tuning.has("rmsnorm.layout@C=64") && gpu.tuning.has("rmsnorm.layout@C=32")).toBe(true);
   expect(other.rmsnorm?.layout).toBe(gpu.tuning.get("rmsnorm.layout@C=32")!.winner);
   expect(t.rmsnorm?.layout).toBe(gpu.tuning.get("rmsnorm.layout@C=64")!.winner);
+});
+
+it("tuneDecodeRows weighs a layer's MLP as matvecs against matmuls at 16, 32, 64 rows, up to the first the matmul wins", async () => {
+  const shape = { weights: "bf16" as const, vocab: 300, hidden: 64, heads: 4, kvHeads: 2, headDim: 16 };
+  expect(await tuneDecodeRows(gpu, shape, {}, false)).toBe(DECODE_ROWS_MAX); // no MLP width given: no tuning
+  const dims = { ...shape, intermediate: 136 };
+  gpu.tuning.clear();
+  const rows = await tuneDecodeRows(gpu, dims, {}, false);
+  const measured = [...gpu.tuning.entries()].filter(([k]) => k.startsWith("decode.rows@"));
+  expect(measured[0][0]).toBe("decode.rows@M=16,C=64,F=136,bf16");
+  const winners = measured.map(([, e]) => e.winner);
+  for (const [k, e] of measured) expect(Object.keys(e.ms).sort(), k).toEqual(["matmul", "matvec"]);
+  // Every M before the last measured went to the matvec; the bound is half the first M the matmul won, else 64.
+  expect(winners.slice(0, -1).every((w) => w === "matvec")).toBe(true);
+  const lost = winners.indexOf("matmul");
+  expect(rows).toBe(lost < 0 ? DECODE_ROWS_MAX : [16, 32, 64][lost] / 2);
+  expect(lost < 0 ? measured.length : lost + 1).toBe(measured.length);
+  // Results loaded for this device decide without timing: the matmul winning at 32 rows gives 16.
+  gpu.tuning.clear();
+  const entry = (winner: string) => ({ winner, ms: { matvec: winner === "matvec" ? 1 : 2, matmul: 1.5 } });
+  gpu.tuning.set("decode.rows@M=16,C=64,F=136,bf16", entry("matvec"));
+  gpu.tuning.set("decode.rows@M=32,C=64,F=136,bf16", entry("matmul"));
+  expect(await tuneDecodeRows(gpu, dims, {}, false)).toBe(16);
+  gpu.tuning.set("decode.rows@M=16,C=64,F=136,bf16", entry("matmul"));
+  expect(await tuneDecodeRows(gpu, dims, {}, false)).toBe(8);
+  gpu.tuning.clear();
 });
 
 it("a candidate that fails on this device (a throw, a shader that does not compile) is left out; all failing throws", async () => {
