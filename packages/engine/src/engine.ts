@@ -227,6 +227,7 @@ export class Engine {
         kvHeads: c.numKvHeads,
         headDim: c.headDim,
         intermediate: c.intermediateSize,
+        tensorCores: opts.tensorCores ?? true,
       };
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);

@@ -55,6 +55,9 @@ export interface TuneShape {
   headDim: number;
   /** The MLP's width (its decode projections are tuned one by one on fast devices). */
   intermediate?: number;
+  /** Whether the model's forward products run on tensor cores (the coop matmul); default: where the device has
+   *  them. Decides what tuneDecodeRows weighs the matvecs against. */
+  tensorCores?: boolean;
 }
 
 /**
@@ -415,34 +418,39 @@ export async function tuneDecodeRows(
   // A multiple of 8, so the stream matvec's rows stay on 16 bytes.
   const F = Math.max(8, Math.floor(Math.min(shape.intermediate, (64 << 20) / (3 * C * wBytes)) / 8) * 8);
   for (const M of DECODE_ROW_STEPS) {
-    const winner = await tuneWith(gpu, `decode.rows@M=${M},C=${C},F=${F},${weights}`, ["matvec", "matmul"], (s) => {
-      const [wgu, wd] = [s.zeros(2 * F * C * wBytes), s.zeros(C * F * wBytes)];
-      const [x, nw, a, y] = [s.f32(M * C), s.f32(C, 0.5, 1.5), s.zeros(M * F * 4), s.zeros(M * C * 4)];
-      const [h, rstd, gu] = [s.zeros(M * C * 4), s.zeros(M * 4), s.zeros(M * 2 * F * 4)];
-      const segments = [
-        { rows: F, offsetW: 0 },
-        { rows: F, offsetW: F * C },
-      ];
-      const mm = {
-        mode: "nt" as const,
-        bDtype: weights,
-        tuning: tuning.matmul,
-        variant: coop ? ("coop" as const) : undefined,
-      };
-      const mv = { wDtype: weights, tuning: tuning.matvec };
-      return (c) => (rec) => {
-        if (c === "matvec") {
-          const gated = { ...mv, eps: 1e-6, segments, gated: "silu" as const };
-          matvec(gpu, rec, { x, w: wgu, y: a, norm: nw }, { M, N: F, K: C }, gated);
-          matvec(gpu, rec, { x: a, w: wd, y }, { M, N: C, K: F }, mv);
-        } else {
-          rmsnormForward(gpu, rec, { x, w: nw, y: h, rstd }, { rows: M, C, eps: 1e-6 });
-          matmul(gpu, rec, { a: h, b: wgu, c: gu }, { M, N: 2 * F, K: C }, mm);
-          swigluForwardPacked(gpu, rec, { gu, h: a }, { N: M, F });
-          matmul(gpu, rec, { a, b: wd, c: y }, { M, N: C, K: F }, mm);
-        }
-      };
-    });
+    const winner = await tuneWith(
+      gpu,
+      `decode.rows@M=${M},C=${C},F=${F},${weights}${coop ? ",coop" : ""}`,
+      ["matvec", "matmul"],
+      (s) => {
+        const [wgu, wd] = [s.zeros(2 * F * C * wBytes), s.zeros(C * F * wBytes)];
+        const [x, nw, a, y] = [s.f32(M * C), s.f32(C, 0.5, 1.5), s.zeros(M * F * 4), s.zeros(M * C * 4)];
+        const [h, rstd, gu] = [s.zeros(M * C * 4), s.zeros(M * 4), s.zeros(M * 2 * F * 4)];
+        const segments = [
+          { rows: F, offsetW: 0 },
+          { rows: F, offsetW: F * C },
+        ];
+        const mm = {
+          mode: "nt" as const,
+          bDtype: weights,
+          tuning: tuning.matmul,
+          variant: coop ? ("coop" as const) : undefined,
+        };
+        const mv = { wDtype: weights, tuning: tuning.matvec };
+        return (c) => (rec) => {
+          if (c === "matvec") {
+            const gated = { ...mv, eps: 1e-6, segments, gated: "silu" as const };
+            matvec(gpu, rec, { x, w: wgu, y: a, norm: nw }, { M, N: F, K: C }, gated);
+            matvec(gpu, rec, { x: a, w: wd, y }, { M, N: C, K: F }, mv);
+          } else {
+            rmsnormForward(gpu, rec, { x, w: nw, y: h, rstd }, { rows: M, C, eps: 1e-6 });
+            matmul(gpu, rec, { a: h, b: wgu, c: gu }, { M, N: 2 * F, K: C }, mm);
+            swigluForwardPacked(gpu, rec, { gu, h: a }, { N: M, F });
+            matmul(gpu, rec, { a, b: wd, c: y }, { M, N: C, K: F }, mm);
+          }
+        };
+      },
+    );
     if (winner === "matmul") return M / 2;
   }
   return DECODE_ROWS_MAX;
@@ -467,7 +475,12 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
   return {
     matmul: mm,
     matvec: mv,
-    decodeRows: await tuneDecodeRows(gpu, shape, { matmul: mm, matvec: mv }, coopConfig(gpu) !== undefined),
+    decodeRows: await tuneDecodeRows(
+      gpu,
+      shape,
+      { matmul: mm, matvec: mv },
+      (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
+    ),
     ...(await tuneRowThreads(gpu, shape.vocab, z)),
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),
