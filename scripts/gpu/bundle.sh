@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Prepares .devbundle/ for a run on a lent GPU machine (which has no Node and no network): the bench bundled by
-# esbuild (the built packages: WGSL and the embedded model inlined), this machine's node binary (xz), Dawn for Linux x64, and the
+# Prepares .devbundle/ for a run on a lent GPU machine (which has no Node and no network): the bench and the CLI
+# bundled by esbuild (the built packages: WGSL and the embedded model inlined), this machine's node binary (xz), Dawn for Linux x64, and the
 # Vulkan loader (.gl/, Debian's libvulkan1). scripts/gpu/run.sh unpacks and runs it there.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -12,6 +12,10 @@ node scripts/build.mjs >/dev/null
 npx esbuild bench/main.ts --bundle --platform=node --format=esm --target=node20 \
   --loader:.wgsl=text --outfile="$out/bench.mjs" \
   --external:webgpu --external:@tensorflow/* --external:tsx \
+  --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" --log-level=warning
+# The CLI too, for `webart train` on the GPU (session.sh).
+npx esbuild packages/webart/dist/cli.js --bundle --platform=node --format=esm --target=node20 \
+  --loader:.wgsl=text --outfile="$out/cli.mjs" --external:webgpu --external:playwright --external:vite \
   --banner:js="import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" --log-level=warning
 cp node_modules/webgpu/index.js node_modules/webgpu/package.json "$out/node_modules/webgpu/"
 [ -f "$out/node_modules/webgpu/dist/linux-x64/dawn.node.xz" ] ||
