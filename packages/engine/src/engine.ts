@@ -230,6 +230,8 @@ export class Engine {
         tensorCores: opts.tensorCores ?? true,
       };
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
+      // Tuning's scratch (up to 64 MiB a problem on GPUs) goes back to the device, not into the pool's free lists.
+      gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
       if (tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) {
         // Steps of more rows than that run the layer one op at a time, with more temporaries: planned again.

@@ -34,6 +34,8 @@ beforeAll(async () => {
 afterAll(() => engine.close());
 
 it("Engine.load timed every kernel choice for the model's shapes on this device, and the model runs the winners", () => {
+  // Tuning's scratch buffers were given back to the device: everything allocated is in use.
+  expect(engine.gpu.pool.stats.allocatedBytes).toBe(engine.gpu.pool.stats.liveBytes);
   const c = engine.config;
   const tuning = engine.model.tuning;
   const shape = `H=${c.numHeads},KV=${c.numKvHeads},D=${c.headDim}`;
@@ -62,6 +64,12 @@ it("Engine.load timed every kernel choice for the model's shapes on this device,
     expect(entry.winner).toBe(Object.entries(entry.ms).sort((a, b) => a[1] - b[1])[0][0]);
     expect(chosen, prefix).toBe(entry.winner);
   }
+  // The rows up to which decode runs matvecs: half the first row count (16, 32, 64) where the matmul won, else 64.
+  const rows = [...engine.gpu.tuning.entries()].filter(([k]) => k.startsWith(`decode.rows@`));
+  expect(rows.length).toBeGreaterThan(0);
+  const lost = rows.findIndex(([, e]) => e.winner === "matmul");
+  expect(tuning.decodeRows).toBe(lost < 0 ? 64 : [16, 32, 64][lost] / 2);
+  expect(engine.model.decodeRows).toBe(tuning.decodeRows);
   // What the kernels then run.
   expect(matmulVariant(engine.gpu, "nt", "f32", tuning.matmul)).toBe(tuning.matmul?.["nt.f32"]);
   expect(matvecVariant(engine.gpu, "f32", tuning.matvec)).toBe(tuning.matvec?.f32);
