@@ -98,8 +98,9 @@ fn sample_forward(
   if (row >= p.b) { return; } // uniform: depends on the workgroup only
   let r = rows[row];
   let greedy = !(r.temperature > 0.0);
-  let zdiv = select(r.temperature, 1.0, greedy); // sampling works on z = logit / T
-  let ydiv = select(1.0, zdiv, p.lp_at_temperature != 0u); // the reported logprob's divisor
+  let dv = divisors(r);
+  let zdiv = dv.x; // sampling works on z = logit / T
+  let ydiv = dv.y; // the reported logprob's divisor
   let base = row * p.v;
 
   // Pass 1: lse for the logprob over the whole vocabulary (mask ignored); max, argmax, min, count of z
