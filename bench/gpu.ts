@@ -19,9 +19,11 @@ import {
 import { isCpuDevice, packHalf, roundHalf, Rng, type Gpu } from "@webart/gpu";
 import {
   add,
+  COOP_STAGINGS,
   coopConfig,
   coopShapes,
   type CoopShape,
+  type CoopStagingChoice,
   MATMUL_VARIANTS,
   matmul,
   type MatmulMode,
@@ -71,6 +73,7 @@ async function checkVariant(
   { mode, bDtype }: Case,
   coopShape: Shape,
   accumulate: boolean,
+  coopStaging?: CoopStagingChoice,
 ): Promise<number> {
   const [M, N, K] = accumulate ? [128, 256, 96] : [131, 197, 160];
   const rng = new Rng(accumulate ? 12 : 11);
@@ -93,7 +96,7 @@ async function checkVariant(
   const c = gpu.upload(c0, "bench");
   try {
     const rec = gpu.recorder();
-    matmul(gpu, rec, { a, b, c, bias: bb }, { M, N, K }, { mode, bDtype, variant, coopShape, accumulate });
+    matmul(gpu, rec, { a, b, c, bias: bb }, { M, N, K }, { mode, bDtype, variant, coopShape, coopStaging, accumulate });
     const out = rec.read(c, M * N * 4);
     await rec.submit();
     return relErr(new Float32Array(await out), want);
@@ -153,12 +156,13 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
   const gpu = ctx.gpu;
   const n = ctx.quick || isCpuDevice(gpu) ? 256 : 4096;
   const reps = n >= 2048 ? 4 : 1;
-  const variants: [MatmulVariant, Shape][] = MATMUL_VARIANTS.filter((v) => !(n >= 2048 && v === "regblock")).map(
-    (v) => [v, undefined],
-  );
+  const variants: [MatmulVariant, Shape, CoopStagingChoice?][] = MATMUL_VARIANTS.filter(
+    (v) => !(n >= 2048 && v === "regblock"),
+  ).map((v) => [v, undefined]);
   const coop = coopConfig(gpu);
   ctx.log(`subgroup matrices: ${JSON.stringify(gpu.subgroupMatrixConfigs)}; subgroupMaxSize ${gpu.subgroupMaxSize}`);
-  if (coop) for (const shape of coopShapes(gpu)) variants.push(["coop", shape]);
+  // Each coop shape with its operands staged an element a load, then 16 bytes a load.
+  if (coop) for (const shape of coopShapes(gpu)) for (const st of COOP_STAGINGS) variants.push(["coop", shape, st]);
   else ctx.log(`coop: not available on this device (features: ${[...gpu.features].sort().join(", ")})`);
   const rng = new Rng(3);
   const av = rng.f32(n * n);
@@ -171,14 +175,16 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
     const b = gpu.upload(cs.bDtype === "f32" ? bv : packHalf(bv, cs.bDtype), "bench");
     const c = gpu.buffer(n * n * 4, "bench");
     let bestF32 = 0;
+    const scalarCoop = new Map<Shape, number>();
     try {
-      for (const [variant, coopShape] of variants) {
-        const id = `gpu.matmul.${cs.mode}.${cs.bDtype}.${n}.${variant}${coopShape ? `.${coopShape}` : ""}`;
+      for (const [variant, coopShape, coopStaging] of variants) {
+        const vec = coopStaging === "vec" ? "+vec" : "";
+        const id = `gpu.matmul.${cs.mode}.${cs.bDtype}.${n}.${variant}${coopShape ? `.${coopShape}${vec}` : ""}`;
         let err: number;
         let errAcc: number;
         try {
-          err = await checkVariant(gpu, variant, cs, coopShape, false);
-          errAcc = await checkVariant(gpu, variant, cs, coopShape, true);
+          err = await checkVariant(gpu, variant, cs, coopShape, false, coopStaging);
+          errAcc = await checkVariant(gpu, variant, cs, coopShape, true, coopStaging);
         } catch (e) {
           ctx.log(`${id}: failed: ${(e as Error).message}`);
           continue;
@@ -196,12 +202,15 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
             gpu,
             (rec) => {
               for (let r = 0; r < reps; r++)
-                matmul(gpu, rec, { a, b, c }, { M: n, N: n, K: n }, { ...cs, variant, coopShape });
+                matmul(gpu, rec, { a, b, c }, { M: n, N: n, K: n }, { ...cs, variant, coopShape, coopStaging });
             },
             { minMs: 300, maxReps: 20 },
           )) / reps;
         const gf = (2 * n ** 3) / (ms * 1e6);
         if (variant !== "coop") bestF32 = Math.max(bestF32, gf);
+        if (variant === "coop" && !vec) scalarCoop.set(coopShape, gf);
+        const overScalar =
+          vec && scalarCoop.get(coopShape) ? `; ${(gf / scalarCoop.get(coopShape)!).toFixed(2)}x scalar staging` : "";
         out.push({
           id,
           value: gf,
@@ -209,9 +218,9 @@ async function matmulPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
           ...(variant === "coop"
             ? { vs: { id: `best f32 variant`, ratio: gf / bestF32 } }
             : { fraction_of_peak: gf / ctx.peak.fma_gflops }),
-          note: `${ms.toFixed(3)} ms; checked: relative error ${err.toExponential(1)} (${variant === "coop" ? "f16 operands" : "f32"})`,
+          note: `${ms.toFixed(3)} ms; checked: relative error ${err.toExponential(1)} (${variant === "coop" ? "f16 operands" : "f32"})${overScalar}`,
         });
-        ctx.log(`${id}: ${gf.toFixed(0)} GFLOP/s (${ms.toFixed(3)} ms), error ${err.toExponential(1)}`);
+        ctx.log(`${id}: ${gf.toFixed(0)} GFLOP/s (${ms.toFixed(3)} ms), error ${err.toExponential(1)}${overScalar}`);
       }
     } finally {
       gpu.release(a, b, c);

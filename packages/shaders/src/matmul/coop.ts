@@ -103,62 +103,245 @@ function coopWorkgroupBytes(g: CoopGeometry): number {
   return (g.WM * g.TM * g.SM + g.WN * g.TN * g.SN) * LDS * 2 + g.WM * g.WN * g.SM * g.SN * 4;
 }
 
-/** Specs by geometry (coopGeometry hands out one object per device and shape), then B's storage and `direct`. */
+/**
+ * How a coop kernel stages its operands into workgroup memory. Scalar: one 4-byte load an element (any layout).
+ * vecA: A's rows (not transposed) read 16 bytes (4 elements) a load along k; vecB: B read 16 bytes (4 f32 or 8
+ * bf16/f16 elements) a load along its contiguous axis, k (nt) or n (nn). Each needs that axis's extent, the row
+ * stride and the offsets to be multiples of the vector (matmul() checks, and stages scalar otherwise).
+ */
+export interface CoopStaging {
+  vecA: boolean;
+  vecB: boolean;
+}
+export const COOP_STAGINGS = ["scalar", "vec"] as const;
+export type CoopStagingChoice = (typeof COOP_STAGINGS)[number];
+
+/** Elements of B in one 16-byte vector. */
+export function coopVectorB(bKind: number): number {
+  return bKind === 0 ? 4 : 8;
+}
+
+/** The staging a geometry can run: a vectorised operand needs a whole number of vectors per thread. */
+function fitStaging(g: CoopGeometry, bKind: number, s: CoopStaging): CoopStaging {
+  const { BM, BN } = coopBlock(g);
+  const T = g.SG * g.WM * g.WN;
+  return {
+    vecA: s.vecA && (BM * g.BK) % (4 * T) === 0,
+    vecB: s.vecB && (BN * g.BK) % (coopVectorB(bKind) * T) === 0,
+  };
+}
+
+/** Specs by geometry (coopGeometry hands out one object per device and shape), then B's storage, `direct` and the
+ *  staging. */
 const specs = new WeakMap<CoopGeometry, Map<string, KernelSpec>>();
 
 /** The kernel for a geometry and B's storage (0 f32, 1 bf16, 2 f16). `direct`: whole blocks load and store C
- *  straight from the subgroup matrices (off where robust buffer access may clamp a matrix's whole span). */
-export function coopSpec(g: CoopGeometry, bKind: number, direct: boolean): KernelSpec {
+ *  straight from the subgroup matrices (off where robust buffer access may clamp a matrix's whole span). `staging`
+ *  is cut to what the geometry can run. */
+export function coopSpec(
+  g: CoopGeometry,
+  bKind: number,
+  direct: boolean,
+  staging: CoopStaging = { vecA: false, vecB: false },
+): KernelSpec {
   let byKey = specs.get(g);
   if (!byKey) specs.set(g, (byKey = new Map()));
-  const key = `${bKind}.${direct}`;
+  const st = fitStaging(g, bKind, staging);
+  const key = `${bKind}.${direct}.${st.vecA}.${st.vecB}`;
   let s = byKey.get(key);
   if (!s)
-    byKey.set(key, (s = { name: "matmul_forward_coop", code: coopCode(g, direct), overrides: { B_KIND: bKind } }));
+    byKey.set(
+      key,
+      (s = { name: "matmul_forward_coop", code: coopCode(g, direct, bKind, st), overrides: { B_KIND: bKind } }),
+    );
   return s;
 }
 
-function coopCode(g: CoopGeometry, direct: boolean): string {
+/** The staging of a spec from coopSpec with these arguments (what the kernel will read 16 bytes at a time). */
+export function coopStagingOf(g: CoopGeometry, bKind: number, staging: CoopStaging): CoopStaging {
+  return fitStaging(g, bKind, staging);
+}
+
+/** params.wgsl with A and/or B declared as 16-byte vectors (and loadB, which reads B as words, dropped). */
+function header(s: CoopStaging): string {
+  const swap = (text: string, from: string, to: string) => {
+    if (!text.includes(from)) throw new Error(`coop: params.wgsl no longer declares "${from}"`);
+    return text.replace(from, to);
+  };
+  let h = params;
+  if (s.vecA) h = swap(h, "var<storage, read> a: array<f32>;", "var<storage, read> a: array<vec4f>;");
+  if (s.vecB) {
+    h = swap(h, "var<storage, read> b: array<u32>;", "var<storage, read> b: array<vec4u>;");
+    const at = h.indexOf("fn loadB(");
+    if (at < 0) throw new Error("coop: params.wgsl no longer defines loadB");
+    h = h.slice(0, at);
+  }
+  return h;
+}
+
+/**
+ * The code that moves BK-deep slices of op(A) and op(B) into workgroup memory (As [m][k], Bs [n][k], rows LDS
+ * apart), as elements of type `elem`: declarations of the registers that carry a slice, its loads (`prefetch`, for
+ * the slice at kn, from clamped addresses so that every load is in flight at once) and its stores (`stage`, A
+ * times sA). Shared by the kernel and by coopStagingTestCode, which runs it on any device.
+ */
+function stagingCode(g: CoopGeometry, bKind: number, st: CoopStaging, elem: "f16" | "f32") {
+  const { BK } = g;
+  const { BM, BN } = coopBlock(g);
+  const T = g.SG * g.WM * g.WN;
+  const LDS = BK + 8;
+  const lines = (n: number, f: (i: number) => string) => Array.from({ length: n }, (_, i) => f(i)).join("\n");
+  const decl: string[] = [];
+  const prefetch: string[] = [];
+  const stage: string[] = [];
+  if (st.vecA) {
+    // Vectors along k: consecutive threads take consecutive vectors of a row.
+    const NV = (BM * BK) / (4 * T);
+    const idx = (i: number) => `let l = tid + ${i * T}u; let m = l / ${BK / 4}u; let k = (l % ${BK / 4}u) * 4u;`;
+    decl.push(lines(NV, (i) => `  var pa${i} = vec4f();`));
+    prefetch.push(
+      lines(
+        NV,
+        (i) =>
+          `    { ${idx(i)} let gm = mBlock + m; let gk = kn + k; let gmc = min(gm, p.M - 1u); let gkc = min(gk, p.K - 4u);\n` +
+          `      pa${i} = select(vec4f(), a[(aBase + gmc * p.lda + gkc) / 4u], gm < p.M && gk < p.K); }`,
+      ),
+    );
+    stage.push(
+      lines(
+        NV,
+        (i) =>
+          `    { ${idx(i)} let v = pa${i} * sA; let o = m * ${LDS}u + k;\n` +
+          `      As[o] = ${elem}(v.x); As[o + 1u] = ${elem}(v.y); As[o + 2u] = ${elem}(v.z); As[o + 3u] = ${elem}(v.w); }`,
+      ),
+    );
+  } else {
+    const NA = (BM * BK) / T;
+    // Element i of a thread's share: its row and k within the slice; consecutive threads walk the unit-stride axis.
+    const idx = (i: number) =>
+      `let l = tid + ${i * T}u; let m = select(l / ${BK}u, l % ${BM}u, tA); let k = select(l % ${BK}u, l / ${BM}u, tA);`;
+    decl.push(lines(NA, (i) => `  var pa${i} = 0.0;`));
+    prefetch.push(
+      lines(
+        NA,
+        (i) =>
+          `    { ${idx(i)} let gm = mBlock + m; let gk = kn + k; let gmc = min(gm, p.M - 1u); let gkc = min(gk, p.K - 1u);\n` +
+          `      pa${i} = select(0.0, a[aBase + select(gmc * p.lda + gkc, gkc * p.lda + gmc, tA)], gm < p.M && gk < p.K); }`,
+      ),
+    );
+    stage.push(lines(NA, (i) => `    { ${idx(i)} As[m * ${LDS}u + k] = ${elem}(pa${i} * sA); }`));
+  }
+  if (st.vecB) {
+    const V = coopVectorB(bKind);
+    const NV = (BN * BK) / (V * T);
+    // Element j of a 16-byte vector of B as f32.
+    const el = (i: number, j: number) => {
+      const word = `pb${i}.${"xyzw"[bKind === 0 ? j : j >> 1]}`;
+      if (bKind === 0) return `bitcast<f32>(${word})`;
+      return `${j & 1 ? "hi" : "lo"}(${word})`;
+    };
+    // tB: vectors along k of B's rows (n); else along n of its rows (k).
+    const idx = (i: number) =>
+      `let l = tid + ${i * T}u; let n = select((l % ${BN / V}u) * ${V}u, l / ${BK / V}u, tB); ` +
+      `let k = select(l / ${BN / V}u, (l % ${BK / V}u) * ${V}u, tB);`;
+    decl.push(lines(NV, (i) => `  var pb${i} = vec4u();`));
+    prefetch.push(
+      lines(
+        NV,
+        (i) =>
+          `    { ${idx(i)} let gn = nBlock + n; let gk = kn + k;\n` +
+          `      let gnc = min(gn, p.N - select(${V}u, 1u, tB)); let gkc = min(gk, p.K - select(1u, ${V}u, tB));\n` +
+          `      pb${i} = select(vec4u(), b[(bBase + select(gkc * p.ldb + gnc, gnc * p.ldb + gkc, tB)) / ${V}u], gn < p.N && gk < p.K); }`,
+      ),
+    );
+    // Element j goes to (n, k + j) under tB, else to (n + j, k).
+    stage.push(
+      lines(
+        NV,
+        (i) =>
+          `    { ${idx(i)} let o = n * ${LDS}u + k; let d = select(${LDS}u, 1u, tB);\n      ` +
+          Array.from({ length: V }, (_, j) => `Bs[o + ${j}u * d] = ${elem}(${el(i, j)});`).join(" ") +
+          " }",
+      ),
+    );
+  } else {
+    const NB = (BN * BK) / T;
+    const idx = (i: number) =>
+      `let l = tid + ${i * T}u; let n = select(l % ${BN}u, l / ${BK}u, tB); let k = select(l / ${BN}u, l % ${BK}u, tB);`;
+    decl.push(lines(NB, (i) => `  var pb${i} = 0.0;`));
+    prefetch.push(
+      lines(
+        NB,
+        (i) =>
+          `    { ${idx(i)} let gn = nBlock + n; let gk = kn + k; let gnc = min(gn, p.N - 1u); let gkc = min(gk, p.K - 1u);\n` +
+          `      pb${i} = select(0.0, loadB(bBase + select(gkc * p.ldb + gnc, gnc * p.ldb + gkc, tB)), gn < p.N && gk < p.K); }`,
+      ),
+    );
+    stage.push(lines(NB, (i) => `    { ${idx(i)} Bs[n * ${LDS}u + k] = ${elem}(pb${i}); }`));
+  }
+  return { decl: decl.join("\n"), prefetch: prefetch.join("\n"), stage: stage.join("\n") };
+}
+
+/**
+ * A kernel that runs coop's staging for geometry g (its subgroup matrices left out, workgroup memory in f32), for
+ * devices without subgroup matrices to test it on: for every workgroup (block of C) and every slice of K in turn it
+ * writes the staged [m][k] slice of op(A) (BM × BK) then [n][k] of op(B) (BN × BK) into c, from
+ * ((block · slices) + slice) · (BM + BN) · BK, blocks numbered x fastest. Same parameters and bindings as the matmul.
+ */
+export function coopStagingTestCode(g: CoopGeometry, bKind: number, staging: CoopStaging): string {
+  const st = fitStaging(g, bKind, staging);
+  const { BK } = g;
+  const { BM, BN } = coopBlock(g);
+  const T = g.SG * g.WM * g.WN;
+  const LDS = BK + 8;
+  const code = stagingCode(g, bKind, st, "f32");
+  return `${header(st)}
+var<workgroup> As: array<f32, ${BM * LDS}>;
+var<workgroup> Bs: array<f32, ${BN * LDS}>;
+
+@compute @workgroup_size(${T})
+fn coop_staging(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3u,
+                @builtin(num_workgroups) nwg: vec3u) {
+  let tA = (p.flags & 1u) != 0u;
+  let tB = (p.flags & 2u) != 0u;
+  let mBlock = wid.y * ${BM}u;
+  let nBlock = wid.x * ${BN}u;
+  let aBase = p.offA + wid.z * p.sA;
+  let bBase = p.offB + wid.z * p.sB;
+  let sA = 1.0;
+  if ((p.flags & 4u) != 0u) { c[0] = bias[0]; } // keeps bias in the layout (the matmul's bindings)
+  let slices = (p.K + ${BK - 1}u) / ${BK}u;
+  let block = (wid.z * nwg.y + wid.y) * nwg.x + wid.x;
+${code.decl}
+  var kn = 0u;
+${code.prefetch}
+  for (var s = 0u; s < slices; s++) {
+${code.stage}
+    workgroupBarrier();
+    let out = p.offC + (block * slices + s) * ${(BM + BN) * BK}u;
+    for (var e = tid; e < ${BM * BK}u; e += ${T}u) { c[out + e] = As[(e / ${BK}u) * ${LDS}u + e % ${BK}u]; }
+    for (var e = tid; e < ${BN * BK}u; e += ${T}u) { c[out + ${BM * BK}u + e] = Bs[(e / ${BK}u) * ${LDS}u + e % ${BK}u]; }
+    kn = (s + 1u) * ${BK}u;
+${code.prefetch}
+    workgroupBarrier();
+  }
+}
+`;
+}
+
+function coopCode(g: CoopGeometry, direct: boolean, bKind: number, st: CoopStaging): string {
   const { SM, SN, SK, WM, WN, TM, TN, BK, SG } = g;
   const BM = WM * TM * SM;
   const BN = WN * TN * SN;
   const T = SG * WM * WN; // threads
   const LDS = BK + 8; // rows of the staged slices, padded (16 bytes) against bank conflicts
-  const NA = (BM * BK) / T; // elements of each slice a thread stages
-  const NB = (BN * BK) / T;
-  if (!Number.isInteger(NA) || !Number.isInteger(NB))
-    throw new Error(`coop: ${BM}x${BN}x${BK} does not split over ${T}`);
+  const staging = stagingCode(g, bKind, st, "f16");
   const L = `subgroup_matrix_left<f16, ${SK}, ${SM}>`;
   const R = `subgroup_matrix_right<f16, ${SN}, ${SK}>`;
   const RES = `subgroup_matrix_result<f32, ${SN}, ${SM}>`;
   const ij: [number, number][] = [];
   for (let i = 0; i < TM; i++) for (let j = 0; j < TN; j++) ij.push([i, j]);
   const lines = (n: number, f: (i: number) => string) => Array.from({ length: n }, (_, i) => f(i)).join("\n");
-  // Element i of a thread's share: its row (m or n) and k within the slice; consecutive threads walk each operand's
-  // unit-stride axis, so global loads coalesce.
-  const aIdx = (i: number) =>
-    `let l = tid + ${i * T}u; let m = select(l / ${BK}u, l % ${BM}u, tA); let k = select(l % ${BK}u, l / ${BM}u, tA);`;
-  const bIdx = (i: number) =>
-    `let l = tid + ${i * T}u; let n = select(l % ${BN}u, l / ${BK}u, tB); let k = select(l / ${BN}u, l % ${BK}u, tB);`;
-  // Branch-free loads from clamped addresses, so a thread's loads are all in flight at once.
-  const prefetch = [
-    lines(
-      NA,
-      (i) =>
-        `    { ${aIdx(i)} let gm = mBlock + m; let gk = kn + k; let gmc = min(gm, p.M - 1u); let gkc = min(gk, p.K - 1u);\n` +
-        `      pa${i} = select(0.0, a[aBase + select(gmc * p.lda + gkc, gkc * p.lda + gmc, tA)], gm < p.M && gk < p.K); }`,
-    ),
-    lines(
-      NB,
-      (i) =>
-        `    { ${bIdx(i)} let gn = nBlock + n; let gk = kn + k; let gnc = min(gn, p.N - 1u); let gkc = min(gk, p.K - 1u);\n` +
-        `      pb${i} = select(0.0, loadB(bBase + select(gkc * p.ldb + gnc, gnc * p.ldb + gkc, tB)), gn < p.N && gk < p.K); }`,
-    ),
-  ].join("\n");
-  const stage = [
-    lines(NA, (i) => `    { ${aIdx(i)} As[m * ${LDS}u + k] = f16(pa${i} * sA); }`),
-    lines(NB, (i) => `    { ${bIdx(i)} Bs[n * ${LDS}u + k] = f16(pb${i}); }`),
-  ].join("\n");
   const step = [
     lines(
       TM,
@@ -187,7 +370,7 @@ enable chromium_experimental_subgroup_matrix;
 // Offsets depend on the subgroup's index, which the analysis cannot see is uniform within a subgroup.
 diagnostic(off, chromium.subgroup_matrix_uniformity);
 
-${params}
+${header(st)}
 var<workgroup> As: array<f16, ${BM * LDS}>; // [m][k]
 var<workgroup> Bs: array<f16, ${BN * LDS}>; // [n][k]
 var<workgroup> Cs: array<f32, ${WM * WN * SM * SN}>; // one result matrix per subgroup
@@ -239,16 +422,15 @@ ${ij.map(([i, j]) => `  var acc${i}${j} = ${RES}();`).join("\n")}
   if (full && (p.flags & 8u) != 0u) {
 ${loadC.join("\n")}
   }
-${lines(NA, (i) => `  var pa${i} = 0.0;`)}
-${lines(NB, (i) => `  var pb${i} = 0.0;`)}
+${staging.decl}
   var kn = 0u;
-${prefetch}
+${staging.prefetch}
   for (var k0 = 0u; k0 < p.K; k0 += ${BK}u) {
-${stage}
+${staging.stage}
     workgroupBarrier();
     // The next slice's loads are in flight while this one multiplies.
     kn = k0 + ${BK}u;
-${prefetch}
+${staging.prefetch}
     for (var kk = 0u; kk < ${BK}u; kk += ${SK}u) {
 ${step}
     }

@@ -8,16 +8,29 @@ import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
 import absmaxCode from "./absmax.wgsl";
-import { coopBlock, coopGeometry, coopShapes, coopSpec, type CoopShape } from "./coop.ts";
+import {
+  COOP_STAGINGS,
+  coopBlock,
+  coopGeometry,
+  coopShapes,
+  coopSpec,
+  coopVectorB,
+  type CoopShape,
+  type CoopStaging,
+  type CoopStagingChoice,
+} from "./coop.ts";
 
 export {
   COOP_FEATURE,
   COOP_SHAPES,
+  COOP_STAGINGS,
   coopConfig,
   coopGeometry,
   coopShapes,
   type CoopGeometry,
   type CoopShape,
+  type CoopStaging,
+  type CoopStagingChoice,
 } from "./coop.ts";
 
 /** Letters say whether A and B are transposed: "nt" is x·Wᵀ with W [N, K], "tn" is Aᵀ·B. */
@@ -32,8 +45,11 @@ export const MATMUL_VARIANTS = ["regblock", "tiled", "wide"] as const;
 export type MatmulVariant = (typeof MATMUL_VARIANTS)[number] | "coop";
 
 /** What start-up tuning (tune/kernels.ts) chooses for matmul: a variant per mode and B dtype, e.g. "nt.bf16", and
- *  where the device has tensor cores, the coop variant's workgroup shape. */
-export type MatmulTuning = Partial<Record<`${MatmulMode}.${WeightDtype}`, MatmulVariant>> & { coop?: CoopShape };
+ *  where the device has tensor cores, the coop variant's workgroup shape and staging. */
+export type MatmulTuning = Partial<Record<`${MatmulMode}.${WeightDtype}`, MatmulVariant>> & {
+  coop?: CoopShape;
+  coopStaging?: CoopStagingChoice;
+};
 
 export interface MatmulBuffers {
   a: GPUBuffer;
@@ -81,6 +97,9 @@ export interface MatmulOptions {
   tuning?: MatmulTuning;
   /** coop only: the workgroup's shape (COOP_SHAPES). */
   coopShape?: CoopShape;
+  /** coop only: "vec" reads operands 16 bytes a load where their layout allows (CoopStaging), "scalar" an element a
+   *  load (default: the tuned one, else scalar). */
+  coopStaging?: CoopStagingChoice;
 }
 
 const B_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
@@ -165,20 +184,31 @@ export async function tuneMatmul(
         gpu.release(b);
       }
     }
-    // The coop variant's workgroup shape, on the linear layers' problem (the first case).
+    // The coop variant's workgroup shape and staging, on the linear layers' problem (the first case). Vectorised
+    // staging is a candidate only where it gives what scalar staging gives on ragged problems on this device.
     const shapes = coopShapes(gpu);
     if (shapes.length) {
       const { mode, bDtype } = cases[0];
+      const candidates: string[] = [];
+      for (const shape of shapes) {
+        candidates.push(shape);
+        const diff = await coopStagingDiff(gpu, shape, bDtype);
+        if (diff <= COOP_STAGING_TOL) candidates.push(`${shape}+vec`);
+        else gpu.notes.push(`matmul: coop ${shape} with vectorised staging is not used here: ${diffNote(diff)}`);
+      }
       const b = gpu.upload(bDtype === "f32" ? values : packHalf(values, bDtype), "tune");
       try {
-        out.coop = await tune(
+        const pick = await tune(
           gpu,
-          `matmul.coop.${mode}.${bDtype}@${size}`,
-          shapes,
-          (coopShape, rec) =>
-            matmul(gpu, rec, { a, b, c }, { M: size, N: size, K: size }, { mode, bDtype, variant: "coop", coopShape }),
+          `matmul.coop+staging.${mode}.${bDtype}@${size}`,
+          candidates,
+          (choice, rec) =>
+            matmul(gpu, rec, { a, b, c }, { M: size, N: size, K: size }, { mode, bDtype, ...coopChoice(choice) }),
           opts,
         );
+        const { coopShape, coopStaging } = coopChoice(pick);
+        out.coop = coopShape;
+        out.coopStaging = coopStaging;
       } finally {
         gpu.release(b);
       }
@@ -187,6 +217,94 @@ export async function tuneMatmul(
     gpu.release(a, c);
   }
   return out;
+}
+
+/** A coop tuning candidate ("16x2x2", "16x2x2+vec") as matmul options. */
+function coopChoice(choice: string): { variant: "coop"; coopShape: CoopShape; coopStaging: CoopStagingChoice } {
+  const [shape, vec] = choice.split("+");
+  return { variant: "coop", coopShape: shape as CoopShape, coopStaging: vec ? "vec" : "scalar" };
+}
+
+/** Vectorised and scalar staging multiply the same f16 operands in the same order: they agree to rounding. */
+const COOP_STAGING_TOL = 1e-5;
+
+function diffNote(diff: number): string {
+  return Number.isFinite(diff)
+    ? `it differs from scalar staging by ${diff.toExponential(2)} (relative, max)`
+    : "it failed to build or run";
+}
+
+/**
+ * The largest difference, relative to the largest magnitude, between the coop matmul with vectorised staging and with
+ * scalar staging, over the layouts the model runs (nt: the projections; nn: backward's input gradients) on ragged
+ * problems with offsets and row strides (Infinity where it fails). Vectorised staging has not run on every GPU.
+ */
+export async function coopStagingDiff(gpu: Gpu, coopShape: CoopShape, bDtype: WeightDtype): Promise<number> {
+  const rng = new Rng(11);
+  const [M, N, K] = [100, 136, 200];
+  let worst = 0;
+  for (const mode of ["nt", "nn"] as const) {
+    const [lda, ldb] = [K + 8, mode === "nt" ? K + 16 : N + 16];
+    const [offA, offB] = [4, 8];
+    const av = rng.f32(offA + M * lda);
+    const bv = rng.f32(offB + (mode === "nt" ? N : K) * ldb);
+    const a = gpu.upload(av, "tune");
+    const b = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "tune");
+    const cs = [gpu.buffer(M * N * 4, "tune"), gpu.buffer(M * N * 4, "tune")];
+    try {
+      const rec = gpu.recorder();
+      const reads = COOP_STAGINGS.map((coopStaging, i) => {
+        const o = { mode, bDtype, lda, ldb, offsetA: offA, offsetB: offB, variant: "coop" as const, coopShape };
+        matmul(gpu, rec, { a, b, c: cs[i] }, { M, N, K }, { ...o, coopStaging });
+        return rec.read(cs[i], M * N * 4);
+      });
+      for (const r of reads) r.catch(() => {}); // a failed submit rejects them too: awaited below only on success
+      await rec.submit();
+      const [x, y] = (await Promise.all(reads)).map((r) => new Float32Array(r));
+      let scale = 0;
+      let d = 0;
+      for (let i = 0; i < x.length; i++) {
+        scale = Math.max(scale, Math.abs(x[i]));
+        d = Math.max(d, Math.abs(x[i] - y[i]));
+      }
+      worst = Math.max(worst, Number.isNaN(d) || !(scale > 0) ? Infinity : d / scale);
+    } catch {
+      worst = Infinity;
+    } finally {
+      gpu.release(a, b, ...cs);
+    }
+  }
+  return worst;
+}
+
+/**
+ * Which operands the coop matmul reads 16 bytes a load, for a staging choice and a problem's layout: with "vec", A
+ * where it is not transposed, and B, each where a vector never straddles a row's end or the problem's edge (the
+ * vectorised axis, the row stride and every offset whole vectors).
+ */
+export function coopStagingFor(
+  choice: CoopStagingChoice,
+  mode: MatmulMode,
+  bDtype: WeightDtype,
+  l: {
+    N: number;
+    K: number;
+    batch: number;
+    lda: number;
+    ldb: number;
+    offA: number;
+    offB: number;
+    sA: number;
+    sB: number;
+  },
+): CoopStaging {
+  const vec = choice === "vec";
+  const whole = (v: number, extent: number, ld: number, off: number, stride: number) =>
+    extent % v === 0 && ld % v === 0 && off % v === 0 && (l.batch === 1 || stride % v === 0);
+  return {
+    vecA: vec && mode[0] === "n" && whole(4, l.K, l.lda, l.offA, l.sA),
+    vecB: vec && whole(coopVectorB(B_KIND[bDtype]), mode[1] === "t" ? l.K : l.N, l.ldb, l.offB, l.sB),
+  };
 }
 
 /** Records C = alpha·op(A)·op(B) (+ bias) (+ C). Checks every access against the buffers' sizes first. */
@@ -229,7 +347,9 @@ export function matmul(
   if (variant === "coop") {
     const cg = coopGeometry(gpu, o.coopShape ?? o.tuning?.coop);
     const { BM, BN } = coopBlock(cg);
-    spec = coopSpec(cg, B_KIND[bDtype], !gpu.kind.robustness);
+    const choice = o.coopStaging ?? o.tuning?.coopStaging ?? "scalar";
+    const layout = { N, K, batch, lda, ldb, offA, offB, sA, sB };
+    spec = coopSpec(cg, B_KIND[bDtype], !gpu.kind.robustness, coopStagingFor(choice, mode, bDtype, layout));
     wg = [Math.ceil(N / BN), Math.ceil(M / BM), batch];
   } else {
     const g = GEOMETRY[variant];

@@ -6,6 +6,7 @@ import { assertClose, f64, finiteDiff, type Tolerance } from "@webart/gpu/check"
 import {
   ABSMAX_BYTES,
   absMax,
+  COOP_STAGINGS,
   coopConfig,
   coopShapes,
   MATMUL_VARIANTS,
@@ -250,17 +251,16 @@ describe("matmul coop (tensor cores)", () => {
     }
     gpu.release(a, b, c);
     for (const coopShape of coopShapes(gpu)) {
-      for (const mode of ["nn", "nt", "tn"] as const) {
-        for (const [i, [M, N, K]] of SIZES.entries())
-          await check(gpu, { M, N, K, mode, variant: "coop", coopShape }, 80 + i);
+      for (const coopStaging of COOP_STAGINGS) {
+        const coop = { variant: "coop" as const, coopShape, coopStaging };
+        for (const mode of ["nn", "nt", "tn"] as const) {
+          for (const [i, [M, N, K]] of SIZES.entries()) await check(gpu, { M, N, K, mode, ...coop }, 80 + i);
+        }
+        await check(gpu, { M: 140, N: 131, K: 40, mode: "nt", bDtype: "bf16", ...coop }, 90, true);
+        await check(gpu, { M: 128, N: 256, K: 64, mode: "nt", bDtype: "bf16", ...coop, accumulate: true }, 91);
+        await check(gpu, { M: 72, N: 136, K: 48, mode: "nn", bDtype: "bf16", ...coop, accumulate: true }, 93);
+        await check(gpu, { M: 9, N: 35, K: 6, batch: 3, strideB: 0, mode: "nt", ...coop }, 92, true);
       }
-      await check(gpu, { M: 140, N: 131, K: 40, mode: "nt", bDtype: "bf16", variant: "coop", coopShape }, 90, true);
-      await check(
-        gpu,
-        { M: 128, N: 256, K: 64, mode: "nt", bDtype: "bf16", variant: "coop", coopShape, accumulate: true },
-        91,
-      );
-      await check(gpu, { M: 9, N: 35, K: 6, batch: 3, strideB: 0, mode: "nt", variant: "coop", coopShape }, 92, true);
     }
   });
 });
