@@ -99,13 +99,14 @@ async function checkStaging(g: CoopGeometry, pr: Problem, vec: boolean, seed: nu
   }
 }
 
-/** Geometries of each coop shape that SwiftShader runs: 256 threads (subgroups of 256 / (WM · WN) lanes), 64 x 64
- *  blocks (16 x 16 matrices, 8 x 8 where a shape has more), so at most 8 elements a thread (scalar staging of 16 a
- *  thread takes SwiftShader's compiler minutes) and 20 KiB of f32 workgroup memory. */
+/** Geometries of each coop shape that SwiftShader runs: 256 threads (subgroups of 256 / (WM · WN) lanes) and
+ *  matrices of 2048 / (BK · WM · TM) rows (64 x 64 blocks of 32-deep slices, 32 x 32 of 64-deep ones), so at most 8
+ *  elements a thread (scalar staging of 16 a thread takes SwiftShader's compiler minutes) and 20 KiB of f32
+ *  workgroup memory. */
 function geometries(): [string, CoopGeometry][] {
   return Object.entries(COOP_SHAPES).map(([name, s]) => {
-    const S = s.WM * s.TM === 4 ? 16 : 8;
-    return [name, { SM: S, SN: S, SK: S, ...s, BK: 32, SG: 256 / (s.WM * s.WN) }];
+    const S = 2048 / (s.BK * s.WM * s.TM);
+    return [name, { SM: S, SN: S, SK: S, ...s, SG: 256 / (s.WM * s.WN) }];
   });
 }
 
@@ -138,7 +139,8 @@ describe("coop matmul staging (runs without tensor cores)", () => {
   ];
   for (const [gname, g] of geometries()) {
     it(`${gname}: scalar and vectorised staging give the CPU's slices`, async () => {
-      expect(coopBlock(g)).toEqual({ BM: 64, BN: 64 });
+      const { BM, BN } = coopBlock(g);
+      expect([BM * g.BK, BN * g.BK]).toEqual([2048, 2048]);
       for (const [i, [name, pr]] of problems.entries()) {
         for (const vec of [false, true]) {
           try {

@@ -33,13 +33,17 @@ export function coopConfig(gpu: Gpu): SubgroupMatrixConfig | undefined {
   return ok.find((c) => c.M === 16 && c.N === 16 && c.K === 16) ?? ok[0];
 }
 
-/** Workgroup shapes: subgroups (WM × WN) and result matrices per subgroup (TM × TN), from the least workgroup
- *  memory to the most. On the H200, 4 subgroups of 4 x 2 and 16 of 2 x 2 beat 4 of 2 x 4 (64 x 128 blocks) and
- *  4 of 4 x 4 (128 x 256, 38 KiB), which were dropped. */
+/** Workgroup shapes: subgroups (WM × WN), result matrices per subgroup (TM × TN) and the depth of a staged slice
+ *  (BK), from the least workgroup memory to the most. On the H200 with scalar staging, 4 subgroups of 4 x 2 and 16
+ *  of 2 x 2 beat 4 of 2 x 4 (64 x 128 blocks) and 4 of 4 x 4 (128 x 256, 38 KiB), which were dropped. The 64-deep
+ *  slices halve the barriers a product (not yet measured on a GPU; a device whose workgroup memory is too small
+ *  for one does not offer it). */
 export const COOP_SHAPES = {
-  "4x2x2": { WM: 2, WN: 2, TM: 2, TN: 2 }, // 128 threads, 64 × 64 of C, 14 KiB
-  "8x4x2": { WM: 2, WN: 4, TM: 4, TN: 2 }, // 256 threads, 128 × 128, 28 KiB
-  "16x2x2": { WM: 4, WN: 4, TM: 2, TN: 2 }, // 512 threads, 128 × 128, 36 KiB
+  "4x2x2": { WM: 2, WN: 2, TM: 2, TN: 2, BK: 32 }, // 128 threads, 64 × 64 of C, 14 KiB
+  "8x4x2": { WM: 2, WN: 4, TM: 4, TN: 2, BK: 32 }, // 256 threads, 128 × 128, 28 KiB
+  "16x2x2": { WM: 4, WN: 4, TM: 2, TN: 2, BK: 32 }, // 512 threads, 128 × 128, 36 KiB
+  "8x4x2.k64": { WM: 2, WN: 4, TM: 4, TN: 2, BK: 64 }, // 256 threads, 128 × 128, 44 KiB
+  "16x2x2.k64": { WM: 4, WN: 4, TM: 2, TN: 2, BK: 64 }, // 512 threads, 128 × 128, 52 KiB
 } as const;
 export type CoopShape = keyof typeof COOP_SHAPES;
 
@@ -72,7 +76,7 @@ function makeGeometry(gpu: Gpu, shape: CoopShape): CoopGeometry {
   }
   const s = COOP_SHAPES[shape];
   if (!s) throw new Error(`matmul: unknown coop shape "${shape}" (${Object.keys(COOP_SHAPES).join(", ")})`);
-  const g = { SM: c.M, SN: c.N, SK: c.K, ...s, BK: Math.max(32, c.K), SG: gpu.subgroupMaxSize };
+  const g = { SM: c.M, SN: c.N, SK: c.K, ...s, BK: Math.max(s.BK, c.K), SG: gpu.subgroupMaxSize };
   const threads = g.SG * g.WM * g.WN;
   const bytes = coopWorkgroupBytes(g);
   if (threads > gpu.limits.maxComputeInvocationsPerWorkgroup || bytes > gpu.limits.maxComputeWorkgroupStorageSize) {
