@@ -569,6 +569,7 @@ async function profilePart(ctx: BenchContext, name: string): Promise<void> {
     gpu.profile.clear();
   };
   for (const [k, v] of gpu.tuning) ctx.log(`tuning ${k}: ${JSON.stringify(v)}`);
+  for (const n of gpu.notes) ctx.log(`note: ${n}`);
   try {
     await decodeRun(gpu, engine.model, 1, 16, 2);
     gpu.profile.clear();

@@ -17,6 +17,7 @@ step() {
     exit 1
   fi
 }
+step matmul WEBART_BENCH_PARTS=matmul
 step matvec-0.5b WEBART_BENCH_PARTS=overhead,matvec,models WEBART_BENCH_MODELS=qwen2.5-0.5b
 step profile-0.5b WEBART_BENCH_PARTS=profile WEBART_BENCH_MODELS=qwen2.5-0.5b
 step models-rest WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen3-0.6b,qwen2.5-1.5b
