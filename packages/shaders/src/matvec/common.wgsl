@@ -1,5 +1,7 @@
 // What the decode matvecs (forward.wgsl, subgroup.wgsl, stream.wgsl) share, appended to each by index.ts: the parameters and
-// bindings, where output column n's row of W starts, and the epilogue (bias, LoRA term, gated activation, store).
+// bindings, which output column each of a kernel's columns computes and where its row of W starts, and the epilogue
+// (bias, LoRA term, gated activation, store). index.ts appends rope.wgsl (RoPE and the KV cache write, for q|k|v) or
+// rope_none.wgsl after it.
 struct Seg {
   rows: u32, offW: u32, offBias: u32, loraR: u32, // loraR 0: no LoRA term on this segment
   loraB: u32, loraT: u32, scale: f32, base: u32, // base: first output column (0xffffffff: unused segment)
@@ -9,6 +11,7 @@ struct Params {
   ldx: u32, ldy: u32, offY: u32, offX: u32,
   ldt: u32, eps: f32, pad0: u32, pad1: u32,
   seg: array<Seg, 3>,
+  rope: vec4u, // ROPE_P > 0: (D/2, slots, Tmax, 0) of the KV cache; q's columns end at seg[1].base, k's at seg[2].base
 }
 @group(0) @binding(0) var<uniform> p: Params;
 // Binding 1, x (M, ldx), 2, W, and 4, the (K) RMSNorm weight, are declared by each variant: as f32s and words, or as
@@ -18,10 +21,29 @@ struct Params {
 @group(0) @binding(6) var<storage, read> lora: array<f32>; // the adapter's flat buffer (each segment's B)
 @group(0) @binding(7) var<storage, read_write> y: array<f32>;
 
-// Element offset in W of output column n's row (GATE: of its gate row, or with up = true its up row).
-fn rowOf(n: u32, up: bool) -> u32 {
-  if (GATE != 0u) { return p.seg[select(0u, 1u, up)].offW + n * p.K; }
-  let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+override ROPE_P: u32 = 0u; // > 0: RoPE in the epilogue (rope.wgsl), pairs ROPE_P columns apart in a kernel's runs
+
+// The output column a kernel's column c computes. With ROPE_P, each run of 2·ROPE_P columns of q and k holds ROPE_P
+// columns of a head's first half, then the ROPE_P columns half a head later, so the thread that has both rotates
+// the pair; v's columns map to themselves.
+fn colOf(c: u32) -> u32 {
+  if (ROPE_P == 0u || c >= p.seg[2].base) { return c; }
+  let half = p.rope.x;
+  let r = c % (2u * ROPE_P);
+  let pair = (c / (2u * ROPE_P)) * ROPE_P + r % ROPE_P;
+  return (pair / half) * 2u * half + pair % half + select(0u, half, r >= ROPE_P);
+}
+
+// The segment output column n belongs to.
+fn segOf(n: u32) -> u32 {
+  return select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+}
+
+// Element offset in W of the row of a kernel's column c (GATE: of its gate row, or with up = true its up row).
+fn rowOf(c: u32, up: bool) -> u32 {
+  if (GATE != 0u) { return p.seg[select(0u, 1u, up)].offW + c * p.K; }
+  let n = colOf(c);
+  let s = segOf(n);
   return p.seg[s].offW + (n - p.seg[s].base) * p.K;
 }
 

@@ -115,11 +115,15 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
           let n = n0 + j;
           if (n < p.N) { store(m, n, act(finish(m, 0u, n, v[j])) * finish(m, 1u, n, v[2u + j])); }
         }
+      } else if (ROPE_P > 0u) { // ROPE_P = 2: columns j and j + 2 are a pair
+        for (var j = 0u; j < 4u; j++) {
+          if (n0 + j < p.N) { ropeOut(m, n0 + j, v[j], v[(j + 2u) % 4u]); }
+        }
       } else {
         for (var j = 0u; j < 4u; j++) {
           let n = n0 + j;
           if (n < p.N) {
-            let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+            let s = segOf(n);
             store(m, n, finish(m, s, n - p.seg[s].base, v[j]));
           }
         }

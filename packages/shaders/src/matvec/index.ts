@@ -6,8 +6,11 @@ import { isCpuDevice, Params, sizeOf, type Gpu, type KernelSpec, type Recorder, 
 import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
 import { tune, type TuneOptions } from "../tune/index.ts";
+import cosSin from "../rope/cossin.wgsl";
 import common from "./common.wgsl";
 import forward from "./forward.wgsl";
+import rope from "./rope.wgsl";
+import ropeNone from "./rope_none.wgsl";
 import stream from "./stream.wgsl";
 import subgroup from "./subgroup.wgsl";
 
@@ -23,6 +26,9 @@ export interface MatvecBuffers {
   /** The LoRA terms' inputs: t (M, ldt) holds each segment's x·Aᵀ at its `tCol`; B is read from `loraParams`. */
   loraT?: GPUBuffer;
   loraParams?: GPUBuffer;
+  /** With options.rope: each row's (slot, pos) (M, 2) u32, RoPE's inverse frequencies (D/2), and the layer's K and V
+   *  caches (S, Tmax, KV, D). */
+  rope?: { slotPos: GPUBuffer; invFreq: GPUBuffer; kc: GPUBuffer; vc: GPUBuffer };
 }
 
 export interface MatvecDims {
@@ -66,6 +72,32 @@ export interface MatvecOptions {
   gated?: GatedActivation;
   /** Row stride of buffers.loraT (required with it). */
   ldt?: number;
+  /**
+   * The q|k|v projection with what follows it (ropeQkv, without per-head q/k norms) in its epilogue: the 3 segments
+   * are q (H·D rows), k and v (KV·D each); q is rotated and written to y (M, H·D), k rotated and v copied into the
+   * caches at each row's (slot, pos) (buffers.rope); a row outside the caches writes q only. Needs 11 storage
+   * buffers a dispatch (matvecRopeFits).
+   */
+  rope?: { heads: number; kvHeads: number; headDim: number; slots: number; tmax: number };
+}
+
+/** Storage buffers a matvec with RoPE binds. */
+const ROPE_STORAGE_BUFFERS = 11;
+
+/** Whether this device can run the matvec with RoPE (its storage buffers a dispatch). */
+export function matvecRopeFits(gpu: Gpu): boolean {
+  return gpu.limits.maxStorageBuffersPerShaderStage >= ROPE_STORAGE_BUFFERS;
+}
+
+/**
+ * The columns between the two of a RoPE pair in a variant's runs (its ROPE_P), or 0 where it cannot pair them: a
+ * run must hold whole pairs of one head, so D/2 must be a multiple of it. workgroup: runs of 4 columns; subgroup: 16;
+ * stream: the workgroup's 256 / T.
+ */
+export function matvecRopePairs(variant: MatvecVariant, wDtype: WeightDtype, K: number, headDim: number): number {
+  const run = variant === "stream" ? STREAM_WG / streamThreads(wDtype, K) : variant === "subgroup" ? 16 : 4;
+  const P = run / 2;
+  return P >= 1 && Number.isInteger(P) && (headDim / 2) % P === 0 ? P : 0;
 }
 
 /** Rows of W at one offset, their bias, and optionally their LoRA term y += scale · t[:, tCol : tCol + rank] · Bᵀ. */
@@ -116,17 +148,25 @@ export function matvecSpec(
   norm = false,
   gated?: GatedActivation,
   T = 32,
+  ropeP = 0,
 ): KernelSpec {
-  const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}.${variant === "stream" ? T : 0}`;
+  const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}.${variant === "stream" ? T : 0}.${ropeP}`;
   let s = specs.get(key);
   if (!s) {
-    const o = { W_KIND: W_KIND[wDtype], MT, NORM: norm ? 1 : 0, GATE: gated ? GATE[gated] : 0 };
+    const o = {
+      W_KIND: W_KIND[wDtype],
+      MT,
+      NORM: norm ? 1 : 0,
+      GATE: gated ? GATE[gated] : 0,
+      ...(ropeP ? { ROPE_P: ropeP } : {}),
+    };
+    const tail = common + (ropeP ? rope + cosSin : ropeNone);
     s =
       variant === "stream"
-        ? { name: "matvec_forward_stream", code: stream + common, overrides: { ...o, T, G: STREAM_WG / T } }
+        ? { name: "matvec_forward_stream", code: stream + tail, overrides: { ...o, T, G: STREAM_WG / T } }
         : variant === "subgroup"
-          ? { name: "matvec_forward_subgroup", code: subgroup + common, overrides: { ...o, WG: WG.subgroup, CG } }
-          : { name: "matvec_forward", code: forward + common, overrides: { ...o, WG: WG.workgroup } };
+          ? { name: "matvec_forward_subgroup", code: subgroup + tail, overrides: { ...o, WG: WG.subgroup, CG } }
+          : { name: "matvec_forward", code: forward + tail, overrides: { ...o, WG: WG.workgroup } };
     specs.set(key, s);
   }
   return s;
@@ -278,10 +318,14 @@ export function matvec(
   for (let i = 0; i < segs.length; i++) positive(`rows${i}`, segs[i].rows);
   if (!(wDtype in W_KIND)) throw new Error(`matvec: wDtype "${wDtype}" is not supported (f32, bf16, f16)`);
   const ldx = o.ldx ?? K;
-  const ldy = o.ldy ?? N;
+  const rp = o.rope;
+  const yCols = rp ? rp.heads * rp.headDim : N;
+  const ldy = o.ldy ?? yCols;
   const [offX, offY] = [o.offsetX ?? 0, o.offsetY ?? 0];
   check("x", -1, x, 4, offX, M, ldx, K);
-  check("y", -1, y, 4, offY, M, ldy, N);
+  check("y", -1, y, 4, offY, M, ldy, yCols);
+  if (!!rp !== !!b.rope) throw new Error("matvec: RoPE needs both options.rope and buffers.rope");
+  if (rp && b.rope) checkRope(gpu, rp, b.rope, segs, M, !!o.gated || !!o.accumulate);
   if (norm) {
     check("norm weight", -1, norm, 4, 0, 1, K, K);
     if (o.eps === undefined) throw new Error("matvec: a norm weight needs options.eps");
@@ -301,8 +345,10 @@ export function matvec(
     check("LoRA t", i, lora.t, 4, l.tCol, M, lora.ldt, l.rank);
     check("LoRA B", i, lora.params, 4, l.b, 1, s.rows * l.rank, s.rows * l.rank);
   }
-  if (y === x || y === w || y === bias || y === norm || y === lora?.t || y === lora?.params)
-    throw new Error("matvec: y must not alias x, W, bias, the norm weight or the LoRA inputs");
+  const outs = [y, b.rope?.kc, b.rope?.vc].filter((u) => u !== undefined);
+  const ins = [x, w, bias, norm, lora?.t, lora?.params, b.rope?.slotPos, b.rope?.invFreq];
+  if (outs.some((u, i) => ins.includes(u) || outs.indexOf(u) !== i))
+    throw new Error("matvec: y (and the KV caches) must not alias each other or any input");
   const shape = o.tuning?.shapes && matvecShapeKey(wDtype, N, K, !!o.gated);
   let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning, shape);
   if (!(variant in MAX_MT) || (variant === "subgroup" && !gpu.features.has("subgroups"))) {
@@ -318,6 +364,13 @@ export function matvec(
     )
   )
     variant = "workgroup";
+  let ropeP = 0;
+  if (rp) {
+    ropeP = matvecRopePairs(variant, wDtype, K, rp.headDim);
+    if (!ropeP) variant = "workgroup";
+    ropeP = matvecRopePairs(variant, wDtype, K, rp.headDim);
+    if (!ropeP) throw new Error(`matvec: RoPE needs D/2 (${rp.headDim / 2}) to be even`);
+  }
   // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines.
   const MT = Math.min(2 ** Math.ceil(Math.log2(M)), MAX_MT[variant]);
   const flags = (bias ? 1 : 0) | (o.accumulate ? 2 : 0);
@@ -339,19 +392,49 @@ export function matvec(
       .u32(o.gated ? 0 : base);
     base += s.rows;
   }
+  params.u32(rp ? rp.headDim / 2 : 0, rp?.slots ?? 0, rp?.tmax ?? 0, 0);
   // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the subgroup
   // one, 256 / T in the stream one.
   const T = variant === "stream" ? streamThreads(wDtype, K) : 0;
   const perGroup = T ? STREAM_WG / T : (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
   // Unused inputs are bound to x (never read; all are read-only storage).
   const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
+  if (b.rope) bindings.push(b.rope.slotPos, b.rope.invFreq, b.rope.kc, b.rope.vc);
   rec.dispatch(
-    matvecSpec(variant, wDtype, MT, !!norm, o.gated, T),
+    matvecSpec(variant, wDtype, MT, !!norm, o.gated, T, ropeP),
     bindings,
     gpu.grid(Math.ceil(N / perGroup)),
     params,
   );
   return variant;
+}
+
+/** The checks of a matvec with RoPE: its segments are q, k and v of whole heads; the buffers fit. */
+function checkRope(
+  gpu: Gpu,
+  rp: NonNullable<MatvecOptions["rope"]>,
+  rb: NonNullable<MatvecBuffers["rope"]>,
+  segs: MatvecSegment[],
+  M: number,
+  gatedOrAccumulate: boolean,
+): void {
+  const { heads: H, kvHeads: KV, headDim: D, slots, tmax } = rp;
+  for (const [k, v] of Object.entries(rp)) positive(`rope.${k}`, v);
+  if (D % 2 !== 0) throw new Error(`matvec: RoPE needs an even head dim (${D})`);
+  if (gatedOrAccumulate) throw new Error("matvec: RoPE is for the q|k|v projection: not gated, not accumulating");
+  const rows = segs.map((s) => s.rows).join(", ");
+  if (segs.length !== 3 || segs[0].rows !== H * D || segs[1].rows !== KV * D || segs[2].rows !== KV * D)
+    throw new Error(`matvec: RoPE needs segments q, k, v of ${H * D}, ${KV * D}, ${KV * D} rows (got ${rows})`);
+  if (!matvecRopeFits(gpu))
+    throw new Error(
+      `matvec: RoPE binds ${ROPE_STORAGE_BUFFERS} storage buffers; this device allows ` +
+        `${gpu.limits.maxStorageBuffersPerShaderStage} (check matvecRopeFits first)`,
+    );
+  check("slotPos", -1, rb.slotPos, 4, 0, 1, 2 * M, 2 * M);
+  check("invFreq", -1, rb.invFreq, 4, 0, 1, D / 2, D / 2);
+  const cache = slots * tmax * KV * D;
+  check("k cache", -1, rb.kc, 4, 0, 1, cache, cache);
+  check("v cache", -1, rb.vc, 4, 0, 1, cache, cache);
 }
 
 /** Throws unless `v` is a positive integer. */

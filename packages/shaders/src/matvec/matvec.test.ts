@@ -4,9 +4,13 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, type Tolerance } from "@webart/gpu/check";
+import { ropeInvFreq } from "../rope/index.ts";
+import { ropeQkvReference } from "../rope/reference.ts";
 import {
   MATVEC_VARIANTS,
   matvec,
+  matvecRopeFits,
+  matvecRopePairs,
   matvecVariants,
   streamable,
   streamThreads,
@@ -239,6 +243,141 @@ describe.each(MATVEC_VARIANTS)("fused matvec %s", (variant) => {
     const aligned = { ...o, K: 32, segments: segments([70], 32, [true], 4) };
     await checkFused(gpu, aligned, 232, { R: 4 });
     await checkFused(gpu, { ...aligned, M: 1, offsetX: 4, ldx: 40 }, 233, { R: 4 });
+  });
+});
+
+/**
+ * The q|k|v matvec with RoPE and the cache write in its epilogue, against the CPU's matvec (RMSNorm, bias, LoRA on q
+ * and v) then ropeQkv: q out, and the whole k and v caches (rows not written keep their values). Row 1 of each
+ * problem is padding (slot past the caches): it writes q only.
+ */
+async function checkRope(
+  g: Gpu,
+  variant: (typeof MATVEC_VARIANTS)[number],
+  wDtype: "f32" | "bf16",
+  dims: { M: number; H: number; KV: number; D: number; K: number },
+  seed: number,
+): Promise<string> {
+  const { M, H, KV, D, K } = dims;
+  const [slots, tmax] = [3, 7];
+  const rng = new Rng(seed);
+  const segs = segments([H * D, KV * D, KV * D], K, [true, false, true], 2);
+  const N = (H + 2 * KV) * D;
+  const xVals = rng.f32(M * K);
+  const wVals = rng.f32(segs[2].offsetW + KV * D * K + 16);
+  const biasVals = rng.f32(segs[2].offsetBias! + KV * D + 1);
+  const nw = rng.f32(K, 0.5, 1.5);
+  const ldt = 8;
+  const tVals = rng.f32(M * ldt);
+  const params = rng.f32(Math.max(...segs.map((s) => (s.lora ? s.lora.b + s.rows * s.lora.rank : 0))));
+  const slotPos = new Uint32Array(2 * M);
+  for (let m = 0; m < M; m++)
+    [slotPos[2 * m], slotPos[2 * m + 1]] = m === 1 ? [slots, 0] : [m % slots, (3 * m + 1) % tmax];
+  const invFreq = ropeInvFreq(D, 10000);
+  const cache = slots * tmax * KV * D;
+  const [kc0, vc0, q0] = [rng.f32(cache), rng.f32(cache), rng.f32(M * H * D)];
+  const up = (a: Float32Array | Uint32Array) => g.upload(a);
+  const bw = g.upload(wDtype === "f32" ? wVals : packHalf(wVals, wDtype));
+  const [bx, bb, bn, bt, bp, bq, bkc, bvc, bsp, bif] = [
+    up(xVals),
+    up(biasVals),
+    up(nw),
+    up(tVals),
+    up(params),
+    up(q0),
+    up(kc0),
+    up(vc0),
+    up(slotPos),
+    up(invFreq),
+  ];
+  const rec = g.recorder();
+  const ran = matvec(
+    g,
+    rec,
+    {
+      x: bx,
+      w: bw,
+      y: bq,
+      bias: bb,
+      norm: bn,
+      loraT: bt,
+      loraParams: bp,
+      rope: { slotPos: bsp, invFreq: bif, kc: bkc, vc: bvc },
+    },
+    { M, N, K },
+    { wDtype, variant, segments: segs, eps: 1e-5, ldt, rope: { heads: H, kvHeads: KV, headDim: D, slots, tmax } },
+  );
+  const reads = [bq, bkc, bvc].map((b) => rec.read(b, b.size));
+  await rec.submit();
+  const [q, kc, vc] = (await Promise.all(reads)).map((r) => new Float32Array(r));
+  g.release(bx, bw, bb, bn, bt, bp, bq, bkc, bvc, bsp, bif);
+  const qkv = matvecFusedReference(
+    xVals,
+    wDtype === "f32" ? wVals : roundHalf(wVals, wDtype),
+    new Float32Array(M * N),
+    {
+      M,
+      K,
+      segments: segs,
+      norm: { weight: nw, eps: 1e-5 },
+      bias: biasVals,
+      lora: { t: tVals, ldt, params },
+    },
+  );
+  const want = ropeQkvReference(qkv, slotPos, invFreq, kc0, vc0, { n: M, h: H, kv: KV, d: D, ldq: N, slots, tmax });
+  const what = `matvec+RoPE ${variant} ${wDtype} M=${M} H=${H} KV=${KV} D=${D} K=${K}`;
+  assertClose(`${what}: q`, q.subarray(0, M * H * D), want.q, TOL);
+  assertClose(`${what}: k cache`, kc.subarray(0, cache), want.kc, TOL);
+  assertClose(`${what}: v cache`, vc.subarray(0, cache), want.vc, TOL);
+  return ran;
+}
+
+describe("matvec with RoPE and the KV cache write (q|k|v in one dispatch)", () => {
+  it.each(MATVEC_VARIANTS)("%s: RMSNorm, bias, LoRA, q out and both caches, a padding row", async (variant) => {
+    if (!matvecVariants(gpu).includes(variant)) return;
+    expect(matvecRopeFits(gpu)).toBe(true); // SwiftShader allows 12 storage buffers a stage
+    const runs: string[] = [];
+    for (const wDtype of ["f32", "bf16"] as const) {
+      // Head dims whose halves each variant pairs in runs (stream at K = 32: 8 columns a workgroup, pairs 4 apart).
+      runs.push(await checkRope(gpu, variant, wDtype, { M: 1, H: 4, KV: 2, D: 16, K: 32 }, 300));
+      runs.push(await checkRope(gpu, variant, wDtype, { M: 5, H: 2, KV: 1, D: 32, K: 64 }, 301));
+      // D/2 = 6: too few for the subgroup variant's pairs 8 apart (and stream's 4): the workgroup variant runs it.
+      runs.push(await checkRope(gpu, variant, wDtype, { M: 3, H: 3, KV: 3, D: 12, K: 40 }, 302));
+    }
+    expect(runs.slice(0, 2)).toEqual([variant, variant]);
+    expect(runs[2]).toBe("workgroup");
+  });
+
+  it("pairs columns within a head's halves for each variant", () => {
+    expect(matvecRopePairs("workgroup", "bf16", 896, 64)).toBe(2);
+    expect(matvecRopePairs("subgroup", "bf16", 896, 64)).toBe(8);
+    expect(matvecRopePairs("stream", "bf16", 896, 64)).toBe(4); // T = 32: 8 columns a workgroup
+    expect(matvecRopePairs("stream", "bf16", 4096, 128)).toBe(1); // T = 128: 2 columns
+    expect(matvecRopePairs("stream", "bf16", 8192, 128)).toBe(0); // T = 256: 1 column, no pairs
+    expect(matvecRopePairs("subgroup", "f32", 896, 12)).toBe(0);
+  });
+
+  it("refuses RoPE without its buffers, on the wrong segments, gated, or into a cache that is too small", () => {
+    const [x, w, y] = [gpu.buffer(64 * 4), gpu.buffer(64 * 64 * 4), gpu.buffer(64 * 4)];
+    const [sp, inv, kc, vc] = [gpu.buffer(8), gpu.buffer(8 * 4), gpu.buffer(3 * 7 * 16 * 4), gpu.buffer(16)];
+    const rope = { heads: 2, kvHeads: 1, headDim: 16, slots: 3, tmax: 7 };
+    const segs = [32, 16, 16].map((rows, i) => ({ rows, offsetW: i * 32 * 16 }));
+    const rec = gpu.recorder();
+    const all = { slotPos: sp, invFreq: inv, kc, vc };
+    const go = (o: object, b: object | undefined = all) =>
+      matvec(gpu, rec, { x, w, y, rope: b as never }, { M: 1, N: 64, K: 16 }, { segments: segs, rope, ...o });
+    expect(() => go({}, undefined)).toThrow(/v cache needs/); // undefined: the default, all four
+    expect(() => matvec(gpu, rec, { x, w, y }, { M: 1, N: 64, K: 16 }, { segments: segs, rope })).toThrow(
+      /needs both options.rope and buffers.rope/,
+    );
+    expect(() => go({ segments: [64, 0, 0].slice(0, 1).map((rows) => ({ rows, offsetW: 0 })) })).toThrow(
+      /segments q, k, v of 32, 16, 16 rows/,
+    );
+    expect(() => go({})).toThrow(/v cache needs/);
+    expect(() => go({}, { slotPos: sp, invFreq: inv, kc, vc: kc })).toThrow(/must not alias/);
+    expect(rec.dispatches).toBe(0);
+    rec.abandon();
+    gpu.release(x, w, y, sp, inv, kc, vc);
   });
 });
 

@@ -128,12 +128,15 @@ fn matvec_forward_stream(@builtin(local_invocation_id) lid: vec3u, @builtin(work
     }
     let m = m0 + t;
     if (t < MT && m < p.M && n < p.N) {
-      var v = red[t * TG + g * T];
-      if (NORM) { v *= inverseSqrt(redSq[t * TG + g * T] / f32(p.K) + p.eps); }
+      var rs = 1.0;
+      if (NORM) { rs = inverseSqrt(redSq[t * TG + g * T] / f32(p.K) + p.eps); }
+      let v = rs * red[t * TG + g * T];
       if (GATE != 0u) {
         store(m, n, act(finish(m, 0u, n, v.x)) * finish(m, 1u, n, v.y));
+      } else if (ROPE_P > 0u) { // G = 2 ROPE_P: columns g and g + ROPE_P are a pair
+        ropeOut(m, n, v.x, rs * red[t * TG + ((g + ROPE_P) % G) * T].x);
       } else {
-        let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+        let s = segOf(n);
         store(m, n, finish(m, s, n - p.seg[s].base, v.x));
       }
     }

@@ -195,8 +195,11 @@ fn matvec_forward_subgroup(
             if (GATE != 0u) {
               let u = tot[4u * mm + 2u + j / 4u][j % 4u] * rstd[mm];
               store(m, n, act(finish(m, 0u, n, v)) * finish(m, 1u, n, u));
+            } else if (ROPE_P > 0u) { // ROPE_P = 8: columns j and j + 8 of the group are a pair
+              let jp = (j + ROPE_P) % 16u;
+              ropeOut(m, n, v, tot[4u * mm + jp / 4u][jp % 4u] * rstd[mm]);
             } else {
-              let s = select(0u, 1u, n >= p.seg[1].base) + select(0u, 1u, n >= p.seg[2].base);
+              let s = segOf(n);
               store(m, n, finish(m, s, n - p.seg[s].base, v));
             }
           }

@@ -2,7 +2,11 @@
 // dispatches of the rotation (forward) and its inverse (backward) on (N, heads, D) rows, in place or not; and
 // inference's attention inputs in one dispatch (ropeQkv: per-head q/k norm, RoPE, q out, k and v into the KV cache).
 import { isCpuDevice, Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import code from "./rotate.wgsl";
+import cosSin from "./cossin.wgsl";
+import rotate from "./rotate.wgsl";
+
+/** The rotations, with cosSin (which the matvec that fuses RoPE shares: matvec/rope.wgsl). */
+const code = rotate + cosSin;
 
 const WG = 256;
 const spec = (name: string): KernelSpec => ({ name, code, overrides: { WG } });
