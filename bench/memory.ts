@@ -50,6 +50,7 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         vocabChunk: 8192,
         lora: { rank: 8, targets: LORA_TARGETS },
         loraGradChunk: engine.planSetup.loraGradChunk, // the device's LoRA layout (GPUs split gradient sums)
+        ropeInMatvec: engine.planSetup.ropeInMatvec,
       };
       const row = (phase: string, plan: number, meas: number, actPlan: number, actMeas: number, s?: number) => {
         const mib = (b: number) => (b / 2 ** 20).toFixed(1).padStart(9);

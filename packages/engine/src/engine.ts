@@ -23,7 +23,7 @@ import {
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { coopConfig, loraGradChunk, tuneKernels, type KernelTuning } from "@webart/shaders";
+import { coopConfig, loraGradChunk, matvecRopeFits, tuneKernels, type KernelTuning } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -198,6 +198,7 @@ export class Engine {
       sharedWeights: base.weightsShared,
       // The device kind's LoRA layout until tuning below says which one runs.
       loraGradChunk: loraGradChunk(gpu),
+      ropeInMatvec: matvecRopeFits(gpu),
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;

@@ -70,6 +70,7 @@ describe.each([
       prefillChunk,
       vocabChunk: 256,
       lora: { rank: 4, targets: LORA_TARGETS },
+      ropeInMatvec: engine.planSetup.ropeInMatvec, // RoPE in the q|k|v matvec where the device binds enough buffers
     };
     return () => engine.close();
   });

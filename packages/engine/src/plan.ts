@@ -42,6 +42,9 @@ export interface PlanSetup {
   /** Rows up to which an inference step runs its layers as model.ts's decodeLayer and its projections as matvecs
    *  (start-up tuning's KernelTuning.decodeRows; default DECODE_ROWS). */
   decodeRows?: number;
+  /** decodeLayer runs RoPE in the q|k|v matvec (model.ts fuseRope: on the device the engine loads on when
+   *  matvecRopeFits; models without per-head q/k norms): no packed q|k|v buffer. Default false. */
+  ropeInMatvec?: boolean;
 }
 
 export interface MemoryPlan {
@@ -186,6 +189,7 @@ function inferencePeak(
   rank: number,
   weightBytes: number,
   decodeRows = DECODE_ROWS,
+  ropeInMatvec = false,
 ): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
@@ -194,10 +198,10 @@ function inferencePeak(
   const t = (projections: number) => (rank ? f(N * projections * rank) : 0); // LoRA x·Aᵀ
   let layer: number;
   if (N <= decodeRows) {
-    // Packed q|k|v (with the LoRA t of its matvec), then q, o and lse around attention; o with the o_proj's t; the
-    // MLP's activation with gate|up's t, then with down's.
-    const qkv = f(N * (H + 2 * KV) * D);
-    const attn = qkv + Math.max(t(3), 2 * f(N * H * D) + f(N * H));
+    // q, with the packed q|k|v and the LoRA t of its matvec (no packed q|k|v where RoPE rides in the matvec), then
+    // with o and lse around attention; o with the o_proj's t; the MLP's activation with gate|up's t, then with down's.
+    const qkv = ropeInMatvec && !c.qkNorm ? 0 : f(N * (H + 2 * KV) * D);
+    const attn = f(N * H * D) + Math.max(qkv + t(3), f(N * H * D) + f(N * H));
     const oProj = f(N * H * D) + t(1) + sandwich;
     const mlp = f(N * F) + Math.max(t(2), t(1) + sandwich);
     layer = Math.max(attn, oProj, mlp);
@@ -265,7 +269,8 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
-  const inference = inferencePeak(c, s.prefillChunk + s.kvSlots, s.kvSlots, rank, s.weightBytes, s.decodeRows);
+  const N = s.prefillChunk + s.kvSlots;
+  const inference = inferencePeak(c, N, s.kvSlots, rank, s.weightBytes, s.decodeRows, s.ropeInMatvec);
   largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
   let training = 0;
   let trainingPerLayer = 0;

@@ -21,6 +21,7 @@ import {
   loraForward,
   matmul,
   matvec,
+  matvecRopeFits,
   rmsnormForward,
   rmsnormBackward,
   ropeBackward,
@@ -34,6 +35,8 @@ import {
   swigluForwardPacked,
   type KernelTuning,
   type MatmulOptions,
+  type MatvecBuffers,
+  type MatvecOptions,
   type MatvecSegment,
   type RmsnormBuffers,
 } from "@webart/shaders";
@@ -140,10 +143,13 @@ export class Model {
   /** Training's and prefill's layer runs q, k and v as one matmul, then RoPE and the split in one dispatch, where their
    *  weights sit back to back and there are no per-head q/k norms (qkvProduct); off: three, as before. */
   fuseQkv = true;
+  /** decodeLayer runs RoPE and the KV cache write in the q|k|v matvec's epilogue, where there are no per-head q/k
+   *  norms and the device binds enough storage buffers (matvecRopeFits); off: ropeQkv after the matvec. */
+  fuseRope = true;
 
   /** Every fusion above on, or off (one dispatch per op: the baseline benches and tests compare with). */
   fuse(on: boolean): void {
-    this.fuseDecode = this.fuseGateUp = this.fuseQkv = on;
+    this.fuseDecode = this.fuseGateUp = this.fuseQkv = this.fuseRope = on;
   }
   /** Forward products with the weights (x·Wᵀ past decodeRows rows, the LM head's logits) run the coop matmul:
    *  tensor cores, f16 operands, f32 sums. Set by the engine where the device has them. */
@@ -593,7 +599,12 @@ export class Model {
     biases: (Vector | undefined)[],
     entries: (LoraEntry | undefined)[],
     y: GPUBuffer,
-    o: { norm?: GPUBuffer; gated?: ModelConfig["hiddenAct"]; accumulate?: boolean },
+    o: {
+      norm?: GPUBuffer;
+      gated?: ModelConfig["hiddenAct"];
+      accumulate?: boolean;
+      rope?: { buffers: NonNullable<MatvecBuffers["rope"]>; dims: NonNullable<MatvecOptions["rope"]> };
+    },
   ): void {
     const gpu = this.gpu;
     const K = Ws[0].cols;
@@ -621,9 +632,27 @@ export class Model {
     matvec(
       gpu,
       rec,
-      { x, w: Ws[0].buffer, y, bias: biases[0]?.buffer, norm, loraT: t, loraParams: t && this.lora!.params },
+      {
+        x,
+        w: Ws[0].buffer,
+        y,
+        bias: biases[0]?.buffer,
+        norm,
+        loraT: t,
+        loraParams: t && this.lora!.params,
+        rope: o.rope?.buffers,
+      },
       { M: N, N: o.gated ? Ws[0].rows : Ws.reduce((a, W) => a + W.rows, 0), K },
-      { wDtype: Ws[0].dtype, eps, segments, gated: o.gated, accumulate: o.accumulate, ldt: R, tuning },
+      {
+        wDtype: Ws[0].dtype,
+        eps,
+        segments,
+        gated: o.gated,
+        accumulate: o.accumulate,
+        ldt: R,
+        tuning,
+        rope: o.rope?.dims,
+      },
     );
     gpu.release(t);
   }
@@ -631,7 +660,8 @@ export class Model {
   /**
    * Inference's layer over at most decodeRows tokens against the KV cache, in place on x: the ops of `layer` with
    * what always runs together in one dispatch. The input norm rides in the q|k|v matvec (one, over the three
-   * weights), RoPE, q/k norms and the cache write in ropeQkv, the residual adds in the o and down matvecs, the MLP
+   * weights; RoPE and the cache write in its epilogue where fuseRope allows, else with q/k norms in ropeQkv), the
+   * residual adds in the o and down matvecs, the MLP
    * norm and the gated activation in the gate|up matvec; each LoRA term in its projection's matvec, after one matvec
    * for the t = x·Aᵀ of all the projections sharing an input.
    */
@@ -647,22 +677,34 @@ export class Model {
     const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
     const L = this.weights.layers[l];
     const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
-    // --- attention block: q|k|v (N, (H + 2 KV) D) = norm(x)·[Wq; Wk; Wv]ᵀ (+ bias, LoRA)
-    const ldq = (H + 2 * KV) * D;
-    const qkv = buf(N * ldq, "qkv");
+    // --- attention block: q|k|v (N, (H + 2 KV) D) = norm(x)·[Wq; Wk; Wv]ᵀ (+ bias, LoRA), then per-head q/k norms,
+    // RoPE, q out and k, v into the cache: in the matvec's epilogue where it can (fuseRope), else ropeQkv.
     const attnIn = this.loraEntries(l, ["q", "k", "v"]);
-    this.decodeLinear(rec, x, N, [L.q, L.k, L.v], [L.qBias, L.kBias, L.vBias], attnIn, qkv, { norm: L.inNorm });
-    const q = buf(N * H * D, "q");
+    const biases = [L.qBias, L.kBias, L.vBias];
     const { invFreq, window } = this.attention(l);
     const kv = attend.kv;
-    const qkNorm = c.qkNorm ? { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps } : undefined;
-    ropeQkv(
-      gpu,
-      rec,
-      { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l], norm: qkNorm },
-      { n: N, h: H, kv: KV, d: D, ldq, slots: kv.slots, tmax: kv.tmax },
-      { tuning: this.tuning.rope },
-    );
+    const q = buf(N * H * D, "q");
+    const cache = { slots: kv.slots, tmax: kv.tmax };
+    if (this.fuseRope && !c.qkNorm && matvecRopeFits(gpu)) {
+      const rope = {
+        buffers: { slotPos: attend.slotPos, invFreq, kc: kv.k[l], vc: kv.v[l] },
+        dims: { heads: H, kvHeads: KV, headDim: D, ...cache },
+      };
+      this.decodeLinear(rec, x, N, [L.q, L.k, L.v], biases, attnIn, q, { norm: L.inNorm, rope });
+    } else {
+      const ldq = (H + 2 * KV) * D;
+      const qkv = buf(N * ldq, "qkv");
+      this.decodeLinear(rec, x, N, [L.q, L.k, L.v], biases, attnIn, qkv, { norm: L.inNorm });
+      const qkNorm = c.qkNorm ? { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps } : undefined;
+      ropeQkv(
+        gpu,
+        rec,
+        { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l], norm: qkNorm },
+        { n: N, h: H, kv: KV, d: D, ldq, ...cache },
+        { tuning: this.tuning.rope },
+      );
+      gpu.release(qkv);
+    }
     const o = buf(N * H * D, "o");
     const lse = buf(N * H, "lse");
     const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
@@ -670,7 +712,7 @@ export class Model {
     if (attend.decode)
       attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen }, { tuning: this.tuning.attention });
     else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen, tuning: this.tuning.attention });
-    gpu.release(qkv, q, lse);
+    gpu.release(q, lse);
     // Residual: x += o·Woᵀ (+ LoRA); Gemma: x + norm(o·Woᵀ), on a new buffer.
     let xMid = x;
     const oIn = this.loraEntries(l, ["o"]);

@@ -28,10 +28,11 @@ override ROPE_P: u32 = 0u; // > 0: RoPE in the epilogue (rope.wgsl), pairs ROPE_
 // the pair; v's columns map to themselves.
 fn colOf(c: u32) -> u32 {
   if (ROPE_P == 0u || c >= p.seg[2].base) { return c; }
+  let P = max(ROPE_P, 1u); // the same where it matters; keeps pipelines with ROPE_P = 0 free of a division by 0
   let half = p.rope.x;
-  let r = c % (2u * ROPE_P);
-  let pair = (c / (2u * ROPE_P)) * ROPE_P + r % ROPE_P;
-  return (pair / half) * 2u * half + pair % half + select(0u, half, r >= ROPE_P);
+  let r = c % (2u * P);
+  let pair = (c / (2u * P)) * P + r % P;
+  return (pair / half) * 2u * half + pair % half + select(0u, half, r >= P);
 }
 
 // The segment output column n belongs to.
