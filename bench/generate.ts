@@ -26,7 +26,7 @@ import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 import { configJson, narrowConfig, TINY as TINY_DIR } from "./models.ts";
 
-const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
+export const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
   parseConfig({
     architectures: ["LlamaForCausalLM"],
     model_type: "llama",
@@ -131,12 +131,15 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
           unit: "dispatches",
           note: `one decode step, one dispatch per op${lora}`,
         });
+        model.fuseRope = false;
+        const ropeApart = await decodeStep(B);
+        model.fuseRope = true;
         const fused = await decodeStep(B);
         out.push({
           id: name,
           value: fused,
           unit: "dispatches",
-          note: `one decode step${lora}; ${(perOp / fused).toFixed(2)}x fewer than one dispatch per op`,
+          note: `one decode step${lora}; ${(perOp / fused).toFixed(2)}x fewer than one dispatch per op, ${ropeApart} with RoPE in its own dispatch`,
         });
       }
     }
@@ -205,8 +208,8 @@ export const AHEAD = 8;
 
 /**
  * Prefill B prompts of P tokens (one step), then D decode steps for all B sequences; then (abD > 0) abD more of the
- * model's decode steps alternating with abD of one dispatch per op (Model.fuse(false)), each timed alone, so the two
- * compare under the same load; then (runs > 0) `runs` runs of AHEAD steps with no readback between them
+ * model's decode steps alternating with abD of one dispatch per op (`toggle(false)`, default Model.fuse(false)), each
+ * timed alone, so the two compare under the same load; then (runs > 0) `runs` runs of AHEAD steps with no readback between them
  * (ModelRunner.decode, the engine's free-text path) alternating with as many rounds of AHEAD steps one at a time.
  */
 export async function decodeRun(
@@ -217,6 +220,7 @@ export async function decodeRun(
   D: number,
   abD = 0,
   runs = 0,
+  toggle: (on: boolean) => void = (on) => model.fuse(on),
 ): Promise<{
   prefill: number;
   decode: number;
@@ -266,13 +270,13 @@ export async function decodeRun(
   let ab: { fused: number; perOp: number } | undefined;
   if (abD) {
     const t = { fused: 0, perOp: 0 };
-    model.fuse(false);
+    toggle(false);
     await step(); // the per-op pipelines compile
     for (let d = 0; d < 2 * abD; d++) {
-      model.fuse(d % 2 === 1);
-      t[model.fuseDecode ? "fused" : "perOp"] += await timed(step);
+      toggle(d % 2 === 1);
+      t[d % 2 === 1 ? "fused" : "perOp"] += await timed(step);
     }
-    model.fuse(true);
+    toggle(true);
     ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
   }
   let ahead: { run: number; single: number } | undefined;
@@ -442,6 +446,17 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
       });
       out.push(aheadResult(`generate.${id}.decode.b${B}`, r.ahead!));
+      if (B < 32) {
+        // RoPE and the cache write in the q|k|v matvec (Model.fuseRope) against ropeQkv after it, steps alternating.
+        const rope = (await decodeRun(gpu, model, B, P, 0, 2 * D, 0, (on) => (model.fuseRope = on))).ab!;
+        out.push({
+          id: `generate.${id}.decode.b${B}.rope_apart`,
+          value: rope.perOp,
+          unit: "tok/s",
+          vs: { id: `generate.${id}.decode.b${B}`, ratio: rope.fused / rope.perOp },
+          note: `RoPE in its own dispatch (ropeQkv); ratio: RoPE in the q|k|v matvec (${rope.fused.toPrecision(4)} tok/s) over this, steps alternating`,
+        });
+      }
     }
     model.dispose();
     gpu.pool.trim();

@@ -469,6 +469,23 @@ async function oneModel(
             `(${(a.run / a.single).toFixed(2)}x)`,
         );
       }
+      // Where tuning weighed RoPE in the q|k|v matvec against ropeQkv after it: the two in whole decode steps at batch
+      // 1, alternating (the choice flipped in the model's tuning for the run; the plan holds either on a GPU).
+      const rope = engine.model.tuning.rope;
+      if (rope?.inMatvec !== undefined) {
+        const tuned = rope.inMatvec;
+        const ab = (await decodeRun(gpu, engine.model, 1, 16, 0, small ? 3 : 16, 0, (on) => (rope.inMatvec = on))).ab!;
+        rope.inMatvec = tuned;
+        const note = `RoPE in ropeQkv; ratio: RoPE in the q|k|v matvec (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; start-up tuning chose ${tuned ? "the matvec" : "ropeQkv"}`;
+        out.push({
+          id: `gpu.${name}.decode.b1.rope_apart`,
+          value: ab.perOp,
+          unit: "tok/s",
+          vs: { id: `gpu.${name}.decode.b1`, ratio: ab.fused / ab.perOp },
+          note,
+        });
+        ctx.log(`${name} decode b1: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+      }
       // Start-up tuning's bound on the rows a decode step runs as matvecs; past it, matmuls (tensor cores where on).
       const rows = engine.model.decodeRows;
       ctx.log(`${name}: steps of up to ${rows} rows run their projections as matvecs (start-up tuning)`);

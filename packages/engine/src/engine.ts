@@ -9,7 +9,7 @@ import type { Generator, TokenConstraint } from "./generate/types.ts";
 import { BaseModels, type BaseModel } from "./model/bases.ts";
 import { LoraState, validateLoraConfig, type LoraConfig } from "./model/lora.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
-import { Model } from "./model/model.ts";
+import { Model, ropeInMatvec } from "./model/model.ts";
 import { ModelRunner } from "./model/runner.ts";
 import { clientForHandler } from "./openai/client.ts";
 import { createHandler, type Handler, type HandlerTokenizer, type ServedModel } from "./openai/handler.ts";
@@ -23,7 +23,7 @@ import {
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { coopConfig, loraGradChunk, matvecRopeFits, tuneKernels, type KernelTuning } from "@webart/shaders";
+import { coopConfig, loraGradChunk, tuneKernels, type KernelTuning } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -198,7 +198,7 @@ export class Engine {
       sharedWeights: base.weightsShared,
       // The device kind's LoRA layout until tuning below says which one runs.
       loraGradChunk: loraGradChunk(gpu),
-      ropeInMatvec: matvecRopeFits(gpu),
+      ropeInMatvec: ropeInMatvec(gpu, {}),
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
@@ -228,15 +228,19 @@ export class Engine {
         kvHeads: c.numKvHeads,
         headDim: c.headDim,
         intermediate: c.intermediateSize,
+        qkNorm: c.qkNorm,
         tensorCores: opts.tensorCores ?? true,
       };
       tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
       // Tuning's scratch (up to 64 MiB a problem on GPUs) goes back to the device, not into the pool's free lists.
       gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
-      if (tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) {
-        // Steps of more rows than that run the layer one op at a time, with more temporaries: planned again.
-        setup.decodeRows = tuning.decodeRows;
+      const rope = ropeInMatvec(gpu, tuning);
+      if ((tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) || rope !== setup.ropeInMatvec) {
+        // Steps of more rows than that run the layer one op at a time, and RoPE apart from the q|k|v matvec needs
+        // the packed q|k|v: more temporaries, planned again.
+        if (tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) setup.decodeRows = tuning.decodeRows;
+        setup.ropeInMatvec = rope;
         plan = makePlan();
       }
     }

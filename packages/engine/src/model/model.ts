@@ -125,6 +125,12 @@ export interface WeightGrads {
   embedding(rec: Recorder, dx: GPUBuffer): void;
 }
 
+/** Whether decode runs RoPE in the q|k|v matvec on this device (for models without q/k norms): where the device binds
+ *  its buffers and tuning, if it ran, found it faster. The memory plan asks the same (PlanSetup.ropeInMatvec). */
+export function ropeInMatvec(gpu: Gpu, tuning: KernelTuning): boolean {
+  return matvecRopeFits(gpu) && tuning.rope?.inMatvec !== false;
+}
+
 export class Model {
   /** RoPE inverse frequencies of the full-attention layers, and of the sliding layers where they differ. */
   readonly invFreq: GPUBuffer;
@@ -144,7 +150,8 @@ export class Model {
    *  weights sit back to back and there are no per-head q/k norms (qkvProduct); off: three, as before. */
   fuseQkv = true;
   /** decodeLayer runs RoPE and the KV cache write in the q|k|v matvec's epilogue, where there are no per-head q/k
-   *  norms and the device binds enough storage buffers (matvecRopeFits); off: ropeQkv after the matvec. */
+   *  norms, the device binds enough storage buffers (matvecRopeFits) and start-up tuning found it faster
+   *  (RopeTuning.inMatvec; untuned: on); off: ropeQkv after the matvec. */
   fuseRope = true;
 
   /** Every fusion above on, or off (one dispatch per op: the baseline benches and tests compare with). */
@@ -685,7 +692,7 @@ export class Model {
     const kv = attend.kv;
     const q = buf(N * H * D, "q");
     const cache = { slots: kv.slots, tmax: kv.tmax };
-    if (this.fuseRope && !c.qkNorm && matvecRopeFits(gpu)) {
+    if (this.fuseRope && !c.qkNorm && ropeInMatvec(gpu, this.tuning)) {
       const rope = {
         buffers: { slotPos: attend.slotPos, invFreq, kc: kv.k[l], vc: kv.v[l] },
         dims: { heads: H, kvHeads: KV, headDim: D, ...cache },

@@ -22,6 +22,9 @@ export type RopeQkvLayout = (typeof ROPE_QKV_LAYOUTS)[number];
 /** What start-up tuning (tune/kernels.ts) chooses for ropeQkv. */
 export interface RopeTuning {
   layout: RopeQkvLayout;
+  /** Decode's RoPE in the q|k|v matvec's epilogue (matvec options.rope) rather than in ropeQkv after it: measured
+   *  where the model has no q/k norms and the device binds the matvec's buffers; unset: not measured. */
+  inMatvec?: boolean;
 }
 export const ropeQkvSpecs: Record<RopeQkvLayout, KernelSpec> = {
   cpu: { name: "rope_qkv", code, overrides: { WG: 64 } },

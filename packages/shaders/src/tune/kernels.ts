@@ -6,7 +6,7 @@
 import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type MatmulTuning, type WeightDtype } from "../matmul/index.ts";
 import { coopConfig } from "../matmul/coop.ts";
-import { matvec, tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
+import { matvec, matvecRopeFits, tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
 import { swigluForwardPacked } from "../swiglu/index.ts";
 import { packSampleRows, sample, SAMPLE_SPLITS, type SampleTuning } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
@@ -55,6 +55,8 @@ export interface TuneShape {
   headDim: number;
   /** The MLP's width (its decode projections are tuned one by one on fast devices). */
   intermediate?: number;
+  /** Per-head q/k norms (Qwen3, Gemma 3): RoPE stays in ropeQkv, never in the q|k|v matvec. */
+  qkNorm?: boolean;
   /** Whether the model's forward products run on tensor cores (the coop matmul); default: where the device has
    *  them. Decides what tuneDecodeRows weighs the matvecs against. */
   tensorCores?: boolean;
@@ -355,31 +357,61 @@ export async function tuneRmsnorm(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES
 /** ropeQkv's layout on a decode step's rows: `z.decodeB` tokens of the model's q, k and v heads (q/k norms on). */
 export async function tuneRope(
   gpu: Gpu,
-  dims: { heads: number; kvHeads: number; headDim: number },
+  dims: { heads: number; kvHeads: number; headDim: number; hidden?: number; weights?: WeightDtype; qkNorm?: boolean },
   z: Sizes = CPU_SIZES,
+  matvecTuning?: MatvecTuning,
 ): Promise<RopeTuning> {
   const { heads: h, kvHeads: kv, headDim: d } = dims;
   const key = `rope.layout@H=${h},KV=${kv},D=${d}`;
-  const layout = await tuneWith(gpu, key, ROPE_QKV_LAYOUTS, (s) => {
-    const [n, slots, tmax] = [z.decodeB, z.decodeB, 4];
-    const ldq = (h + 2 * kv) * d;
+  const [n, slots, tmax] = [z.decodeB, z.decodeB, 4];
+  const ldq = (h + 2 * kv) * d;
+  const inputs = (s: Scratch) => {
     const sp = new Uint32Array(2 * n);
     for (let t = 0; t < n; t++) [sp[2 * t], sp[2 * t + 1]] = [t, t % tmax];
     const cache = slots * tmax * kv * d;
-    const b = {
+    return {
       qkv: s.f32(n * ldq),
       slotPos: s.u32(sp),
       invFreq: s.values(ropeInvFreq(d, 10000)),
       q: s.zeros(n * h * d * 4),
       kc: s.zeros(cache * 4),
       vc: s.zeros(cache * 4),
-      norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 },
     };
+  };
+  const layout = await tuneWith(gpu, key, ROPE_QKV_LAYOUTS, (s) => {
+    const b = { ...inputs(s), norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 } };
     const dm = { n, h, kv, d, ldq, slots, tmax };
     return (c) => (rec) => void ropeQkv(gpu, rec, b, dm, { layout: c });
   });
-  return { layout };
+  // RoPE in the q|k|v matvec's epilogue, against the matvec then ropeQkv: a dispatch fewer a layer, a heavier
+  // epilogue (on SwiftShader the matvec then ropeQkv was faster). Decode steps of 1 and of decodeB rows.
+  const { hidden: C, weights } = dims;
+  if (!C || !weights || dims.qkNorm || !matvecRopeFits(gpu)) return { layout };
+  const where = await tuneWith(gpu, `rope.in_matvec@H=${h},KV=${kv},D=${d},C=${C},${weights}`, ROPE_PLACES, (s) => {
+    const b = inputs(s);
+    const x = s.f32(n * C);
+    const norm = s.f32(C);
+    const w = s.zeros(Math.ceil((ldq * C * (weights === "f32" ? 4 : 2)) / 4) * 4); // the time does not depend on W
+    const segments = [h * d, kv * d, kv * d].map((rows, i) => ({ rows, offsetW: [0, h * d, (h + kv) * d][i] * C }));
+    const o = { wDtype: weights, segments, eps: 1e-6, tuning: matvecTuning };
+    const rope = { heads: h, kvHeads: kv, headDim: d, slots, tmax };
+    return (c) => (rec) => {
+      for (const M of [1, n]) {
+        if (c === "matvec") {
+          const rb = { slotPos: b.slotPos, invFreq: b.invFreq, kc: b.kc, vc: b.vc };
+          matvec(gpu, rec, { x, w, y: b.q, norm, rope: rb }, { M, N: ldq, K: C }, { ...o, rope });
+        } else {
+          matvec(gpu, rec, { x, w, y: b.qkv, norm }, { M, N: ldq, K: C }, o);
+          ropeQkv(gpu, rec, b, { n: M, h, kv, d, ldq, slots, tmax }, { layout });
+        }
+      }
+    };
+  });
+  return { layout, inMatvec: where === "matvec" };
 }
+
+/** Where decode's RoPE runs: in ropeQkv after the q|k|v matvec, or in that matvec's epilogue. */
+const ROPE_PLACES = ["apart", "matvec"] as const;
 
 /** On fast devices, the decode matvecs a model of this shape runs, each tuned on its own: q|k|v, o, gate|up (gated),
  *  down and the LM head (they span 1.6 MB to 270 MB in Qwen2.5-0.5B, and a GPU's best variant differs by size). */
@@ -485,6 +517,6 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),
     rmsnorm: await tuneRmsnorm(gpu, shape.hidden, z),
-    rope: await tuneRope(gpu, shape, z),
+    rope: await tuneRope(gpu, shape, z, mv),
   };
 }

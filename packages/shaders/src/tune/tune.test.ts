@@ -171,6 +171,7 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
     ["lora.layout", t.lora?.layout],
     ["rmsnorm.layout", t.rmsnorm?.layout],
     ["rope.layout", t.rope?.layout],
+    ["rope.in_matvec", t.rope?.inMatvec ? "matvec" : "apart"],
   ];
   for (const use of ["train", "decode"] as const) {
     const a = t.attention?.[use];
@@ -185,6 +186,8 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
     expect(Object.keys(e.ms).length, prefix).toBeGreaterThan(1);
     expect(e.ms[e.winner]).toBe(Math.min(...Object.values(e.ms)));
   }
+  // A model with per-head q/k norms keeps RoPE in ropeQkv: nothing to weigh.
+  expect((await tuneKernels(gpu, { ...shape, qkNorm: true })).rope?.inMatvec).toBeUndefined();
   const other = await tuneKernels(gpu, { ...shape, hidden: 32 });
   expect(gpu.tuning.has("rmsnorm.layout@C=64") && gpu.tuning.has("rmsnorm.layout@C=32")).toBe(true);
   expect(other.rmsnorm?.layout).toBe(gpu.tuning.get("rmsnorm.layout@C=32")!.winner);
