@@ -198,6 +198,34 @@ function stagingCode(g: CoopGeometry, bKind: number, st: CoopStaging, elem: "f16
   const decl: string[] = [];
   const prefetch: string[] = [];
   const stage: string[] = [];
+  // An element a load, any layout: element i of a thread's share is its row r (m of A, n of B) and k within the slice;
+  // consecutive threads walk the operand's unit-stride axis (k where kContig), so global loads coalesce.
+  const scalar = (o: {
+    reg: string;
+    R: number;
+    kContig: string;
+    block: string;
+    extent: string;
+    ld: string;
+    base: string;
+  }) => {
+    const { reg, R, kContig, block, extent, ld, base } = o;
+    const isA = reg === "pa";
+    const idx = (i: number) =>
+      `let l = tid + ${i * T}u; let r = select(l % ${R}u, l / ${BK}u, ${kContig}); let k = select(l / ${R}u, l % ${BK}u, ${kContig});`;
+    const at = `${base} + select(gkc * ${ld} + grc, grc * ${ld} + gkc, ${kContig})`;
+    decl.push(lines((R * BK) / T, (i) => `  var ${reg}${i} = 0.0;`));
+    prefetch.push(
+      lines(
+        (R * BK) / T,
+        (i) =>
+          `    { ${idx(i)} let gr = ${block} + r; let gk = kn + k; let grc = min(gr, ${extent} - 1u); let gkc = min(gk, p.K - 1u);\n` +
+          `      ${reg}${i} = select(0.0, ${isA ? `a[${at}]` : `loadB(${at})`}, gr < ${extent} && gk < p.K); }`,
+      ),
+    );
+    const dst = isA ? `As[r * ${LDS}u + k] = ${elem}(${reg}$I * sA);` : `Bs[r * ${LDS}u + k] = ${elem}(${reg}$I);`;
+    stage.push(lines((R * BK) / T, (i) => `    { ${idx(i)} ${dst.replace("$I", String(i))} }`));
+  };
   if (st.vecA) {
     // Vectors along k: consecutive threads take consecutive vectors of a row.
     const NV = (BM * BK) / (4 * T);
@@ -219,22 +247,7 @@ function stagingCode(g: CoopGeometry, bKind: number, st: CoopStaging, elem: "f16
           `      As[o] = ${elem}(v.x); As[o + 1u] = ${elem}(v.y); As[o + 2u] = ${elem}(v.z); As[o + 3u] = ${elem}(v.w); }`,
       ),
     );
-  } else {
-    const NA = (BM * BK) / T;
-    // Element i of a thread's share: its row and k within the slice; consecutive threads walk the unit-stride axis.
-    const idx = (i: number) =>
-      `let l = tid + ${i * T}u; let m = select(l / ${BK}u, l % ${BM}u, tA); let k = select(l % ${BK}u, l / ${BM}u, tA);`;
-    decl.push(lines(NA, (i) => `  var pa${i} = 0.0;`));
-    prefetch.push(
-      lines(
-        NA,
-        (i) =>
-          `    { ${idx(i)} let gm = mBlock + m; let gk = kn + k; let gmc = min(gm, p.M - 1u); let gkc = min(gk, p.K - 1u);\n` +
-          `      pa${i} = select(0.0, a[aBase + select(gmc * p.lda + gkc, gkc * p.lda + gmc, tA)], gm < p.M && gk < p.K); }`,
-      ),
-    );
-    stage.push(lines(NA, (i) => `    { ${idx(i)} As[m * ${LDS}u + k] = ${elem}(pa${i} * sA); }`));
-  }
+  } else scalar({ reg: "pa", R: BM, kContig: "!tA", block: "mBlock", extent: "p.M", ld: "p.lda", base: "aBase" });
   if (st.vecB) {
     const V = coopVectorB(bKind);
     const NV = (BN * BK) / (V * T);
@@ -268,22 +281,17 @@ function stagingCode(g: CoopGeometry, bKind: number, st: CoopStaging, elem: "f16
           " }",
       ),
     );
-  } else {
-    const NB = (BN * BK) / T;
-    const idx = (i: number) =>
-      `let l = tid + ${i * T}u; let n = select(l % ${BN}u, l / ${BK}u, tB); let k = select(l / ${BN}u, l % ${BK}u, tB);`;
-    decl.push(lines(NB, (i) => `  var pb${i} = 0.0;`));
-    prefetch.push(
-      lines(
-        NB,
-        (i) =>
-          `    { ${idx(i)} let gn = nBlock + n; let gk = kn + k; let gnc = min(gn, p.N - 1u); let gkc = min(gk, p.K - 1u);\n` +
-          `      pb${i} = select(0.0, loadB(bBase + select(gkc * p.ldb + gnc, gnc * p.ldb + gkc, tB)), gn < p.N && gk < p.K); }`,
-      ),
-    );
-    stage.push(lines(NB, (i) => `    { ${idx(i)} Bs[n * ${LDS}u + k] = ${elem}(pb${i}); }`));
-  }
-  return { decl: decl.join("\n"), prefetch: prefetch.join("\n"), stage: stage.join("\n") };
+  } else scalar({ reg: "pb", R: BN, kContig: "tB", block: "nBlock", extent: "p.N", ld: "p.ldb", base: "bBase" });
+  // The workgroup's block of C (x: n, y: m, z: batch), its operands' layouts and where they start.
+  const setup = [
+    "  let tA = (p.flags & 1u) != 0u;",
+    "  let tB = (p.flags & 2u) != 0u;",
+    `  let mBlock = wid.y * ${BM}u;`,
+    `  let nBlock = wid.x * ${BN}u;`,
+    "  let aBase = p.offA + wid.z * p.sA;",
+    "  let bBase = p.offB + wid.z * p.sB;",
+  ].join("\n");
+  return { setup, decl: decl.join("\n"), prefetch: prefetch.join("\n"), stage: stage.join("\n") };
 }
 
 /**
@@ -306,12 +314,7 @@ var<workgroup> Bs: array<f32, ${BN * LDS}>;
 @compute @workgroup_size(${T})
 fn coop_staging(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3u,
                 @builtin(num_workgroups) nwg: vec3u) {
-  let tA = (p.flags & 1u) != 0u;
-  let tB = (p.flags & 2u) != 0u;
-  let mBlock = wid.y * ${BM}u;
-  let nBlock = wid.x * ${BN}u;
-  let aBase = p.offA + wid.z * p.sA;
-  let bBase = p.offB + wid.z * p.sB;
+${code.setup}
   let sA = 1.0;
   if ((p.flags & 4u) != 0u) { c[0] = bias[0]; } // keeps bias in the layout (the matmul's bindings)
   let slices = (p.K + ${BK - 1}u) / ${BK}u;
@@ -397,12 +400,7 @@ fn epilogue(r0: u32, c0: u32, sg: u32, lane: u32, mBlock: u32, nBlock: u32, cBas
 
 @compute @workgroup_size(${T})
 fn matmul_forward_coop(@builtin(local_invocation_index) tid: u32, @builtin(workgroup_id) wid: vec3u) {
-  let tA = (p.flags & 1u) != 0u;
-  let tB = (p.flags & 2u) != 0u;
-  let mBlock = wid.y * ${BM}u;
-  let nBlock = wid.x * ${BN}u;
-  let aBase = p.offA + wid.z * p.sA;
-  let bBase = p.offB + wid.z * p.sB;
+${staging.setup}
   let cBase = p.offC + wid.z * p.sC;
   let sg = tid / ${SG}u;
   let lane = tid % ${SG}u;
