@@ -2,15 +2,18 @@
 // at an element offset with its own strides. Forward (t = x·Aᵀ, y += s·t·Bᵀ) and backward (dt, dB, dA, dx)
 // are all this shape with R as J or K, so one kernel serves both entry points. The gradients dA and dB sum over
 // every token (K = N) into a few outputs (I x R): their k can be split over `splits` workgroups, each writing its
-// partial sums (split s at oOff + s * oSplit), which lora_reduce then adds up in order.
-struct Params {
+// partial sums (split s at oOff + s * oSplit), which lora_reduce then adds up in order. One dispatch runs up to 3
+// such problems on the same three buffers (the targets that share an input: q, k, v, or gate, up), each from its
+// first workgroup on.
+struct Problem {
   I: u32, J: u32, K: u32, tilesI: u32,
   pOff: u32, pi: u32, pk: u32, tiles: u32,
   qOff: u32, qk: u32, qj: u32, accumulate: u32,
   oOff: u32, oi: u32, oj: u32, scale: f32,
-  splits: u32, kChunk: u32, oSplit: u32, pad: u32,
+  splits: u32, kChunk: u32, oSplit: u32, first: u32, // first: the problem's first workgroup
 }
-@group(0) @binding(0) var<uniform> p: Params;
+struct Params { n: u32, pad0: u32, pad1: u32, pad2: u32, pr: array<Problem, 3> }
+@group(0) @binding(0) var<uniform> u: Params;
 @group(0) @binding(1) var<storage, read> P: array<f32>; // (I, K) at pOff, strides (pi, pk)
 @group(0) @binding(2) var<storage, read> Q: array<f32>; // (K, J) at qOff, strides (qk, qj)
 @group(0) @binding(3) var<storage, read_write> out: array<f32>; // (I, J) at oOff, strides (oi, oj)
@@ -26,7 +29,11 @@ const TMAX = 4u;
 var<workgroup> red: array<vec4f, WI * WJ * WK * TM>;
 
 fn lora_matmul(l: u32, wid: vec3u, nwg: vec3u) {
-  let flat = wid.x + wid.y * nwg.x;
+  let all = wid.x + wid.y * nwg.x;
+  var which = 0u;
+  for (var i = 1u; i < u.n; i++) { if (all >= u.pr[i].first) { which = i; } }
+  let p = u.pr[which];
+  let flat = all - p.first;
   if (flat >= p.tiles * p.splits) { return; }
   let split = flat / p.tiles;
   let tile = flat % p.tiles;
@@ -97,19 +104,29 @@ fn lora_backward(
   lora_matmul(l, wid, nwg);
 }
 
-// out[i, j] (+)= the sum over s of part[s * I * J + i * J + j], s in order (a split lora_matmul's partial sums).
-struct ReduceParams { I: u32, J: u32, S: u32, accumulate: u32, oOff: u32, oi: u32, oj: u32, pad: u32 }
-@group(0) @binding(0) var<uniform> pr: ReduceParams;
+// out[i, j] (+)= the sum over s of part[partOff + s * I * J + i * J + j], s in order (a split lora_matmul's partial
+// sums), for up to 3 problems, each from its first element (of all the dispatch's threads) on.
+struct Reduce {
+  I: u32, J: u32, S: u32, accumulate: u32,
+  oOff: u32, oi: u32, oj: u32, partOff: u32,
+  first: u32, pad0: u32, pad1: u32, pad2: u32, // first: the problem's first element
+}
+struct ReduceParams { n: u32, pad0: u32, pad1: u32, pad2: u32, pr: array<Reduce, 3> }
+@group(0) @binding(0) var<uniform> ur: ReduceParams;
 @group(0) @binding(1) var<storage, read> part: array<f32>;
 @group(0) @binding(2) var<storage, read_write> sums: array<f32>; // lora_matmul's out
 
 @compute @workgroup_size(64)
 fn lora_reduce(@builtin(global_invocation_id) gid: vec3u, @builtin(num_workgroups) nwg: vec3u) {
-  let e = gid.x + gid.y * nwg.x * 64u;
+  let all = gid.x + gid.y * nwg.x * 64u;
+  var which = 0u;
+  for (var i = 1u; i < ur.n; i++) { if (all >= ur.pr[i].first) { which = i; } }
+  let pr = ur.pr[which];
+  let e = all - pr.first;
   let IJ = pr.I * pr.J;
   if (e >= IJ) { return; }
   var v = 0.0;
-  for (var s = 0u; s < pr.S; s++) { v += part[s * IJ + e]; }
+  for (var s = 0u; s < pr.S; s++) { v += part[pr.partOff + s * IJ + e]; }
   let o = pr.oOff + (e / pr.J) * pr.oi + (e % pr.J) * pr.oj;
   if (pr.accumulate != 0u) { sums[o] += v; } else { sums[o] = v; }
 }

@@ -134,40 +134,100 @@ function checkTiling(gpu: Gpu, t: LoraTiling): void {
   if (!ok) throw new Error(`lora: tiling ${JSON.stringify(t)} is invalid on this device`);
 }
 
-/** out (I, J) (+)= scale * P (I, K) · Q (K, J), all strided. */
-function matmul(
+/** One product out (I, J) (+)= scale * P (I, K) · Q (K, J), all strided. */
+interface Product {
+  IJK: [number, number, number];
+  P: Operand;
+  Q: Operand;
+  O: Operand;
+  scale: number;
+  accumulate: boolean;
+}
+
+/** Problems one dispatch runs (forward_backward.wgsl's Params.pr). */
+const MAX_PROBLEMS = 3;
+
+/**
+ * Records the products, as few dispatches as they allow: consecutive ones on the same three bindings (and all split
+ * over workgroups, or none) share a dispatch, up to MAX_PROBLEMS; their split sums share one lora_reduce. Products
+ * that write the same elements must go in separate calls.
+ */
+function products(gpu: Gpu, rec: Recorder, spec: (t: LoraTiling) => KernelSpec, t: LoraTiling, list: Product[]): void {
+  checkTiling(gpu, t);
+  const items = list
+    .filter((x) => x.IJK[0] > 0 && x.IJK[1] > 0)
+    .map((x) => {
+      const [I, J, K] = x.IJK;
+      const splits = t.KC ? Math.max(1, Math.ceil(K / t.KC)) : 1;
+      return {
+        ...x,
+        p: bind(gpu, x.P, I, K, "P"),
+        q: bind(gpu, x.Q, K, J, "Q"),
+        o: bind(gpu, x.O, I, J, "out"),
+        splits,
+      };
+    });
+  type Item = (typeof items)[number];
+  const same = (a: Item, b: Item) =>
+    a.p.binding === b.p.binding &&
+    a.q.binding === b.q.binding &&
+    a.o.binding === b.o.binding &&
+    a.splits > 1 === b.splits > 1;
+  for (let i = 0; i < items.length;) {
+    let j = i + 1;
+    while (j < items.length && j - i < MAX_PROBLEMS && same(items[i], items[j])) j++;
+    dispatchProducts(gpu, rec, spec(t), t, items.slice(i, j));
+    i = j;
+  }
+}
+
+function dispatchProducts(
   gpu: Gpu,
   rec: Recorder,
-  spec: (t: LoraTiling) => KernelSpec,
+  spec: KernelSpec,
   t: LoraTiling,
-  [I, J, K]: [number, number, number],
-  P: Operand,
-  Q: Operand,
-  O: Operand,
-  scale: number,
-  accumulate: boolean,
+  items: (Product & { p: Bound; q: Bound; o: Bound; splits: number })[],
 ): void {
-  if (I === 0 || J === 0) return;
-  checkTiling(gpu, t);
-  const p = bind(gpu, P, I, K, "P");
-  const q = bind(gpu, Q, K, J, "Q");
-  const o = bind(gpu, O, I, J, "out");
-  const tilesI = Math.ceil(I / (t.WI * t.TM));
-  const tiles = tilesI * Math.ceil(J / (t.WJ * 4));
-  const splits = t.KC ? Math.max(1, Math.ceil(K / t.KC)) : 1;
-  // Split: each workgroup's partial sums (scaled) into a (splits, I, J) scratch, then added up into out.
-  const part = splits > 1 ? gpu.buffer(splits * I * J * 4, "activations", "lora partial sums") : undefined;
-  const params = new Params()
-    .u32(I, J, K, tilesI, p.off, P.su, P.sv, tiles, q.off, Q.su, Q.sv, part ? 0 : accumulate ? 1 : 0)
-    .u32(part ? 0 : o.off, part ? J : O.su, part ? 1 : O.sv)
-    .f32(scale)
-    .u32(splits, part ? t.KC! : Math.max(1, K), part ? I * J : 0, 0);
-  rec.dispatch(spec(t), [p.binding, q.binding, part ?? o.binding], gpu.grid(tiles * splits), params);
+  const split = items[0].splits > 1;
+  // Split: each workgroup's partial sums (scaled) into a (splits, I, J) region of one scratch, then added up.
+  const partLen = split ? items.reduce((n, x) => n + x.splits * x.IJK[0] * x.IJK[1], 0) : 0;
+  const part = split ? gpu.buffer(partLen * 4, "activations", "lora partial sums") : undefined;
+  const params = new Params().u32(items.length, 0, 0, 0);
+  const reduce = new Params().u32(items.length, 0, 0, 0);
+  let first = 0;
+  let partOff = 0;
+  let elements = 0;
+  for (let i = 0; i < MAX_PROBLEMS; i++) {
+    const x = items[i];
+    if (!x) {
+      params
+        .u32(...new Array<number>(15).fill(0))
+        .f32(0)
+        .u32(0, 0, 0, 0xffffffff);
+      reduce.u32(...new Array<number>(8).fill(0), 0xffffffff, 0, 0, 0);
+      continue;
+    }
+    const [I, J, K] = x.IJK;
+    const tilesI = Math.ceil(I / (t.WI * t.TM));
+    const tiles = tilesI * Math.ceil(J / (t.WJ * 4));
+    const { p, q, o } = x;
+    params
+      .u32(I, J, K, tilesI, p.off, x.P.su, x.P.sv, tiles, q.off, x.Q.su, x.Q.sv, split ? 0 : x.accumulate ? 1 : 0)
+      .u32(split ? partOff : o.off, split ? J : x.O.su, split ? 1 : x.O.sv)
+      .f32(x.scale)
+      .u32(x.splits, split ? t.KC! : Math.max(1, K), split ? I * J : 0, first);
+    reduce.u32(I, J, x.splits, x.accumulate ? 1 : 0, o.off, x.O.su, x.O.sv, partOff, elements, 0, 0, 0);
+    first += tiles * x.splits;
+    partOff += x.splits * I * J;
+    elements += I * J;
+  }
+  rec.dispatch(spec, [items[0].p.binding, items[0].q.binding, part ?? items[0].o.binding], gpu.grid(first), params);
   if (!part) return;
-  const reduce = new Params().u32(I, J, splits, accumulate ? 1 : 0, o.off, O.su, O.sv, 0);
-  rec.dispatch(reduceSpec, [part, o.binding], gpu.grid(Math.ceil((I * J) / 64)), reduce);
+  rec.dispatch(reduceSpec, [part, items[0].o.binding], gpu.grid(Math.ceil(elements / 64)), reduce);
   gpu.release(part); // the pool keeps it until this recorder is submitted
 }
+
+type Bound = { binding: Binding; off: number };
 
 function checkDims(d: LoraDims): void {
   const ints = [d.N, d.in, d.out, d.R].every((v) => Number.isInteger(v) && v >= 0);
@@ -189,20 +249,80 @@ export interface LoraForwardBuffers {
 export function loraForward(
   gpu: Gpu,
   rec: Recorder,
-  { slot: w, x, t, y, ldy, offsetY }: LoraForwardBuffers,
+  { slot, x, t, y, ldy, offsetY }: LoraForwardBuffers,
   d: LoraDims,
   opts: LoraOptions = {},
 ): void {
   checkDims(d);
-  const { N, R } = d;
+  const target = { slot, out: d.out, R: d.R, scale: d.scale, offsetY: offsetY ?? 0, tCol: 0 };
+  loraForwardGroup(gpu, rec, { x, t, y, ldy: ldy ?? d.out, ldt: d.R }, { N: d.N, in: d.in }, [target], opts);
+}
+
+/** One adapter of a group that shares an input (q, k, v; gate, up): its A and B (and where their gradients go), its
+ *  dims, its columns of the group's output (y, dy) and of the group's t (and dt). */
+export interface LoraGroupTarget {
+  slot: LoraSlot;
+  grads?: LoraSlot;
+  out: number;
+  R: number;
+  /** alpha / R. */
+  scale: number;
+  offsetY: number;
+  tCol: number;
+}
+
+export interface LoraGroupBuffers {
+  x: Binding; // (N, in), the input the targets share
+  /** (N, ldt): each target's x·Aᵀ in its columns tCol.. (written by the forward, read by the backward). */
+  t: Binding;
+  ldt: number;
+}
+
+function checkGroup(d: { N: number; in: number }, targets: LoraGroupTarget[], ldt: number): void {
+  for (const e of targets) {
+    checkDims({ N: d.N, in: d.in, out: e.out, R: e.R, scale: e.scale });
+    if (!(Number.isInteger(e.tCol) && e.tCol >= 0 && e.tCol + e.R <= ldt))
+      throw new Error(`lora: t columns ${e.tCol}..${e.tCol + e.R} do not fit its row of ${ldt}`);
+  }
+}
+
+/**
+ * The forward of adapters that share x, each t = x·Aᵀ into its columns of t and y += s·t·Bᵀ into its columns of y
+ * (N, ldy): two dispatches for the group (one per product, up to 3 targets each).
+ */
+export function loraForwardGroup(
+  gpu: Gpu,
+  rec: Recorder,
+  b: LoraGroupBuffers & { y: Binding; ldy: number },
+  d: { N: number; in: number },
+  targets: LoraGroupTarget[],
+  opts: LoraOptions = {},
+): void {
+  checkGroup(d, targets, b.ldt);
+  const { N } = d;
   const tl = loraTiling(gpu, opts.tiling, opts.layout ?? loraLayout(gpu, opts.tuning));
-  const AT = { buf: w.buffer, off: w.a, su: 1, sv: d.in }; // Aᵀ (in, R)
-  const BT = { buf: w.buffer, off: w.b, su: 1, sv: R }; // Bᵀ (R, out)
+  const T = (e: LoraGroupTarget): Operand => ({ buf: b.t, off: e.tCol, su: b.ldt, sv: 1 }); // (N, R)
   const f = loraForwardSpec;
-  // t = x (N, in) · Aᵀ (in, R); y += s · t (N, R) · Bᵀ (R, out)
-  matmul(gpu, rec, f, tl.shrink, [N, R, d.in], rows(x, d.in), AT, rows(t, R), 1, false);
-  const Y = { buf: y, off: offsetY ?? 0, su: ldy ?? d.out, sv: 1 };
-  matmul(gpu, rec, f, tl.expand, [N, d.out, R], rows(t, R), BT, Y, d.scale, true);
+  // t = x (N, in) · Aᵀ (in, R)
+  const shrink = targets.map((e) => ({
+    IJK: [N, e.R, d.in] as [number, number, number],
+    P: rows(b.x, d.in),
+    Q: { buf: e.slot.buffer, off: e.slot.a, su: 1, sv: d.in }, // Aᵀ (in, R)
+    O: T(e),
+    scale: 1,
+    accumulate: false,
+  }));
+  products(gpu, rec, f, tl.shrink, shrink);
+  // y += s · t (N, R) · Bᵀ (R, out)
+  const expand = targets.map((e) => ({
+    IJK: [N, e.out, e.R] as [number, number, number],
+    P: T(e),
+    Q: { buf: e.slot.buffer, off: e.slot.b, su: 1, sv: e.R }, // Bᵀ (R, out)
+    O: { buf: b.y, off: e.offsetY, su: b.ldy, sv: 1 },
+    scale: e.scale,
+    accumulate: true,
+  }));
+  products(gpu, rec, f, tl.expand, expand);
 }
 
 const rows = (buf: Binding, width: number): Operand => ({ buf, off: 0, su: width, sv: 1 });
@@ -237,28 +357,99 @@ export function loraBackward(
   opts: LoraBackwardOptions = {},
 ): void {
   checkDims(d);
-  const { N, R } = d;
+  const target = {
+    slot: b.slot,
+    grads: b.grads,
+    out: d.out,
+    R: d.R,
+    scale: d.scale,
+    offsetY: b.offsetDy ?? 0,
+    tCol: 0,
+  };
+  const bufs = { x: b.x, t: b.t, ldt: d.R, dy: b.dy, lddy: b.lddy ?? d.out, dx: b.dx, dt: b.dt };
+  loraBackwardGroup(gpu, rec, bufs, { N: d.N, in: d.in }, [target], opts);
+}
+
+/**
+ * The backward of adapters that share x (each with its grads slot), from dy (N, lddy) with each target's columns
+ * at its offsetY: dt = s·dy·B, dB (+)= s·dyᵀ·t, dA (+)= dtᵀ·x as one dispatch each for the group (and one sum of
+ * split partial sums each), then dx += dt·A, a dispatch a target (they add into the same dx).
+ */
+export function loraBackwardGroup(
+  gpu: Gpu,
+  rec: Recorder,
+  b: LoraGroupBuffers & { dy: Binding; lddy: number; dx?: Binding; dt?: Binding },
+  d: { N: number; in: number },
+  targets: LoraGroupTarget[],
+  opts: LoraBackwardOptions = {},
+): void {
+  checkGroup(d, targets, b.ldt);
+  const { N } = d;
   if (N === 0) return;
-  const [w, g] = [b.slot, b.grads];
   const tl = loraTiling(gpu, opts.tiling, opts.layout ?? loraLayout(gpu, opts.tuning));
   const acc = opts.accumulate ?? true;
   const f = loraBackwardSpec;
-  const scratch = b.dt ? undefined : gpu.buffer(N * R * 4, "activations", "lora dt");
-  const dt = rows(b.dt ?? scratch!, R); // (N, R)
-  const B = { buf: w.buffer, off: w.b, su: R, sv: 1 }; // (out, R)
-  const A = { buf: w.buffer, off: w.a, su: d.in, sv: 1 }; // (R, in)
-  const dB = { buf: g.buffer, off: g.b, su: R, sv: 1 }; // (out, R)
-  const dAT = { buf: g.buffer, off: g.a, su: 1, sv: d.in }; // dAᵀ (in, R)
-  const [offDy, ldDy] = [b.offsetDy ?? 0, b.lddy ?? d.out];
-  const dyT = { buf: b.dy, off: offDy, su: 1, sv: ldDy }; // (out, N)
-  const xT = { buf: b.x, off: 0, su: 1, sv: d.in }; // (in, N)
+  const scratch = b.dt ? undefined : gpu.buffer(N * b.ldt * 4, "activations", "lora dt");
+  const dtBuf = b.dt ?? scratch!;
+  const cols = (buf: Binding, e: LoraGroupTarget): Operand => ({ buf, off: e.tCol, su: b.ldt, sv: 1 }); // (N, R)
+  const grads = (e: LoraGroupTarget) => {
+    if (!e.grads) throw new Error("lora: a target in the backward needs its grads slot");
+    return e.grads;
+  };
+  const IJK = (i: number, j: number, k: number): [number, number, number] => [i, j, k];
   // dt = s · dy (N, out) · B (out, R)
-  matmul(gpu, rec, f, tl.shrink, [N, R, d.out], { buf: b.dy, off: offDy, su: ldDy, sv: 1 }, B, dt, d.scale, false);
+  products(
+    gpu,
+    rec,
+    f,
+    tl.shrink,
+    targets.map((e) => ({
+      IJK: IJK(N, e.R, e.out),
+      P: { buf: b.dy, off: e.offsetY, su: b.lddy, sv: 1 },
+      Q: { buf: e.slot.buffer, off: e.slot.b, su: e.R, sv: 1 }, // B (out, R)
+      O: cols(dtBuf, e),
+      scale: e.scale,
+      accumulate: false,
+    })),
+  );
   // dB (+)= s · dyᵀ (out, N) · t (N, R)
-  matmul(gpu, rec, f, tl.grad, [d.out, R, N], dyT, rows(b.t, R), dB, d.scale, acc);
+  products(
+    gpu,
+    rec,
+    f,
+    tl.grad,
+    targets.map((e) => ({
+      IJK: IJK(e.out, e.R, N),
+      P: { buf: b.dy, off: e.offsetY, su: 1, sv: b.lddy }, // dyᵀ (out, N)
+      Q: cols(b.t, e),
+      O: { buf: grads(e).buffer, off: grads(e).b, su: e.R, sv: 1 }, // dB (out, R)
+      scale: e.scale,
+      accumulate: acc,
+    })),
+  );
   // dA (+)= dtᵀ · x, computed as its transpose (in, R) = xᵀ (in, N) · dt (N, R)
-  matmul(gpu, rec, f, tl.grad, [d.in, R, N], xT, dt, dAT, 1, acc);
-  // dx (N, in) += dt (N, R) · A (R, in)
-  if (b.dx) matmul(gpu, rec, f, tl.expand, [N, d.in, R], dt, A, rows(b.dx, d.in), 1, true);
+  products(
+    gpu,
+    rec,
+    f,
+    tl.grad,
+    targets.map((e) => ({
+      IJK: IJK(d.in, e.R, N),
+      P: { buf: b.x, off: 0, su: 1, sv: d.in }, // xᵀ (in, N)
+      Q: cols(dtBuf, e),
+      O: { buf: grads(e).buffer, off: grads(e).a, su: 1, sv: d.in }, // dAᵀ (in, R)
+      scale: 1,
+      accumulate: acc,
+    })),
+  );
+  // dx (N, in) += dt (N, R) · A (R, in): one call a target, as they all add into dx.
+  const dx = b.dx;
+  if (dx)
+    for (const e of targets) {
+      const A = { buf: e.slot.buffer, off: e.slot.a, su: d.in, sv: 1 }; // (R, in)
+      products(gpu, rec, f, tl.expand, [
+        { IJK: IJK(N, d.in, e.R), P: cols(dtBuf, e), Q: A, O: rows(dx, d.in), scale: 1, accumulate: true },
+      ]);
+    }
   gpu.release(scratch); // the pool keeps it until this recorder is submitted
 }

@@ -5,7 +5,9 @@ import {
   LORA_TILING_CPU,
   LORA_TILING_GPU,
   loraBackward,
+  loraBackwardGroup,
   loraForward,
+  loraForwardGroup,
   type LoraDims,
   type LoraProduct,
   type LoraTiling,
@@ -195,4 +197,77 @@ it("lora backward reference matches finite differences (f64)", () => {
   assertClose("dx vs finite diff", ref.dx, fx, tol);
   assertClose("dA vs finite diff", ref.dA, fA, tol);
   assertClose("dB vs finite diff", ref.dB, fB, tol);
+});
+
+/**
+ * Adapters that share an input (q, k, v with ranks and widths of their own), as a group: y's and dy's columns side
+ * by side, each t in its columns of one buffer. Against each adapter on its own (the path the tests above check
+ * against the CPU): the same products, so the same sums; and fewer dispatches.
+ */
+// Backward dispatches: dt, dB (and its sums of split partials), dA (likewise), then dx a target. Each alone: 6 or 4.
+it.each([
+  ["gpu", LORA_TILING_GPU, 300, 1 + 2 + 2 + 3],
+  ["cpu", LORA_TILING_CPU, 9, 1 + 1 + 1 + 3],
+] as const)("a group of adapters sharing x gives each one's results alone (%s tiling)", async (_, tiling, N, back) => {
+  const rng = new Rng(N);
+  const inF = 24;
+  const targets = [
+    { out: 16, R: 4 },
+    { out: 8, R: 2 },
+    { out: 8, R: 3 },
+  ];
+  const ldy = targets.reduce((s, e) => s + e.out, 0);
+  const ldt = targets.reduce((s, e) => s + e.R, 0) + 1; // a spare column: t's row may be wider
+  // The flat adapter: each A (R, in) then B (out, R), at odd offsets.
+  let at = 5;
+  const slots = targets.map((e) => {
+    const s = { a: at, b: at + e.R * inF + 3 };
+    at = s.b + e.out * e.R + 2;
+    return s;
+  });
+  const flat = rng.f32(at);
+  const [x, y0, dy, dx0, g0] = [N * inF, N * ldy, N * ldy, N * inF, at].map((n) => rng.f32(n));
+  const run = async (grouped: boolean) => {
+    const [bx, bw, bg, by, bdy, bdx] = [x, flat, g0, y0, dy, dx0].map((v) => gpu.upload(v));
+    const bt = gpu.buffer(N * ldt * 4);
+    const rec = gpu.recorder();
+    let col = 0;
+    let off = 0;
+    const group = targets.map((e, i) => {
+      const g = { ...e, scale: 2 / e.R, slot: { buffer: bw, ...slots[i] }, grads: { buffer: bg, ...slots[i] } };
+      const r = { ...g, offsetY: off, tCol: col };
+      [col, off] = [col + e.R, off + e.out];
+      return r;
+    });
+    if (grouped) {
+      loraForwardGroup(gpu, rec, { x: bx, t: bt, ldt, y: by, ldy }, { N, in: inF }, group, { tiling });
+      const fwd = rec.dispatches;
+      loraBackwardGroup(gpu, rec, { x: bx, t: bt, ldt, dy: bdy, lddy: ldy, dx: bdx }, { N, in: inF }, group, {
+        tiling,
+      });
+      expect([fwd, rec.dispatches - fwd]).toEqual([2, back]);
+    } else {
+      // Each alone, its t in its own buffer; the same columns of y, dy.
+      for (const e of group) {
+        const t = gpu.buffer(N * e.R * 4);
+        const dims = { N, in: inF, out: e.out, R: e.R, scale: e.scale };
+        loraForward(gpu, rec, { slot: e.slot, x: bx, t, y: by, ldy, offsetY: e.offsetY }, dims, { tiling });
+        const bb = { slot: e.slot, grads: e.grads, x: bx, t, dy: bdy, lddy: ldy, offsetDy: e.offsetY, dx: bdx };
+        loraBackward(gpu, rec, bb, dims, { tiling });
+        gpu.release(t);
+      }
+    }
+    const reads = [by, bg, bdx].map((b, i) => rec.read(b, [N * ldy, at, N * inF][i] * 4));
+    await rec.submit();
+    const out = (await Promise.all(reads)).map((v) => new Float32Array(v));
+    gpu.release(bx, bw, bg, by, bdy, bdx, bt);
+    return out;
+  };
+  const [yG, gG, dxG] = await run(true);
+  const [yS, gS, dxS] = await run(false);
+  const same = { atol: 1e-6, rtol: 1e-6 }; // dx sums the targets' terms in the same order; the rest is per target
+  assertClose("y", yG, yS, same);
+  assertClose("dA, dB", gG, gS, same);
+  assertClose("dx", dxG, dxS, same);
+  expect(gpu.errors).toEqual([]);
 });
