@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { tmpdir } from "node:os";
 import { getDevice, Rng, type Gpu } from "@webart/gpu";
+import { loraLayout } from "@webart/shaders";
 import { LocalBackend } from "./art/local-backend.ts";
 import { TrainableModel } from "./art/model.ts";
 import { Trajectory, TrajectoryGroup, type SampledChoice } from "./art/trajectories.ts";
@@ -189,14 +190,17 @@ describe.each([
     const gateUp = await run(true, false);
     const both = await run(true, true);
     const layers = model.config.numLayers;
-    // gate|up: a layer's forward (twice: recompute) and backward each lose one matmul. q|k|v (not with per-head q/k
-    // norms): two matmuls and a RoPE in each forward, two matmuls and a RoPE (for the pack) in backward.
-    expect(apart.dispatches - gateUp.dispatches).toBe(3 * layers);
+    expect(loraLayout(gpu, model.tuning.lora)).toBe("cpu"); // SwiftShader: no split sums, 4 LoRA dispatches a target
+    // gate|up: a layer's forward (twice: recompute) and backward each lose one matmul. Their LoRA terms run as a
+    // group: forward 2 dispatches instead of 4 (twice), backward dt, dB, dA for both, then dx each: 5 instead of 8.
+    expect(apart.dispatches - gateUp.dispatches).toBe((3 + 2 * 2 + 3) * layers);
     // (Biases fuse only back to back: each starts on 256 bytes, so a k bias of 32 floats leaves a gap before v's.)
     const biases =
       !L.qBias ||
       (L.kBias!.offset === L.qBias.offset + L.qBias.length && L.vBias!.offset === L.kBias!.offset + L.kBias!.length);
-    expect(gateUp.dispatches - both.dispatches).toBe(model.config.qkNorm || !biases ? 0 : 9 * layers);
+    // q|k|v (not with per-head q/k norms): two matmuls and a RoPE in each forward, two matmuls and a RoPE (for the
+    // pack) in backward; LoRA as a group: forward 2 instead of 6 (twice), backward 1 + 1 + 1 + 3 instead of 12.
+    expect(gateUp.dispatches - both.dispatches).toBe(model.config.qkNorm || !biases ? 0 : (9 + 2 * 4 + 6) * layers);
     for (const got of [gateUp, both]) {
       let [diff, norm] = [0, 0];
       for (let i = 0; i < got.grads.length; i++) {

@@ -126,8 +126,12 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
 /** g and u (or their gradients): one (N, 2F) buffer where gate and up run as one matmul (their weights back to back:
  *  each fills whole 256-byte blocks, model.ts `gateUp`), else two of (N, F). */
 function gateUp(c: ModelConfig, N: number, weightBytes: number): number {
-  const { hiddenSize: C, intermediateSize: F } = c;
-  return (F * C * weightBytes) % SEGMENT_ALIGN === 0 ? f(N * 2 * F) : 2 * f(N * F);
+  return gateUpFused(c, weightBytes) ? f(N * 2 * c.intermediateSize) : 2 * f(N * c.intermediateSize);
+}
+
+/** Whether gate and up run as one product (model.ts `gateUp`): their weights back to back. */
+function gateUpFused(c: ModelConfig, weightBytes: number): boolean {
+  return (c.intermediateSize * c.hiddenSize * weightBytes) % SEGMENT_ALIGN === 0;
 }
 
 /** Whether q, k and v run as one product (model.ts `qkvProduct`): no per-head q/k norms, and the weights (and biases)
@@ -162,19 +166,33 @@ function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number, w
 }
 
 /** The largest set of gradients in flight inside one layer's backward (MLP part, then attention part). */
-function layerGrads(c: ModelConfig, N: number, rank: number, chunk: number | undefined, weightBytes: number): number {
+function layerGrads(
+  c: ModelConfig,
+  N: number,
+  rank: number,
+  targets: readonly LoraTarget[],
+  chunk: number | undefined,
+  weightBytes: number,
+): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const branch = c.sandwichNorms ? f(N * C) + f(256 * C) : 0; // Gemma: the branch norm's input gradient, its dw partials
-  // LoRA dt, and where the gradients' sums over N are split, one product's partial sums (a split per chunk)
+  // LoRA dt of a group of `members` targets that share an input (q|k|v, gate|up, where their product is one; else
+  // one target), and where the gradients' sums over N are split, one product's partial sums over the group (a split
+  // per chunk, `rows` rows of R: the group's outputs for dB, its inputs for dA).
   const splits = chunk ? Math.ceil(N / chunk) : 1;
-  const lora = (width: number) => (rank ? f(N * rank) + (splits > 1 ? f(splits * width * rank) : 0) : 0);
+  const lora = (members: number, rows: number) =>
+    rank ? f(N * rank * members) + (splits > 1 ? f(splits * rows * rank) : 0) : 0;
+  const has = (t: LoraTarget) => (targets.includes(t) ? 1 : 0);
+  const gu = gateUpFused(c, weightBytes) ? Math.max(1, has("gate") + has("up")) : 1;
+  const qkvN = qkvFused(c, weightBytes) ? has("q") + has("k") + has("v") : 0;
+  const qkvOut = has("q") * H * D + (has("k") + has("v")) * KV * D;
+  const attnLora = Math.max(lora(1, Math.max(C, H * D)), qkvN ? lora(qkvN, Math.max(qkvOut, qkvN * C)) : 0);
   // With tensor cores in backward, an input gradient's scale (absMax: its max and 512 partial maxima) is live too.
   const scale = f(513);
-  const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + lora(Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
+  const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + lora(gu, gu * Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
   const dqkv = qkvFused(c, weightBytes) ? f(N * (H + 2 * KV) * D) : 0; // dq|dk|dv packed for one matmul
-  const attn =
-    2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + dqkv + lora(Math.max(C, H * D)) + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
+  const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + dqkv + attnLora + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
   return Math.max(mlp, attn);
 }
 
@@ -230,7 +248,7 @@ function trainingPeak(
   N: number,
   vocabChunk: number,
   rank: number,
-  nTargets: number,
+  targets: readonly LoraTarget[],
   recompute: boolean,
   allowedSets = false,
   loraGradChunk?: number,
@@ -240,7 +258,7 @@ function trainingPeak(
   const Vc = Math.min(vocabChunk, c.vocabSize);
   // ids, targets, old logprobs, (slot, pos), GRPO meta; and the allowed sets (a header word a row, a mask a row).
   const inputs = 3 * f(N) + f(2 * N) + f(3 * N) + (allowedSets ? f(N + N * Math.ceil(c.vocabSize / 32)) : 0);
-  const saved = layerSaved(c, N, rank, nTargets, weightBytes);
+  const saved = layerSaved(c, N, rank, targets.length, weightBytes);
   const x = f(N * C);
   // Kept through the step: each layer's input, everything else of every layer unless recomputed, the output.
   const kept = L * x + (recompute ? 0 : L * saved) + x;
@@ -249,7 +267,10 @@ function trainingPeak(
   const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc) + f(513); // + dlogits' scale (see layerGrads)
   // Top layer's backward: the kept inputs, dx, dhN, the layer's saved set (recomputed or kept) and its gradients.
   const back =
-    L * x + (recompute ? saved : L * saved) + 2 * f(N * C) + layerGrads(c, N, rank, loraGradChunk, weightBytes);
+    L * x +
+    (recompute ? saved : L * saved) +
+    2 * f(N * C) +
+    layerGrads(c, N, rank, targets, loraGradChunk, weightBytes);
   const perLayer = x + (recompute ? 0 : saved);
   return { peak: inputs + Math.max(head, back) + UNIFORMS, perLayer };
 }
@@ -281,7 +302,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
       N,
       s.vocabChunk,
       rank,
-      targets.length,
+      targets,
       s.train.recompute,
       s.train.allowedSets,
       s.loraGradChunk,

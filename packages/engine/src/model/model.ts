@@ -18,7 +18,9 @@ import {
   tableViews,
   kvcacheWrite,
   loraBackward,
+  loraBackwardGroup,
   loraForward,
+  loraForwardGroup,
   matmul,
   matvec,
   matvecRopeFits,
@@ -34,6 +36,7 @@ import {
   swigluForward,
   swigluForwardPacked,
   type KernelTuning,
+  type LoraGroupTarget,
   type MatmulOptions,
   type MatvecBuffers,
   type MatvecOptions,
@@ -77,6 +80,16 @@ interface Saved {
   mo?: GPUBuffer; // (N, C) down_proj output before its norm (Gemma)
   rstdM?: GPUBuffer; // (N)
   t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates
+  /** The LoRA intermediates of targets that share an input and one product (q|k|v, gate|up), side by side. */
+  tGroup: { qkv?: LoraGroupT; gateUp?: LoraGroupT };
+}
+
+/** Targets' t = x·Aᵀ side by side in one (N, ld) buffer, each at its members' tCol (loraForwardGroup). */
+interface LoraGroupT {
+  buf: GPUBuffer;
+  ld: number;
+  in: number;
+  members: (LoraGroupTarget & { target: LoraTarget })[];
 }
 
 /** Under recompute, all a layer keeps between forward and backward: its input. */
@@ -285,6 +298,44 @@ export class Model {
   }
 
   /**
+   * The LoRA terms of targets that share x and add into column ranges of one product y (N, ldy) (q|k|v, gate|up), as
+   * one group (two dispatches, not two a target); their t side by side in one buffer, kept for backward when `keep`.
+   */
+  private loraFwdGroup(
+    rec: Recorder,
+    layer: number,
+    targets: LoraTarget[],
+    x: GPUBuffer,
+    y: GPUBuffer,
+    N: number,
+    keep: boolean,
+    ldy: number,
+    offsets: number[],
+  ): LoraGroupT | undefined {
+    if (!this.useLora) return undefined;
+    const l = this.lora!;
+    const members: LoraGroupT["members"] = [];
+    let ld = 0;
+    let inF = 0;
+    targets.forEach((target, i) => {
+      const slot = l.slot(layer, target);
+      if (!slot) return;
+      const e = l.byLayer[layer].get(target)!;
+      members.push({ target, slot, out: e.out, R: e.rank, scale: e.scale, offsetY: offsets[i], tCol: ld });
+      ld += e.rank;
+      inF = e.in;
+    });
+    if (!members.length) return undefined;
+    const t = this.gpu.buffer(N * ld * 4, "activations", `lora t ${targets.join("|")}`);
+    loraForwardGroup(this.gpu, rec, { x, t, ldt: ld, y, ldy }, { N, in: inF }, members, { tuning: this.tuning.lora });
+    if (!keep) {
+      this.gpu.release(t);
+      return undefined;
+    }
+    return { buf: t, ld, in: inF, members };
+  }
+
+  /**
    * Runs the layers over N tokens (ids on the GPU) and returns the final residual stream x (N, C).
    * With `save`, what backward needs is kept: every layer's activations, or with `recompute` only each
    * layer's input (backward runs the layer's forward again from it).
@@ -354,15 +405,14 @@ export class Model {
     const { invFreq, window } = this.attention(l);
     let q: GPUBuffer, k: GPUBuffer | undefined, v: GPUBuffer | undefined;
     let tq: GPUBuffer | undefined, tk: GPUBuffer | undefined, tv: GPUBuffer | undefined;
+    let tQkv: LoraGroupT | undefined;
     if (QKV) {
       // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv): q out, and k and v
       // into the KV cache (inference) or into their own buffers, laid out as a cache of B x T (training).
       const ldq = (H + 2 * KV) * D;
       const qkv = buf(N * ldq, "q|k|v");
       this.linear(rec, h1, QKV.W, qkv, N, QKV.bias);
-      tq = this.loraFwd(rec, l, "q", h1, qkv, N, save, { ldy: ldq, offsetY: 0 });
-      tk = this.loraFwd(rec, l, "k", h1, qkv, N, save, { ldy: ldq, offsetY: H * D });
-      tv = this.loraFwd(rec, l, "v", h1, qkv, N, save, { ldy: ldq, offsetY: (H + KV) * D });
+      tQkv = this.loraFwdGroup(rec, l, ["q", "k", "v"], h1, qkv, N, save, ldq, [0, H * D, (H + KV) * D]);
       q = buf(N * H * D, "q");
       const dims = { n: N, h: H, kv: KV, d: D, ldq };
       if (attend.kind === "cache") {
@@ -472,12 +522,12 @@ export class Model {
     const GU = this.gateUp(l);
     let gate: Saved["gate"];
     let tg: GPUBuffer | undefined, tu: GPUBuffer | undefined;
+    let tGateUp: LoraGroupT | undefined;
     if (GU) {
       // One matmul over both weights: gate in columns [0, F) of each row, up in [F, 2F).
       const gu = buf(N * 2 * F, "gate|up");
       this.linear(rec, h2, GU, gu, N);
-      tg = this.loraFwd(rec, l, "gate", h2, gu, N, save, { ldy: 2 * F, offsetY: 0 });
-      tu = this.loraFwd(rec, l, "up", h2, gu, N, save, { ldy: 2 * F, offsetY: F });
+      tGateUp = this.loraFwdGroup(rec, l, ["gate", "up"], h2, gu, N, save, 2 * F, [0, F]);
       swigluForwardPacked(gpu, rec, { gu, h: a }, { N, F }, { act: c.hiddenAct });
       gate = { gu };
     } else {
@@ -542,6 +592,7 @@ export class Model {
       mo,
       rstdM,
       t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
+      tGroup: { qkv: tQkv, gateUp: tGateUp },
     };
     return { x: xOut, saved };
   }
@@ -924,6 +975,23 @@ export class Model {
         },
       );
     };
+    // The backward of a group's LoRA terms (loraFwdGroup), each target's columns of dy (N, lddy) at its offset.
+    const loraBackGroup = (
+      l: number,
+      targets: LoraTarget[],
+      offsets: number[],
+      g: LoraGroupT | undefined,
+      x: GPUBuffer,
+      dy: GPUBuffer,
+      lddy: number,
+      dx: GPUBuffer,
+    ) => {
+      targets.forEach((t, i) => weightGrads?.linear(rec, l, t, x, dy, N, { lddy, offsetDy: offsets[i] }));
+      if (!lora?.grads || !g) return;
+      const members = g.members.map((m) => ({ ...m, grads: lora.slot(l, m.target, lora.grads)! }));
+      const b = { x, t: g.buf, ldt: g.ld, dy, lddy, dx };
+      loraBackwardGroup(gpu, rec, b, { N, in: g.in }, members, { tuning: this.tuning.lora });
+    };
     // dx: gradient of the residual stream, carried down through the layers.
     const dx = buf(N * C, "dx");
     const fdw = (name: string, n: number) => (weightGrads ? { dw: weightGrads.norm(name, n) } : {});
@@ -974,8 +1042,7 @@ export class Model {
         const dgu = buf(N * 2 * F, "dgate|dup");
         swigluBackwardPacked(gpu, rec, { gu: s.gate.gu, dh: da, dgu }, { N, F }, { act: c.hiddenAct });
         this.linearBack(rec, dgu, this.gateUp(l) ?? { ...L.gate, rows: 2 * F }, dh2, N, false);
-        loraBack(l, "gate", s.h2, s.t.gate, dgu, dh2, { lddy: 2 * F, offsetDy: 0 });
-        loraBack(l, "up", s.h2, s.t.up, dgu, dh2, { lddy: 2 * F, offsetDy: F });
+        loraBackGroup(l, ["gate", "up"], [0, F], s.tGroup.gateUp, s.h2, dgu, 2 * F, dh2);
         dgate = [dgu];
       } else {
         const dg = buf(N * F, "dg");
@@ -1029,9 +1096,7 @@ export class Model {
         ropeBackwardPack(gpu, rec, { dq, dk, dv, slotPos: pos, invFreq, dqkv }, { n: N, h: H, kv: KV, d: D, ldq });
         gpu.release(dq, dk, dv);
         this.linearBack(rec, dqkv, QKV.W, dh1, N, false);
-        loraBack(l, "q", s.h1, s.t.q, dqkv, dh1, { lddy: ldq, offsetDy: 0 });
-        loraBack(l, "k", s.h1, s.t.k, dqkv, dh1, { lddy: ldq, offsetDy: H * D });
-        loraBack(l, "v", s.h1, s.t.v, dqkv, dh1, { lddy: ldq, offsetDy: (H + KV) * D });
+        loraBackGroup(l, ["q", "k", "v"], [0, H * D, (H + KV) * D], s.tGroup.qkv, s.h1, dqkv, ldq, dh1);
         gpu.release(dqkv);
       } else {
         // RoPE is a rotation: its backward rotates the gradient back (in place).
@@ -1107,5 +1172,7 @@ function freeSaved(gpu: Gpu, s: Saved): void {
     s.mo,
     s.rstdM,
     ...Object.values(s.t),
+    s.tGroup.qkv?.buf,
+    s.tGroup.gateUp?.buf,
   );
 }
