@@ -184,17 +184,26 @@ export async function tuneMatmul(
         gpu.release(b);
       }
     }
-    // The coop variant's workgroup shape and staging, on the linear layers' problem (the first case). Vectorised
-    // staging is a candidate only where it gives what scalar staging gives on ragged problems on this device.
+    // The coop variant's workgroup shape and staging, on the linear layers' problem (the first case). The shapes
+    // checked on a GPU (COOP_CHECKED, scalar staging) are candidates; the others only where they give what a checked
+    // one gives on ragged problems on this device.
     const shapes = coopShapes(gpu);
     if (shapes.length) {
       const { mode, bDtype } = cases[0];
+      const checked = shapes.filter((s) => COOP_CHECKED.includes(s));
+      const reference = checked[checked.length - 1];
       const candidates: string[] = [];
       for (const shape of shapes) {
-        candidates.push(shape);
-        const diff = await coopStagingDiff(gpu, shape, bDtype);
-        if (diff <= COOP_STAGING_TOL) candidates.push(`${shape}+vec`);
-        else gpu.notes.push(`matmul: coop ${shape} with vectorised staging is not used here: ${diffNote(diff)}`);
+        for (const staging of COOP_STAGINGS) {
+          const choice = staging === "vec" ? `${shape}+vec` : shape;
+          if (staging === "scalar" && checked.includes(shape)) {
+            candidates.push(choice);
+            continue;
+          }
+          const diff = reference ? await coopDiff(gpu, coopChoice(choice), coopChoice(reference), bDtype) : Infinity;
+          if (diff <= COOP_DIFF_TOL) candidates.push(choice);
+          else gpu.notes.push(`matmul: coop ${choice} is not used here: ${diffNote(diff, reference)}`);
+        }
       }
       const b = gpu.upload(bDtype === "f32" ? values : packHalf(values, bDtype), "tune");
       try {
@@ -225,21 +234,28 @@ function coopChoice(choice: string): { variant: "coop"; coopShape: CoopShape; co
   return { variant: "coop", coopShape: shape as CoopShape, coopStaging: vec ? "vec" : "scalar" };
 }
 
-/** Vectorised and scalar staging multiply the same f16 operands in the same order: they agree to rounding. */
-const COOP_STAGING_TOL = 1e-5;
+/** The coop shapes that have run on a GPU (checked by `npm run bench -- gpu` on the H200), with scalar staging. */
+const COOP_CHECKED: readonly CoopShape[] = ["4x2x2", "8x4x2", "16x2x2"];
 
-function diffNote(diff: number): string {
+/** Every coop choice multiplies the same f16 operands and sums each output over k in the same order, 16 at a time:
+ *  they agree to rounding. */
+const COOP_DIFF_TOL = 1e-5;
+
+function diffNote(diff: number, reference: string | undefined): string {
+  if (!reference) return "no checked shape runs on this device to compare it with";
   return Number.isFinite(diff)
-    ? `it differs from scalar staging by ${diff.toExponential(2)} (relative, max)`
+    ? `it differs from ${reference} by ${diff.toExponential(2)} (relative, max)`
     : "it failed to build or run";
 }
 
+type CoopChoice = Pick<MatmulOptions, "coopShape" | "coopStaging">;
+
 /**
- * The largest difference, relative to the largest magnitude, between the coop matmul with vectorised staging and with
- * scalar staging, over the layouts the model runs (nt: the projections; nn: backward's input gradients) on ragged
- * problems with offsets and row strides (Infinity where it fails). Vectorised staging has not run on every GPU.
+ * The largest difference, relative to the largest magnitude, between two coop choices (shape and staging), over the
+ * layouts the model runs (nt: the projections; nn: backward's input gradients) on ragged problems with offsets and
+ * row strides (Infinity where one fails): a choice not yet run on a GPU is checked against one that has.
  */
-export async function coopStagingDiff(gpu: Gpu, coopShape: CoopShape, bDtype: WeightDtype): Promise<number> {
+export async function coopDiff(gpu: Gpu, a: CoopChoice, b: CoopChoice, bDtype: WeightDtype): Promise<number> {
   const rng = new Rng(11);
   const [M, N, K] = [100, 136, 200];
   let worst = 0;
@@ -248,14 +264,14 @@ export async function coopStagingDiff(gpu: Gpu, coopShape: CoopShape, bDtype: We
     const [offA, offB] = [4, 8];
     const av = rng.f32(offA + M * lda);
     const bv = rng.f32(offB + (mode === "nt" ? N : K) * ldb);
-    const a = gpu.upload(av, "tune");
-    const b = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "tune");
+    const A = gpu.upload(av, "tune");
+    const B = gpu.upload(bDtype === "f32" ? bv : packHalf(bv, bDtype), "tune");
     const cs = [gpu.buffer(M * N * 4, "tune"), gpu.buffer(M * N * 4, "tune")];
     try {
       const rec = gpu.recorder();
-      const reads = COOP_STAGINGS.map((coopStaging, i) => {
-        const o = { mode, bDtype, lda, ldb, offsetA: offA, offsetB: offB, variant: "coop" as const, coopShape };
-        matmul(gpu, rec, { a, b, c: cs[i] }, { M, N, K }, { ...o, coopStaging });
+      const reads = [a, b].map((choice, i) => {
+        const o = { mode, bDtype, lda, ldb, offsetA: offA, offsetB: offB, variant: "coop" as const };
+        matmul(gpu, rec, { a: A, b: B, c: cs[i] }, { M, N, K }, { ...o, ...choice });
         return rec.read(cs[i], M * N * 4);
       });
       for (const r of reads) r.catch(() => {}); // a failed submit rejects them too: awaited below only on success
@@ -271,7 +287,7 @@ export async function coopStagingDiff(gpu: Gpu, coopShape: CoopShape, bDtype: We
     } catch {
       worst = Infinity;
     } finally {
-      gpu.release(a, b, ...cs);
+      gpu.release(A, B, ...cs);
     }
   }
   return worst;
