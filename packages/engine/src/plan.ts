@@ -176,20 +176,23 @@ function layerGrads(
 ): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const branch = c.sandwichNorms ? f(N * C) + f(256 * C) : 0; // Gemma: the branch norm's input gradient, its dw partials
-  // LoRA dt of a group of `members` targets that share an input (q|k|v, gate|up, where their product is one; else
-  // one target), and where the gradients' sums over N are split, one product's partial sums over the group (a split
-  // per chunk, `rows` rows of R: the group's outputs for dB, its inputs for dA).
+  // LoRA dt of a group of `members` targets that share an input (q, k, v; gate, up; else one target), and where the
+  // gradients' sums over N are split, one dispatch's partial sums (a split per chunk, `rows` rows of R): dA's for the
+  // group (its inputs), dB's for the group where its outputs are one product, else for one target.
   const splits = chunk ? Math.ceil(N / chunk) : 1;
   const lora = (members: number, rows: number) =>
     rank ? f(N * rank * members) + (splits > 1 ? f(splits * rows * rank) : 0) : 0;
   const has = (t: LoraTarget) => (targets.includes(t) ? 1 : 0);
-  const gu = gateUpFused(c, weightBytes) ? Math.max(1, has("gate") + has("up")) : 1;
-  const qkvN = qkvFused(c, weightBytes) ? has("q") + has("k") + has("v") : 0;
-  const qkvOut = has("q") * H * D + (has("k") + has("v")) * KV * D;
+  const gu = Math.max(1, has("gate") + has("up"));
+  const guRows = gateUpFused(c, weightBytes) ? gu * Math.max(C, F) : Math.max(F, gu * C);
+  const qkvN = has("q") + has("k") + has("v");
+  const outs = [has("q") * H * D, has("k") * KV * D, has("v") * KV * D];
+  const qkvOut = qkvFused(c, weightBytes) ? outs[0] + outs[1] + outs[2] : Math.max(...outs);
   const attnLora = Math.max(lora(1, Math.max(C, H * D)), qkvN ? lora(qkvN, Math.max(qkvOut, qkvN * C)) : 0);
   // With tensor cores in backward, an input gradient's scale (absMax: its max and 512 partial maxima) is live too.
   const scale = f(513);
-  const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + lora(gu, gu * Math.max(C, F)) + branch + scale; // da, dg, du, dh2, LoRA
+  const mlpLora = Math.max(lora(1, Math.max(C, F)), lora(gu, guRows));
+  const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + mlpLora + branch + scale; // da, dg, du, dh2, LoRA
   const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
   const dqkv = qkvFused(c, weightBytes) ? f(N * (H + 2 * KV) * D) : 0; // dq|dk|dv packed for one matmul
   const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + dqkv + attnLora + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA

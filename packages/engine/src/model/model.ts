@@ -79,8 +79,8 @@ interface Saved {
   a: GPUBuffer; // (N, F) act(g) * u
   mo?: GPUBuffer; // (N, C) down_proj output before its norm (Gemma)
   rstdM?: GPUBuffer; // (N)
-  t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates
-  /** The LoRA intermediates of targets that share an input and one product (q|k|v, gate|up), side by side. */
+  t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates of o and down
+  /** The LoRA intermediates of the targets that share an input (q, k, v; gate, up), side by side. */
   tGroup: { qkv?: LoraGroupT; gateUp?: LoraGroupT };
 }
 
@@ -298,19 +298,19 @@ export class Model {
   }
 
   /**
-   * The LoRA terms of targets that share x and add into column ranges of one product y (N, ldy) (q|k|v, gate|up), as
-   * one group (two dispatches, not two a target); their t side by side in one buffer, kept for backward when `keep`.
+   * The LoRA terms of targets that share x, as one group: each adds into its column range of one product (q|k|v,
+   * gate|up: `out` as { y (N, ld), offsets }), or into a product of its own (`out` a buffer a target); their t side
+   * by side in one buffer, kept for backward when `keep`. x·Aᵀ runs in one dispatch for the group, and so does
+   * t·Bᵀ into one product.
    */
   private loraFwdGroup(
     rec: Recorder,
     layer: number,
     targets: LoraTarget[],
     x: GPUBuffer,
-    y: GPUBuffer,
+    out: { y: GPUBuffer; ld: number; offsets: number[] } | GPUBuffer[],
     N: number,
     keep: boolean,
-    ldy: number,
-    offsets: number[],
   ): LoraGroupT | undefined {
     if (!this.useLora) return undefined;
     const l = this.lora!;
@@ -321,13 +321,16 @@ export class Model {
       const slot = l.slot(layer, target);
       if (!slot) return;
       const e = l.byLayer[layer].get(target)!;
-      members.push({ target, slot, out: e.out, R: e.rank, scale: e.scale, offsetY: offsets[i], tCol: ld });
+      const own = Array.isArray(out) ? { y: out[i], ld: e.out } : undefined;
+      const offsetY = Array.isArray(out) ? 0 : out.offsets[i];
+      members.push({ target, slot, out: e.out, R: e.rank, scale: e.scale, offsetY, tCol: ld, own });
       ld += e.rank;
       inF = e.in;
     });
     if (!members.length) return undefined;
     const t = this.gpu.buffer(N * ld * 4, "activations", `lora t ${targets.join("|")}`);
-    loraForwardGroup(this.gpu, rec, { x, t, ldt: ld, y, ldy }, { N, in: inF }, members, { tuning: this.tuning.lora });
+    const y = Array.isArray(out) ? { y: out[0], ldy: 0 } : { y: out.y, ldy: out.ld }; // (own outputs: unused)
+    loraForwardGroup(this.gpu, rec, { x, t, ldt: ld, ...y }, { N, in: inF }, members, { tuning: this.tuning.lora });
     if (!keep) {
       this.gpu.release(t);
       return undefined;
@@ -404,7 +407,6 @@ export class Model {
     const QKV = this.qkvProduct(l);
     const { invFreq, window } = this.attention(l);
     let q: GPUBuffer, k: GPUBuffer | undefined, v: GPUBuffer | undefined;
-    let tq: GPUBuffer | undefined, tk: GPUBuffer | undefined, tv: GPUBuffer | undefined;
     let tQkv: LoraGroupT | undefined;
     if (QKV) {
       // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv): q out, and k and v
@@ -412,7 +414,15 @@ export class Model {
       const ldq = (H + 2 * KV) * D;
       const qkv = buf(N * ldq, "q|k|v");
       this.linear(rec, h1, QKV.W, qkv, N, QKV.bias);
-      tQkv = this.loraFwdGroup(rec, l, ["q", "k", "v"], h1, qkv, N, save, ldq, [0, H * D, (H + KV) * D]);
+      tQkv = this.loraFwdGroup(
+        rec,
+        l,
+        ["q", "k", "v"],
+        h1,
+        { y: qkv, ld: ldq, offsets: [0, H * D, (H + KV) * D] },
+        N,
+        save,
+      );
       q = buf(N * H * D, "q");
       const dims = { n: N, h: H, kv: KV, d: D, ldq };
       if (attend.kind === "cache") {
@@ -433,9 +443,7 @@ export class Model {
       this.linear(rec, h1, L.q, q, N, L.qBias);
       this.linear(rec, h1, L.k, k, N, L.kBias);
       this.linear(rec, h1, L.v, v, N, L.vBias);
-      tq = this.loraFwd(rec, l, "q", h1, q, N, save);
-      tk = this.loraFwd(rec, l, "k", h1, k, N, save);
-      tv = this.loraFwd(rec, l, "v", h1, v, N, save);
+      tQkv = this.loraFwdGroup(rec, l, ["q", "k", "v"], h1, [q, k, v], N, save);
     }
     let qPre: GPUBuffer | undefined,
       kPre: GPUBuffer | undefined,
@@ -521,13 +529,12 @@ export class Model {
     const a = buf(N * F, "a");
     const GU = this.gateUp(l);
     let gate: Saved["gate"];
-    let tg: GPUBuffer | undefined, tu: GPUBuffer | undefined;
     let tGateUp: LoraGroupT | undefined;
     if (GU) {
       // One matmul over both weights: gate in columns [0, F) of each row, up in [F, 2F).
       const gu = buf(N * 2 * F, "gate|up");
       this.linear(rec, h2, GU, gu, N);
-      tGateUp = this.loraFwdGroup(rec, l, ["gate", "up"], h2, gu, N, save, 2 * F, [0, F]);
+      tGateUp = this.loraFwdGroup(rec, l, ["gate", "up"], h2, { y: gu, ld: 2 * F, offsets: [0, F] }, N, save);
       swigluForwardPacked(gpu, rec, { gu, h: a }, { N, F }, { act: c.hiddenAct });
       gate = { gu };
     } else {
@@ -535,8 +542,7 @@ export class Model {
       const u = buf(N * F, "u");
       this.linear(rec, h2, L.gate, g, N);
       this.linear(rec, h2, L.up, u, N);
-      tg = this.loraFwd(rec, l, "gate", h2, g, N, save);
-      tu = this.loraFwd(rec, l, "up", h2, u, N, save);
+      tGateUp = this.loraFwdGroup(rec, l, ["gate", "up"], h2, [g, u], N, save);
       swigluForward(gpu, rec, { g, u, h: a }, { n: N * F }, { act: c.hiddenAct });
       gate = { g, u };
     }
@@ -591,7 +597,7 @@ export class Model {
       a,
       mo,
       rstdM,
-      t: { q: tq, k: tk, v: tv, o: to, gate: tg, up: tu, down: td },
+      t: { o: to, down: td },
       tGroup: { qkv: tQkv, gateUp: tGateUp },
     };
     return { x: xOut, saved };
@@ -975,22 +981,30 @@ export class Model {
         },
       );
     };
-    // The backward of a group's LoRA terms (loraFwdGroup), each target's columns of dy (N, lddy) at its offset.
+    // The backward of a group's LoRA terms (loraFwdGroup), from dy: each target's columns of one gradient (N, ld) at
+    // its offset, or a gradient a target (the members' `own`, which loraFwdGroup set the same way).
     const loraBackGroup = (
       l: number,
       targets: LoraTarget[],
-      offsets: number[],
       g: LoraGroupT | undefined,
       x: GPUBuffer,
-      dy: GPUBuffer,
-      lddy: number,
+      dy: { dy: GPUBuffer; ld: number; offsets: number[] } | GPUBuffer[],
       dx: GPUBuffer,
     ) => {
-      targets.forEach((t, i) => weightGrads?.linear(rec, l, t, x, dy, N, { lddy, offsetDy: offsets[i] }));
+      targets.forEach((t, i) => {
+        const cols = Array.isArray(dy) ? undefined : { lddy: dy.ld, offsetDy: dy.offsets[i] };
+        weightGrads?.linear(rec, l, t, x, Array.isArray(dy) ? dy[i] : dy.dy, N, cols);
+      });
       if (!lora?.grads || !g) return;
-      const members = g.members.map((m) => ({ ...m, grads: lora.slot(l, m.target, lora.grads)! }));
-      const b = { x, t: g.buf, ldt: g.ld, dy, lddy, dx };
-      loraBackwardGroup(gpu, rec, b, { N, in: g.in }, members, { tuning: this.tuning.lora });
+      const members = g.members.map((m) => {
+        const i = targets.indexOf(m.target);
+        const own = Array.isArray(dy) ? { y: dy[i], ld: m.out } : undefined;
+        return { ...m, own, grads: lora.slot(l, m.target, lora.grads)! };
+      });
+      const d = Array.isArray(dy) ? { dy: dy[0], lddy: 0 } : { dy: dy.dy, lddy: dy.ld }; // (own gradients: unused)
+      loraBackwardGroup(gpu, rec, { x, t: g.buf, ldt: g.ld, ...d, dx }, { N, in: g.in }, members, {
+        tuning: this.tuning.lora,
+      });
     };
     // dx: gradient of the residual stream, carried down through the layers.
     const dx = buf(N * C, "dx");
@@ -1042,7 +1056,7 @@ export class Model {
         const dgu = buf(N * 2 * F, "dgate|dup");
         swigluBackwardPacked(gpu, rec, { gu: s.gate.gu, dh: da, dgu }, { N, F }, { act: c.hiddenAct });
         this.linearBack(rec, dgu, this.gateUp(l) ?? { ...L.gate, rows: 2 * F }, dh2, N, false);
-        loraBackGroup(l, ["gate", "up"], [0, F], s.tGroup.gateUp, s.h2, dgu, 2 * F, dh2);
+        loraBackGroup(l, ["gate", "up"], s.tGroup.gateUp, s.h2, { dy: dgu, ld: 2 * F, offsets: [0, F] }, dh2);
         dgate = [dgu];
       } else {
         const dg = buf(N * F, "dg");
@@ -1050,8 +1064,7 @@ export class Model {
         swigluBackward(gpu, rec, { g: s.gate.g, u: s.gate.u, dh: da, dg, du }, { n: N * F }, { act: c.hiddenAct });
         this.linearBack(rec, dg, L.gate, dh2, N, false);
         this.linearBack(rec, du, L.up, dh2, N, true);
-        loraBack(l, "gate", s.h2, s.t.gate, dg, dh2);
-        loraBack(l, "up", s.h2, s.t.up, du, dh2);
+        loraBackGroup(l, ["gate", "up"], s.tGroup.gateUp, s.h2, [dg, du], dh2);
         dgate = [dg, du];
       }
       const mlpNorm = norm(c.sandwichNorms ? NORMS.preFeedforward : NORMS.postAttention);
@@ -1096,7 +1109,8 @@ export class Model {
         ropeBackwardPack(gpu, rec, { dq, dk, dv, slotPos: pos, invFreq, dqkv }, { n: N, h: H, kv: KV, d: D, ldq });
         gpu.release(dq, dk, dv);
         this.linearBack(rec, dqkv, QKV.W, dh1, N, false);
-        loraBackGroup(l, ["q", "k", "v"], [0, H * D, (H + KV) * D], s.tGroup.qkv, s.h1, dqkv, ldq, dh1);
+        const offsets = [0, H * D, (H + KV) * D];
+        loraBackGroup(l, ["q", "k", "v"], s.tGroup.qkv, s.h1, { dy: dqkv, ld: ldq, offsets }, dh1);
         gpu.release(dqkv);
       } else {
         // RoPE is a rotation: its backward rotates the gradient back (in place).
@@ -1125,9 +1139,7 @@ export class Model {
         this.linearBack(rec, dqPre, L.q, dh1, N, false);
         this.linearBack(rec, dkPre, L.k, dh1, N, true);
         this.linearBack(rec, dv, L.v, dh1, N, true);
-        loraBack(l, "q", s.h1, s.t.q, dqPre, dh1);
-        loraBack(l, "k", s.h1, s.t.k, dkPre, dh1);
-        loraBack(l, "v", s.h1, s.t.v, dv, dh1);
+        loraBackGroup(l, ["q", "k", "v"], s.tGroup.qkv, s.h1, [dqPre, dkPre, dv], dh1);
         gpu.release(dq, dk, dv);
         if (dqPre !== dq) gpu.release(dqPre, dkPre);
       }

@@ -269,6 +269,9 @@ export interface LoraGroupTarget {
   scale: number;
   offsetY: number;
   tCol: number;
+  /** Its own output (forward: y, backward: dy) with its row stride, instead of the group's (q, k and v as products of
+   *  their own: the group still shares the dispatches that read x or t). */
+  own?: { y: Binding; ld: number };
 }
 
 export interface LoraGroupBuffers {
@@ -318,7 +321,7 @@ export function loraForwardGroup(
     IJK: [N, e.out, e.R] as [number, number, number],
     P: T(e),
     Q: { buf: e.slot.buffer, off: e.slot.b, su: 1, sv: e.R }, // Bᵀ (R, out)
-    O: { buf: b.y, off: e.offsetY, su: b.ldy, sv: 1 },
+    O: { buf: e.own?.y ?? b.y, off: e.offsetY, su: e.own?.ld ?? b.ldy, sv: 1 },
     scale: e.scale,
     accumulate: true,
   }));
@@ -405,7 +408,7 @@ export function loraBackwardGroup(
     tl.shrink,
     targets.map((e) => ({
       IJK: IJK(N, e.R, e.out),
-      P: { buf: b.dy, off: e.offsetY, su: b.lddy, sv: 1 },
+      P: { buf: e.own?.y ?? b.dy, off: e.offsetY, su: e.own?.ld ?? b.lddy, sv: 1 },
       Q: { buf: e.slot.buffer, off: e.slot.b, su: e.R, sv: 1 }, // B (out, R)
       O: cols(dtBuf, e),
       scale: e.scale,
@@ -420,7 +423,7 @@ export function loraBackwardGroup(
     tl.grad,
     targets.map((e) => ({
       IJK: IJK(e.out, e.R, N),
-      P: { buf: b.dy, off: e.offsetY, su: 1, sv: b.lddy }, // dyᵀ (out, N)
+      P: { buf: e.own?.y ?? b.dy, off: e.offsetY, su: 1, sv: e.own?.ld ?? b.lddy }, // dyᵀ (out, N)
       Q: cols(b.t, e),
       O: { buf: grads(e).buffer, off: grads(e).b, su: e.R, sv: 1 }, // dB (out, R)
       scale: e.scale,
