@@ -26,7 +26,7 @@ import { Rng, toBf16 } from "@webart/gpu";
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 import { configJson, narrowConfig, TINY as TINY_DIR } from "./models.ts";
 
-export const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
+const llama = (C: number, L: number, H: number, KV: number, F: number, V: number) =>
   parseConfig({
     architectures: ["LlamaForCausalLM"],
     model_type: "llama",

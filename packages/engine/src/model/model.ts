@@ -17,9 +17,7 @@ import {
   embeddingForward,
   tableViews,
   kvcacheWrite,
-  loraBackward,
   loraBackwardGroup,
-  loraForward,
   loraForwardGroup,
   matmul,
   matvec,
@@ -79,9 +77,8 @@ interface Saved {
   a: GPUBuffer; // (N, F) act(g) * u
   mo?: GPUBuffer; // (N, C) down_proj output before its norm (Gemma)
   rstdM?: GPUBuffer; // (N)
-  t: Partial<Record<LoraTarget, GPUBuffer>>; // (N, R) LoRA intermediates of o and down
-  /** The LoRA intermediates of the targets that share an input (q, k, v; gate, up), side by side. */
-  tGroup: { qkv?: LoraGroupT; gateUp?: LoraGroupT };
+  /** The LoRA intermediates t = x·Aᵀ, side by side for the targets that share an input (q, k, v; gate, up). */
+  t: { qkv?: LoraGroupT; o?: LoraGroupT; gateUp?: LoraGroupT; down?: LoraGroupT };
 }
 
 /** Targets' t = x·Aᵀ side by side in one (N, ld) buffer, each at its members' tCol (loraForwardGroup). */
@@ -271,37 +268,11 @@ export class Model {
     return scaleA ? { ...o, variant: "coop" } : o;
   }
 
-  /** The LoRA term y += s·(x·Aᵀ)·Bᵀ; returns t = x·Aᵀ (kept for backward when `keep`). */
-  private loraFwd(
-    rec: Recorder,
-    layer: number,
-    target: LoraTarget,
-    x: GPUBuffer,
-    y: GPUBuffer,
-    N: number,
-    keep: boolean,
-    cols?: { ldy: number; offsetY: number },
-  ): GPUBuffer | undefined {
-    if (!this.useLora) return undefined;
-    const l = this.lora!;
-    const slot = l.slot(layer, target);
-    if (!slot) return undefined;
-    const e = l.byLayer[layer].get(target)!;
-    const t = this.gpu.buffer(N * e.rank * 4, "activations", `lora t ${target}`);
-    const dims = { N, in: e.in, out: e.out, R: e.rank, scale: e.scale };
-    loraForward(this.gpu, rec, { slot, x, t, y, ...cols }, dims, { tuning: this.tuning.lora });
-    if (!keep) {
-      this.gpu.release(t);
-      return undefined;
-    }
-    return t;
-  }
-
   /**
-   * The LoRA terms of targets that share x, as one group: each adds into its column range of one product (q|k|v,
-   * gate|up: `out` as { y (N, ld), offsets }), or into a product of its own (`out` a buffer a target); their t side
-   * by side in one buffer, kept for backward when `keep`. x·Aᵀ runs in one dispatch for the group, and so does
-   * t·Bᵀ into one product.
+   * The LoRA terms y += s·(x·Aᵀ)·Bᵀ of targets that share x (q, k, v; gate, up; or one target), as one group: each
+   * adds into its column range of one product (q|k|v, gate|up: `out` as { y (N, ld), offsets }), or into a product
+   * of its own (`out` a buffer a target); their t side by side in one buffer, kept for backward when `keep`. x·Aᵀ
+   * runs in one dispatch for the group, and so does t·Bᵀ into one product.
    */
   private loraFwdGroup(
     rec: Recorder,
@@ -498,11 +469,11 @@ export class Model {
     // xMid = x + norm(o·Woᵀ), on a new buffer (the add reads x).
     let xMid = x;
     let ao: GPUBuffer | undefined, rstdA: GPUBuffer | undefined;
-    let to: GPUBuffer | undefined;
+    let to: LoraGroupT | undefined;
     if (c.sandwichNorms) {
       ao = buf(N * C, "ao");
       this.linear(rec, o, L.o, ao, N, L.oBias);
-      to = this.loraFwd(rec, l, "o", o, ao, N, save);
+      to = this.loraFwdGroup(rec, l, ["o"], o, [ao], N, save);
       const hA = buf(N * C, "hA");
       rstdA = buf(N, "rstdA");
       this.rmsnorm(rec, { x: ao, w: L.attnOutNorm!, y: hA, rstd: rstdA }, N);
@@ -520,7 +491,7 @@ export class Model {
         rec.copy(x, 0, xMid, 0, N * C * 4);
       }
       this.linear(rec, o, L.o, xMid, N, L.oBias, true);
-      to = this.loraFwd(rec, l, "o", o, xMid, N, save);
+      to = this.loraFwdGroup(rec, l, ["o"], o, [xMid], N, save);
     }
     // --- MLP block
     const h2 = buf(N * C, "h2");
@@ -548,11 +519,11 @@ export class Model {
     }
     let xOut = xMid;
     let mo: GPUBuffer | undefined, rstdM: GPUBuffer | undefined;
-    let td: GPUBuffer | undefined;
+    let td: LoraGroupT | undefined;
     if (c.sandwichNorms) {
       mo = buf(N * C, "mo");
       this.linear(rec, a, L.down, mo, N);
-      td = this.loraFwd(rec, l, "down", a, mo, N, save);
+      td = this.loraFwdGroup(rec, l, ["down"], a, [mo], N, save);
       const hM = buf(N * C, "hM");
       rstdM = buf(N, "rstdM");
       this.rmsnorm(rec, { x: mo, w: L.mlpOutNorm!, y: hM, rstd: rstdM }, N);
@@ -569,7 +540,7 @@ export class Model {
         rec.copy(xMid, 0, xOut, 0, N * C * 4);
       }
       this.linear(rec, a, L.down, xOut, N, undefined, true);
-      td = this.loraFwd(rec, l, "down", a, xOut, N, save);
+      td = this.loraFwdGroup(rec, l, ["down"], a, [xOut], N, save);
     }
     if (!save) {
       gpu.release(h1, rstd1, q, k, v, o, lse, h2, rstd2, a, ...Object.values(gate));
@@ -597,8 +568,7 @@ export class Model {
       a,
       mo,
       rstdM,
-      t: { o: to, down: td },
-      tGroup: { qkv: tQkv, gateUp: tGateUp },
+      t: { qkv: tQkv, o: to, gateUp: tGateUp, down: td },
     };
     return { x: xOut, saved };
   }
@@ -957,30 +927,6 @@ export class Model {
     const { N } = acts;
     const buf = (n: number, label: string) => gpu.buffer(n * 4, "activations", label);
     const w = this.weights;
-    const loraBack = (
-      l: number,
-      t: LoraTarget,
-      x: GPUBuffer,
-      tBuf: GPUBuffer | undefined,
-      dy: GPUBuffer,
-      dx: GPUBuffer,
-      cols?: { lddy: number; offsetDy: number },
-    ) => {
-      weightGrads?.linear(rec, l, t, x, dy, N, cols);
-      if (!lora?.grads) return;
-      const e = lora.byLayer[l].get(t);
-      if (!e || !tBuf) return;
-      const dims = { N, in: e.in, out: e.out, R: e.rank, scale: e.scale };
-      loraBackward(
-        gpu,
-        rec,
-        { slot: lora.slot(l, t)!, grads: lora.slot(l, t, lora.grads)!, x, t: tBuf, dy, dx, ...cols },
-        dims,
-        {
-          tuning: this.tuning.lora,
-        },
-      );
-    };
     // The backward of a group's LoRA terms (loraFwdGroup), from dy: each target's columns of one gradient (N, ld) at
     // its offset, or a gradient a target (the members' `own`, which loraFwdGroup set the same way).
     const loraBackGroup = (
@@ -1048,7 +994,7 @@ export class Model {
       const dmo = c.sandwichNorms ? branchGrad(s.mo!, L.mlpOutNorm!, s.rstdM!, norm(NORMS.postFeedforward)) : dx;
       const da = buf(N * F, "da");
       this.linearBack(rec, dmo, L.down, da, N, false);
-      loraBack(l, "down", s.a, s.t.down, dmo, da);
+      loraBackGroup(l, ["down"], s.t.down, s.a, [dmo], da);
       const dh2 = buf(N * C, "dh2");
       let dgate: GPUBuffer[];
       if ("gu" in s.gate) {
@@ -1056,7 +1002,7 @@ export class Model {
         const dgu = buf(N * 2 * F, "dgate|dup");
         swigluBackwardPacked(gpu, rec, { gu: s.gate.gu, dh: da, dgu }, { N, F }, { act: c.hiddenAct });
         this.linearBack(rec, dgu, this.gateUp(l) ?? { ...L.gate, rows: 2 * F }, dh2, N, false);
-        loraBackGroup(l, ["gate", "up"], s.tGroup.gateUp, s.h2, { dy: dgu, ld: 2 * F, offsets: [0, F] }, dh2);
+        loraBackGroup(l, ["gate", "up"], s.t.gateUp, s.h2, { dy: dgu, ld: 2 * F, offsets: [0, F] }, dh2);
         dgate = [dgu];
       } else {
         const dg = buf(N * F, "dg");
@@ -1064,7 +1010,7 @@ export class Model {
         swigluBackward(gpu, rec, { g: s.gate.g, u: s.gate.u, dh: da, dg, du }, { n: N * F }, { act: c.hiddenAct });
         this.linearBack(rec, dg, L.gate, dh2, N, false);
         this.linearBack(rec, du, L.up, dh2, N, true);
-        loraBackGroup(l, ["gate", "up"], s.tGroup.gateUp, s.h2, [dg, du], dh2);
+        loraBackGroup(l, ["gate", "up"], s.t.gateUp, s.h2, [dg, du], dh2);
         dgate = [dg, du];
       }
       const mlpNorm = norm(c.sandwichNorms ? NORMS.preFeedforward : NORMS.postAttention);
@@ -1085,7 +1031,7 @@ export class Model {
       const dao = c.sandwichNorms ? branchGrad(s.ao!, L.attnOutNorm!, s.rstdA!, norm(NORMS.postAttention)) : dx;
       const dO = buf(N * H * D, "do");
       this.linearBack(rec, dao, L.o, dO, N, false);
-      loraBack(l, "o", s.o, s.t.o, dao, dO);
+      loraBackGroup(l, ["o"], s.t.o, s.o, [dao], dO);
       if (dao !== dx) gpu.release(dao);
       const dq = buf(N * H * D, "dq");
       const dk = buf(N * KV * D, "dk");
@@ -1110,7 +1056,7 @@ export class Model {
         gpu.release(dq, dk, dv);
         this.linearBack(rec, dqkv, QKV.W, dh1, N, false);
         const offsets = [0, H * D, (H + KV) * D];
-        loraBackGroup(l, ["q", "k", "v"], s.tGroup.qkv, s.h1, { dy: dqkv, ld: ldq, offsets }, dh1);
+        loraBackGroup(l, ["q", "k", "v"], s.t.qkv, s.h1, { dy: dqkv, ld: ldq, offsets }, dh1);
         gpu.release(dqkv);
       } else {
         // RoPE is a rotation: its backward rotates the gradient back (in place).
@@ -1139,7 +1085,7 @@ export class Model {
         this.linearBack(rec, dqPre, L.q, dh1, N, false);
         this.linearBack(rec, dkPre, L.k, dh1, N, true);
         this.linearBack(rec, dv, L.v, dh1, N, true);
-        loraBackGroup(l, ["q", "k", "v"], s.tGroup.qkv, s.h1, [dqPre, dkPre, dv], dh1);
+        loraBackGroup(l, ["q", "k", "v"], s.t.qkv, s.h1, [dqPre, dkPre, dv], dh1);
         gpu.release(dq, dk, dv);
         if (dqPre !== dq) gpu.release(dqPre, dkPre);
       }
@@ -1183,8 +1129,6 @@ function freeSaved(gpu: Gpu, s: Saved): void {
     s.a,
     s.mo,
     s.rstdM,
-    ...Object.values(s.t),
-    s.tGroup.qkv?.buf,
-    s.tGroup.gateUp?.buf,
+    ...Object.values(s.t).map((g) => g?.buf),
   );
 }

@@ -125,8 +125,9 @@ export function coopVectorB(bKind: number): number {
   return bKind === 0 ? 4 : 8;
 }
 
-/** The staging a geometry can run: a vectorised operand needs a whole number of vectors per thread. */
-function fitStaging(g: CoopGeometry, bKind: number, s: CoopStaging): CoopStaging {
+/** The staging a geometry can run (what coopSpec builds for a request): a vectorised operand needs a whole number
+ *  of vectors per thread. */
+export function coopStagingOf(g: CoopGeometry, bKind: number, s: CoopStaging): CoopStaging {
   const { BM, BN } = coopBlock(g);
   const T = g.SG * g.WM * g.WN;
   return {
@@ -150,7 +151,7 @@ export function coopSpec(
 ): KernelSpec {
   let byKey = specs.get(g);
   if (!byKey) specs.set(g, (byKey = new Map()));
-  const st = fitStaging(g, bKind, staging);
+  const st = coopStagingOf(g, bKind, staging);
   const key = `${bKind}.${direct}.${st.vecA}.${st.vecB}`;
   let s = byKey.get(key);
   if (!s)
@@ -159,11 +160,6 @@ export function coopSpec(
       (s = { name: "matmul_forward_coop", code: coopCode(g, direct, bKind, st), overrides: { B_KIND: bKind } }),
     );
   return s;
-}
-
-/** The staging of a spec from coopSpec with these arguments (what the kernel will read 16 bytes at a time). */
-export function coopStagingOf(g: CoopGeometry, bKind: number, staging: CoopStaging): CoopStaging {
-  return fitStaging(g, bKind, staging);
 }
 
 /** params.wgsl with A and/or B declared as 16-byte vectors (and loadB, which reads B as words, dropped). */
@@ -301,7 +297,7 @@ function stagingCode(g: CoopGeometry, bKind: number, st: CoopStaging, elem: "f16
  * ((block · slices) + slice) · (BM + BN) · BK, blocks numbered x fastest. Same parameters and bindings as the matmul.
  */
 export function coopStagingTestCode(g: CoopGeometry, bKind: number, staging: CoopStaging): string {
-  const st = fitStaging(g, bKind, staging);
+  const st = coopStagingOf(g, bKind, staging);
   const { BK } = g;
   const { BM, BN } = coopBlock(g);
   const T = g.SG * g.WM * g.WN;
