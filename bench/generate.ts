@@ -422,6 +422,9 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
   for (const [id, c] of models) {
     const w = await uploadWeights(gpu, c, randomTensors(c, false));
     const model = new Model(gpu, c, w);
+    // A rollout's decode: with the adapter being trained (rank 8 on every projection, B random so it counts).
+    const lora = new LoraState(gpu, c, DEFAULT_LORA);
+    gpu.write(lora.params, new Rng(4).f32(lora.size, -0.05, 0.05));
     const params = [...tensorShapes(c).values()].reduce((s, sh) => s + sh.reduce((a, b) => a * b, 1), 0);
     ctx.log(`${id}: ${(params / 1e6).toFixed(2)}M parameters`);
     const P = ctx.quick ? 16 : 64;
@@ -446,6 +449,14 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
       });
       out.push(aheadResult(`generate.${id}.decode.b${B}`, r.ahead!));
+      const withLora = (await decodeRun(gpu, model, B, P, 0, 2 * D, 0, (on) => (model.lora = on ? lora : undefined))).ab!;
+      out.push({
+        id: `generate.${id}.decode.b${B}.lora`,
+        value: withLora.fused,
+        unit: "tok/s",
+        vs: { id: `generate.${id}.decode.b${B}`, ratio: withLora.fused / withLora.perOp },
+        note: `with a LoRA adapter (rank 8 on q, k, v, o, gate, up, down), as rollouts decode; ratio: over the same model without it (${withLora.perOp.toPrecision(4)} tok/s), steps alternating`,
+      });
       if (B < 32) {
         // RoPE and the cache write in the q|k|v matvec (Model.fuseRope) against ropeQkv after it, steps alternating.
         const rope = (await decodeRun(gpu, model, B, P, 0, 2 * D, 0, (on) => (model.fuseRope = on))).ab!;
@@ -458,6 +469,8 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         });
       }
     }
+    model.lora = undefined;
+    lora.dispose();
     model.dispose();
     gpu.pool.trim();
   }

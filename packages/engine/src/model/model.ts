@@ -656,7 +656,15 @@ export class Model {
       t = gpu.buffer(N * R * 4, "activations", "lora t");
       const live = entries.filter((e) => e !== undefined);
       const segments = live.map((e) => ({ rows: e.rank, offsetW: e.a }));
-      matvec(gpu, rec, { x, w: this.lora!.params, y: t, norm }, { M: N, N: R, K }, { eps, segments, tuning });
+      // A (R, K) is small: workgroups of up to 8 rows each, so many rows spread over more than t's few columns' groups.
+      const rowBlocks = Math.ceil(N / 8);
+      matvec(
+        gpu,
+        rec,
+        { x, w: this.lora!.params, y: t, norm },
+        { M: N, N: R, K },
+        { eps, segments, tuning, rowBlocks },
+      );
     }
     const segments: MatvecSegment[] = Ws.map((W, i) => {
       const e = entries[i];

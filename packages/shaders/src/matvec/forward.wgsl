@@ -43,7 +43,7 @@ fn matvec_forward(@builtin(local_invocation_id) lid: vec3u, @builtin(workgroup_i
     r = vec4u(rowOf(n0, false), rowOf(min(n0 + 1u, last), false), rowOf(min(n0 + 2u, last), false),
               rowOf(min(n0 + 3u, last), false));
   }
-  for (var m0 = 0u; m0 < p.M; m0 += MT) {
+  for (var m0 = wid.z * MT; m0 < p.M; m0 += MT * nwg.z) { // row blocks: z of the grid (index.ts rowBlocks)
     // Rows past M are clamped for loading (their sums are dropped); later passes re-read W from cache.
     let xr = p.offX + vec4u(m0, min(m0 + 1u, p.M - 1u), min(m0 + 2u, p.M - 1u), min(m0 + 3u, p.M - 1u)) * p.ldx;
     var s0 = vec4f(); var s1 = vec4f(); var s2 = vec4f(); var s3 = vec4f(); // rows m0..m0+3 × 4 rows of W

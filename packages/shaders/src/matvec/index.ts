@@ -73,6 +73,12 @@ export interface MatvecOptions {
   /** Row stride of buffers.loraT (required with it). */
   ldt?: number;
   /**
+   * Workgroups that split the rows of x for each run of output columns (the grid's z; default 1, at most one per pass
+   * of the variant's rows): each reads W once per pass it runs. For a small W (LoRA's t = x·Aᵀ) that is no cost, and
+   * many rows over few columns then spread over more workgroups.
+   */
+  rowBlocks?: number;
+  /**
    * The q|k|v projection with what follows it (ropeQkv, without per-head q/k norms) in its epilogue: the 3 segments
    * are q (H·D rows), k and v (KV·D each); q is rotated and written to y (M, H·D), k rotated and v copied into the
    * caches at each row's (slot, pos) (buffers.rope); a row outside the caches writes q only. Needs 11 storage
@@ -371,8 +377,11 @@ export function matvec(
     ropeP = matvecRopePairs(variant, wDtype, K, rp.headDim);
     if (!ropeP) throw new Error(`matvec: RoPE needs D/2 (${rp.headDim / 2}) to be even`);
   }
-  // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines.
-  const MT = Math.min(2 ** Math.ceil(Math.log2(M)), MAX_MT[variant]);
+  // Powers of two only, so a decode batch that shrinks row by row reuses a few pipelines. Row blocks each take their
+  // share of the rows in passes of MT.
+  if (o.rowBlocks !== undefined) positive("rowBlocks", o.rowBlocks);
+  const blockRows = Math.ceil(M / Math.min(o.rowBlocks ?? 1, M));
+  const MT = Math.min(2 ** Math.ceil(Math.log2(blockRows)), MAX_MT[variant]);
   const flags = (bias ? 1 : 0) | (o.accumulate ? 2 : 0);
   const params = new Params()
     .u32(M, N, K, flags, ldx, ldy, offY, offX, lora?.ldt ?? 0)
@@ -400,12 +409,9 @@ export function matvec(
   // Unused inputs are bound to x (never read; all are read-only storage).
   const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
   if (b.rope) bindings.push(b.rope.slotPos, b.rope.invFreq, b.rope.kc, b.rope.vc);
-  rec.dispatch(
-    matvecSpec(variant, wDtype, MT, !!norm, o.gated, T, ropeP),
-    bindings,
-    gpu.grid(Math.ceil(N / perGroup)),
-    params,
-  );
+  const grid = gpu.grid(Math.ceil(N / perGroup));
+  if (o.rowBlocks !== undefined) grid[2] = Math.min(o.rowBlocks, Math.ceil(M / MT));
+  rec.dispatch(matvecSpec(variant, wDtype, MT, !!norm, o.gated, T, ropeP), bindings, grid, params);
   return variant;
 }
 

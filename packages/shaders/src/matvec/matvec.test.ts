@@ -246,6 +246,27 @@ describe.each(MATVEC_VARIANTS)("fused matvec %s", (variant) => {
   });
 });
 
+describe.each(MATVEC_VARIANTS)("matvec %s with the rows split over workgroups (rowBlocks)", (variant) => {
+  it.each(["f32", "bf16"] as const)("%s: plain, RMSNorm and LoRA, gated, accumulating", async (wDtype) => {
+    if (!matvecVariants(gpu).includes(variant)) return;
+    for (const [i, [M, rowBlocks]] of [
+      [13, 2],
+      [64, 8],
+      [5, 5],
+      [33, 100], // more blocks than passes: one a pass
+    ].entries()) {
+      await check(gpu, { M, N: 21, K: 24, wDtype, variant, rowBlocks }, 280 + i, true);
+      const segs = segments([24, 8], 32, [true, true], 3);
+      const o = { M, N: 32, K: 32, wDtype, variant, segments: segs, bias: true, rowBlocks };
+      await checkFused(gpu, o, 284 + i, { norm: true, R: 3 });
+      const gated = { M, N: 9, K: 24, wDtype, variant, segments: segments([9, 9], 24, [true, false], 2), rowBlocks };
+      await checkFused(gpu, { ...gated, gated: "silu" }, 288 + i, { norm: true, R: 2 });
+      const acc = { M, N: 11, K: 16, wDtype, variant, segments: segments([11], 16, [true], 4), accumulate: true };
+      await checkFused(gpu, { ...acc, rowBlocks, ldy: 15, offsetY: 2 }, 292 + i, { R: 4 });
+    }
+  });
+});
+
 /**
  * The q|k|v matvec with RoPE and the cache write in its epilogue, against the CPU's matvec (RMSNorm, bias, LoRA on q
  * and v) then ropeQkv: q out, and the whole k and v caches (rows not written keep their values). Row 1 of each

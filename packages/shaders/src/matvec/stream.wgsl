@@ -83,7 +83,7 @@ fn matvec_forward_stream(@builtin(local_invocation_id) lid: vec3u, @builtin(work
   let TG = T * G;
   let S = T * E; // elements from one of a thread's vectors to its next
   let kLast = p.K - E; // the row's last vector (K is a multiple of E)
-  for (var m0 = 0u; m0 < p.M; m0 += MT) {
+  for (var m0 = wid.z * MT; m0 < p.M; m0 += MT * nwg.z) { // row blocks: z of the grid (index.ts rowBlocks)
     xr = p.offX + vec4u(m0, min(m0 + 1u, p.M - 1u), min(m0 + 2u, p.M - 1u), min(m0 + 3u, p.M - 1u)) * p.ldx;
     acc = array<vec4f, 4>(vec4f(), vec4f(), vec4f(), vec4f());
     accUp = array<vec4f, 4>(vec4f(), vec4f(), vec4f(), vec4f());

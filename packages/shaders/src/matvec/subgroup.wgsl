@@ -113,7 +113,7 @@ fn matvec_forward_subgroup(
     let r1 = rows4(n0, 4u);
     let r2 = rows4(n0, 8u);
     let r3 = rows4(n0, 12u);
-    for (var m0 = 0u; m0 < p.M; m0 += MT) {
+    for (var m0 = wid.z * MT; m0 < p.M; m0 += MT * nwg.z) { // row blocks: z of the grid (index.ts rowBlocks)
       let xr0 = p.offX + min(m0 + c, lastM) * p.ldx;
       let xr1 = p.offX + min(m0 + 4u + c, lastM) * p.ldx;
       acc = array<vec4f, 32>(); // whole-array writes and constant indices keep acc out of gathers
