@@ -7,8 +7,10 @@
 //   probe's copy bandwidth), prefill tokens/s, and a LoRA GRPO step of 8 × 512 tokens (time, tokens/s, peak memory).
 // WEBART_BENCH_MODELS=a,b picks models; --quick runs small sizes (a CPU device gets those anyway).
 import {
+  DEFAULT_LORA,
   Engine,
   LORA_TARGETS,
+  LoraState,
   loraGradients,
   measureGrpoStep,
   ModelRunner,
@@ -485,6 +487,29 @@ async function oneModel(
           note,
         });
         ctx.log(`${name} decode b1: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+      }
+      // Rollouts decode with the adapter being trained: batch 1 and 32 with a rank-8 LoRA on every projection (random
+      // B, so its terms count), against the same steps without it, alternating.
+      {
+        const before = engine.model.lora;
+        const lora = new LoraState(gpu, c, DEFAULT_LORA);
+        gpu.write(lora.params, new Rng(4).f32(lora.size, -0.05, 0.05));
+        for (const b of [1, 32]) {
+          const toggle = (on: boolean) => (engine.model.lora = on ? lora : undefined);
+          const run = await decodeRun(gpu, engine.model, b, 16, 0, small ? 3 : 16, 0, toggle);
+          const ab = run.ab!;
+          engine.model.lora = before;
+          const note = `with a LoRA adapter (rank 8 on q, k, v, o, gate, up, down), as rollouts decode; ratio: over the same steps without it (${ab.perOp.toFixed(1)} tok/s), alternating`;
+          out.push({
+            id: `gpu.${name}.decode.b${b}.lora`,
+            value: ab.fused,
+            unit: "tok/s",
+            vs: { id: `gpu.${name}.decode.b${b}`, ratio: ab.fused / ab.perOp },
+            note,
+          });
+          ctx.log(`${name} decode b${b}: ${ab.fused.toFixed(1)} tok/s ${note}`);
+        }
+        lora.dispose();
       }
       // Start-up tuning's bound on the rows a decode step runs as matvecs; past it, matmuls (tensor cores where on).
       const rows = engine.model.decodeRows;
