@@ -108,6 +108,7 @@ fn matvec_forward_subgroup(
   let c = vec4u(0u, 1u, 2u, 3u);
   for (var i = 0u; i * nsg < CG; i++) {
     let n0 = ((wid.x + wid.y * nwg.x) * CG + sg + i * nsg) * cols;
+    if (n0 >= p.N) { break; } // past the last column (the same for the whole subgroup): the later groups are too
     // W row starts of the group's 16 rows (clamped ones are computed, not stored)
     let r0 = rows4(n0, 0u);
     let r1 = rows4(n0, 4u);
