@@ -21,7 +21,14 @@ export const ROPE_QKV_LAYOUTS = ["cpu", "gpu"] as const;
 export type RopeQkvLayout = (typeof ROPE_QKV_LAYOUTS)[number];
 /** What start-up tuning (tune/kernels.ts) chooses for ropeQkv. */
 export interface RopeTuning {
+  /** For up to `layoutRows` tokens (decode). */
   layout: RopeQkvLayout;
+  /** The rows `layout` was measured at: steps of more tokens run prefillLayout (default DECODE_LAYOUT_ROWS). */
+  layoutRows?: number;
+  /** For more tokens (prefill, training, a rollout's steps that prefill a prompt), measured on a problem of that
+   *  size: on SwiftShader the layouts' order flips between the two (tuned at 8 rows, "gpu" took 23-28% of a
+   *  tic-tac-toe rollout's GPU time, "cpu" 2%). Unset: `layout`. */
+  prefillLayout?: RopeQkvLayout;
   /** Decode's RoPE in the q|k|v matvec's epilogue (matvec options.rope) rather than in ropeQkv after it: measured
    *  where the model has no q/k norms and the device binds the matvec's buffers; unset: not measured. */
   inMatvec?: boolean;
@@ -31,9 +38,15 @@ export const ropeQkvSpecs: Record<RopeQkvLayout, KernelSpec> = {
   gpu: { name: "rope_qkv_wide", code, overrides: { WG: 64 } },
 };
 
-/** ropeQkv's layout: as chosen (tuned), else by the device's kind. */
-export function ropeQkvLayout(gpu: Gpu, opts: RopeQkvOptions = {}): RopeQkvLayout {
-  return opts.layout ?? opts.tuning?.layout ?? (isCpuDevice(gpu) ? "cpu" : "gpu");
+/** The most tokens for which ropeQkv runs RopeTuning.layout when its layoutRows is not given. */
+export const DECODE_LAYOUT_ROWS = 64;
+
+/** ropeQkv's layout for `n` tokens: as chosen, else tuned (for decode, or above layoutRows tokens for prefill), else
+ *  by the device's kind. */
+export function ropeQkvLayout(gpu: Gpu, opts: RopeQkvOptions = {}, n = 1): RopeQkvLayout {
+  const t = opts.tuning;
+  const tuned = n > (t?.layoutRows ?? DECODE_LAYOUT_ROWS) ? (t?.prefillLayout ?? t?.layout) : t?.layout;
+  return opts.layout ?? tuned ?? (isCpuDevice(gpu) ? "cpu" : "gpu");
 }
 
 export interface RopeQkvOptions {
@@ -200,7 +213,7 @@ export function ropeQkv(
     need("k norm", b.norm.k, d);
   }
   const params = new Params().u32(n, h, kv, d, ldq, slots, tmax, b.norm ? 1 : 0).f32(b.norm?.eps ?? 0);
-  const layout = ropeQkvLayout(gpu, opts);
+  const layout = ropeQkvLayout(gpu, opts, n);
   if (!(layout in ropeQkvSpecs)) throw new Error(`ropeQkv: layout "${layout}" (${ROPE_QKV_LAYOUTS.join(", ")})`);
   const rows = n * (h + 2 * kv);
   if (!rows) return layout;

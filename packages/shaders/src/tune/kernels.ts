@@ -20,7 +20,7 @@ import {
 } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward, type LoraTuning } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnormBackward, rmsnormForward, type RmsnormTuning } from "../rmsnorm/index.ts";
-import { ROPE_QKV_LAYOUTS, ropeInvFreq, ropeQkv, type RopeTuning } from "../rope/index.ts";
+import { DECODE_LAYOUT_ROWS, ROPE_QKV_LAYOUTS, ropeInvFreq, ropeQkv, type RopeTuning } from "../rope/index.ts";
 import { ROW_THREADS, type RowTuning } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
@@ -383,10 +383,33 @@ export async function tuneRope(
     const dm = { n, h, kv, d, ldq, slots, tmax };
     return (c) => (rec) => void ropeQkv(gpu, rec, b, dm, { layout: c });
   });
+  // Prefill and training: `z.tokens` rows of one sequence each (the layouts' order flips with the rows on SwiftShader).
+  const T = Math.max(z.tokens, DECODE_LAYOUT_ROWS + 1);
+  const prefillLayout = await tuneWith(
+    gpu,
+    `rope.prefill_layout@H=${h},KV=${kv},D=${d},N=${T}`,
+    ROPE_QKV_LAYOUTS,
+    (s) => {
+      const sp = new Uint32Array(2 * T);
+      for (let t = 0; t < T; t++) sp[2 * t + 1] = t;
+      const cache = T * kv * d;
+      const b = {
+        qkv: s.f32(T * ldq),
+        slotPos: s.u32(sp),
+        invFreq: s.values(ropeInvFreq(d, 10000)),
+        q: s.zeros(T * h * d * 4),
+        kc: s.zeros(cache * 4),
+        vc: s.zeros(cache * 4),
+        norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 },
+      };
+      const dm = { n: T, h, kv, d, ldq, slots: 1, tmax: T };
+      return (c) => (rec) => void ropeQkv(gpu, rec, b, dm, { layout: c });
+    },
+  );
   // RoPE in the q|k|v matvec's epilogue, against the matvec then ropeQkv: a dispatch fewer a layer, a heavier
   // epilogue (on SwiftShader the matvec then ropeQkv was faster). Decode steps of 1 and of decodeB rows.
   const { hidden: C, weights } = dims;
-  if (!C || !weights || dims.qkNorm || !matvecRopeFits(gpu)) return { layout };
+  if (!C || !weights || dims.qkNorm || !matvecRopeFits(gpu)) return { layout, layoutRows: n, prefillLayout };
   const where = await tuneWith(gpu, `rope.in_matvec@H=${h},KV=${kv},D=${d},C=${C},${weights}`, ROPE_PLACES, (s) => {
     const b = inputs(s);
     const x = s.f32(n * C);
@@ -407,7 +430,7 @@ export async function tuneRope(
       }
     };
   });
-  return { layout, inMatvec: where === "matvec" };
+  return { layout, layoutRows: n, prefillLayout, inMatvec: where === "matvec" };
 }
 
 /** Where decode's RoPE runs: in ropeQkv after the q|k|v matvec, or in that matvec's epilogue. */

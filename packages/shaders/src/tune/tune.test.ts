@@ -171,6 +171,7 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
     ["lora.layout", t.lora?.layout],
     ["rmsnorm.layout", t.rmsnorm?.layout],
     ["rope.layout", t.rope?.layout],
+    ["rope.prefill_layout", t.rope?.prefillLayout],
     ["rope.in_matvec", t.rope?.inMatvec ? "matvec" : "apart"],
   ];
   for (const use of ["train", "decode"] as const) {
@@ -186,6 +187,13 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
     expect(Object.keys(e.ms).length, prefix).toBeGreaterThan(1);
     expect(e.ms[e.winner]).toBe(Math.min(...Object.values(e.ms)));
   }
+  // ropeQkv runs the decode layout up to the rows it was measured at (else 64 tokens), the prefill one above.
+  expect(t.rope?.layoutRows).toBe(8);
+  const both = { tuning: { layout: "gpu" as const, prefillLayout: "cpu" as const } };
+  expect([1, 64, 65, 512].map((n) => ropeQkvLayout(gpu, both, n))).toEqual(["gpu", "gpu", "cpu", "cpu"]);
+  const at8 = { tuning: { ...both.tuning, layoutRows: 8 } };
+  expect([1, 8, 9].map((n) => ropeQkvLayout(gpu, at8, n))).toEqual(["gpu", "gpu", "cpu"]);
+  expect(ropeQkvLayout(gpu, { tuning: { layout: "gpu" } }, 512)).toBe("gpu");
   // A model with per-head q/k norms keeps RoPE in ropeQkv: nothing to weigh.
   expect((await tuneKernels(gpu, { ...shape, qkNorm: true })).rope?.inMatvec).toBeUndefined();
   const other = await tuneKernels(gpu, { ...shape, hidden: 32 });
