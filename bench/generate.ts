@@ -424,7 +424,7 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     const model = new Model(gpu, c, w);
     // A rollout's decode: with the adapter being trained (rank 8 on every projection, B random so it counts).
     const lora = new LoraState(gpu, c, DEFAULT_LORA);
-    gpu.write(lora.params, new Rng(4).f32(lora.size, -0.05, 0.05));
+    lora.write(new Rng(4).f32(lora.size, -0.05, 0.05));
     const params = [...tensorShapes(c).values()].reduce((s, sh) => s + sh.reduce((a, b) => a * b, 1), 0);
     ctx.log(`${id}: ${(params / 1e6).toFixed(2)}M parameters`);
     const P = ctx.quick ? 16 : 64;
@@ -449,7 +449,8 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         note: `one dispatch per op; ratio: the model's decode (${ab.fused.toPrecision(4)} tok/s) over this, steps alternating`,
       });
       out.push(aheadResult(`generate.${id}.decode.b${B}`, r.ahead!));
-      const withLora = (await decodeRun(gpu, model, B, P, 0, 2 * D, 0, (on) => (model.lora = on ? lora : undefined))).ab!;
+      const withLora = (await decodeRun(gpu, model, B, P, 0, 2 * D, 0, (on) => (model.lora = on ? lora : undefined)))
+        .ab!;
       out.push({
         id: `generate.${id}.decode.b${B}.lora`,
         value: withLora.fused,

@@ -127,7 +127,7 @@ async function tensorCoresBackward(
     await measureGrpoStep(engine, o); // compiles
     const back = await measureGrpoStep(engine, o);
     model.tensorCoresBackward = false;
-    engine.gpu.write(lora.params, new Rng(9).f32(lora.size, -0.02, 0.02));
+    lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
     const ref = (await loraGradients(engine, o)).grads;
     model.tensorCoresBackward = true;
     const got = (await loraGradients(engine, o)).grads;
@@ -493,7 +493,7 @@ async function oneModel(
       {
         const before = engine.model.lora;
         const lora = new LoraState(gpu, c, DEFAULT_LORA);
-        gpu.write(lora.params, new Rng(4).f32(lora.size, -0.05, 0.05));
+        lora.write(new Rng(4).f32(lora.size, -0.05, 0.05));
         for (const b of [1, 32]) {
           const toggle = (on: boolean) => (engine.model.lora = on ? lora : undefined);
           const run = await decodeRun(gpu, engine.model, b, 16, 0, small ? 3 : 16, 0, toggle);

@@ -41,11 +41,8 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
   const groups = 2;
   const size = ctx.quick ? 4 : 8;
   const sum = { rollout: 0, tokenize: 0, fb: 0, opt: 0, ckpt: 0, tokens: 0 };
-  for (let s = 0; s < steps; s++) {
-    gpu.profile.clear();
-    const steps0 = scheduler.stats.steps;
-    const t0 = performance.now();
-    const gs: TrajectoryGroup[] = await gatherTrajectoryGroups(
+  const rollouts = (s: number): Promise<TrajectoryGroup[]> =>
+    gatherTrajectoryGroups(
       Array.from({ length: groups }, (_, g) =>
         Array.from(
           { length: size },
@@ -62,6 +59,11 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
       ),
       { progressBar: "off" },
     );
+  for (let s = 0; s < steps; s++) {
+    gpu.profile.clear();
+    const steps0 = scheduler.stats.steps;
+    const t0 = performance.now();
+    const gs = await rollouts(s);
     sum.rollout += (performance.now() - t0) / 1000;
     engineSteps += scheduler.stats.steps - steps0;
     takeProfile(profiles.rollout);
@@ -110,6 +112,27 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
         top.map(([k, ms]) => `${k} ${((100 * ms) / total).toFixed(0)}%`).join(", "),
     );
   }
+  // The same rollouts with the adapter merged into the (f32) weights and with its LoRA terms run apart (Model.mergeLora
+  // on and off), alternating: the seeds of the steps above, so each pair plays the same scenarios.
+  const engine = backend.engine(model.spec);
+  const merge = engine.model.mergeLora;
+  const time = { on: 0, off: 0 };
+  for (let s = 0; s < 2 * steps; s++) {
+    const on = s % 2 === 1;
+    engine.model.mergeLora = on;
+    const t0 = performance.now();
+    await rollouts(Math.floor(s / 2));
+    time[on ? "on" : "off"] += (performance.now() - t0) / 1000;
+  }
+  engine.model.mergeLora = merge;
+  takeProfile(new Map());
+  out.push({
+    id: "train.step.rollout.lora_apart",
+    value: time.off / steps,
+    unit: "s",
+    vs: { id: "train.step.rollout.merged", ratio: time.off / time.on },
+    note: `a step's rollouts with the LoRA terms apart (mergeLora off); ratio: over the same rollouts on the merged weights (${(time.on / steps).toFixed(3)} s), alternating`,
+  });
   await backend.close();
   // The planner, without allocating: LoRA GRPO on groups of 8 x 512 tokens (one micro-batch of 4096).
   for (const [id, c] of [

@@ -76,6 +76,10 @@ export interface EngineOptions extends OpenModelOptions {
    *  it made the GRPO step of 8 x 512 tokens 1.24-1.6x faster, with LoRA gradients within 6.4e-4 (relative L2) of the
    *  f32 backward's; `npm run bench -- gpu` times it and compares them). */
   tensorCoresBackward?: boolean;
+  /** Inference with an adapter runs on f32 weights with the adapter merged in (W + s·B·A, made again after each
+   *  change of the adapter; Model.mergeLora): decoding with it costs what decoding without it does, for a copy of the
+   *  layers' weights. Default on; 16-bit weights never merge. */
+  mergeLora?: boolean;
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
@@ -199,6 +203,7 @@ export class Engine {
       // The device kind's LoRA layout until tuning below says which one runs.
       loraGradChunk: loraGradChunk(gpu),
       ropeInMatvec: ropeInMatvec(gpu, {}),
+      mergeLora: opts.mergeLora ?? true,
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
@@ -216,7 +221,15 @@ export class Engine {
       checkPlan(p, limits, budget, inUse);
       return p;
     };
-    let plan = makePlan();
+    let plan: MemoryPlan;
+    try {
+      plan = makePlan();
+    } catch (e) {
+      // The merged copy of the weights is a speed-up, not a need: without it, if that is what fits.
+      if (opts.mergeLora !== undefined || !setup.mergeLora) throw e;
+      setup.mergeLora = false;
+      plan = makePlan();
+    }
     const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
     let tuning: KernelTuning = {};
@@ -247,6 +260,7 @@ export class Engine {
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;
     model.tensorCoresBackward = opts.tensorCoresBackward ?? true;
+    model.mergeLora = !!setup.mergeLora;
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
     return new Engine(
@@ -277,6 +291,7 @@ export class Engine {
     const l = new LoraState(this.gpu, this.config, validateLoraConfig(config));
     l.initialize(seed);
     this.model.lora = l;
+    this.model.prepareMerged();
     this.scheduler.invalidateCache();
     return l;
   }

@@ -72,6 +72,7 @@ describe.each([
       vocabChunk: 256,
       lora: { rank: 4, targets: LORA_TARGETS },
       ropeInMatvec: engine.planSetup.ropeInMatvec, // RoPE in the q|k|v matvec where the device binds enough buffers
+      mergeLora: engine.planSetup.mergeLora, // an f32 model's inference on weights with the adapter merged in
     };
     return () => engine.close();
   });
@@ -148,7 +149,7 @@ describe.each([
 
   it("loraGradients: one batch's gradients, the same each time; GPUs' LoRA layout (split sums) gives the CPU one's", async () => {
     const lora = engine.model.lora!;
-    gpu.write(lora.params, new Rng(4).f32(lora.size, -0.05, 0.05)); // B != 0, so dA is not zero
+    lora.write(new Rng(4).f32(lora.size, -0.05, 0.05)); // B != 0, so dA is not zero
     const o = { batch: 2, length: 200, microBatchTokens: 400, recompute: true, vocabChunk: 256 };
     const tuning = engine.model.tuning;
     const grads: Record<string, Float32Array> = {};
@@ -173,7 +174,7 @@ describe.each([
   it("q|k|v and gate|up as one matmul each (forward and backward): the same gradients in fewer dispatches", async () => {
     const model = engine.model;
     const lora = model.lora!;
-    gpu.write(lora.params, new Rng(6).f32(lora.size, -0.05, 0.05));
+    lora.write(new Rng(6).f32(lora.size, -0.05, 0.05));
     const o = { batch: 2, length: 40, microBatchTokens: 80, recompute: true, vocabChunk: 256 };
     const L = model.weights.layers[0];
     expect(L.up.offset).toBe(L.gate.offset + L.gate.rows * L.gate.cols); // back to back: fusable

@@ -10,6 +10,8 @@ import {
   groupLayout,
   tensorShapes,
   weightGroups,
+  PROJECTIONS,
+  layerTensor,
   type ModelConfig,
 } from "./config/index.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
@@ -45,6 +47,9 @@ export interface PlanSetup {
   /** decodeLayer runs RoPE in the q|k|v matvec (model.ts fuseRope: on the device the engine loads on when
    *  matvecRopeFits; models without per-head q/k norms): no packed q|k|v buffer. Default false. */
   ropeInMatvec?: boolean;
+  /** With an f32 model's adapter, inference runs on a copy of the layers' weights with it merged in (model.ts
+   *  mergeLora): counted with the adapter. Default false. */
+  mergeLora?: boolean;
 }
 
 export interface MemoryPlan {
@@ -121,6 +126,27 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
     if (name !== EMBED && name !== LM_HEAD) largest = Math.max(largest, b);
   }
   return { bytes, largest };
+}
+
+/** The copy of an f32 model's layer weights that inference runs with the adapter merged in (model.ts mergeLora): each
+ *  buffer that holds a projection's weight, the q|k|v and gate|up groups whole. */
+function mergedWeightBytes(c: ModelConfig): number {
+  const shapes = tensorShapes(c);
+  const size = (name: string) => shapes.get(name)!.reduce((a, b) => a * b, 1);
+  const grouped = new Set<string>();
+  let bytes = 0;
+  for (const names of weightGroups(c)) {
+    if (names[0].endsWith(".bias")) continue;
+    bytes += exact(groupLayout(names.map(size), F32).elements * F32);
+    for (const n of names) grouped.add(n);
+  }
+  for (let l = 0; l < c.numLayers; l++) {
+    for (const module of Object.values(PROJECTIONS)) {
+      const name = layerTensor(l, module);
+      if (!grouped.has(name)) bytes += exact(size(name) * F32);
+    }
+  }
+  return bytes;
 }
 
 /** g and u (or their gradients): one (N, 2F) buffer where gate and up run as one matmul (their weights back to back:
@@ -286,7 +312,8 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
-  const lora = s.lora ? exact(loraParams * F32) : 0;
+  const merged = s.lora && s.mergeLora && s.weightBytes === 4 ? mergedWeightBytes(c) : 0;
+  const lora = s.lora ? exact(loraParams * F32) + merged : 0;
   // Gradients and both AdamW moments, the step's loss totals, entropy rows and the optimizer's partial sums.
   const optimizer =
     s.train && s.lora ? 3 * exact(loraParams * F32) + exact(32) + exact(s.train.microBatchTokens * F32) + 2 * 4096 : 0;

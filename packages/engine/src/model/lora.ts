@@ -115,6 +115,9 @@ export class LoraState {
   v?: GPUBuffer;
   /** Whether inference applies the adapter (off = the base model, for reference logprobs). */
   enabled = true;
+  /** Counts the changes of `params` (initialize, load, write, the optimizer step): weights the adapter was merged
+   *  into (Model.mergeLora) are made again when it moves. Code that changes params another way bumps it. */
+  version = 0;
 
   constructor(
     private gpu: Gpu,
@@ -146,7 +149,14 @@ export class LoraState {
       const bound = 1 / Math.sqrt(e.in);
       for (let i = 0; i < e.rank * e.in; i++) w[e.a + i] = rng.uniform(-bound, bound);
     }
-    this.gpu.write(this.params, w);
+    this.write(w);
+  }
+
+  /** Sets every value of the adapter (its flat layout, `size` of them). */
+  write(values: Float32Array): void {
+    if (values.length !== this.size) throw new Error(`LoraState.write: ${values.length} values for ${this.size}`);
+    this.gpu.write(this.params, values);
+    this.version++;
   }
 
   slot(layer: number, t: LoraTarget, buf: GPUBuffer = this.params): LoraSlot | undefined {
@@ -214,7 +224,7 @@ export class LoraState {
         w.set(tensorToF32({ dtype: t.dtype, bytes: t.bytes }), off);
       }
     }
-    this.gpu.write(this.params, w);
+    this.write(w);
   }
 
   dispose(): void {

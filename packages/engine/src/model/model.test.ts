@@ -175,7 +175,7 @@ describe.each([
       model.config,
       validateLoraConfig({ rank: 4, alpha: 8, rankPattern: { k_proj: 2, up_proj: 3, down_proj: 1 } }),
     );
-    gpu.write(lora.params, new Rng(5).f32(lora.size, -0.2, 0.2));
+    lora.write(new Rng(5).f32(lora.size, -0.2, 0.2));
     const { prompt, steps } = json.decode;
     const toks = [
       prompt.map((id, pos) => ({ slot: 1, pos, id })),
@@ -216,6 +216,67 @@ describe.each([
       expect(fused.dispatches[1]).toBeLessThan(perOp.dispatches[1]);
     }
     lora.dispose();
+    expect(gpu.errors).toEqual([]);
+  });
+
+  it("inference with the adapter merged into f32 weights: the adapter's logits, the base model's dispatches", async () => {
+    const f32 = model.weights.layers[0].q.dtype === "f32";
+    const lora = new LoraState(
+      gpu,
+      model.config,
+      validateLoraConfig({ rank: 4, alpha: 8, rankPattern: { v_proj: 2 } }),
+    );
+    lora.write(new Rng(7).f32(lora.size, -0.2, 0.2));
+    const { prompt, steps } = json.decode;
+    const toks = [
+      prompt.map((id, pos) => ({ slot: 0, pos, id })),
+      ...steps.slice(0, 2).map((id, i) => [{ slot: 0, pos: prompt.length + i, id }]),
+    ];
+    const decode = async (merge: boolean, withLora = true) => {
+      model.mergeLora = merge;
+      model.lora = withLora ? lora : undefined;
+      const kv = new KvCache(gpu, model.config, 1, 32);
+      const out: Float32Array[] = [];
+      const dispatches: number[] = [];
+      try {
+        for (const [i, t] of toks.entries()) {
+          out.push(await run(model, kv, t, i > 0));
+          dispatches.push(lastDispatches);
+        }
+      } finally {
+        model.mergeLora = false;
+        model.lora = undefined;
+        kv.dispose();
+      }
+      return { out, dispatches };
+    };
+    try {
+      const want = await decode(false);
+      const base = await decode(false, false);
+      let merged = await decode(true);
+      want.out.forEach((w, i) => assertClose(`${name} merged ${i}`, merged.out[i], w, { atol: 1e-4, rtol: 1e-4 }));
+      // f32 weights merge: the steps take the base model's dispatches (16-bit ones keep the LoRA terms).
+      if (f32) expect(merged.dispatches).toEqual(base.dispatches);
+      else expect(merged.dispatches).toEqual(want.dispatches);
+      expect(model.runsMerged).toBe(false); // the adapter detached
+      // The adapter changes: the merged weights follow it.
+      lora.write(new Rng(8).f32(lora.size, -0.2, 0.2));
+      const moved = await decode(false);
+      merged = await decode(true);
+      moved.out.forEach((w, i) =>
+        assertClose(`${name} merged after a change ${i}`, merged.out[i], w, { atol: 1e-4, rtol: 1e-4 }),
+      );
+      expect(moved.out[0]).not.toEqual(want.out[0]);
+      // Switched off (reference logprobs), the base weights themselves.
+      lora.enabled = false;
+      model.mergeLora = true;
+      model.lora = lora;
+      expect(model.runsMerged).toBe(false);
+      model.lora = undefined;
+    } finally {
+      model.releaseMerged();
+      lora.dispose();
+    }
     expect(gpu.errors).toEqual([]);
   });
 });

@@ -6,7 +6,7 @@
 //
 // Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
-import type { Binding, Gpu, Recorder } from "@webart/gpu";
+import { sizeOf, type Binding, type Gpu, type Recorder } from "@webart/gpu";
 import {
   ABSMAX_BYTES,
   absMax,
@@ -19,6 +19,7 @@ import {
   kvcacheWrite,
   loraBackwardGroup,
   loraForwardGroup,
+  loraMerge,
   matmul,
   matvec,
   matvecRopeFits,
@@ -42,7 +43,7 @@ import {
   type RmsnormBuffers,
 } from "@webart/shaders";
 import { FINAL_NORM, NORMS, layerTensor, type ModelConfig } from "../config/index.ts";
-import type { LoraTarget } from "../plan.ts";
+import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import { DECODE_ROWS } from "./decode-rows.ts";
 import type { KvCache } from "./kv.ts";
 import type { LoraEntry, LoraState } from "./lora.ts";
@@ -175,6 +176,17 @@ export class Model {
    *  of two that brings its largest magnitude to [2^14, 2^15) before it is rounded to f16 (absMax, then the coop
    *  matmul's scaleA). The engine turns it on with tensorCores (EngineOptions.tensorCoresBackward). */
   tensorCoresBackward = false;
+  /**
+   * Inference with an adapter runs on f32 weights with the adapter merged in (W + s·B·A for each target, made again
+   * after every change of the adapter: LoraState.version), as a model without one: no LoRA terms, none of their
+   * dispatches. 16-bit weights never merge (W + s·B·A rounded to 16 bits would lose most of the adapter), and
+   * training's forward and the adapter switched off run W itself. The engine turns it on (EngineOptions.mergeLora).
+   */
+  mergeLora = false;
+  /** The merged weights: a copy of each buffer that holds a target's weight, kept for one adapter. */
+  private merged?: { lora: LoraState; version: number; weights: GpuWeights; buffers: GPUBuffer[] };
+  /** While a forward runs on the merged weights: the adapter's terms are in them. */
+  private inMerged = false;
 
   constructor(
     readonly gpu: Gpu,
@@ -202,6 +214,76 @@ export class Model {
   /** Frees what the model made for itself (the RoPE tables), not the weights it was given. */
   releaseTables(): void {
     this.gpu.release(this.invFreq, this.invFreqLocal);
+    this.releaseMerged();
+  }
+
+  /** Frees the merged weights (Model.mergeLora), if any. */
+  releaseMerged(): void {
+    if (this.merged) this.gpu.release(...this.merged.buffers);
+    this.merged = undefined;
+  }
+
+  /** Makes the merged weights now, where inference will run on them (they are held with the adapter, as the plan
+   *  counts them), rather than at the first forward. */
+  prepareMerged(): void {
+    if (this.runsMerged) this.mergedWeights();
+  }
+
+  /** Whether an inference forward now runs on merged weights (mergeLora, an adapter on, f32 weights). */
+  get runsMerged(): boolean {
+    return (
+      this.mergeLora &&
+      this.useLora &&
+      this.weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"))
+    );
+  }
+
+  /**
+   * The weights with the adapter merged in, brought up to its version first: the buffers holding a target's weight
+   * copied once per adapter, then every target's W + s·B·A written over its range (lora_merge), in a submit of their
+   * own made before the caller's (the queue runs them first). A failed merge is made again by the next call.
+   */
+  private mergedWeights(): GpuWeights {
+    const gpu = this.gpu;
+    const lora = this.lora!;
+    if (this.merged && this.merged.lora !== lora) this.releaseMerged();
+    const rec = gpu.recorder();
+    let m = this.merged;
+    if (!m) {
+      const copies = new Map<GPUBuffer, GPUBuffer>();
+      for (const L of this.weights.layers) {
+        for (const t of LORA_TARGETS) {
+          const src = L[t].buffer;
+          if (copies.has(src)) continue;
+          const size = sizeOf(src);
+          const dst = gpu.buffer(size, "lora", "merged weights");
+          rec.copy(src, 0, dst, 0, size);
+          copies.set(src, dst);
+        }
+      }
+      const layers = this.weights.layers.map((L) => {
+        const out = { ...L };
+        for (const t of LORA_TARGETS) out[t] = { ...L[t], buffer: copies.get(L[t].buffer)! };
+        return out;
+      });
+      m = this.merged = { lora, version: -1, weights: { ...this.weights, layers }, buffers: [...copies.values()] };
+    }
+    if (m.version === lora.version) {
+      rec.abandon();
+      return m.weights;
+    }
+    for (const e of lora.entries) {
+      const W = this.weights.layers[e.layer][e.target];
+      const merged = m.weights.layers[e.layer][e.target].buffer;
+      const d = { rows: e.out, cols: e.in, rank: e.rank, offsetW: W.offset, a: e.a, b: e.b, scale: e.scale };
+      loraMerge(gpu, rec, { w: W.buffer, params: lora.params, merged }, d);
+    }
+    const made = m;
+    made.version = lora.version;
+    rec.submit().catch(() => {
+      if (this.merged === made) made.version = -1;
+    });
+    return m.weights;
   }
 
   /** Layer l's attention: its RoPE table and sliding window (undefined: full causal). */
@@ -212,7 +294,7 @@ export class Model {
   }
 
   private get useLora(): boolean {
-    return !!this.lora && this.lora.enabled;
+    return !!this.lora && this.lora.enabled && !this.inMerged;
   }
 
   /** y (=|+=) x·Wᵀ (+ bias) for x (M, in): matvec for few rows, else the tiled matmul. */
@@ -322,6 +404,18 @@ export class Model {
     save: boolean,
     recompute = false,
   ): { x: GPUBuffer; acts?: Activations } {
+    if (!save && this.runsMerged) {
+      // Inference with the adapter merged into the weights: the same forward on them, without LoRA terms.
+      const base = this.weights;
+      (this as { weights: GpuWeights }).weights = this.mergedWeights();
+      this.inMerged = true;
+      try {
+        return this.forward(rec, ids, N, attend, false);
+      } finally {
+        (this as { weights: GpuWeights }).weights = base;
+        this.inMerged = false;
+      }
+    }
     const gpu = this.gpu;
     const c = this.config;
     const C = c.hiddenSize;

@@ -499,6 +499,7 @@ export async function optimizerStep(
   const r = rec.read(stats, adamwStatsBytes);
   gpu.release(parts, stats);
   const dispatches = rec.dispatches;
+  lora.version++; // the adapter moves: weights it was merged into are made again
   await rec.submit();
   const s = new Float32Array(await r);
   return { gradNorm: s[0], finite: s[2] !== 0, dispatches };

@@ -1,7 +1,8 @@
 // LoRA on a linear layer over N tokens: forward y += s·(x·Aᵀ)·Bᵀ keeping t = x·Aᵀ, backward dt, dB, dA, dx.
 // A (R, in) and B (out, R) sit at element offsets in one flat f32 buffer of every adapter (gradients likewise).
-import { kernelSpec, Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { kernelSpec, Params, sizeOf, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./forward_backward.wgsl";
+import mergeCode from "./merge.wgsl";
 import { isCpuDevice } from "@webart/gpu";
 
 /** Workgroup shape of the strided matmul (see forward_backward.wgsl): threads along i, j (4 columns each), k. */
@@ -455,4 +456,45 @@ export function loraBackwardGroup(
       ]);
     }
   gpu.release(scratch); // the pool keeps it until this recorder is submitted
+}
+
+const MERGE_WG = 256;
+const mergeSpec: KernelSpec = { name: "lora_merge", code: mergeCode, overrides: { WG: MERGE_WG } };
+
+/** One LoRA target merged into its f32 weight: `rows` x `cols` (out, in) at element `offsetW` of w and of merged. */
+export interface LoraMergeDims {
+  rows: number;
+  cols: number;
+  rank: number;
+  offsetW: number;
+  /** Element offsets of A (rank, cols) and B (rows, rank) in the adapter's buffer. */
+  a: number;
+  b: number;
+  scale: number;
+}
+
+/**
+ * merged = w + scale·B·A over one target's f32 weight (the rest of `merged` is left as it is): inference with the
+ * adapter then runs the merged weights as a model without one. Checks that every range fits its buffer.
+ */
+export function loraMerge(
+  gpu: Gpu,
+  rec: Recorder,
+  { w, params, merged }: { w: GPUBuffer; params: GPUBuffer; merged: GPUBuffer },
+  d: LoraMergeDims,
+): void {
+  const n = d.rows * d.cols;
+  const need: [string, GPUBuffer, number][] = [
+    ["weight", w, d.offsetW + n],
+    ["merged weight", merged, d.offsetW + n],
+    ["A", params, d.a + d.rank * d.cols],
+    ["B", params, d.b + d.rows * d.rank],
+  ];
+  for (const [what, buf, end] of need) {
+    if (end * 4 > sizeOf(buf))
+      throw new Error(`loraMerge: ${what} needs ${end * 4} bytes but its buffer has ${sizeOf(buf)}`);
+  }
+  if (w === merged) throw new Error("loraMerge: merged must not alias w");
+  const p = new Params().u32(d.rows, d.cols, d.rank, d.offsetW, d.a, d.b).f32(d.scale).u32(0);
+  rec.dispatch(mergeSpec, [w, params, merged], gpu.grid(Math.ceil(n / MERGE_WG)), p);
 }

@@ -8,11 +8,12 @@ import {
   loraBackwardGroup,
   loraForward,
   loraForwardGroup,
+  loraMerge,
   type LoraDims,
   type LoraProduct,
   type LoraTiling,
 } from "./index.ts";
-import { loraBackwardReference, loraReference } from "./reference.ts";
+import { loraBackwardReference, loraMergeReference, loraReference } from "./reference.ts";
 
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
@@ -270,4 +271,46 @@ it.each([
   assertClose("dA, dB", gG, gS, same);
   assertClose("dx", dxG, dxS, same);
   expect(gpu.errors).toEqual([]);
+});
+
+it("loraMerge: W + s·B·A into the merged buffer at W's offset, the rest of it untouched", async () => {
+  const rng = new Rng(31);
+  for (const [rows, cols, rank] of [
+    [7, 5, 1],
+    [96, 64, 8],
+    [33, 130, 3],
+  ]) {
+    const offW = 64 + rows; // odd offsets, as a weight group's members sit
+    const [a, b] = [5, 11 + rank * cols];
+    const W = rng.f32(offW + rows * cols + 9);
+    const params = rng.f32(b + rows * rank + 2);
+    const before = rng.f32(W.length);
+    const [bw, bp, bm] = [gpu.upload(W), gpu.upload(params), gpu.upload(before)];
+    const rec = gpu.recorder();
+    loraMerge(gpu, rec, { w: bw, params: bp, merged: bm }, { rows, cols, rank, offsetW: offW, a, b, scale: 0.75 });
+    const out = rec.read(bm, before.byteLength);
+    await rec.submit();
+    const got = new Float32Array(await out);
+    const A = params.subarray(a, a + rank * cols);
+    const B = params.subarray(b, b + rows * rank);
+    const want = loraMergeReference(
+      { out: rows, in: cols, R: rank, scale: 0.75 },
+      W.subarray(offW, offW + rows * cols),
+      A,
+      B,
+    );
+    assertClose(`merge ${rows}x${cols} r${rank}`, got.subarray(offW, offW + rows * cols), want, TOL);
+    expect(Array.from(got.subarray(0, offW))).toEqual(Array.from(before.subarray(0, offW)));
+    expect(Array.from(got.subarray(offW + rows * cols))).toEqual(Array.from(before.subarray(offW + rows * cols)));
+    gpu.release(bw, bp, bm);
+  }
+  const [w, p] = [gpu.buffer(64), gpu.buffer(64)];
+  const rec = gpu.recorder();
+  const d = { rows: 4, cols: 4, rank: 1, offsetW: 0, a: 0, b: 4, scale: 1 };
+  expect(() => loraMerge(gpu, rec, { w, params: p, merged: w }, d)).toThrow(/must not alias/);
+  expect(() => loraMerge(gpu, rec, { w, params: p, merged: gpu.buffer(32) }, d)).toThrow(
+    /merged weight needs 64 bytes/,
+  );
+  expect(() => loraMerge(gpu, rec, { w, params: p, merged: gpu.buffer(64) }, { ...d, b: 13 })).toThrow(/B needs 68/);
+  rec.abandon();
 });

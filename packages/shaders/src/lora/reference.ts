@@ -82,3 +82,20 @@ export function loraBackwardReference(
   }
   return { dt, dA, dB, dx };
 }
+
+/** W + s·B·A for W (out, in), B (out, R), A (R, in), in f64. */
+export function loraMergeReference(
+  d: { out: number; in: number; R: number; scale: number },
+  W: ArrayLike<number>,
+  A: ArrayLike<number>,
+  B: ArrayLike<number>,
+): Float64Array {
+  const y = Float64Array.from(W);
+  for (let o = 0; o < d.out; o++)
+    for (let c = 0; c < d.in; c++) {
+      let acc = 0;
+      for (let r = 0; r < d.R; r++) acc += B[o * d.R + r] * A[r * d.in + c];
+      y[o * d.in + c] += d.scale * acc;
+    }
+  return y;
+}
