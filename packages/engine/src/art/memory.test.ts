@@ -84,10 +84,12 @@ describe("runs of one base model", () => {
     const rope = eb.model.invFreq.size; // each Model's own RoPE table, tagged "weights" by Model
     const lora = eb.model.lora!;
     const run = {
-      lora: lora.params.size,
+      // The adapter, and the copy of the f32 layers' weights that inference runs with it merged in (mergeLora).
+      lora: lora.params.size + eb.model.mergedBytes,
       optimizer: lora.grads!.size + lora.m!.size + lora.v!.size,
       kv: eb.runner.kv.bytes,
     };
+    expect(eb.model.mergedBytes).toBeGreaterThan(0); // webart-tiny's weights are f32
     const first = { weights: tag(m1, "weights") - tag(m0, "weights"), live: m1.live - m0.live };
     const second = { weights: tag(m2, "weights") - tag(m1, "weights"), live: m2.live - m1.live };
     console.log(

@@ -217,6 +217,11 @@ export class Model {
     this.releaseMerged();
   }
 
+  /** Bytes of the merged weights held now (Model.mergeLora; 0: none). */
+  get mergedBytes(): number {
+    return this.merged?.buffers.reduce((s, b) => s + sizeOf(b), 0) ?? 0;
+  }
+
   /** Frees the merged weights (Model.mergeLora), if any. */
   releaseMerged(): void {
     if (this.merged) this.gpu.release(...this.merged.buffers);

@@ -307,6 +307,7 @@ export class FullTrainer {
     const sRead = rec.read(stats, adamwStatsBytes);
     const lRead = rec.read(lossBuf, row * 4);
     gpu.release(parts, stats, lossBuf);
+    model.releaseMerged(); // the base weights move: an adapter merged into them is made again
     await rec.submit();
     const s = new Float32Array(await sRead);
     const lp = new Float32Array(await lRead);
