@@ -549,6 +549,7 @@ export class Recorder {
   private submitted = false;
   private flushScopes: Promise<GPUError | null>[] = [];
   dispatches = 0;
+  private failHooks: (() => void)[] = [];
   /** Command buffers submitted early by flushIfPending. */
   flushes = 0;
 
@@ -615,6 +616,18 @@ export class Recorder {
     this.dispatches++;
   }
 
+  /** Calls `cb` if this recorder's work does not run: abandoned, or its submit failed. For state that the caller
+   *  counts as done once recorded (say, weights brought up to date in this command buffer). */
+  onFail(cb: () => void): void {
+    this.failHooks.push(cb);
+  }
+
+  private failed(): void {
+    const hooks = this.failHooks;
+    this.failHooks = [];
+    for (const cb of hooks) cb();
+  }
+
   private endPass(): void {
     this.pass?.end();
     this.pass = undefined;
@@ -668,6 +681,7 @@ export class Recorder {
   abandon(): boolean {
     if (this.submitted) return false;
     this.submitted = true;
+    this.failed();
     for (const c of this.chunks) this.gpu.pool.release(c.buf);
     for (const r of this.reads) this.gpu.pool.release(r.staging);
     this.querySet?.destroy();
@@ -700,6 +714,7 @@ export class Recorder {
       });
     } catch (e) {
       for (const r of this.reads) r.reject(e);
+      this.failed();
       throw e;
     } finally {
       scope = gpu.device.popErrorScope();
@@ -715,6 +730,7 @@ export class Recorder {
         gpu.pool.release(r.staging);
         r.reject(err);
       }
+      this.failed();
       throw err;
     }
     const waits: Promise<void>[] = this.reads.map(async (r) => {

@@ -256,7 +256,8 @@ describe.each([
       let merged = await decode(true);
       want.out.forEach((w, i) => assertClose(`${name} merged ${i}`, merged.out[i], w, { atol: 1e-4, rtol: 1e-4 }));
       // f32 weights merge: the steps take the base model's dispatches (16-bit ones keep the LoRA terms).
-      if (f32) expect(merged.dispatches).toEqual(base.dispatches);
+      // (the first step merges the adapter in first, a dispatch a target).
+      if (f32) expect(merged.dispatches).toEqual(base.dispatches.map((d, i) => d + (i ? 0 : lora.entries.length)));
       else expect(merged.dispatches).toEqual(want.dispatches);
       expect(model.runsMerged).toBe(false); // the adapter detached
       // The adapter changes: the merged weights follow it.
@@ -278,6 +279,44 @@ describe.each([
       lora.dispose();
     }
     expect(gpu.errors).toEqual([]);
+  });
+});
+
+describe("an adapter merged into the weights", () => {
+  it("is merged in the forward's own command stream: a first use on a fresh device, in a prefill that submits part-way", async () => {
+    // On a fresh device the merge kernel's pipeline is new, and a long prefill submits part-way (flushIfPending): a
+    // merge submitted apart was overtaken there, and the layers ran on the copy before it was filled.
+    const g = await createDevice();
+    const model = await load("llama-tiny", g);
+    const lora = new LoraState(g, model.config, validateLoraConfig({ rank: 4, alpha: 8 }));
+    lora.write(new Rng(9).f32(lora.size, -0.2, 0.2));
+    model.lora = lora;
+    const T = 1024;
+    const toks = Array.from({ length: T }, (_, pos) => ({ slot: 0, pos, id: (pos * 7 + 3) % model.config.vocabSize }));
+    const logits = async (merge: boolean) => {
+      model.mergeLora = merge;
+      const kv = new KvCache(g, model.config, 1, T);
+      const rec = g.recorder();
+      const ids = g.upload(Uint32Array.from(toks.map((t) => t.id)));
+      const slotPos = g.upload(Uint32Array.from(toks.flatMap((t) => [t.slot, t.pos])));
+      const { x } = model.forward(rec, ids, T, { kind: "cache", kv, slotPos, decode: false, maxLen: T }, false);
+      const flushes = rec.flushes;
+      const rows = g.upload(Uint32Array.from([T - 1]));
+      const out = g.buffer(model.config.vocabSize * 4);
+      model.logits(rec, x, T, rows, 1, out);
+      const read = rec.read(out, model.config.vocabSize * 4);
+      g.release(ids, slotPos, x, rows, out);
+      await rec.submit();
+      kv.dispose();
+      return { logits: new Float32Array(await read), flushes };
+    };
+    const merged = await logits(true);
+    expect(merged.flushes).toBeGreaterThan(0); // the forward did submit part-way
+    const apart = await logits(false);
+    assertClose("merged on first use", merged.logits, apart.logits, { atol: 1e-4, rtol: 1e-4 });
+    model.releaseMerged();
+    lora.dispose();
+    expect(g.errors).toEqual([]);
   });
 });
 

@@ -184,7 +184,15 @@ export class Model {
    */
   mergeLora = false;
   /** The merged weights: a copy of each buffer that holds a target's weight, kept for one adapter. */
-  private merged?: { lora: LoraState; version: number; weights: GpuWeights; buffers: GPUBuffer[] };
+  private merged?: {
+    lora: LoraState;
+    version: number;
+    /** Whether the base buffers were copied in (their parts that are no target's weight stay as copied). */
+    copied: boolean;
+    copies: Map<GPUBuffer, GPUBuffer>;
+    weights: GpuWeights;
+    buffers: GPUBuffer[];
+  };
   /** While a forward runs on the merged weights: the adapter's terms are in them. */
   private inMerged = false;
 
@@ -228,10 +236,10 @@ export class Model {
     this.merged = undefined;
   }
 
-  /** Makes the merged weights now, where inference will run on them (they are held with the adapter, as the plan
-   *  counts them), rather than at the first forward. */
+  /** Allocates the merged weights now, where inference will run on them (they are held with the adapter, as the plan
+   *  counts them), rather than at the first forward, which fills them. */
   prepareMerged(): void {
-    if (this.runsMerged) this.mergedWeights();
+    if (this.runsMerged) this.mergedState();
   }
 
   /** Whether an inference forward now runs on merged weights (mergeLora, an adapter on, f32 weights). */
@@ -248,34 +256,39 @@ export class Model {
    * copied once per adapter, then every target's W + s·B·A written over its range (lora_merge), in a submit of their
    * own made before the caller's (the queue runs them first). A failed merge is made again by the next call.
    */
-  private mergedWeights(): GpuWeights {
-    const gpu = this.gpu;
+  /** The merged weights' buffers for the current adapter, allocated (not yet filled) when there are none. */
+  private mergedState(): NonNullable<Model["merged"]> {
     const lora = this.lora!;
     if (this.merged && this.merged.lora !== lora) this.releaseMerged();
-    const rec = gpu.recorder();
-    let m = this.merged;
-    if (!m) {
-      const copies = new Map<GPUBuffer, GPUBuffer>();
-      for (const L of this.weights.layers) {
-        for (const t of LORA_TARGETS) {
-          const src = L[t].buffer;
-          if (copies.has(src)) continue;
-          const size = sizeOf(src);
-          const dst = gpu.buffer(size, "lora", "merged weights");
-          rec.copy(src, 0, dst, 0, size);
-          copies.set(src, dst);
-        }
-      }
-      const layers = this.weights.layers.map((L) => {
-        const out = { ...L };
-        for (const t of LORA_TARGETS) out[t] = { ...L[t], buffer: copies.get(L[t].buffer)! };
-        return out;
-      });
-      m = this.merged = { lora, version: -1, weights: { ...this.weights, layers }, buffers: [...copies.values()] };
-    }
-    if (m.version === lora.version) {
-      rec.abandon();
-      return m.weights;
+    if (this.merged) return this.merged;
+    const copies = new Map<GPUBuffer, GPUBuffer>();
+    for (const L of this.weights.layers)
+      for (const t of LORA_TARGETS)
+        if (!copies.has(L[t].buffer))
+          copies.set(L[t].buffer, this.gpu.buffer(sizeOf(L[t].buffer), "lora", "merged weights"));
+    const layers = this.weights.layers.map((L) => {
+      const out = { ...L };
+      for (const t of LORA_TARGETS) out[t] = { ...L[t], buffer: copies.get(L[t].buffer)! };
+      return out;
+    });
+    const buffers = [...copies.values()];
+    return (this.merged = { lora, version: -1, copied: false, copies, weights: { ...this.weights, layers }, buffers });
+  }
+
+  /**
+   * The weights with the adapter merged in, brought up to its version first, in `rec` before the forward's work (so
+   * in order with it, also where the forward submits part-way): the buffers holding a target's weight copied once
+   * per adapter, then every target's W + s·B·A written over its range (lora_merge). Made again by the next call if
+   * `rec` does not run.
+   */
+  private mergedWeights(rec: Recorder): GpuWeights {
+    const gpu = this.gpu;
+    const lora = this.lora!;
+    const m = this.mergedState();
+    if (m.version === lora.version) return m.weights;
+    if (!m.copied) {
+      for (const [src, dst] of m.copies) rec.copy(src, 0, dst, 0, sizeOf(src));
+      m.copied = true;
     }
     for (const e of lora.entries) {
       const W = this.weights.layers[e.layer][e.target];
@@ -283,10 +296,10 @@ export class Model {
       const d = { rows: e.out, cols: e.in, rank: e.rank, offsetW: W.offset, a: e.a, b: e.b, scale: e.scale };
       loraMerge(gpu, rec, { w: W.buffer, params: lora.params, merged }, d);
     }
-    const made = m;
-    made.version = lora.version;
-    rec.submit().catch(() => {
-      if (this.merged === made) made.version = -1;
+    m.version = lora.version;
+    rec.onFail(() => {
+      m.version = -1;
+      m.copied = false;
     });
     return m.weights;
   }
@@ -412,7 +425,7 @@ export class Model {
     if (!save && this.runsMerged) {
       // Inference with the adapter merged into the weights: the same forward on them, without LoRA terms.
       const base = this.weights;
-      (this as { weights: GpuWeights }).weights = this.mergedWeights();
+      (this as { weights: GpuWeights }).weights = this.mergedWeights(rec);
       this.inMerged = true;
       try {
         return this.forward(rec, ids, N, attend, false);
