@@ -74,6 +74,23 @@ async function run(
   return new Float32Array(await out);
 }
 
+/** Feeds each group of tokens in turn through a fresh KV cache of `slots` (the first a prefill, then decode steps):
+ *  each step's logits and dispatches. */
+async function runSteps(model: Model, toks: { slot: number; pos: number; id: number }[][], slots: number) {
+  const kv = new KvCache(gpu, model.config, slots, 32);
+  const out: Float32Array[] = [];
+  const dispatches: number[] = [];
+  try {
+    for (const [i, t] of toks.entries()) {
+      out.push(await run(model, kv, t, i > 0));
+      dispatches.push(lastDispatches);
+    }
+  } finally {
+    kv.dispose();
+  }
+  return { out, dispatches };
+}
+
 describe.each([
   ["llama-tiny", 2e-4],
   ["qwen2-tiny", 2e-4],
@@ -186,20 +203,12 @@ describe.each([
       model.fuse(fuse !== false);
       if (fuse === "products") model.fuseDecode = false;
       model.lora = withLora ? lora : undefined;
-      const kv = new KvCache(gpu, model.config, 2, 32);
-      const out: Float32Array[] = [];
-      const dispatches: number[] = [];
       try {
-        for (const [i, t] of toks.entries()) {
-          out.push(await run(model, kv, t, i > 0));
-          dispatches.push(lastDispatches);
-        }
+        return await runSteps(model, toks, 2);
       } finally {
         model.fuse(true);
         model.lora = undefined;
-        kv.dispose();
       }
-      return { out, dispatches };
     };
     for (const withLora of [false, true]) {
       const perOp = await decode(false, withLora);
@@ -235,20 +244,12 @@ describe.each([
     const decode = async (merge: boolean, withLora = true) => {
       model.mergeLora = merge;
       model.lora = withLora ? lora : undefined;
-      const kv = new KvCache(gpu, model.config, 1, 32);
-      const out: Float32Array[] = [];
-      const dispatches: number[] = [];
       try {
-        for (const [i, t] of toks.entries()) {
-          out.push(await run(model, kv, t, i > 0));
-          dispatches.push(lastDispatches);
-        }
+        return await runSteps(model, toks, 1);
       } finally {
         model.mergeLora = false;
         model.lora = undefined;
-        kv.dispose();
       }
-      return { out, dispatches };
     };
     try {
       const want = await decode(false);

@@ -193,6 +193,8 @@ export class Model {
     weights: GpuWeights;
     buffers: GPUBuffer[];
   };
+  /** Whether every projection's weight is f32 (what mergeLora needs). */
+  private readonly f32Targets: boolean;
   /** While a forward runs on the merged weights: the adapter's terms are in them. */
   private inMerged = false;
 
@@ -205,6 +207,7 @@ export class Model {
   ) {
     const c = config;
     this.decodeRows = Math.min(DECODE_ROWS, tuning.decodeRows ?? DECODE_ROWS);
+    this.f32Targets = weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"));
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
       gpu.upload(ropeInvFreq(c.headDim, theta, s.type === "none" ? undefined : s), "weights", label);
     this.invFreq = table(c.ropeTheta, c.ropeScaling, "rope inv_freq");
@@ -244,11 +247,7 @@ export class Model {
 
   /** Whether an inference forward now runs on merged weights (mergeLora, an adapter on, f32 weights). */
   get runsMerged(): boolean {
-    return (
-      this.mergeLora &&
-      this.useLora &&
-      this.weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"))
-    );
+    return this.mergeLora && this.useLora && this.f32Targets;
   }
 
   /**

@@ -365,19 +365,21 @@ export async function tuneRope(
   const key = `rope.layout@H=${h},KV=${kv},D=${d}`;
   const [n, slots, tmax] = [z.decodeB, z.decodeB, 4];
   const ldq = (h + 2 * kv) * d;
-  const inputs = (s: Scratch) => {
-    const sp = new Uint32Array(2 * n);
-    for (let t = 0; t < n; t++) [sp[2 * t], sp[2 * t + 1]] = [t, t % tmax];
+  // ropeQkv's buffers for `rows` tokens at (slot, pos) from `at`, in a cache of `slots` x `tmax`.
+  const buffers = (s: Scratch, rows: number, slots: number, tmax: number, at: (t: number) => [number, number]) => {
+    const sp = new Uint32Array(2 * rows);
+    for (let t = 0; t < rows; t++) [sp[2 * t], sp[2 * t + 1]] = at(t);
     const cache = slots * tmax * kv * d;
     return {
-      qkv: s.f32(n * ldq),
+      qkv: s.f32(rows * ldq),
       slotPos: s.u32(sp),
       invFreq: s.values(ropeInvFreq(d, 10000)),
-      q: s.zeros(n * h * d * 4),
+      q: s.zeros(rows * h * d * 4),
       kc: s.zeros(cache * 4),
       vc: s.zeros(cache * 4),
     };
   };
+  const inputs = (s: Scratch) => buffers(s, n, slots, tmax, (t) => [t, t % tmax]);
   const layout = await tuneWith(gpu, key, ROPE_QKV_LAYOUTS, (s) => {
     const b = { ...inputs(s), norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 } };
     const dm = { n, h, kv, d, ldq, slots, tmax };
@@ -390,18 +392,7 @@ export async function tuneRope(
     `rope.prefill_layout@H=${h},KV=${kv},D=${d},N=${T}`,
     ROPE_QKV_LAYOUTS,
     (s) => {
-      const sp = new Uint32Array(2 * T);
-      for (let t = 0; t < T; t++) sp[2 * t + 1] = t;
-      const cache = T * kv * d;
-      const b = {
-        qkv: s.f32(T * ldq),
-        slotPos: s.u32(sp),
-        invFreq: s.values(ropeInvFreq(d, 10000)),
-        q: s.zeros(T * h * d * 4),
-        kc: s.zeros(cache * 4),
-        vc: s.zeros(cache * 4),
-        norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 },
-      };
+      const b = { ...buffers(s, T, 1, T, (t) => [0, t]), norm: { q: s.f32(d), k: s.f32(d), eps: 1e-6 } };
       const dm = { n: T, h, kv, d, ldq, slots: 1, tmax: T };
       return (c) => (rec) => void ropeQkv(gpu, rec, b, dm, { layout: c });
     },
