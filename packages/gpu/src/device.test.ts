@@ -237,6 +237,44 @@ describe("device layer on Dawn", () => {
     gpu.release(bx, by);
   });
 
+  it("does not submit part-way ahead of another recorder's submit that waits its turn", async () => {
+    const n = 64;
+    const assign: KernelSpec = {
+      name: "assign_part",
+      code: /* wgsl */ `
+        struct P { n: u32, a: f32 }
+        @group(0) @binding(0) var<uniform> p: P;
+        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+        @compute @workgroup_size(64)
+        fn assign_part(@builtin(global_invocation_id) g: vec3u) { if (g.x < p.n) { y[g.x] = p.a; } }`,
+    };
+    const bx = gpu.upload(new Float32Array(n).fill(1));
+    const by = gpu.upload(new Float32Array(n));
+    await gpu.run(scale, [bx, by], 1, new Params().u32(n).f32(0));
+    const a = gpu.recorder();
+    a.dispatch(assign, [by], 1, new Params().u32(n).f32(5)); // a new pipeline: its submit waits on its checks
+    const submitted = a.submit(); // not awaited, as a decode run submits its steps
+    const b = gpu.recorder();
+    b.dispatch(scale, [bx, by], 1, new Params().u32(n).f32(2));
+    const scratch = gpu.buffer(1 << 20);
+    gpu.release(scratch);
+    expect(gpu.pool.pendingBytes).toBeGreaterThanOrEqual(1 << 20);
+    expect(b.submitPart()).toBe(false); // it would reach the queue before a's assign
+    b.flushIfPending(1); // nor for memory
+    expect(b.flushes).toBe(0);
+    await Promise.all([submitted, b.submit()]);
+    expect((await gpu.readF32(by, n))[0]).toBe(7); // y = 5, then y += 2·1; the other order would leave 5
+    // With nothing waiting, a part goes at once and the rest follows it.
+    const c = gpu.recorder();
+    c.dispatch(scale, [bx, by], 1, new Params().u32(n).f32(1));
+    expect(c.submitPart()).toBe(true);
+    c.dispatch(scale, [bx, by], 1, new Params().u32(n).f32(10));
+    await c.submit();
+    expect(c.flushes).toBe(1);
+    expect((await gpu.readF32(by, n))[0]).toBe(18);
+    gpu.release(bx, by);
+  });
+
   it("surfaces a WGSL compile error with the shader's name, line and message", async () => {
     const bad: KernelSpec = {
       name: "broken_kernel",

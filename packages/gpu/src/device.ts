@@ -468,6 +468,11 @@ export class Gpu {
     }
   }
 
+  /** @internal Whether a recorder's submit waits its turn behind a new pipeline's checks (see _submit). */
+  get _submitWaiting(): boolean {
+    return this.submitting !== undefined;
+  }
+
   /** @internal */
   _guard<T>(p: Promise<T>): Promise<T> {
     return this.guard(p);
@@ -550,7 +555,7 @@ export class Recorder {
   private flushScopes: Promise<GPUError | null>[] = [];
   dispatches = 0;
   private failHooks: (() => void)[] = [];
-  /** Command buffers submitted early by flushIfPending. */
+  /** Command buffers submitted early (submitPart, flushIfPending). */
   flushes = 0;
 
   private errorsAtStart: number;
@@ -654,12 +659,22 @@ export class Recorder {
 
   /**
    * Submits what is recorded so far when more than `minBytes` of released buffers wait for a submit, so the
-   * pool can hand them out again, and goes on recording in a new command buffer. Keeps a long step (a
-   * training micro-batch, a prefill) within the memory of its live buffers. Not while profiling.
+   * pool can hand them out again, and goes on recording in a new command buffer (submitPart). Keeps a long step (a
+   * training micro-batch, a prefill) within the memory of its live buffers.
    */
   flushIfPending(minBytes: number): void {
+    if (this.gpu.pool.pendingBytes >= minBytes) this.submitPart();
+  }
+
+  /**
+   * Submits what is recorded so far and goes on recording in a new command buffer, so the device starts on it while
+   * the host records the rest. Returns whether it did. It does not while another recorder's submit waits its turn
+   * (a pipeline's checks): this part would reach the queue ahead of work it may depend on (a decode run's last
+   * step). Nor while profiling (one query set a recorder), nor once submitted.
+   */
+  submitPart(): boolean {
     const gpu = this.gpu;
-    if (this.submitted || this.querySet || gpu.pool.pendingBytes < minBytes) return;
+    if (this.submitted || this.querySet || gpu._submitWaiting) return false;
     this.endPass();
     for (const c of this.chunks) gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
     gpu.device.pushErrorScope("validation");
@@ -671,6 +686,7 @@ export class Recorder {
     gpu.pool.flushReleases();
     this.encoder = gpu.device.createCommandEncoder();
     this.flushes++;
+    return true;
   }
 
   /**
