@@ -488,6 +488,32 @@ async function oneModel(
         });
         ctx.log(`${name} decode b1: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
       }
+      // Part-way submits (Model.submitLayers: the device starts on the first layers while the host records the rest)
+      // against one submit a step, steps alternating: every k layers at batch 1, the default k at batch 8.
+      {
+        const model = engine.model;
+        const k0 = model.submitLayers;
+        for (const [b, k] of [
+          [1, 1],
+          [1, 2],
+          [1, 4],
+          [1, 8],
+          [8, k0 || 4],
+        ]) {
+          const toggle = (on: boolean) => (model.submitLayers = on ? k : 0);
+          const ab = (await decodeRun(gpu, model, b, 16, 0, small ? 3 : 16, 0, toggle)).ab!;
+          model.submitLayers = k0;
+          const note = `one submit a step; ratio: submitting after the first layer and every ${k} (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; the model's default: ${k0 || "one submit"}`;
+          out.push({
+            id: `gpu.${name}.decode.b${b}.submit_every_${k}`,
+            value: ab.perOp,
+            unit: "tok/s",
+            vs: { id: `gpu.${name}.decode.b${b}`, ratio: ab.fused / ab.perOp },
+            note,
+          });
+          ctx.log(`${name} decode b${b}: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+        }
+      }
       // Rollouts decode with the adapter being trained: batch 1 and 32 with a rank-8 LoRA on every projection (random
       // B, so its terms count), against the same steps without it, alternating.
       {

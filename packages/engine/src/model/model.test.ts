@@ -12,6 +12,7 @@ import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
 import { Rng } from "@webart/gpu";
 import { KvCache } from "./kv.ts";
+import { ModelRunner } from "./runner.ts";
 import { LoraState, validateLoraConfig } from "./lora.ts";
 import { Model } from "./model.ts";
 import { oneBuffer, uploadWeights } from "./weights.ts";
@@ -318,6 +319,94 @@ describe("an adapter merged into the weights", () => {
     model.releaseMerged();
     lora.dispose();
     expect(g.errors).toEqual([]);
+  });
+});
+
+describe("part-way submits (Model.submitLayers)", () => {
+  it("give one submit's logits and samples, on a fresh device, with an adapter merged in, and in a decode run", async () => {
+    // Three layers with sandwich norms; every layer submitted apart (k = 1), first on a fresh device (new pipelines),
+    // the adapter's merge recorded ahead of the layers.
+    const g = await createDevice();
+    const model = await load("gemma3-tiny", g);
+    const lora = new LoraState(g, model.config, validateLoraConfig({ rank: 4, alpha: 8 }));
+    lora.write(new Rng(3).f32(lora.size, -0.2, 0.2));
+    model.lora = lora;
+    model.mergeLora = true;
+    expect(model.runsMerged).toBe(true);
+    const V = model.config.vocabSize;
+    const groups = [
+      Array.from({ length: 7 }, (_, pos) => ({ slot: 0, pos, id: (pos * 5 + 2) % V })),
+      ...[7, 8, 9].map((pos) => [{ slot: 0, pos, id: (pos * 3 + 1) % V }]),
+    ];
+    const steps = async (k: number) => {
+      model.submitLayers = k;
+      const kv = new KvCache(g, model.config, 1, 32);
+      const out: Float32Array[] = [];
+      const flushes: number[] = [];
+      for (const [i, toks] of groups.entries()) {
+        const N = toks.length;
+        const rec = g.recorder();
+        const ids = g.upload(Uint32Array.from(toks.map((t) => t.id)));
+        const slotPos = g.upload(Uint32Array.from(toks.flatMap((t) => [t.slot, t.pos])));
+        const attend = { kind: "cache", kv, slotPos, decode: i > 0, maxLen: toks[N - 1].pos + 1 } as const;
+        const { x } = model.forward(rec, ids, N, attend, false);
+        flushes.push(rec.flushes);
+        const logits = g.buffer(V * 4);
+        const rows = g.upload(Uint32Array.from([N - 1]));
+        model.logits(rec, x, N, rows, 1, logits);
+        const read = rec.read(logits, V * 4);
+        g.release(ids, slotPos, x, rows, logits);
+        await rec.submit();
+        out.push(new Float32Array(await read));
+      }
+      kv.dispose();
+      return { out, flushes };
+    };
+    const parts = await steps(1);
+    expect(parts.flushes).toEqual([2, 2, 2, 2]); // after layers 0 and 1 (the last goes with the logits)
+    const one = await steps(0);
+    expect(one.flushes).toEqual([0, 0, 0, 0]);
+    for (const [i, o] of one.out.entries()) expect(parts.out[i]).toEqual(o);
+    // A decode run (steps submitted without waiting for the one before) against single steps, greedy.
+    const spec = (row: number, step: number) => ({
+      row,
+      temperature: 0,
+      topK: 0,
+      topP: 1,
+      seed: 1,
+      step,
+      stream: row,
+      mask: null,
+      top: 0,
+    });
+    const decode = async (k: number, run: boolean) => {
+      model.submitLayers = k;
+      const runner = new ModelRunner(model, 2, 32);
+      try {
+        const prompt = { ids: Uint32Array.from([5, 9, 2, 7]), slots: Uint32Array.from([0, 0, 1, 1]) };
+        const first = await runner.step({ ...prompt, pos: Uint32Array.from([0, 1, 0, 1]) }, [spec(1, 0), spec(3, 0)]);
+        const tokens = { ids: first.ids, slots: Uint32Array.from([0, 1]), pos: Uint32Array.from([2, 2]) };
+        if (run) return runner.decode(tokens, [spec(0, 1), spec(1, 1)], 4);
+        const out = [];
+        for (let j = 0; j < 4; j++) {
+          const pos = tokens.pos.map((p) => p + j);
+          const r = await runner.step({ ...tokens, pos }, [spec(0, 1 + j), spec(1, 1 + j)]);
+          out.push(r);
+          tokens.ids = r.ids;
+        }
+        return out;
+      } finally {
+        runner.kv.dispose();
+      }
+    };
+    const inRun = await decode(1, true);
+    const single = await decode(0, false);
+    expect(inRun.map((r) => [...r.ids])).toEqual(single.map((r) => [...r.ids]));
+    expect(inRun.map((r) => [...r.logprobs])).toEqual(single.map((r) => [...r.logprobs]));
+    model.releaseMerged();
+    lora.dispose();
+    expect(g.errors).toEqual([]);
+    g.destroy();
   });
 });
 

@@ -6,7 +6,7 @@
 //
 // Shapes: N tokens in the batch, B sequences of T (training), C = hidden, H heads, KV kv-heads, D head dim,
 // F = MLP width, V vocab, R LoRA rank, S sampled rows.
-import { sizeOf, type Binding, type Gpu, type Recorder } from "@webart/gpu";
+import { isCpuDevice, sizeOf, type Binding, type Gpu, type Recorder } from "@webart/gpu";
 import {
   ABSMAX_BYTES,
   absMax,
@@ -165,6 +165,14 @@ export class Model {
    *  (RopeTuning.inMatvec; untuned: on); off: ropeQkv after the matvec. */
   fuseRope = true;
 
+  /**
+   * Inference submits what it has recorded part-way through the layers, so the device runs the first layers while
+   * the host records the rest: after the first layer, then every `submitLayers` layers (0: once, with the logits and
+   * the sampling). Recorder.submitPart: never ahead of another recorder's submit that waits its turn. Default: 4 on
+   * a GPU, 0 on a CPU device (its work runs on the host's own cores).
+   */
+  submitLayers: number;
+
   /** Every fusion above on, or off (one dispatch per op: the baseline benches and tests compare with). */
   fuse(on: boolean): void {
     this.fuseDecode = this.fuseGateUp = this.fuseQkv = this.fuseRope = on;
@@ -207,6 +215,7 @@ export class Model {
   ) {
     const c = config;
     this.decodeRows = Math.min(DECODE_ROWS, tuning.decodeRows ?? DECODE_ROWS);
+    this.submitLayers = isCpuDevice(gpu) ? 0 : 4;
     this.f32Targets = weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"));
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
       gpu.upload(ropeInvFreq(c.headDim, theta, s.type === "none" ? undefined : s), "weights", label);
@@ -455,6 +464,8 @@ export class Model {
       }
       // Buffers this layer released become reusable once its work is submitted.
       rec.flushIfPending(FLUSH_BYTES);
+      const k = this.submitLayers;
+      if (!save && k > 0 && l < c.numLayers - 1 && (l === 0 || (l + 1) % k === 0)) rec.submitPart();
     }
     if (!save) return { x };
     const hN = gpu.buffer(N * C * 4, "activations", "hN");
