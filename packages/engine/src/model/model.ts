@@ -259,11 +259,6 @@ export class Model {
     return this.mergeLora && this.useLora && this.f32Targets;
   }
 
-  /**
-   * The weights with the adapter merged in, brought up to its version first: the buffers holding a target's weight
-   * copied once per adapter, then every target's W + s·B·A written over its range (lora_merge), in a submit of their
-   * own made before the caller's (the queue runs them first). A failed merge is made again by the next call.
-   */
   /** The merged weights' buffers for the current adapter, allocated (not yet filled) when there are none. */
   private mergedState(): NonNullable<Model["merged"]> {
     const lora = this.lora!;
