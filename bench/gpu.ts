@@ -514,18 +514,28 @@ async function oneModel(
           ctx.log(`${name} decode b${b}: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
         }
       }
-      // Rollouts decode with the adapter being trained: batch 1 and 32 with a rank-8 LoRA on every projection (random
-      // B, so its terms count), against the same steps without it, alternating.
+      // Rollouts decode with the adapter being trained: batch 1, 8 and 32 with a rank-8 LoRA on every projection
+      // (random B, so its terms count), against the same steps without it; then merged into an f32 copy of the weights
+      // (Model.mergeLora, the engine's default: steps of up to decodeRows rows) against its terms apart. Alternating.
       {
-        const before = engine.model.lora;
+        const model = engine.model;
+        const [before, merge] = [model.lora, model.mergeLora];
         const lora = new LoraState(gpu, c, DEFAULT_LORA);
         lora.write(new Rng(4).f32(lora.size, -0.05, 0.05));
-        for (const b of [1, 32]) {
-          const toggle = (on: boolean) => (engine.model.lora = on ? lora : undefined);
-          const run = await decodeRun(gpu, engine.model, b, 16, 0, small ? 3 : 16, 0, toggle);
-          const ab = run.ab!;
-          engine.model.lora = before;
-          const note = `with a LoRA adapter (rank 8 on q, k, v, o, gate, up, down), as rollouts decode; ratio: over the same steps without it (${ab.perOp.toFixed(1)} tok/s), alternating`;
+        for (const b of [1, 8, 32]) {
+          const on = await decodeRun(
+            gpu,
+            model,
+            b,
+            16,
+            0,
+            small ? 3 : 16,
+            0,
+            (on) => (model.lora = on ? lora : undefined),
+          );
+          const ab = on.ab!;
+          const how = model.runsMergedAt(b) ? "merged" : "its terms apart";
+          const note = `with a LoRA adapter (rank 8 on q, k, v, o, gate, up, down; ${how}), as rollouts decode; ratio: over the same steps without it (${ab.perOp.toFixed(1)} tok/s), alternating`;
           out.push({
             id: `gpu.${name}.decode.b${b}.lora`,
             value: ab.fused,
@@ -534,7 +544,24 @@ async function oneModel(
             note,
           });
           ctx.log(`${name} decode b${b}: ${ab.fused.toFixed(1)} tok/s ${note}`);
+          model.lora = lora;
+          if (model.runsMergedAt(b)) {
+            const apart = (await decodeRun(gpu, model, b, 16, 0, small ? 3 : 16, 0, (on) => (model.mergeLora = on)))
+              .ab!;
+            model.mergeLora = merge;
+            const note = `the adapter's terms apart (mergeLora off); ratio: merged into an f32 copy of the weights (${apart.fused.toFixed(1)} tok/s, ${(model.mergedBytes / GiB).toFixed(2)} GiB) over this, alternating`;
+            out.push({
+              id: `gpu.${name}.decode.b${b}.lora_apart`,
+              value: apart.perOp,
+              unit: "tok/s",
+              vs: { id: `gpu.${name}.decode.b${b}.lora`, ratio: apart.fused / apart.perOp },
+              note,
+            });
+            ctx.log(`${name} decode b${b}: ${apart.perOp.toFixed(1)} tok/s with ${note}`);
+          }
+          model.lora = before;
         }
+        model.releaseMerged();
         lora.dispose();
       }
       // Start-up tuning's bound on the rows a decode step runs as matvecs; past it, matmuls (tensor cores where on).

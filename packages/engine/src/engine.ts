@@ -77,8 +77,9 @@ export interface EngineOptions extends OpenModelOptions {
    *  f32 backward's; `npm run bench -- gpu` times it and compares them). */
   tensorCoresBackward?: boolean;
   /** Inference with an adapter runs on f32 weights with the adapter merged in (W + s·B·A, made again after each
-   *  change of the adapter; Model.mergeLora): decoding with it costs what decoding without it does, for a copy of the
-   *  layers' weights. Default on; 16-bit weights never merge. */
+   *  change of the adapter; Model.mergeLora): decoding with it costs what decoding without it does, for an f32 copy of
+   *  the layers' weights (twice their bytes for 16-bit weights, whose steps past decodeRows rows keep the terms
+   *  apart). Default on where the plan fits with the copy. */
   mergeLora?: boolean;
 }
 

@@ -47,8 +47,8 @@ export interface PlanSetup {
   /** decodeLayer runs RoPE in the q|k|v matvec (model.ts fuseRope: on the device the engine loads on when
    *  matvecRopeFits; models without per-head q/k norms): no packed q|k|v buffer. Default false. */
   ropeInMatvec?: boolean;
-  /** With an f32 model's adapter, inference runs on a copy of the layers' weights with it merged in (model.ts
-   *  mergeLora): counted with the adapter. Default false. */
+  /** With an adapter, inference runs on an f32 copy of the layers' weights with it merged in (model.ts mergeLora;
+   *  a 16-bit model's decode steps): counted with the adapter. Default false. */
   mergeLora?: boolean;
 }
 
@@ -128,16 +128,17 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
   return { bytes, largest };
 }
 
-/** The copy of an f32 model's layer weights that inference runs with the adapter merged in (model.ts mergeLora): each
- *  buffer that holds a projection's weight, the q|k|v and gate|up groups whole. */
-function mergedWeightBytes(c: ModelConfig): number {
+/** The f32 copy of the layer weights that inference runs with the adapter merged in (model.ts mergeLora): each buffer
+ *  that holds a projection's weight, the q|k|v and gate|up groups whole; for 16-bit weights, f32 elements at their
+ *  16-bit layout's offsets. */
+function mergedWeightBytes(c: ModelConfig, wb: 2 | 4): number {
   const shapes = tensorShapes(c);
   const size = (name: string) => shapes.get(name)!.reduce((a, b) => a * b, 1);
   const grouped = new Set<string>();
   let bytes = 0;
   for (const names of weightGroups(c)) {
     if (names[0].endsWith(".bias")) continue;
-    bytes += exact(groupLayout(names.map(size), F32).elements * F32);
+    bytes += exact(groupLayout(names.map(size), wb).elements * F32);
     for (const n of names) grouped.add(n);
   }
   for (let l = 0; l < c.numLayers; l++) {
@@ -312,7 +313,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
-  const merged = s.lora && s.mergeLora && s.weightBytes === 4 ? mergedWeightBytes(c) : 0;
+  const merged = s.lora && s.mergeLora ? mergedWeightBytes(c, s.weightBytes) : 0;
   const lora = s.lora ? exact(loraParams * F32) + merged : 0;
   // Gradients and both AdamW moments, the step's loss totals, entropy rows and the optimizer's partial sums.
   const optimizer =

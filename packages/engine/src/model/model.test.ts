@@ -15,7 +15,8 @@ import { KvCache } from "./kv.ts";
 import { ModelRunner } from "./runner.ts";
 import { LoraState, validateLoraConfig } from "./lora.ts";
 import { Model } from "./model.ts";
-import { oneBuffer, uploadWeights } from "./weights.ts";
+import { freeWeights, oneBuffer, uploadWeights } from "./weights.ts";
+import { planMemory } from "../plan.ts";
 
 const FIX = join(import.meta.dirname, "../../fixtures");
 
@@ -230,7 +231,6 @@ describe.each([
   });
 
   it("inference with the adapter merged into f32 weights: the adapter's logits, the base model's dispatches", async () => {
-    const f32 = model.weights.layers[0].q.dtype === "f32";
     const lora = new LoraState(
       gpu,
       model.config,
@@ -257,10 +257,10 @@ describe.each([
       const base = await decode(false, false);
       let merged = await decode(true);
       want.out.forEach((w, i) => assertClose(`${name} merged ${i}`, merged.out[i], w, { atol: 1e-4, rtol: 1e-4 }));
-      // f32 weights merge: the steps take the base model's dispatches (16-bit ones keep the LoRA terms).
-      // (the first step merges the adapter in first, a dispatch a target).
-      if (f32) expect(merged.dispatches).toEqual(base.dispatches.map((d, i) => d + (i ? 0 : lora.entries.length)));
-      else expect(merged.dispatches).toEqual(want.dispatches);
+      // The steps take the base model's dispatches (16-bit weights into an f32 copy: the steps are within decodeRows);
+      // the first step merges the adapter in first, a dispatch a target.
+      expect(toks.every((t) => t.length <= model.decodeRows)).toBe(true);
+      expect(merged.dispatches).toEqual(base.dispatches.map((d, i) => d + (i ? 0 : lora.entries.length)));
       expect(model.runsMerged).toBe(false); // the adapter detached
       // The adapter changes: the merged weights follow it.
       lora.write(new Rng(8).f32(lora.size, -0.2, 0.2));
@@ -319,6 +319,60 @@ describe("an adapter merged into the weights", () => {
     model.releaseMerged();
     lora.dispose();
     expect(g.errors).toEqual([]);
+  });
+});
+
+describe("an adapter merged into 16-bit weights", () => {
+  it("runs steps of up to decodeRows rows on an f32 copy, longer ones with the terms apart; the plan counts the copy", async () => {
+    // qwen3-tiny-bf16 with decodeRows 8: a 12-token prefill keeps the LoRA terms apart, the decode steps run merged.
+    // The adapter leaves k, up and down out: their copies are converted (rank 0), and q|k|v stay one matvec.
+    const base = await load("qwen3-tiny-bf16");
+    const model = new Model(gpu, base.config, base.weights, { decodeRows: 8 });
+    const cfg = validateLoraConfig({ rank: 4, alpha: 8, targets: ["q", "v", "o", "gate"] });
+    const lora = new LoraState(gpu, model.config, cfg);
+    lora.write(new Rng(5).f32(lora.size, -0.2, 0.2));
+    const V = model.config.vocabSize;
+    const toks = [
+      Array.from({ length: 12 }, (_, pos) => ({ slot: 0, pos, id: (pos * 7 + 1) % V })),
+      ...[12, 13, 14].map((pos) => [{ slot: 0, pos, id: (pos * 5 + 3) % V }]),
+    ];
+    const decode = async (merge: boolean, withLora = true) => {
+      model.mergeLora = merge;
+      model.lora = withLora ? lora : undefined;
+      try {
+        return await runSteps(model, toks, 1);
+      } finally {
+        model.lora = undefined;
+      }
+    };
+    try {
+      const apart = await decode(false);
+      const none = await decode(false, false);
+      const merged = await decode(true);
+      expect(model.runsMergedAt(12)).toBe(false);
+      expect(model.runsMergedAt(1)).toBe(false); // the adapter detached
+      merged.out.forEach((o, i) => assertClose(`bf16 merged ${i}`, o, apart.out[i], { atol: 1e-4, rtol: 1e-4 }));
+      expect(merged.out[0]).toEqual(apart.out[0]); // the prefill: the same kernels
+      expect(merged.out[1]).not.toEqual(none.out[1]);
+      expect(merged.dispatches[0]).toBe(apart.dispatches[0]);
+      // The first decode step: the base model's dispatches, and the merge's (a dispatch a target in each layer:
+      // merged or converted).
+      const L = model.config.numLayers;
+      expect(merged.dispatches[1]).toBe(none.dispatches[1] + 7 * L);
+      expect(merged.dispatches.slice(2)).toEqual(none.dispatches.slice(2));
+      // What the plan counts for the copy is what it holds.
+      const setup = { weightBytes: 2, kvSlots: 1, kvContext: 32, prefillChunk: 16, vocabChunk: V, lora: cfg } as const;
+      const planned = planMemory(model.config, { ...setup, mergeLora: true }).lora - planMemory(model.config, setup).lora;
+      expect(model.mergedBytes).toBeGreaterThan(0);
+      expect(model.mergedBytes).toBe(planned);
+    } finally {
+      model.releaseMerged();
+      lora.dispose();
+      base.releaseTables();
+      model.releaseTables();
+      freeWeights(gpu, base.weights);
+    }
+    expect(gpu.errors).toEqual([]);
   });
 });
 

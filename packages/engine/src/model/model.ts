@@ -187,21 +187,24 @@ export class Model {
   /**
    * Inference with an adapter runs on f32 weights with the adapter merged in (W + s·B·A for each target, made again
    * after every change of the adapter: LoraState.version), as a model without one: no LoRA terms, none of their
-   * dispatches. 16-bit weights never merge (W + s·B·A rounded to 16 bits would lose most of the adapter), and
-   * training's forward and the adapter switched off run W itself. The engine turns it on (EngineOptions.mergeLora).
+   * dispatches. 16-bit weights merge into an f32 copy (W + s·B·A rounded to 16 bits would lose most of the adapter),
+   * used by steps of up to decodeRows rows, whose matvecs are bound by their dispatches more than by their bytes;
+   * longer steps (prefill, matmuls on tensor cores with f16 operands) keep the LoRA terms apart. Training's forward and
+   * the adapter switched off run W itself. The engine turns it on (EngineOptions.mergeLora).
    */
   mergeLora = false;
-  /** The merged weights: a copy of each buffer that holds a target's weight, kept for one adapter. */
+  /** The merged weights: an f32 copy of each buffer that holds a target's weight, kept for one adapter. */
   private merged?: {
     lora: LoraState;
     version: number;
-    /** Whether the base buffers were copied in (their parts that are no target's weight stay as copied). */
+    /** Whether the weights no entry of the adapter changes are in: f32 buffers copied whole, 16-bit targets without
+     *  an entry converted. */
     copied: boolean;
     copies: Map<GPUBuffer, GPUBuffer>;
     weights: GpuWeights;
     buffers: GPUBuffer[];
   };
-  /** Whether every projection's weight is f32 (what mergeLora needs). */
+  /** Whether every projection's weight is f32: its merged copy serves steps of any length. */
   private readonly f32Targets: boolean;
   /** While a forward runs on the merged weights: the adapter's terms are in them. */
   private inMerged = false;
@@ -254,9 +257,15 @@ export class Model {
     if (this.runsMerged) this.mergedState();
   }
 
-  /** Whether an inference forward now runs on merged weights (mergeLora, an adapter on, f32 weights). */
+  /** Whether inference now runs on merged weights (mergeLora, an adapter on): an f32 model's steps, a 16-bit one's of
+   *  up to decodeRows rows (runsMergedAt). */
   get runsMerged(): boolean {
-    return this.mergeLora && this.useLora && this.f32Targets;
+    return this.mergeLora && this.useLora;
+  }
+
+  /** Whether an inference forward of N rows runs on the merged weights. */
+  runsMergedAt(N: number): boolean {
+    return this.runsMerged && (this.f32Targets || N <= this.decodeRows);
   }
 
   /** The merged weights' buffers for the current adapter, allocated (not yet filled) when there are none. */
@@ -264,14 +273,20 @@ export class Model {
     const lora = this.lora!;
     if (this.merged && this.merged.lora !== lora) this.releaseMerged();
     if (this.merged) return this.merged;
-    const copies = new Map<GPUBuffer, GPUBuffer>();
+    // An f32 buffer is copied whole; a 16-bit one's copy holds f32 elements up to its last target's end, at the
+    // targets' own element offsets (plan.ts mergedWeightBytes counts the same).
+    const ends = new Map<GPUBuffer, number>();
     for (const L of this.weights.layers)
-      for (const t of LORA_TARGETS)
-        if (!copies.has(L[t].buffer))
-          copies.set(L[t].buffer, this.gpu.buffer(sizeOf(L[t].buffer), "lora", "merged weights"));
+      for (const t of LORA_TARGETS) {
+        const W = L[t];
+        const end = W.dtype === "f32" ? sizeOf(W.buffer) / 4 : W.offset + W.rows * W.cols;
+        ends.set(W.buffer, Math.max(ends.get(W.buffer) ?? 0, end));
+      }
+    const copies = new Map<GPUBuffer, GPUBuffer>();
+    for (const [buf, end] of ends) copies.set(buf, this.gpu.buffer(end * 4, "lora", "merged weights"));
     const layers = this.weights.layers.map((L) => {
       const out = { ...L };
-      for (const t of LORA_TARGETS) out[t] = { ...L[t], buffer: copies.get(L[t].buffer)! };
+      for (const t of LORA_TARGETS) out[t] = { ...L[t], buffer: copies.get(L[t].buffer)!, dtype: "f32" as const };
       return out;
     });
     const buffers = [...copies.values()];
@@ -289,15 +304,29 @@ export class Model {
     const lora = this.lora!;
     const m = this.mergedState();
     if (m.version === lora.version) return m.weights;
+    const merge = (W: Matrix, merged: GPUBuffer, e?: LoraEntry) => {
+      const d = { rows: W.rows, cols: W.cols, offsetW: W.offset, wDtype: W.dtype };
+      const ab = e ? { rank: e.rank, a: e.a, b: e.b, scale: e.scale } : { rank: 0, a: 0, b: 0, scale: 0 };
+      loraMerge(gpu, rec, { w: W.buffer, params: lora.params, merged }, { ...d, ...ab });
+    };
     if (!m.copied) {
-      for (const [src, dst] of m.copies) rec.copy(src, 0, dst, 0, sizeOf(src));
+      const copied = new Set<GPUBuffer>();
+      this.weights.layers.forEach((L, l) => {
+        for (const t of LORA_TARGETS) {
+          const [W, dst] = [L[t], m.weights.layers[l][t].buffer];
+          if (W.dtype !== "f32") {
+            if (!lora.byLayer[l].get(t)) merge(W, dst);
+          } else if (!copied.has(W.buffer)) {
+            rec.copy(W.buffer, 0, dst, 0, sizeOf(W.buffer));
+            copied.add(W.buffer);
+          }
+        }
+      });
       m.copied = true;
     }
     for (const e of lora.entries) {
       const W = this.weights.layers[e.layer][e.target];
-      const merged = m.weights.layers[e.layer][e.target].buffer;
-      const d = { rows: e.out, cols: e.in, rank: e.rank, offsetW: W.offset, a: e.a, b: e.b, scale: e.scale };
-      loraMerge(gpu, rec, { w: W.buffer, params: lora.params, merged }, d);
+      merge(W, m.weights.layers[e.layer][e.target].buffer, e);
     }
     m.version = lora.version;
     rec.onFail(() => {
@@ -425,7 +454,7 @@ export class Model {
     save: boolean,
     recompute = false,
   ): { x: GPUBuffer; acts?: Activations } {
-    if (!save && this.runsMerged) {
+    if (!save && this.runsMergedAt(N)) {
       // Inference with the adapter merged into the weights: the same forward on them, without LoRA terms.
       const base = this.weights;
       (this as { weights: GpuWeights }).weights = this.mergedWeights(rec);

@@ -4,6 +4,7 @@ import { kernelSpec, Params, sizeOf, type Binding, type Gpu, type KernelSpec, ty
 import code from "./forward_backward.wgsl";
 import mergeCode from "./merge.wgsl";
 import { isCpuDevice } from "@webart/gpu";
+import type { WeightDtype } from "../matmul/index.ts";
 
 /** Workgroup shape of the strided matmul (see forward_backward.wgsl): threads along i, j (4 columns each), k. */
 export interface LoraTiling {
@@ -459,9 +460,11 @@ export function loraBackwardGroup(
 }
 
 const MERGE_WG = 256;
-const mergeSpec: KernelSpec = { name: "lora_merge", code: mergeCode, overrides: { WG: MERGE_WG } };
+const MERGE_KIND = { f32: 0, bf16: 1, f16: 2 } as const;
+const mergeSpecs = new Map<number, KernelSpec>();
 
-/** One LoRA target merged into its f32 weight: `rows` x `cols` (out, in) at element `offsetW` of w and of merged. */
+/** One LoRA target merged into an f32 copy of its weight: `rows` x `cols` (out, in) at element `offsetW` of w (f32, or
+ *  16-bit: `wDtype`) and of merged (f32). Rank 0: the weight converted alone. */
 export interface LoraMergeDims {
   rows: number;
   cols: number;
@@ -471,10 +474,12 @@ export interface LoraMergeDims {
   a: number;
   b: number;
   scale: number;
+  /** w's element type (merged is f32 whatever it is); default f32. */
+  wDtype?: WeightDtype;
 }
 
 /**
- * merged = w + scale·B·A over one target's f32 weight (the rest of `merged` is left as it is): inference with the
+ * merged = w + scale·B·A over one target's weight, in f32 (the rest of `merged` is left as it is): inference with the
  * adapter then runs the merged weights as a model without one. Checks that every range fits its buffer.
  */
 export function loraMerge(
@@ -483,18 +488,23 @@ export function loraMerge(
   { w, params, merged }: { w: GPUBuffer; params: GPUBuffer; merged: GPUBuffer },
   d: LoraMergeDims,
 ): void {
+  const kind = MERGE_KIND[d.wDtype ?? "f32"];
+  if (kind === undefined) throw new Error(`loraMerge: wDtype "${d.wDtype}" is not supported (f32, bf16, f16)`);
   const n = d.rows * d.cols;
-  const need: [string, GPUBuffer, number][] = [
-    ["weight", w, d.offsetW + n],
-    ["merged weight", merged, d.offsetW + n],
-    ["A", params, d.a + d.rank * d.cols],
-    ["B", params, d.b + d.rows * d.rank],
+  const need: [string, GPUBuffer, number, number][] = [
+    ["weight", w, d.offsetW + n, kind ? 2 : 4],
+    ["merged weight", merged, d.offsetW + n, 4],
+    ["A", params, d.a + d.rank * d.cols, 4],
+    ["B", params, d.b + d.rows * d.rank, 4],
   ];
-  for (const [what, buf, end] of need) {
-    if (end * 4 > sizeOf(buf))
-      throw new Error(`loraMerge: ${what} needs ${end * 4} bytes but its buffer has ${sizeOf(buf)}`);
+  for (const [what, buf, end, bytes] of need) {
+    const size = Math.ceil((end * bytes) / 4) * 4;
+    if (size > sizeOf(buf)) throw new Error(`loraMerge: ${what} needs ${size} bytes but its buffer has ${sizeOf(buf)}`);
   }
   if (w === merged) throw new Error("loraMerge: merged must not alias w");
+  let spec = mergeSpecs.get(kind);
+  if (!spec)
+    mergeSpecs.set(kind, (spec = { name: "lora_merge", code: mergeCode, overrides: { WG: MERGE_WG, W_KIND: kind } }));
   const p = new Params().u32(d.rows, d.cols, d.rank, d.offsetW, d.a, d.b).f32(d.scale).u32(0);
-  rec.dispatch(mergeSpec, [w, params, merged], gpu.grid(Math.ceil(n / MERGE_WG)), p);
+  rec.dispatch(spec, [w, params, merged], gpu.grid(Math.ceil(n / MERGE_WG)), p);
 }

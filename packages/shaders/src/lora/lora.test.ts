@@ -1,5 +1,5 @@
 import { beforeAll, expect, it } from "vitest";
-import { getDevice, type Gpu, Rng } from "@webart/gpu";
+import { getDevice, type Gpu, packHalf, Rng, roundHalf } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
 import {
   LORA_TILING_CPU,
@@ -273,7 +273,7 @@ it.each([
   expect(gpu.errors).toEqual([]);
 });
 
-it("loraMerge: W + s·B·A into the merged buffer at W's offset, the rest of it untouched", async () => {
+it("loraMerge: W + s·B·A into the merged buffer at W's offset, the rest of it untouched; 16-bit W into f32", async () => {
   const rng = new Rng(31);
   for (const [rows, cols, rank] of [
     [7, 5, 1],
@@ -304,9 +304,45 @@ it("loraMerge: W + s·B·A into the merged buffer at W's offset, the rest of it 
     expect(Array.from(got.subarray(offW + rows * cols))).toEqual(Array.from(before.subarray(offW + rows * cols)));
     gpu.release(bw, bp, bm);
   }
+  // 16-bit weights into an f32 copy, at odd element offsets (either half of a u32); rank 0 converts W alone.
+  for (const kind of ["bf16", "f16"] as const) {
+    for (const [rows, cols, rank, offW] of [
+      [7, 5, 2, 3],
+      [33, 130, 3, 128],
+      [9, 11, 0, 17],
+    ]) {
+      const [a, b] = [3, 4 + rank * cols];
+      const W = roundHalf(rng.f32(offW + rows * cols + 5, -2, 2), kind);
+      const params = rng.f32(b + rows * rank + 2);
+      const before = rng.f32(W.length);
+      const [bw, bp, bm] = [gpu.upload(packHalf(W, kind)), gpu.upload(params), gpu.upload(before)];
+      const rec = gpu.recorder();
+      const d = { rows, cols, rank, offsetW: offW, a, b, scale: 0.5, wDtype: kind };
+      loraMerge(gpu, rec, { w: bw, params: bp, merged: bm }, d);
+      const out = rec.read(bm, before.byteLength);
+      await rec.submit();
+      const got = new Float32Array(await out);
+      const want = loraMergeReference(
+        { out: rows, in: cols, R: rank, scale: 0.5 },
+        W.subarray(offW, offW + rows * cols),
+        params.subarray(a, a + rank * cols),
+        params.subarray(b, b + rows * rank),
+      );
+      const at = `${kind} merge ${rows}x${cols} r${rank} at ${offW}`;
+      if (rank === 0) expect(Array.from(got.subarray(offW, offW + rows * cols)), at).toEqual(Array.from(want));
+      else assertClose(at, got.subarray(offW, offW + rows * cols), want, TOL);
+      expect(Array.from(got.subarray(0, offW))).toEqual(Array.from(before.subarray(0, offW)));
+      expect(Array.from(got.subarray(offW + rows * cols))).toEqual(Array.from(before.subarray(offW + rows * cols)));
+      gpu.release(bw, bp, bm);
+    }
+  }
   const [w, p] = [gpu.buffer(64), gpu.buffer(64)];
   const rec = gpu.recorder();
   const d = { rows: 4, cols: 4, rank: 1, offsetW: 0, a: 0, b: 4, scale: 1 };
+  // A 16-bit weight of 4x4 needs 32 bytes, its f32 copy 64.
+  expect(() => loraMerge(gpu, rec, { w: gpu.buffer(16), params: p, merged: w }, { ...d, wDtype: "bf16" })).toThrow(
+    /weight needs 32 bytes/,
+  );
   expect(() => loraMerge(gpu, rec, { w, params: p, merged: w }, d)).toThrow(/must not alias/);
   expect(() => loraMerge(gpu, rec, { w, params: p, merged: gpu.buffer(32) }, d)).toThrow(
     /merged weight needs 64 bytes/,

@@ -217,7 +217,7 @@ export interface MatvecShape {
 }
 
 /** Times the available variants on a (1, K) × (K, N) problem per dtype and keeps the winners with the device, under
- * keys like "matvec.bf16@1024x4096"; then each of `shapes` at batch 1 for the first dtype ("matvec.bf16@896x4864",
+ * keys like "matvec.bf16@1024x4096"; then each of `shapes` at batch 1 per dtype ("matvec.bf16@896x4864",
  * "...@4864x896.gated"). Returns them as matvec's tuning. */
 export async function tuneMatvec(
   gpu: Gpu,
@@ -250,7 +250,10 @@ export async function tuneMatvec(
   } finally {
     gpu.release(x, y);
   }
-  if (shapes.length) out.shapes = await tuneShapes(gpu, dtypes[0], shapes, opts);
+  for (const wDtype of shapes.length ? dtypes : []) {
+    const found = await tuneShapes(gpu, wDtype, shapes, opts);
+    out.shapes = new Map([...(out.shapes ?? []), ...found]);
+  }
   return out;
 }
 
