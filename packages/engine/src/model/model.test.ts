@@ -362,7 +362,8 @@ describe("an adapter merged into 16-bit weights", () => {
       expect(merged.dispatches.slice(2)).toEqual(none.dispatches.slice(2));
       // What the plan counts for the copy is what it holds.
       const setup = { weightBytes: 2, kvSlots: 1, kvContext: 32, prefillChunk: 16, vocabChunk: V, lora: cfg } as const;
-      const planned = planMemory(model.config, { ...setup, mergeLora: true }).lora - planMemory(model.config, setup).lora;
+      const planned =
+        planMemory(model.config, { ...setup, mergeLora: true }).lora - planMemory(model.config, setup).lora;
       expect(model.mergedBytes).toBeGreaterThan(0);
       expect(model.mergedBytes).toBe(planned);
     } finally {
