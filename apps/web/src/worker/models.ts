@@ -263,16 +263,26 @@ export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<Mo
     kvContext: e.maxContext,
     prefillChunk: e.prefillChunk,
     lora: { rank: lora.rank, targets: lora.targets },
+    mergeLora: true,
   };
   const gpu = await getDevice();
   const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
   let plan: MemoryPlan | undefined;
   let reason: string | undefined;
-  try {
-    plan = planTraining(c, setup, limits, e.memoryBudget, {
+  const make = () =>
+    planTraining(c, setup, limits, e.memoryBudget, {
       microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
       longest: e.maxContext,
     }).plan;
+  try {
+    try {
+      plan = make();
+    } catch (err) {
+      // As the engine does: the merged copy of the weights (Model.mergeLora) is dropped where the plan needs it to fit.
+      if (!(err instanceof PlanError)) throw err;
+      setup.mergeLora = false;
+      plan = make();
+    }
   } catch (err) {
     if (!(err instanceof PlanError)) throw err;
     // The engine's advice names the CLI flag; here the budget is a setting.
