@@ -515,25 +515,23 @@ async function oneModel(
         }
       }
       // Rollouts decode with the adapter being trained: batch 1, 8 and 32 with a rank-8 LoRA on every projection
-      // (random B, so its terms count), against the same steps without it; then merged into an f32 copy of the weights
-      // (Model.mergeLora, the engine's default: steps of up to decodeRows rows) against its terms apart. Alternating.
+      // (random B, so its terms count), against the same steps without it, as the engine runs it (merged or not:
+      // EngineOptions.mergeLora's default); then merged into an f32 copy of the weights (Model.mergeLora: steps of up
+      // to decodeRows rows) against its terms apart. Alternating.
       {
         const model = engine.model;
         const [before, merge] = [model.lora, model.mergeLora];
         const lora = new LoraState(gpu, c, DEFAULT_LORA);
         lora.write(new Rng(4).f32(lora.size, -0.05, 0.05));
+        // The merge (once an adapter version) runs here, not in the first timed step.
+        model.lora = lora;
+        model.mergeLora = true;
+        await decodeRun(gpu, model, 1, 4, 1);
+        model.mergeLora = merge;
+        const steps = small ? 3 : 16;
         for (const b of [1, 8, 32]) {
-          const on = await decodeRun(
-            gpu,
-            model,
-            b,
-            16,
-            0,
-            small ? 3 : 16,
-            0,
-            (on) => (model.lora = on ? lora : undefined),
-          );
-          const ab = on.ab!;
+          const toggle = (on: boolean) => (model.lora = on ? lora : undefined);
+          const ab = (await decodeRun(gpu, model, b, 16, 0, steps, 0, toggle)).ab!;
           const how = model.runsMergedAt(b) ? "merged" : "its terms apart";
           const note = `with a LoRA adapter (rank 8 on q, k, v, o, gate, up, down; ${how}), as rollouts decode; ratio: over the same steps without it (${ab.perOp.toFixed(1)} tok/s), alternating`;
           out.push({
@@ -545,20 +543,20 @@ async function oneModel(
           });
           ctx.log(`${name} decode b${b}: ${ab.fused.toFixed(1)} tok/s ${note}`);
           model.lora = lora;
+          model.mergeLora = true;
           if (model.runsMergedAt(b)) {
-            const apart = (await decodeRun(gpu, model, b, 16, 0, small ? 3 : 16, 0, (on) => (model.mergeLora = on)))
-              .ab!;
-            model.mergeLora = merge;
-            const note = `the adapter's terms apart (mergeLora off); ratio: merged into an f32 copy of the weights (${apart.fused.toFixed(1)} tok/s, ${(model.mergedBytes / GiB).toFixed(2)} GiB) over this, alternating`;
+            const apart = (await decodeRun(gpu, model, b, 16, 0, steps, 0, (on) => (model.mergeLora = on))).ab!;
+            const note = `the adapter's terms apart (mergeLora off); ratio: merged into an f32 copy of the weights (${apart.fused.toFixed(1)} tok/s, ${(model.mergedBytes / GiB).toFixed(2)} GiB) over this, alternating; the engine's default here: ${merge ? "merged" : "apart"}`;
             out.push({
               id: `gpu.${name}.decode.b${b}.lora_apart`,
               value: apart.perOp,
               unit: "tok/s",
-              vs: { id: `gpu.${name}.decode.b${b}.lora`, ratio: apart.fused / apart.perOp },
+              vs: { id: `gpu.${name}.decode.b${b}.lora_merged`, ratio: apart.fused / apart.perOp },
               note,
             });
             ctx.log(`${name} decode b${b}: ${apart.perOp.toFixed(1)} tok/s with ${note}`);
           }
+          model.mergeLora = merge;
           model.lora = before;
         }
         model.releaseMerged();

@@ -79,8 +79,18 @@ export interface EngineOptions extends OpenModelOptions {
   /** Inference with an adapter runs on f32 weights with the adapter merged in (W + s·B·A, made again after each
    *  change of the adapter; Model.mergeLora): decoding with it costs what decoding without it does, for an f32 copy of
    *  the layers' weights (twice their bytes for 16-bit weights, whose steps past decodeRows rows keep the terms
-   *  apart). Default on where the plan fits with the copy. */
+   *  apart). Default: defaultMergeLora (f32 weights, or a GPU), where the plan fits with the copy. */
   mergeLora?: boolean;
+}
+
+/**
+ * Whether inference merges the adapter into an f32 copy of the weights unless told (EngineOptions.mergeLora): f32
+ * weights always; 16-bit ones on a GPU, where a decode step is bound by its dispatches. On a CPU device a 16-bit
+ * model's decode step is bound by its bytes, which the f32 copy doubles (`npm run bench -- gpu --quick`: 0.91x at
+ * batch 1 on Qwen2.5-0.5B's widths).
+ */
+export function defaultMergeLora(gpu: Gpu, weightBytes: 2 | 4): boolean {
+  return weightBytes === 4 || !isCpuDevice(gpu);
 }
 
 /** The tokenizer as the handler and the trainer need it: stop ids from the config and generation_config too. */
@@ -193,8 +203,9 @@ export class Engine {
     const kvSlots = opts.kvSlots ?? 16;
     // The plan comes first: nothing is allocated for a model that does not fit.
     const budget = opts.memoryBudget ?? defaultMemoryBudget({ browser: !isNode(), cpuDevice: isCpuDevice(gpu) });
+    const weightBytes = opts.weightsF32 || c.torchDtype === "float32" || !c.torchDtype ? 4 : 2;
     const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
-      weightBytes: opts.weightsF32 || c.torchDtype === "float32" || !c.torchDtype ? 4 : 2,
+      weightBytes,
       kvSlots,
       kvContext: maxContext,
       prefillChunk: opts.prefillChunk ?? 256,
@@ -204,7 +215,7 @@ export class Engine {
       // The device kind's LoRA layout until tuning below says which one runs.
       loraGradChunk: loraGradChunk(gpu),
       ropeInMatvec: ropeInMatvec(gpu, {}),
-      mergeLora: opts.mergeLora ?? true,
+      mergeLora: opts.mergeLora ?? defaultMergeLora(gpu, weightBytes),
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;

@@ -7,6 +7,7 @@ import {
   EMBEDDED_MODEL,
   EMBEDDED_TOOLS_MODEL,
   defaultMemoryBudget,
+  defaultMergeLora,
   getDevice,
   modelFiles,
   parseConfig,
@@ -257,15 +258,16 @@ export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<Mo
   const c = await readModelConfig(baseModel);
   const e = engineSizes(s, c);
   const lora = loraFor(s);
+  const gpu = await getDevice();
+  const weightBytes = c.torchDtype === "float32" || !c.torchDtype ? 4 : 2;
   const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
-    weightBytes: c.torchDtype === "float32" || !c.torchDtype ? 4 : 2,
+    weightBytes,
     kvSlots: e.kvSlots,
     kvContext: e.maxContext,
     prefillChunk: e.prefillChunk,
     lora: { rank: lora.rank, targets: lora.targets },
-    mergeLora: true,
+    mergeLora: defaultMergeLora(gpu, weightBytes),
   };
-  const gpu = await getDevice();
   const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
   let plan: MemoryPlan | undefined;
   let reason: string | undefined;
@@ -279,7 +281,7 @@ export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<Mo
       plan = make();
     } catch (err) {
       // As the engine does: the merged copy of the weights (Model.mergeLora) is dropped where the plan needs it to fit.
-      if (!(err instanceof PlanError)) throw err;
+      if (!(err instanceof PlanError) || !setup.mergeLora) throw err;
       setup.mergeLora = false;
       plan = make();
     }
