@@ -33,6 +33,11 @@ export class KvCache {
     return this.k.length * 2 * this.k[0].size;
   }
 
+  /** Slot copies waiting for the next recorder. */
+  get pendingCopies(): number {
+    return this.pending.length;
+  }
+
   copySlot(src: number, dst: number, len: number): void {
     this.pending.push({ src, dst, len });
   }

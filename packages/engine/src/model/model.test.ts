@@ -13,12 +13,15 @@ import { memorySource, modelFiles, readJson, WeightReader } from "../weights/ind
 import { Rng } from "@webart/gpu";
 import { KvCache } from "./kv.ts";
 import { ModelRunner } from "./runner.ts";
+import type { SampleSpec } from "../generate/scheduler.ts";
 import { LoraState, validateLoraConfig } from "./lora.ts";
 import { Model } from "./model.ts";
 import { freeWeights, oneBuffer, uploadWeights } from "./weights.ts";
 import { planMemory } from "../plan.ts";
 
 const FIX = join(import.meta.dirname, "../../fixtures");
+
+type SampleSpecMask = SampleSpec["mask"];
 
 async function refTensors(name: string): Promise<Map<string, Float32Array>> {
   const bytes = readFileSync(join(FIX, name, "reference.safetensors"));
@@ -462,6 +465,48 @@ describe("part-way submits (Model.submitLayers)", () => {
     lora.dispose();
     expect(g.errors).toEqual([]);
     g.destroy();
+  });
+});
+
+describe("a step that fails part-way", () => {
+  it("leaves its KV slot copies for the next step only if no part of it reached the device", async () => {
+    const model = await load("llama-tiny");
+    const spec = (row: number, mask: SampleSpecMask = null) => ({
+      row,
+      temperature: 0,
+      topK: 0,
+      topP: 1,
+      seed: 1,
+      step: 0,
+      stream: 0,
+      mask,
+      top: 0,
+    });
+    const fail = () => {
+      throw new Error("the constraint failed");
+    };
+    for (const k of [0, 1]) {
+      model.submitLayers = k;
+      const runner = new ModelRunner(model, 2, 16);
+      runner.overlapMasks = false; // the mask is asked for in the step's own recorder, after the forward
+      try {
+        const prompt = {
+          ids: Uint32Array.from([3, 5, 7]),
+          slots: new Uint32Array(3),
+          pos: Uint32Array.from([0, 1, 2]),
+        };
+        await runner.step(prompt, [spec(2)]);
+        runner.copySlot(0, 1, 3);
+        const next = { ids: Uint32Array.from([9]), slots: new Uint32Array(1), pos: Uint32Array.from([3]) };
+        await expect(runner.step(next, [spec(0, fail)])).rejects.toThrow("the constraint failed");
+        // One submit a step: nothing ran and the copy waits. A part submitted after layer 0: the copy ran with it.
+        expect(runner.kv.pendingCopies).toBe(k === 0 ? 1 : 0);
+      } finally {
+        runner.kv.dispose();
+      }
+    }
+    model.submitLayers = 0;
+    expect(gpu.errors).toEqual([]);
   });
 });
 

@@ -52,8 +52,9 @@ export class ModelRunner implements StepModel {
     try {
       e = this.encode(rec, ids, tokens, samples);
     } catch (err) {
-      // Nothing of this step runs (unless its forward was already submitted): the slot copies wait for the next.
-      if (rec.abandon()) this.kv.requeue(copies);
+      // The rest of this step does not run. The slot copies, recorded first, wait for the next step unless a part of
+      // the forward went to the device with them (Recorder.submitPart, flushIfPending).
+      if (rec.abandon() && rec.flushes === 0) this.kv.requeue(copies);
       throw err;
     } finally {
       gpu.release(ids);
@@ -111,7 +112,7 @@ export class ModelRunner implements StepModel {
             true,
           )!;
         } catch (err) {
-          if (rec.abandon()) this.kv.requeue(copies);
+          if (rec.abandon() && rec.flushes === 0) this.kv.requeue(copies);
           for (const p of [...submits, ...reads.flat()]) p.catch(() => {}); // the steps submitted run; this fails
           throw err;
         }
