@@ -17,6 +17,19 @@ const scale: KernelSpec = {
     }`,
 };
 
+/** y[i] = a: a kernel of this name (a new name, a new pipeline: its submit waits on its checks). */
+function assignSpec(name: string): KernelSpec {
+  return {
+    name,
+    code: /* wgsl */ `
+      struct P { n: u32, a: f32 }
+      @group(0) @binding(0) var<uniform> p: P;
+      @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+      @compute @workgroup_size(64)
+      fn ${name}(@builtin(global_invocation_id) g: vec3u) { if (g.x < p.n) { y[g.x] = p.a; } }`,
+  };
+}
+
 let gpu: Gpu;
 beforeAll(async () => {
   gpu = await getDevice();
@@ -214,15 +227,7 @@ describe("device layer on Dawn", () => {
 
   it("submits in the order submit() was called, even when the first waits on a new pipeline's checks", async () => {
     const n = 64;
-    const assign: KernelSpec = {
-      name: "assign",
-      code: /* wgsl */ `
-        struct P { n: u32, a: f32 }
-        @group(0) @binding(0) var<uniform> p: P;
-        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
-        @compute @workgroup_size(64)
-        fn assign(@builtin(global_invocation_id) g: vec3u) { if (g.x < p.n) { y[g.x] = p.a; } }`,
-    };
+    const assign = assignSpec("assign");
     const bx = gpu.upload(new Float32Array(n).fill(1));
     const by = gpu.upload(new Float32Array(n));
     await gpu.run(scale, [bx, by], 1, new Params().u32(n).f32(0)); // scale_add's pipeline is built and checked
@@ -239,15 +244,7 @@ describe("device layer on Dawn", () => {
 
   it("does not submit part-way ahead of another recorder's submit that waits its turn", async () => {
     const n = 64;
-    const assign: KernelSpec = {
-      name: "assign_part",
-      code: /* wgsl */ `
-        struct P { n: u32, a: f32 }
-        @group(0) @binding(0) var<uniform> p: P;
-        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
-        @compute @workgroup_size(64)
-        fn assign_part(@builtin(global_invocation_id) g: vec3u) { if (g.x < p.n) { y[g.x] = p.a; } }`,
-    };
+    const assign = assignSpec("assign_part");
     const bx = gpu.upload(new Float32Array(n).fill(1));
     const by = gpu.upload(new Float32Array(n));
     await gpu.run(scale, [bx, by], 1, new Params().u32(n).f32(0));

@@ -287,15 +287,21 @@ describe.each([
   });
 });
 
+/** A fixture on a device of its own (its pipelines new), with a rank-4 adapter of random values on every target. */
+async function freshWithAdapter(name: string, seed: number): Promise<{ g: Gpu; model: Model; lora: LoraState }> {
+  const g = await createDevice();
+  const model = await load(name, g);
+  const lora = new LoraState(g, model.config, validateLoraConfig({ rank: 4, alpha: 8 }));
+  lora.write(new Rng(seed).f32(lora.size, -0.2, 0.2));
+  model.lora = lora;
+  return { g, model, lora };
+}
+
 describe("an adapter merged into the weights", () => {
   it("is merged in the forward's own command stream: a first use on a fresh device, in a prefill that submits part-way", async () => {
     // On a fresh device the merge kernel's pipeline is new, and a long prefill submits part-way (flushIfPending): a
     // merge submitted apart was overtaken there, and the layers ran on the copy before it was filled.
-    const g = await createDevice();
-    const model = await load("llama-tiny", g);
-    const lora = new LoraState(g, model.config, validateLoraConfig({ rank: 4, alpha: 8 }));
-    lora.write(new Rng(9).f32(lora.size, -0.2, 0.2));
-    model.lora = lora;
+    const { g, model, lora } = await freshWithAdapter("llama-tiny", 9);
     const T = 1024;
     const toks = Array.from({ length: T }, (_, pos) => ({ slot: 0, pos, id: (pos * 7 + 3) % model.config.vocabSize }));
     const logits = async (merge: boolean) => {
@@ -384,11 +390,7 @@ describe("part-way submits (Model.submitLayers)", () => {
   it("give one submit's logits and samples, on a fresh device, with an adapter merged in, and in a decode run", async () => {
     // Three layers with sandwich norms; every layer submitted apart (k = 1), first on a fresh device (new pipelines),
     // the adapter's merge recorded ahead of the layers.
-    const g = await createDevice();
-    const model = await load("gemma3-tiny", g);
-    const lora = new LoraState(g, model.config, validateLoraConfig({ rank: 4, alpha: 8 }));
-    lora.write(new Rng(3).f32(lora.size, -0.2, 0.2));
-    model.lora = lora;
+    const { g, model, lora } = await freshWithAdapter("gemma3-tiny", 3);
     model.mergeLora = true;
     expect(model.runsMerged).toBe(true);
     const V = model.config.vocabSize;
