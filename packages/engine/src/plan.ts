@@ -161,13 +161,13 @@ function gateUpFused(c: ModelConfig, weightBytes: number): boolean {
   return (c.intermediateSize * c.hiddenSize * weightBytes) % SEGMENT_ALIGN === 0;
 }
 
-/** Whether q, k and v run as one product (model.ts `qkvProduct`): no per-head q/k norms, and the weights (and biases)
- *  back to back, as the loader places them when each fills whole 256-byte blocks. */
-function qkvFused(c: ModelConfig, weightBytes: number): boolean {
+/** Whether q, k and v run as one product (model.ts `qkvProduct`): the weights (and biases) back to back, as the
+ *  loader places them when each fills whole 256-byte blocks, and no per-head q/k norms unless for `inference`. */
+function qkvFused(c: ModelConfig, weightBytes: number, inference = false): boolean {
   const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const whole = (bytes: number) => bytes % SEGMENT_ALIGN === 0;
   const biases = !c.qkvBias || (whole(H * D * 4) && whole(KV * D * 4));
-  return !c.qkNorm && whole(H * D * C * weightBytes) && whole(KV * D * C * weightBytes) && biases;
+  return (inference || !c.qkNorm) && whole(H * D * C * weightBytes) && whole(KV * D * C * weightBytes) && biases;
 }
 
 /** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
@@ -256,7 +256,7 @@ function inferencePeak(
   } else {
     const gu = gateUp(c, N, weightBytes);
     const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + gu + f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
-    if (qkvFused(c, weightBytes)) {
+    if (qkvFused(c, weightBytes, true)) {
       // h1, rstd1 and q held through the layer; the packed q|k|v only until ropeQkv has split it (k, v: the cache).
       layer = f(N * C) + f(N) + f(N * H * D) + Math.max(f(N * (H + 2 * KV) * D) + t(3), rest);
     } else {

@@ -521,13 +521,14 @@ export class Model {
     const h1 = buf(N * C, "h1");
     const rstd1 = buf(N, "rstd1");
     this.rmsnorm(rec, { x, w: L.inNorm, y: h1, rstd: rstd1 }, N);
-    const QKV = this.qkvProduct(l);
+    const QKV = this.qkvProduct(l, !save && attend.kind === "cache");
     const { invFreq, window } = this.attention(l);
     let q: GPUBuffer, k: GPUBuffer | undefined, v: GPUBuffer | undefined;
     let tQkv: LoraGroupT | undefined;
     if (QKV) {
-      // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv): q out, and k and v
-      // into the KV cache (inference) or into their own buffers, laid out as a cache of B x T (training).
+      // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv; inference: after the
+      // per-head q/k norms, where the model has them): q out, and k and v into the KV cache (inference) or into
+      // their own buffers, laid out as a cache of B x T (training).
       const ldq = (H + 2 * KV) * D;
       const qkv = buf(N * ldq, "q|k|v");
       this.linear(rec, h1, QKV.W, qkv, N, QKV.bias);
@@ -544,7 +545,8 @@ export class Model {
       const dims = { n: N, h: H, kv: KV, d: D, ldq };
       if (attend.kind === "cache") {
         const kv = attend.kv;
-        const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l] };
+        const norm = c.qkNorm ? { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps } : undefined;
+        const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l], norm };
         ropeQkv(gpu, rec, b, { ...dims, slots: kv.slots, tmax: kv.tmax }, { tuning: this.tuning.rope });
       } else {
         k = buf(N * KV * D, "k");
@@ -733,10 +735,10 @@ export class Model {
   }
 
   /** Layer l's q, k and v weights as one matrix of (H + 2 KV) D rows (and their biases as one vector), where they sit
-   *  back to back in one buffer, for one matmul and ropeQkv; undefined with per-head q/k norms (their backward needs
-   *  what ropeQkv does not keep) or when fuseQkv is off. */
-  private qkvProduct(l: number): { W: Matrix; bias?: Vector } | undefined {
-    if (!this.fuseQkv || this.config.qkNorm) return undefined;
+   *  back to back in one buffer, for one matmul and ropeQkv (with the per-head q/k norms, for `inference` only: their
+   *  backward needs what ropeQkv does not keep); undefined when fuseQkv is off. */
+  private qkvProduct(l: number, inference = false): { W: Matrix; bias?: Vector } | undefined {
+    if (!this.fuseQkv || (this.config.qkNorm && !inference)) return undefined;
     const L = this.weights.layers[l];
     const next = (a: Matrix, b: Matrix) =>
       a.buffer === b.buffer && a.dtype === b.dtype && a.cols === b.cols && b.offset === a.offset + a.rows * a.cols;
