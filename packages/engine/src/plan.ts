@@ -130,24 +130,29 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
 
 /** The f32 copy of the layer weights that inference runs with the adapter merged in (model.ts mergeLora): each buffer
  *  that holds a projection's weight, the q|k|v and gate|up groups whole; for 16-bit weights, f32 elements at their
- *  16-bit layout's offsets. */
-function mergedWeightBytes(c: ModelConfig, wb: 2 | 4): number {
+ *  16-bit layout's offsets. `largest`: its largest buffer, bound whole by the matvecs. */
+function mergedWeightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
   const shapes = tensorShapes(c);
   const size = (name: string) => shapes.get(name)!.reduce((a, b) => a * b, 1);
   const grouped = new Set<string>();
   let bytes = 0;
+  let largest = 0;
+  const add = (b: number) => {
+    bytes += b;
+    largest = Math.max(largest, b);
+  };
   for (const names of weightGroups(c)) {
     if (names[0].endsWith(".bias")) continue;
-    bytes += exact(groupLayout(names.map(size), wb).elements * F32);
+    add(exact(groupLayout(names.map(size), wb).elements * F32));
     for (const n of names) grouped.add(n);
   }
   for (let l = 0; l < c.numLayers; l++) {
     for (const module of Object.values(PROJECTIONS)) {
       const name = layerTensor(l, module);
-      if (!grouped.has(name)) bytes += exact(size(name) * F32);
+      if (!grouped.has(name)) add(exact(size(name) * F32));
     }
   }
-  return bytes;
+  return { bytes, largest };
 }
 
 /** g and u (or their gradients): one (N, 2F) buffer where gate and up run as one matmul (their weights back to back:
@@ -313,8 +318,9 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
-  const merged = s.lora && s.mergeLora ? mergedWeightBytes(c, s.weightBytes) : 0;
-  const lora = s.lora ? exact(loraParams * F32) + merged : 0;
+  const merged = s.lora && s.mergeLora ? mergedWeightBytes(c, s.weightBytes) : { bytes: 0, largest: 0 };
+  const lora = s.lora ? exact(loraParams * F32) + merged.bytes : 0;
+  largest = Math.max(largest, merged.largest);
   // Gradients and both AdamW moments, the step's loss totals, entropy rows and the optimizer's partial sums.
   const optimizer =
     s.train && s.lora ? 3 * exact(loraParams * F32) + exact(32) + exact(s.train.microBatchTokens * F32) + 2 * 4096 : 0;

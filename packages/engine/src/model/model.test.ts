@@ -384,6 +384,24 @@ describe("an adapter merged into 16-bit weights", () => {
     }
     expect(gpu.errors).toEqual([]);
   });
+  it("does not merge where a group's f32 copy would pass a storage binding, and the plan counts that binding", async () => {
+    // 48 KiB bindings: qwen3-tiny-bf16's q|k|v and gate|up groups (32 KiB in bf16) fit, their f32 copies (64 KiB) do not.
+    const small = await createDevice({ limitOverrides: { maxStorageBufferBindingSize: 48 * 1024 } });
+    const model = await load("qwen3-tiny-bf16", small);
+    const L = model.weights.layers[0];
+    expect(oneBuffer(L.q, L.k, L.v) && oneBuffer(L.gate, L.up)).toBe(true);
+    const cfg = validateLoraConfig({ rank: 4, alpha: 8 });
+    const lora = new LoraState(small, model.config, cfg);
+    model.lora = lora;
+    model.mergeLora = true;
+    expect(model.runsMerged).toBe(false);
+    const V = model.config.vocabSize;
+    const setup = { weightBytes: 2, kvSlots: 1, kvContext: 32, prefillChunk: 16, vocabChunk: V, lora: cfg } as const;
+    expect(planMemory(model.config, setup).largestBinding).toBeLessThanOrEqual(48 * 1024);
+    expect(planMemory(model.config, { ...setup, mergeLora: true }).largestBinding).toBe(64 * 1024);
+    lora.dispose();
+    small.destroy();
+  });
 });
 
 describe("part-way submits (Model.submitLayers)", () => {

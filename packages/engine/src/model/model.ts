@@ -206,6 +206,8 @@ export class Model {
   };
   /** Whether every projection's weight is f32: its merged copy serves steps of any length. */
   private readonly f32Targets: boolean;
+  /** Whether every merged copy fits one storage binding (a 16-bit group's f32 copy is twice its size). */
+  private readonly mergeFits: boolean;
   /** While a forward runs on the merged weights: the adapter's terms are in them. */
   private inMerged = false;
 
@@ -220,6 +222,7 @@ export class Model {
     this.decodeRows = Math.min(DECODE_ROWS, tuning.decodeRows ?? DECODE_ROWS);
     this.submitLayers = isCpuDevice(gpu) ? 0 : 4;
     this.f32Targets = weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"));
+    this.mergeFits = [...this.mergedEnds().values()].every((end) => end * 4 <= gpu.maxStorageBinding);
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
       gpu.upload(ropeInvFreq(c.headDim, theta, s.type === "none" ? undefined : s), "weights", label);
     this.invFreq = table(c.ropeTheta, c.ropeScaling, "rope inv_freq");
@@ -257,10 +260,23 @@ export class Model {
     if (this.runsMerged) this.mergedState();
   }
 
-  /** Whether inference now runs on merged weights (mergeLora, an adapter on): an f32 model's steps, a 16-bit one's of
-   *  up to decodeRows rows (runsMergedAt). */
+  /** Whether inference now runs on merged weights (mergeLora, an adapter on, each copy within a storage binding): an
+   *  f32 model's steps, a 16-bit one's of up to decodeRows rows (runsMergedAt). */
   get runsMerged(): boolean {
-    return this.mergeLora && this.useLora;
+    return this.mergeLora && this.useLora && this.mergeFits;
+  }
+
+  /** Elements of the f32 copy of each buffer that holds a target's weight: an f32 buffer whole, a 16-bit one up to
+   *  its last target's end, at the targets' own element offsets (plan.ts mergedWeightBytes counts the same). */
+  private mergedEnds(): Map<GPUBuffer, number> {
+    const ends = new Map<GPUBuffer, number>();
+    for (const L of this.weights.layers)
+      for (const t of LORA_TARGETS) {
+        const W = L[t];
+        const end = W.dtype === "f32" ? sizeOf(W.buffer) / 4 : W.offset + W.rows * W.cols;
+        ends.set(W.buffer, Math.max(ends.get(W.buffer) ?? 0, end));
+      }
+    return ends;
   }
 
   /** Whether an inference forward of N rows runs on the merged weights. */
@@ -273,17 +289,8 @@ export class Model {
     const lora = this.lora!;
     if (this.merged && this.merged.lora !== lora) this.releaseMerged();
     if (this.merged) return this.merged;
-    // An f32 buffer is copied whole; a 16-bit one's copy holds f32 elements up to its last target's end, at the
-    // targets' own element offsets (plan.ts mergedWeightBytes counts the same).
-    const ends = new Map<GPUBuffer, number>();
-    for (const L of this.weights.layers)
-      for (const t of LORA_TARGETS) {
-        const W = L[t];
-        const end = W.dtype === "f32" ? sizeOf(W.buffer) / 4 : W.offset + W.rows * W.cols;
-        ends.set(W.buffer, Math.max(ends.get(W.buffer) ?? 0, end));
-      }
     const copies = new Map<GPUBuffer, GPUBuffer>();
-    for (const [buf, end] of ends) copies.set(buf, this.gpu.buffer(end * 4, "lora", "merged weights"));
+    for (const [buf, end] of this.mergedEnds()) copies.set(buf, this.gpu.buffer(end * 4, "lora", "merged weights"));
     const layers = this.weights.layers.map((L) => {
       const out = { ...L };
       for (const t of LORA_TARGETS) out[t] = { ...L[t], buffer: copies.get(L[t].buffer)!, dtype: "f32" as const };
