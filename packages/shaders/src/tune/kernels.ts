@@ -517,8 +517,9 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
     ...(weights === "f32" ? [] : [{ mode: "nn" as const, bDtype: "f32" as const }]),
   ];
   const mm = await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 });
-  // A 16-bit model's decode steps run on f32 weights too, with an adapter merged in (the engine's Model.mergeLora).
-  const mvDtypes: WeightDtype[] = weights === "f32" ? ["f32"] : [weights, "f32"];
+  // On a GPU a 16-bit model's decode steps run on f32 weights too, with an adapter merged in (the engine's
+  // defaultMergeLora); on a CPU device they do not unless asked, and then run untuned.
+  const mvDtypes: WeightDtype[] = weights === "f32" || isCpuDevice(gpu) ? [weights] : [weights, "f32"];
   const mv = await tuneMatvec(gpu, mvDtypes, z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z));
   return {
     matmul: mm,
