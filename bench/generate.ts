@@ -135,11 +135,16 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
         const ropeApart = await decodeStep(B);
         model.fuseRope = true;
         const fused = await decodeStep(B);
+        // With the adapter merged into the weights (Model.mergeLora; the merge itself runs in the prefill step).
+        model.mergeLora = withLora;
+        const merged = withLora ? `, ${await decodeStep(B)} with the adapter merged into the weights (mergeLora)` : "";
+        model.mergeLora = false;
+        model.releaseMerged();
         out.push({
           id: name,
           value: fused,
           unit: "dispatches",
-          note: `one decode step${lora}; ${(perOp / fused).toFixed(2)}x fewer than one dispatch per op, ${ropeApart} with RoPE in its own dispatch`,
+          note: `one decode step${lora}; ${(perOp / fused).toFixed(2)}x fewer than one dispatch per op, ${ropeApart} with RoPE in its own dispatch${merged}`,
         });
       }
     }
