@@ -325,6 +325,12 @@ describe("an adapter merged into the weights", () => {
     expect(merged.flushes).toBeGreaterThan(0); // the forward did submit part-way
     const apart = await logits(false);
     assertClose("merged on first use", merged.logits, apart.logits, { atol: 1e-4, rtol: 1e-4 });
+    // With tensor cores (f16 operands) an f32 model merges only for the steps whose layers run as matvecs.
+    model.mergeLora = true;
+    model.tensorCores = true;
+    expect([model.runsMergedAt(1), model.runsMergedAt(model.decodeRows + 1)]).toEqual([true, false]);
+    model.tensorCores = false;
+    expect(model.runsMergedAt(model.decodeRows + 1)).toBe(true);
     model.releaseMerged();
     lora.dispose();
     expect(g.errors).toEqual([]);
@@ -360,6 +366,15 @@ describe("an adapter merged into 16-bit weights", () => {
       const merged = await decode(true);
       expect(model.runsMergedAt(12)).toBe(false);
       expect(model.runsMergedAt(1)).toBe(false); // the adapter detached
+      // Steps whose layers do not run as matvecs keep the terms apart: decodeLayer off, or past decodeRows. On tensor
+      // cores an f32 model's longer steps too (f16 operands would round the merged weights).
+      model.lora = lora;
+      model.mergeLora = true;
+      expect([model.runsMergedAt(1), model.runsMergedAt(8), model.runsMergedAt(9)]).toEqual([true, true, false]);
+      model.fuseDecode = false;
+      expect(model.runsMergedAt(1)).toBe(false);
+      model.fuseDecode = true;
+      model.lora = undefined;
       merged.out.forEach((o, i) => assertClose(`bf16 merged ${i}`, o, apart.out[i], { atol: 1e-4, rtol: 1e-4 }));
       expect(merged.out[0]).toEqual(apart.out[0]); // the prefill: the same kernels
       expect(merged.out[1]).not.toEqual(none.out[1]);

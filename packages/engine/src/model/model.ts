@@ -189,8 +189,8 @@ export class Model {
    * after every change of the adapter: LoraState.version), as a model without one: no LoRA terms, none of their
    * dispatches. 16-bit weights merge into an f32 copy (W + s·B·A rounded to 16 bits would lose most of the adapter),
    * used by steps of up to decodeRows rows, whose matvecs are bound by their dispatches more than by their bytes;
-   * longer steps (prefill, matmuls on tensor cores with f16 operands) keep the LoRA terms apart. Training's forward and
-   * the adapter switched off run W itself. The engine turns it on (EngineOptions.mergeLora).
+   * longer steps (prefill, matmuls) keep the LoRA terms apart, as every model's do on tensor cores (runsMergedAt).
+   * Training's forward and the adapter switched off run W itself. The engine turns it on (EngineOptions.mergeLora).
    */
   mergeLora = false;
   /** The merged weights: an f32 copy of each buffer that holds a target's weight, kept for one adapter. */
@@ -279,9 +279,16 @@ export class Model {
     return ends;
   }
 
-  /** Whether an inference forward of N rows runs on the merged weights. */
+  /**
+   * Whether an inference forward of N rows runs on the merged weights: every step of an f32 model without tensor
+   * cores; else only steps whose layers run as matvecs (decodeLayer). Tensor cores round their operands to f16, and
+   * W + s·B·A rounded to f16 would lose the part of the adapter's change below W's last bits, which training (its
+   * terms apart, in f32) keeps; a 16-bit model's f32 copy is for decode's dispatch-bound steps.
+   */
   runsMergedAt(N: number): boolean {
-    return this.runsMerged && (this.f32Targets || N <= this.decodeRows);
+    if (!this.runsMerged) return false;
+    if (this.f32Targets && !this.tensorCores) return true;
+    return N <= this.decodeRows && this.fuseDecode && this.weights.layers.every((_, l) => this.decodeFusable(l));
   }
 
   /** The merged weights' buffers for the current adapter, allocated (not yet filled) when there are none. */
