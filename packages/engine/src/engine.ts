@@ -18,6 +18,7 @@ import {
   checkPlan,
   defaultMemoryBudget,
   planMemory,
+  planDroppingMerge,
   planTraining,
   type LoraTarget,
   type MemoryPlan,
@@ -233,15 +234,7 @@ export class Engine {
       checkPlan(p, limits, budget, inUse);
       return p;
     };
-    let plan: MemoryPlan;
-    try {
-      plan = makePlan();
-    } catch (e) {
-      // The merged copy of the weights is a speed-up, not a need: without it, if that is what fits.
-      if (opts.mergeLora !== undefined || !setup.mergeLora) throw e;
-      setup.mergeLora = false;
-      plan = makePlan();
-    }
+    let plan = planDroppingMerge(setup, makePlan, opts.mergeLora !== undefined);
     const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
     let tuning: KernelTuning = {};

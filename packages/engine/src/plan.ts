@@ -384,6 +384,20 @@ export class PlanError extends Error {
   }
 }
 
+/**
+ * `make()`'s plan, made again without the merged copy of the weights (`setup.mergeLora`, which it reads) where the
+ * plan with it is refused: the copy is a speed-up, not a need. With `keep` (the copy asked for), refused as it is.
+ */
+export function planDroppingMerge<T>(setup: { mergeLora?: boolean }, make: () => T, keep = false): T {
+  try {
+    return make();
+  } catch (e) {
+    if (!(e instanceof PlanError) || keep || !setup.mergeLora) throw e;
+    setup.mergeLora = false;
+    return make();
+  }
+}
+
 const gib = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / MiB).toFixed(1)} MiB`);
 
 /** The plan's parts, largest first, as "training 1.20 GiB, weights 0.92 GiB, ...". */

@@ -12,6 +12,7 @@ import {
   modelFiles,
   parseConfig,
   PlanError,
+  planDroppingMerge,
   planTraining,
   readJson,
   readText,
@@ -277,14 +278,8 @@ export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<Mo
       longest: e.maxContext,
     }).plan;
   try {
-    try {
-      plan = make();
-    } catch (err) {
-      // As the engine does: the merged copy of the weights (Model.mergeLora) is dropped where the plan needs it to fit.
-      if (!(err instanceof PlanError) || !setup.mergeLora) throw err;
-      setup.mergeLora = false;
-      plan = make();
-    }
+    // As the engine does: the merged copy of the weights (Model.mergeLora) is dropped where the plan needs it to fit.
+    plan = planDroppingMerge(setup, make);
   } catch (err) {
     if (!(err instanceof PlanError)) throw err;
     // The engine's advice names the CLI flag; here the budget is a setting.

@@ -96,6 +96,23 @@ async function runSteps(model: Model, toks: { slot: number; pos: number; id: num
   return { out, dispatches };
 }
 
+/** runSteps in one slot with this adapter on (or none), merged into the weights or not; the model left without it. */
+async function runStepsWith(
+  model: Model,
+  toks: { slot: number; pos: number; id: number }[][],
+  lora: LoraState | undefined,
+  merge: boolean,
+) {
+  model.mergeLora = merge;
+  model.lora = lora;
+  try {
+    return await runSteps(model, toks, 1);
+  } finally {
+    model.mergeLora = false;
+    model.lora = undefined;
+  }
+}
+
 describe.each([
   ["llama-tiny", 2e-4],
   ["qwen2-tiny", 2e-4],
@@ -245,16 +262,7 @@ describe.each([
       prompt.map((id, pos) => ({ slot: 0, pos, id })),
       ...steps.slice(0, 2).map((id, i) => [{ slot: 0, pos: prompt.length + i, id }]),
     ];
-    const decode = async (merge: boolean, withLora = true) => {
-      model.mergeLora = merge;
-      model.lora = withLora ? lora : undefined;
-      try {
-        return await runSteps(model, toks, 1);
-      } finally {
-        model.mergeLora = false;
-        model.lora = undefined;
-      }
-    };
+    const decode = (merge: boolean, withLora = true) => runStepsWith(model, toks, withLora ? lora : undefined, merge);
     try {
       const want = await decode(false);
       const base = await decode(false, false);
@@ -351,15 +359,7 @@ describe("an adapter merged into 16-bit weights", () => {
       Array.from({ length: 12 }, (_, pos) => ({ slot: 0, pos, id: (pos * 7 + 1) % V })),
       ...[12, 13, 14].map((pos) => [{ slot: 0, pos, id: (pos * 5 + 3) % V }]),
     ];
-    const decode = async (merge: boolean, withLora = true) => {
-      model.mergeLora = merge;
-      model.lora = withLora ? lora : undefined;
-      try {
-        return await runSteps(model, toks, 1);
-      } finally {
-        model.lora = undefined;
-      }
-    };
+    const decode = (merge: boolean, withLora = true) => runStepsWith(model, toks, withLora ? lora : undefined, merge);
     try {
       const apart = await decode(false);
       const none = await decode(false, false);

@@ -200,7 +200,6 @@ export class Model {
     /** Whether the weights no entry of the adapter changes are in: f32 buffers copied whole, 16-bit targets without
      *  an entry converted. */
     copied: boolean;
-    copies: Map<GPUBuffer, GPUBuffer>;
     weights: GpuWeights;
     buffers: GPUBuffer[];
   };
@@ -304,7 +303,7 @@ export class Model {
       return out;
     });
     const buffers = [...copies.values()];
-    return (this.merged = { lora, version: -1, copied: false, copies, weights: { ...this.weights, layers }, buffers });
+    return (this.merged = { lora, version: -1, copied: false, weights: { ...this.weights, layers }, buffers });
   }
 
   /**
@@ -501,9 +500,11 @@ export class Model {
         x = this.layer(rec, l, x, N, attend, "inplace").x;
       }
       // Buffers this layer released become reusable once its work is submitted.
+      const flushes = rec.flushes;
       rec.flushIfPending(FLUSH_BYTES);
       const k = this.submitLayers;
-      if (!save && k > 0 && l < c.numLayers - 1 && (l === 0 || (l + 1) % k === 0)) rec.submitPart();
+      const due = !save && k > 0 && l < c.numLayers - 1 && (l === 0 || (l + 1) % k === 0);
+      if (due && rec.flushes === flushes) rec.submitPart(); // (not again when flushIfPending just submitted)
     }
     if (!save) return { x };
     const hN = gpu.buffer(N * C * 4, "activations", "hN");

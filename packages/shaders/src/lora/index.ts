@@ -461,7 +461,6 @@ export function loraBackwardGroup(
 
 const MERGE_WG = 256;
 const MERGE_KIND = { f32: 0, bf16: 1, f16: 2 } as const;
-const mergeSpecs = new Map<number, KernelSpec>();
 
 /** One LoRA target merged into an f32 copy of its weight: `rows` x `cols` (out, in) at element `offsetW` of w (f32, or
  *  16-bit: `wDtype`) and of merged (f32). Rank 0: the weight converted alone. */
@@ -502,9 +501,7 @@ export function loraMerge(
     if (size > sizeOf(buf)) throw new Error(`loraMerge: ${what} needs ${size} bytes but its buffer has ${sizeOf(buf)}`);
   }
   if (w === merged) throw new Error("loraMerge: merged must not alias w");
-  let spec = mergeSpecs.get(kind);
-  if (!spec)
-    mergeSpecs.set(kind, (spec = { name: "lora_merge", code: mergeCode, overrides: { WG: MERGE_WG, W_KIND: kind } }));
+  const spec = kernelSpec("lora_merge", mergeCode, { WG: MERGE_WG, W_KIND: kind });
   const p = new Params().u32(d.rows, d.cols, d.rank, d.offsetW, d.a, d.b).f32(d.scale).u32(0);
   rec.dispatch(spec, [w, params, merged], gpu.grid(Math.ceil(n / MERGE_WG)), p);
 }
