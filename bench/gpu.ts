@@ -255,7 +255,7 @@ async function matvecPart(ctx: BenchContext, out: BenchResult[]): Promise<void> 
     const wv = rng.f32(N * K);
     const w = gpu.upload(packHalf(wv, "bf16"), "bench");
     const pw = stamped?.upload(packHalf(wv, "bf16"), "bench");
-    for (const M of [1, 8]) {
+    for (const M of [1, 8, 32]) {
       const xv = rng.f32(M * K);
       const [x, y] = [gpu.upload(xv, "bench"), gpu.buffer(M * N * 4, "bench")];
       const px = stamped && { x: stamped.upload(xv, "bench"), w: pw!, y: stamped.buffer(M * N * 4, "bench") };

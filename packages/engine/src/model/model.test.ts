@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createDevice, getDevice, type Gpu } from "@webart/gpu";
+import { createDevice, getDevice, Recorder, type Gpu } from "@webart/gpu";
 import { assertClose } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
@@ -167,6 +167,34 @@ describe.each([
     } finally {
       kv.dispose();
       m8.releaseTables();
+    }
+  });
+
+  it("prefill logits where tuning runs matvecs of more than 4 rows as the columns variant (columnsAbove 4)", async () => {
+    // The same weights; the prompt's tokens run decodeLayer, its matvecs (q|k|v, o, gate|up, down, head) on the
+    // variant for many rows, as a GPU's start-up tuning may choose.
+    const mc = new Model(gpu, model.config, model.weights, { matvec: { columnsAbove: 4 } });
+    const kv = new KvCache(gpu, model.config, 2, 32);
+    const names = new Set<string>();
+    const dispatch = Recorder.prototype.dispatch;
+    Recorder.prototype.dispatch = function (spec, ...rest) {
+      names.add(spec.name);
+      return dispatch.call(this, spec, ...rest);
+    };
+    try {
+      const ids = json.prefill.ids;
+      expect(ids.length).toBeGreaterThan(4);
+      const got = await run(
+        mc,
+        kv,
+        ids.map((id, pos) => ({ slot: 1, pos, id })),
+      );
+      expect(names).toContain("matvec_forward_columns");
+      assertClose(`${name} prefill (columns)`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
+    } finally {
+      Recorder.prototype.dispatch = dispatch;
+      kv.dispose();
+      mc.releaseTables();
     }
   });
 

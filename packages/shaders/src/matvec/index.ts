@@ -7,6 +7,7 @@ import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
 import { tune, type TuneOptions } from "../tune/index.ts";
 import cosSin from "../rope/cossin.wgsl";
+import columns from "./columns.wgsl";
 import common from "./common.wgsl";
 import forward from "./forward.wgsl";
 import rope from "./rope.wgsl";
@@ -39,7 +40,12 @@ export interface MatvecDims {
 
 /** What start-up tuning (tune/kernels.ts) chooses for the matvec: a variant per weight dtype, and on GPUs one per
  *  problem the model decodes (`shapes`, keyed by matvecShapeKey: its projections differ 170-fold in size). */
-export type MatvecTuning = Partial<Record<WeightDtype, MatvecVariant>> & { shapes?: Map<number, MatvecVariant> };
+export type MatvecTuning = Partial<Record<WeightDtype, MatvecVariant>> & {
+  shapes?: Map<number, MatvecVariant>;
+  /** Problems of more rows than this run the columns variant, whatever the choices above (start-up tuning found it
+   *  faster for a layer's MLP at the next row count it measured: tuneDecodeRows); none: problems keep those. */
+  columnsAbove?: number;
+};
 
 /** A problem's key in MatvecTuning.shapes: its dtype, outputs N (gated: of each half), K and whether it is gated. */
 export function matvecShapeKey(wDtype: WeightDtype, N: number, K: number, gated: boolean): number {
@@ -97,11 +103,17 @@ export function matvecRopeFits(gpu: Gpu): boolean {
 
 /**
  * The columns between the two of a RoPE pair in a variant's runs (its ROPE_P), or 0 where it cannot pair them: a
- * run must hold whole pairs of one head, so D/2 must be a multiple of it. workgroup: runs of 4 columns; subgroup: 16;
+ * run must hold whole pairs of one head, so D/2 must be a multiple of it. workgroup: runs of 4 columns; subgroup and
+ * columns: 16;
  * stream: the workgroup's 256 / T.
  */
 export function matvecRopePairs(variant: MatvecVariant, wDtype: WeightDtype, K: number, headDim: number): number {
-  const run = variant === "stream" ? STREAM_WG / streamThreads(wDtype, K) : variant === "subgroup" ? 16 : 4;
+  const run =
+    variant === "stream"
+      ? STREAM_WG / streamThreads(wDtype, K)
+      : variant === "subgroup" || variant === "columns"
+        ? 16
+        : 4;
   const P = run / 2;
   return P >= 1 && Number.isInteger(P) && (headDim / 2) % P === 0 ? P : 0;
 }
@@ -118,15 +130,17 @@ export interface MatvecSegment {
 }
 
 const W_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
-export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream"] as const;
+export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream", "columns"] as const;
 /** subgroup: lanes split K and subgroupAdd reduces, no barriers (needs the subgroups feature);
  * workgroup: threads split K and reduce through workgroup memory (works everywhere);
  * stream: 16-byte loads of W, four in flight a thread, 32-256 threads a column by K, for GPUs' bandwidth (works everywhere;
- * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead). */
+ * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead);
+ * columns: a lane a column, up to 32 rows of x a pass (16 gated), for decode steps of many rows (works everywhere;
+ * needs the same 16-byte rows as stream). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
 /** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the workgroup one 4 (the
  * stream one: 256 / T columns of T threads each, T from streamThreads). */
-const WG: Record<Exclude<MatvecVariant, "stream">, number> = { subgroup: 16, workgroup: 64 };
+const WG: Record<Exclude<MatvecVariant, "stream" | "columns">, number> = { subgroup: 16, workgroup: 64 };
 const CG = 4;
 /** The stream variant's workgroup: STREAM_WG threads, T to a column. */
 const STREAM_WG = 256;
@@ -142,7 +156,28 @@ export function streamThreads(wDtype: WeightDtype, K: number): number {
 }
 /** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one, MT × 2
  * vectors in the stream one). */
-const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4, stream: 4 };
+const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4, stream: 4, columns: 32 };
+/** The columns variant's workgroup: COLUMNS_KS slices of K by COLUMNS_CW columns (columns.wgsl's KS and CW). */
+const COLUMNS_CW = 16;
+const COLUMNS_KS = 16;
+
+/** Workgroup memory of the columns variant at MT rows a pass: sums of pairs of slices (gate and up with GATE), and
+ *  their x² sums (columns.wgsl's red and redSq). */
+function columnsBytes(MT: number, gated: boolean): number {
+  return columnsRed(MT, gated) * 4 + (COLUMNS_KS / 2) * 32 * 4;
+}
+function columnsRed(MT: number, gated: boolean): number {
+  return (COLUMNS_KS / 2) * COLUMNS_CW * MT * (gated ? 2 : 1);
+}
+
+/** Rows of x a pass a variant takes at most (the columns variant: 16 gated, and what the device's workgroup memory
+ *  holds). */
+function maxRows(gpu: Gpu, variant: MatvecVariant, gated: boolean): number {
+  if (variant !== "columns") return MAX_MT[variant];
+  let MT = gated ? 16 : 32;
+  while (MT > 1 && columnsBytes(MT, gated) > gpu.limits.maxComputeWorkgroupStorageSize) MT /= 2;
+  return MT;
+}
 const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
 const specs = new Map<string, KernelSpec>();
 
@@ -172,7 +207,13 @@ export function matvecSpec(
         ? { name: "matvec_forward_stream", code: stream + tail, overrides: { ...o, T, G: STREAM_WG / T } }
         : variant === "subgroup"
           ? { name: "matvec_forward_subgroup", code: subgroup + tail, overrides: { ...o, WG: WG.subgroup, CG } }
-          : { name: "matvec_forward", code: forward + tail, overrides: { ...o, WG: WG.workgroup } };
+          : variant === "columns"
+            ? {
+                name: "matvec_forward_columns",
+                code: columns + tail,
+                overrides: { ...o, RED: columnsRed(MT, !!gated) },
+              }
+            : { name: "matvec_forward", code: forward + tail, overrides: { ...o, WG: WG.workgroup } };
     specs.set(key, s);
   }
   return s;
@@ -195,18 +236,25 @@ export function matvecVariants(gpu: Gpu): MatvecVariant[] {
   return MATVEC_VARIANTS.filter((v) => v !== "subgroup" || gpu.features.has("subgroups"));
 }
 
-/** The variant matvec() uses: tuned for this problem (`shape`, a matvecShapeKey), else for this dtype, else subgroup
- *  when the device has it. */
+/** The variant matvec() uses: columns past tuning's columnsAbove rows, else tuned for this problem (`shape`, a
+ *  matvecShapeKey), else for this dtype, else subgroup when the device has it. */
 export function matvecVariant(
   gpu: Gpu,
   wDtype: WeightDtype = "f32",
   tuning?: MatvecTuning,
   shape?: number,
+  M = 1,
 ): MatvecVariant {
+  if (tuning?.columnsAbove !== undefined && M > tuning.columnsAbove) return "columns";
   const t = (shape !== undefined && tuning?.shapes?.get(shape)) || tuning?.[wDtype];
   const subgroups = gpu.features.has("subgroups");
   if (t && t in MAX_MT && (t !== "subgroup" || subgroups)) return t;
   return subgroups ? "subgroup" : "workgroup";
+}
+
+/** The variants tuneMatvec weighs at one row: the columns variant is for many (tuneDecodeRows weighs it). */
+function oneRowVariants(gpu: Gpu): MatvecVariant[] {
+  return matvecVariants(gpu).filter((v) => v !== "columns");
 }
 
 /** A problem to tune on its own: N outputs (gated: of each half, over 2N rows of W) from K. */
@@ -216,7 +264,7 @@ export interface MatvecShape {
   gated?: boolean;
 }
 
-/** Times the available variants on a (1, K) × (K, N) problem per dtype and keeps the winners with the device, under
+/** Times the available variants (but columns) on a (1, K) × (K, N) problem per dtype and keeps the winners with the device, under
  * keys like "matvec.bf16@1024x4096"; then each of `shapes` at batch 1 per dtype ("matvec.bf16@896x4864",
  * "...@4864x896.gated"). Returns them as matvec's tuning. */
 export async function tuneMatvec(
@@ -239,7 +287,7 @@ export async function tuneMatvec(
           `matvec.${wDtype}@${N}x${K}`,
           // The stream variant is for GPUs' memory: on a CPU device it ran 2-3x slower than workgroup (`npm run
           // bench -- gpu --quick`), so tuning there does not spend time on it.
-          matvecVariants(gpu).filter((v) => v !== "stream" || !isCpuDevice(gpu)),
+          oneRowVariants(gpu).filter((v) => v !== "stream" || !isCpuDevice(gpu)),
           (variant, rec) => matvec(gpu, rec, { x, w, y }, { M: 1, N, K }, { wDtype, variant }),
           opts,
         );
@@ -282,7 +330,7 @@ async function tuneShapes(
         await tune(
           gpu,
           `matvec.${wDtype}@${N}x${K}${gated ? ".gated" : ""}`,
-          matvecVariants(gpu),
+          oneRowVariants(gpu),
           (variant, rec) =>
             matvec(
               gpu,
@@ -359,12 +407,12 @@ export function matvec(
   if (outs.some((u, i) => ins.includes(u) || outs.indexOf(u) !== i))
     throw new Error("matvec: y (and the KV caches) must not alias each other or any input");
   const shape = o.tuning?.shapes && matvecShapeKey(wDtype, N, K, !!o.gated);
-  let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning, shape);
+  let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning, shape, M);
   if (!(variant in MAX_MT) || (variant === "subgroup" && !gpu.features.has("subgroups"))) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
   if (
-    variant === "stream" &&
+    (variant === "stream" || variant === "columns") &&
     !streamable(
       wDtype,
       K,
@@ -384,7 +432,7 @@ export function matvec(
   // share of the rows in passes of MT.
   if (o.rowBlocks !== undefined) positive("rowBlocks", o.rowBlocks);
   const blockRows = Math.ceil(M / Math.min(o.rowBlocks ?? 1, M));
-  const MT = Math.min(2 ** Math.ceil(Math.log2(blockRows)), MAX_MT[variant]);
+  const MT = Math.min(2 ** Math.ceil(Math.log2(blockRows)), maxRows(gpu, variant, !!o.gated));
   const flags = (bias ? 1 : 0) | (o.accumulate ? 2 : 0);
   const params = new Params()
     .u32(M, N, K, flags, ldx, ldy, offY, offX, lora?.ldt ?? 0)
@@ -406,9 +454,13 @@ export function matvec(
   }
   params.u32(rp ? rp.headDim / 2 : 0, rp?.slots ?? 0, rp?.tmax ?? 0, 0);
   // Output columns per workgroup: 4 (or 2 gated) in the workgroup variant, CG groups of 16 (or 8) in the subgroup
-  // one, 256 / T in the stream one.
+  // one, 256 / T in the stream one, 16 in the columns one.
   const T = variant === "stream" ? streamThreads(wDtype, K) : 0;
-  const perGroup = T ? STREAM_WG / T : (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
+  const perGroup = T
+    ? STREAM_WG / T
+    : variant === "columns"
+      ? COLUMNS_CW
+      : (variant === "subgroup" ? 16 * CG : 4) / (o.gated ? 2 : 1);
   // Unused inputs are bound to x (never read; all are read-only storage).
   const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
   if (b.rope) bindings.push(b.rope.slotPos, b.rope.invFreq, b.rope.kc, b.rope.vc);

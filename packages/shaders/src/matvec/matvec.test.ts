@@ -406,6 +406,8 @@ it("the stream variant runs every problem whose rows of W start on 16 bytes, the
   // Tallied over the checks above (vitest runs a file's tests in order).
   const mine = ran.filter((v) => v === "stream").length;
   expect(mine).toBeGreaterThanOrEqual(40);
+  // The columns variant needs the same 16-byte rows: it ran the same problems as stream.
+  expect(ran.filter((v) => v === "columns").length).toBe(mine);
   expect(ran.filter((v) => v === "workgroup").length).toBeGreaterThan(mine);
   expect(streamable("bf16", 24, [0, 16, 200])).toBe(true);
   expect(streamable("bf16", 20, [0])).toBe(false);
@@ -450,6 +452,45 @@ describe("stream matvec at long K", () => {
     const o = { M: 2, N: 9, K, wDtype, variant: "stream" as const, segments: segs, gated: "silu" as const };
     await checkFused(gpu, o, 260 + T, { norm: true, R: 2 }, LONG);
     expect(ran.slice(-3)).toEqual(["stream", "stream", "stream"]);
+  });
+});
+
+describe("columns matvec at many rows", () => {
+  // Every pass size (MT up to 32, 16 gated), several passes, and the x² sums of rows past the lanes (MT = 32 > 16
+  // columns: each lane sums two rows). Same tolerance as the stream variant's long K.
+  const LONG: Tolerance = { atol: 1e-3, rtol: 1e-3 };
+  it.each(["f32", "bf16", "f16"] as const)(
+    "%s W: plain with bias, RMSNorm, gated, accumulating, M = 9..64",
+    async (wDtype) => {
+      for (const [i, [M, K]] of [
+        [9, 1032],
+        [32, 96],
+        [33, 2056],
+        [64, 40],
+      ].entries()) {
+        await check(gpu, { M, N: 37, K, wDtype, variant: "columns" }, 500 + i, true, LONG);
+        const normed = {
+          M,
+          N: 41,
+          K,
+          wDtype,
+          variant: "columns" as const,
+          segments: segments([24, 17], K, [true, false], 3),
+        };
+        await checkFused(gpu, { ...normed, bias: true }, 510 + i, { norm: true, R: 3 }, LONG);
+        const segs = segments([19, 19], K, [true, false], 2);
+        const gated = { M, N: 19, K, wDtype, variant: "columns" as const, segments: segs, gated: "silu" as const };
+        await checkFused(gpu, gated, 520 + i, { norm: true, R: 2 }, LONG);
+        const acc = { M, N: 23, K, wDtype, variant: "columns" as const, segments: segments([23], K, [true], 4) };
+        await checkFused(gpu, { ...acc, accumulate: true, ldy: 30, offsetY: 4 }, 530 + i, { R: 4 }, LONG);
+      }
+      expect(ran.slice(-4)).toEqual(["columns", "columns", "columns", "columns"]);
+    },
+  );
+
+  it.each(["f32", "bf16"] as const)("%s W: RoPE and the cache write at 20 and 21 rows", async (wDtype) => {
+    expect(await checkRope(gpu, "columns", wDtype, { M: 20, H: 4, KV: 2, D: 16, K: 32 }, 540)).toBe("columns");
+    expect(await checkRope(gpu, "columns", wDtype, { M: 21, H: 2, KV: 1, D: 32, K: 64 }, 541)).toBe("columns");
   });
 });
 

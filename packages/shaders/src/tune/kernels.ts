@@ -445,29 +445,48 @@ function decodeShapes(s: TuneShape, z: Sizes): MatvecShape[] {
  *  matmul's hardly does until its row block is full, so the first that the matmul wins ends the search. */
 const DECODE_ROW_STEPS = [16, 32, DECODE_ROWS_MAX];
 
+/** What tuneDecodeRows found: the rows up to which decode runs matvecs, and past how many rows they are the columns
+ *  variant's (MatvecTuning.columnsAbove; none: never). */
+export interface DecodeRowsTuning {
+  rows: number;
+  columnsAbove?: number;
+}
+
 /**
  * Rows up to which a decode step should run its projections as matvecs (the weights streamed once per pass of up to
  * 4-8 rows, norm and activation fused) rather than matmuls (tiled; tensor cores where the device has them and
  * `coop`). Weighs one layer's MLP both ways at 16, 32 and 64 rows: norm·gate|up with the gated activation, then down,
  * against RMSNorm, the gate|up matmul, the activation and the down matmul. At 8 rows and below it is always matvec.
- * The MLP's weights are zeros of the model's dtype, the MLP's width cut so that they fit in 64 MiB.
+ * With `columns` (GPUs), the columns variant (up to 32 rows a pass) is a third candidate from 8 rows on, until it
+ * wins once: past the row count before that one, matvecs run it (columnsAbove), and later steps weigh it against
+ * the matmul. The MLP's weights are zeros of the model's dtype, the MLP's width cut so that they fit in 64 MiB.
  */
 export async function tuneDecodeRows(
   gpu: Gpu,
   shape: TuneShape,
   tuning: { matmul?: MatmulTuning; matvec?: MatvecTuning },
   coop: boolean,
-): Promise<number> {
+  columns = false,
+): Promise<DecodeRowsTuning> {
   const { hidden: C, weights } = shape;
-  if (!shape.intermediate) return DECODE_ROWS_MAX;
+  if (!shape.intermediate) return { rows: DECODE_ROWS_MAX };
   const wBytes = weights === "f32" ? 4 : 2;
   // A multiple of 8, so the stream matvec's rows stay on 16 bytes.
   const F = Math.max(8, Math.floor(Math.min(shape.intermediate, (64 << 20) / (3 * C * wBytes)) / 8) * 8);
-  for (const M of DECODE_ROW_STEPS) {
+  let columnsAbove: number | undefined;
+  const steps = columns ? [8, ...DECODE_ROW_STEPS] : DECODE_ROW_STEPS;
+  for (const [i, M] of steps.entries()) {
+    // The matvec as the model would run it (columns once that has won), the columns variant while it has not, and
+    // the matmul past 8 rows.
+    const candidates = [
+      "matvec" as const,
+      ...(columns && columnsAbove === undefined ? ["columns" as const] : []),
+      ...(M > 8 ? ["matmul" as const] : []),
+    ];
     const winner = await tuneWith(
       gpu,
-      `decode.rows@M=${M},C=${C},F=${F},${weights}${coop ? ",coop" : ""}`,
-      ["matvec", "matmul"],
+      `decode.rows@M=${M},C=${C},F=${F},${weights}${coop ? ",coop" : ""}${columns ? ",columns" : ""}`,
+      candidates,
       (s) => {
         const [wgu, wd] = [s.zeros(2 * F * C * wBytes), s.zeros(C * F * wBytes)];
         const [x, nw, a, y] = [s.f32(M * C), s.f32(C, 0.5, 1.5), s.zeros(M * F * 4), s.zeros(M * C * 4)];
@@ -482,24 +501,29 @@ export async function tuneDecodeRows(
           tuning: tuning.matmul,
           variant: coop ? ("coop" as const) : undefined,
         };
-        const mv = { wDtype: weights, tuning: tuning.matvec };
         return (c) => (rec) => {
-          if (c === "matvec") {
-            const gated = { ...mv, eps: 1e-6, segments, gated: "silu" as const };
-            matvec(gpu, rec, { x, w: wgu, y: a, norm: nw }, { M, N: F, K: C }, gated);
-            matvec(gpu, rec, { x: a, w: wd, y }, { M, N: C, K: F }, mv);
-          } else {
+          if (c === "matmul") {
             rmsnormForward(gpu, rec, { x, w: nw, y: h, rstd }, { rows: M, C, eps: 1e-6 });
             matmul(gpu, rec, { a: h, b: wgu, c: gu }, { M, N: 2 * F, K: C }, mm);
             swigluForwardPacked(gpu, rec, { gu, h: a }, { N: M, F });
             matmul(gpu, rec, { a, b: wd, c: y }, { M, N: C, K: F }, mm);
+            return;
           }
+          const mv = {
+            wDtype: weights,
+            tuning: { ...tuning.matvec, columnsAbove },
+            variant: c === "columns" ? ("columns" as const) : undefined,
+          };
+          const gated = { ...mv, eps: 1e-6, segments, gated: "silu" as const };
+          matvec(gpu, rec, { x, w: wgu, y: a, norm: nw }, { M, N: F, K: C }, gated);
+          matvec(gpu, rec, { x: a, w: wd, y }, { M, N: C, K: F }, mv);
         };
       },
     );
-    if (winner === "matmul") return M / 2;
+    if (winner === "columns") columnsAbove = i > 0 ? steps[i - 1] : 4;
+    if (winner === "matmul") return { rows: M / 2, columnsAbove };
   }
-  return DECODE_ROWS_MAX;
+  return { rows: DECODE_ROWS_MAX, columnsAbove };
 }
 
 /**
@@ -521,15 +545,20 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
   // defaultMergeLora); on a CPU device they do not unless asked, and then run untuned.
   const mvDtypes: WeightDtype[] = weights === "f32" || isCpuDevice(gpu) ? [weights] : [weights, "f32"];
   const mv = await tuneMatvec(gpu, mvDtypes, z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z));
+  // The columns variant is for GPUs' many-row decode steps; on SwiftShader it ran 3-10x slower than subgroup at 8
+  // and 32 rows (`npm run bench -- gpu --quick`, matvec part), so tuning there does not spend time on it.
+  const rows = await tuneDecodeRows(
+    gpu,
+    shape,
+    { matmul: mm, matvec: mv },
+    (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
+    !isCpuDevice(gpu),
+  );
+  if (rows.columnsAbove !== undefined) mv.columnsAbove = rows.columnsAbove;
   return {
     matmul: mm,
     matvec: mv,
-    decodeRows: await tuneDecodeRows(
-      gpu,
-      shape,
-      { matmul: mm, matvec: mv },
-      (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
-    ),
+    decodeRows: rows.rows,
     ...(await tuneRowThreads(gpu, shape.vocab, z)),
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),

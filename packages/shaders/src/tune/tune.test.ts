@@ -86,7 +86,12 @@ it("tuneMatvec can tune each decode problem on its own; matvec runs a problem's 
     const key = `matvec.bf16@${N}x${K}${gated ? ".gated" : ""}`;
     const winner = tuned(gpu, key)!;
     expect(matvecVariants(gpu)).toContain(winner);
-    expect(Object.keys(gpu.tuning.get(key)!.ms).length).toBe(matvecVariants(gpu).length); // each variant timed
+    // Each variant timed but columns, the variant for many rows (tuneDecodeRows weighs it).
+    expect(Object.keys(gpu.tuning.get(key)!.ms).sort()).toEqual(
+      matvecVariants(gpu)
+        .filter((v) => v !== "columns")
+        .sort(),
+    );
     expect(matvecVariant(gpu, "bf16", mv, matvecShapeKey("bf16", N, K, gated))).toBe(winner);
   }
   expect(matvecVariant(gpu, "bf16", mv, matvecShapeKey("bf16", 40, 64, true))).toBe("workgroup"); // not tuned
@@ -204,10 +209,11 @@ it("tuneKernels measures each choice on the model's shapes; another shape on the
 
 it("tuneDecodeRows weighs a layer's MLP as matvecs against matmuls at 16, 32, 64 rows, up to the first the matmul wins", async () => {
   const shape = { weights: "bf16" as const, vocab: 300, hidden: 64, heads: 4, kvHeads: 2, headDim: 16 };
-  expect(await tuneDecodeRows(gpu, shape, {}, false)).toBe(DECODE_ROWS_MAX); // no MLP width given: no tuning
+  expect(await tuneDecodeRows(gpu, shape, {}, false)).toEqual({ rows: DECODE_ROWS_MAX }); // no MLP width: no tuning
   const dims = { ...shape, intermediate: 136 };
   gpu.tuning.clear();
-  const rows = await tuneDecodeRows(gpu, dims, {}, false);
+  const { rows, columnsAbove } = await tuneDecodeRows(gpu, dims, {}, false);
+  expect(columnsAbove).toBeUndefined();
   const measured = [...gpu.tuning.entries()].filter(([k]) => k.startsWith("decode.rows@"));
   expect(measured[0][0]).toBe("decode.rows@M=16,C=64,F=136,bf16");
   const winners = measured.map(([, e]) => e.winner);
@@ -222,9 +228,48 @@ it("tuneDecodeRows weighs a layer's MLP as matvecs against matmuls at 16, 32, 64
   const entry = (winner: string) => ({ winner, ms: { matvec: winner === "matvec" ? 1 : 2, matmul: 1.5 } });
   gpu.tuning.set("decode.rows@M=16,C=64,F=136,bf16", entry("matvec"));
   gpu.tuning.set("decode.rows@M=32,C=64,F=136,bf16", entry("matmul"));
-  expect(await tuneDecodeRows(gpu, dims, {}, false)).toBe(16);
+  expect((await tuneDecodeRows(gpu, dims, {}, false)).rows).toBe(16);
   gpu.tuning.set("decode.rows@M=16,C=64,F=136,bf16", entry("matmul"));
-  expect(await tuneDecodeRows(gpu, dims, {}, false)).toBe(8);
+  expect((await tuneDecodeRows(gpu, dims, {}, false)).rows).toBe(8);
+  gpu.tuning.clear();
+});
+
+it("tuneDecodeRows with the columns variant: a candidate from 8 rows until it wins, then matvecs past the step before run it", async () => {
+  const dims = {
+    weights: "bf16" as const,
+    vocab: 300,
+    hidden: 64,
+    heads: 4,
+    kvHeads: 2,
+    headDim: 16,
+    intermediate: 136,
+  };
+  gpu.tuning.clear();
+  const found = await tuneDecodeRows(gpu, dims, {}, false, true);
+  const measured = [...gpu.tuning.entries()].filter(([k]) => k.startsWith("decode.rows@"));
+  expect(measured[0][0]).toBe("decode.rows@M=8,C=64,F=136,bf16,columns");
+  expect(Object.keys(measured[0][1].ms).sort()).toEqual(["columns", "matvec"]); // no matmul at 8 rows
+  const won = measured.findIndex(([, e]) => e.winner === "columns");
+  expect(found.columnsAbove).toBe(won < 0 ? undefined : [4, 8, 16, 32][won]);
+  // After it won, the matvec candidate is the columns variant: it is not weighed again.
+  for (const [k, e] of measured.slice(won + 1)) if (won >= 0) expect(Object.keys(e.ms), k).not.toContain("columns");
+  // Loaded results: columns winning at 16 rows runs it past 8; the matmul winning at 64 ends at 32.
+  gpu.tuning.clear();
+  const entry = (winner: string, names: string[]) => ({ winner, ms: Object.fromEntries(names.map((n) => [n, 1])) });
+  const key = (M: number) => `decode.rows@M=${M},C=64,F=136,bf16,columns`;
+  gpu.tuning.set(key(8), entry("matvec", ["matvec", "columns"]));
+  gpu.tuning.set(key(16), entry("columns", ["matvec", "columns", "matmul"]));
+  gpu.tuning.set(key(32), entry("matvec", ["matvec", "matmul"]));
+  gpu.tuning.set(key(64), entry("matmul", ["matvec", "matmul"]));
+  expect(await tuneDecodeRows(gpu, dims, {}, false, true)).toEqual({ rows: 32, columnsAbove: 8 });
+  // matvec() then picks the variant by rows.
+  const mv = { bf16: "workgroup" as const, columnsAbove: 8 };
+  expect([1, 8, 9, 64].map((M) => matvecVariant(gpu, "bf16", mv, undefined, M))).toEqual([
+    "workgroup",
+    "workgroup",
+    "columns",
+    "columns",
+  ]);
   gpu.tuning.clear();
 });
 
