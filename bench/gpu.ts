@@ -578,6 +578,30 @@ async function oneModel(
         });
         ctx.log(`${name} decode b32 as matvecs: ${r.decode.toFixed(1)} tok/s (tuned: ${b32.toFixed(1)})`);
       }
+      // The columns matvec (W read once for up to 32 rows of x) against the variants tuned at one row (4-8 rows a
+      // pass), in decode steps of 8 and 32 rows run as matvecs (decodeRows lifted for the run), alternating.
+      {
+        const model = engine.model;
+        const mv = (model.tuning.matvec ??= {});
+        const [tunedAbove, tunedRows] = [mv.columnsAbove, model.decodeRows];
+        const chose = tunedAbove === undefined ? "never" : `past ${tunedAbove} rows`;
+        model.decodeRows = DECODE_ROWS_MAX;
+        for (const b of [8, 32]) {
+          const toggle = (on: boolean) => (mv.columnsAbove = on ? 4 : undefined);
+          const ab = (await decodeRun(gpu, model, b, 16, 0, small ? 3 : 16, 0, toggle)).ab!;
+          const note = `every projection a matvec of the variants tuned at one row; ratio: the columns variant (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; start-up tuning runs columns ${chose}, matvecs up to ${tunedRows} rows`;
+          out.push({
+            id: `gpu.${name}.decode.b${b}.columns_off`,
+            value: ab.perOp,
+            unit: "tok/s",
+            vs: { id: `gpu.${name}.decode.b${b}.columns`, ratio: ab.fused / ab.perOp },
+            note,
+          });
+          ctx.log(`${name} decode b${b}: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+        }
+        mv.columnsAbove = tunedAbove;
+        model.decodeRows = tunedRows;
+      }
       const model = engine.model;
       // With tensor cores (where the engine turned them on) and without, alternating: their ratio.
       const cores = model.tensorCores;

@@ -36,31 +36,31 @@ fn half4(v: vec4u, hi: bool) -> vec4f {
   return vec4f(unpack2x16float(a.x), unpack2x16float(a.y));
 }
 
-// Adds the vector of the column's row (v0) and of its up row (v1) that start at element k into the pass's sums of
-// rows m0..m0 + MT - 1 (clamped to M - 1 for loading); `on` is 0 for a vector past the row's end (k was clamped to
-// the row's last vector, so every read stays in bounds). c: the lane's column, for its share of the x² sums.
-fn accumulate(v0: vec4u, v1: vec4u, k: u32, on: f32, m0: u32, c: u32) {
+// Adds the vector of the column's row (v0) and of its up row (v1) that start at element k into the pass's sums; `on`
+// is 0 for a vector past the row's end (k was clamped to the row's last vector, so every read stays in bounds). The
+// pass's row i of x starts at vector xb + min(i, lastI) · ld4 (rows past M load row M - 1; their sums are dropped).
+// c: the lane's column, for its share of the x² sums.
+fn accumulate(v0: vec4u, v1: vec4u, k: u32, on: f32, xb: u32, ld4: u32, lastI: u32, c: u32) {
   let E = select(8u, 4u, W_KIND == 0u);
-  let last = p.M - 1u;
   for (var h = 0u; h < E / 4u; h++) {
-    let kk = k + 4u * h;
+    let kv = xb + k / 4u + h; // row 0's vector of x at element k + 4h
     let hi = h == 1u;
     var w0 = on * select(half4(v0, hi), bitcast<vec4f>(v0), W_KIND == 0u);
     var w1 = vec4f();
     if (GATE != 0u) { w1 = on * select(half4(v1, hi), bitcast<vec4f>(v1), W_KIND == 0u); }
     if (NORM) {
-      let nv = nw[kk / 4u];
+      let nv = nw[k / 4u + h];
       w0 *= nv;
       w1 *= nv;
     }
     for (var i = 0u; i < MT; i++) {
-      let xv = x[(p.offX + min(m0 + i, last) * p.ldx + kk) / 4u];
+      let xv = x[kv + min(i, lastI) * ld4];
       acc[i] += dot(xv, w0);
       if (GATE != 0u) { accUp[i] += dot(xv, w1); }
     }
     if (NORM) {
       for (var j = 0u; j * CW < MT; j++) {
-        let xv = x[(p.offX + min(m0 + c % MT + j * CW, last) * p.ldx + kk) / 4u];
+        let xv = x[kv + min(c % MT + j * CW, lastI) * ld4];
         sq[j] += on * dot(xv, xv);
       }
     }
@@ -85,6 +85,9 @@ fn matvec_forward_columns(@builtin(local_invocation_index) tid: u32, @builtin(wo
       if (GATE != 0u) { accUp[i] = 0.0; }
     }
     sq = array<f32, 2>(0.0, 0.0);
+    let xb = (p.offX + m0 * p.ldx) / 4u;
+    let ld4 = p.ldx / 4u;
+    let lastI = min(MT, p.M - m0) - 1u;
     // Slice s takes vectors s, s + KS, ...: two at a time, both loads issued before either is used.
     for (var v = s; v < V; v += 2u * KS) {
       let v1 = min(v + KS, V - 1u);
@@ -96,8 +99,8 @@ fn matvec_forward_columns(@builtin(local_invocation_index) tid: u32, @builtin(wo
         b0 = w[r1 + v];
         b1 = w[r1 + v1];
       }
-      accumulate(a0, b0, v * E, 1.0, m0, c);
-      accumulate(a1, b1, v1 * E, select(0.0, 1.0, v + KS < V), m0, c);
+      accumulate(a0, b0, v * E, 1.0, xb, ld4, lastI, c);
+      accumulate(a1, b1, v1 * E, select(0.0, 1.0, v + KS < V), xb, ld4, lastI, c);
     }
     // Slices KH.. write their sums, then slices ..KH add theirs: (KH, ...) entries instead of (KS, ...).
     for (var round = 0u; round < 2u; round++) {
