@@ -1,29 +1,30 @@
 // Decode matvec, columns variant (same contract, fused options and epilogue as forward.wgsl), for decode steps of
-// many rows (a batch of 8 to 64 sequences): W is read once for up to 32 rows of x (16 gated), where the other
-// variants take 4 or 8 a pass. Each lane owns one output column; a workgroup is KS slices of K by CW columns, so a
-// load of x is the same address across a slice's lanes (one broadcast serves CW columns) while each lane reads its
-// own row of W 16 bytes at a time, two loads in flight. The slices' sums meet in workgroup memory at the end of a
-// pass (17 KiB at 32 rows). With NORM each lane also sums x² of its share of the rows (rows c, c + CW, ... of the pass), so the
-// norm's cost does not grow with the columns. Needs every row of W and of x to start on 16 bytes (index.ts runs the
-// workgroup variant otherwise). Parameters, bindings and the epilogue: common.wgsl (appended).
+// many rows (a batch of 8 to 64 sequences): W is read once for up to 32 rows of x, where the other variants take 4
+// or 8 a pass. Each lane owns one output column; a workgroup is KS slices of K by CW columns, so a load of x is the
+// same address across a slice's lanes (one broadcast serves CW columns) while each lane reads its own row of W 16
+// bytes at a time, two loads in flight. The slices' sums meet in workgroup memory at the end of a pass, in KQ slots
+// that groups of slices add into in turn (8.5 KiB at 32 rows, 16.5 KiB gated). With NORM each lane also sums x² of
+// its share of the rows (rows c, c + CW, ... of the pass), so the norm's cost does not grow with the columns. Needs
+// every row of W and of x to start on 16 bytes (index.ts runs the workgroup variant otherwise). Parameters,
+// bindings and the epilogue: common.wgsl (appended).
 @group(0) @binding(1) var<storage, read> x: array<vec4f>; // rows start on 16 bytes (offX, ldx multiples of 4)
 @group(0) @binding(2) var<storage, read> w: array<vec4u>; // 4 f32, or 8 bf16/f16, a vector
 @group(0) @binding(4) var<storage, read> nw: array<vec4f>; // (K) RMSNorm weight
 override W_KIND: u32 = 0u; // 0 f32, 1 bf16, 2 f16
-override MT: u32 = 8u; // rows of x per pass: a power of two, 1..32 (GATE: 1..16)
+override MT: u32 = 8u; // rows of x per pass: a power of two, 1..32
 override NORM: bool = false;
 override GATE: u32 = 0u; // 0 none, 1 silu, 2 GELU tanh: y = act(seg 0) * seg 1
-override RED: u32 = 1024u; // index.ts: KH · CW · MT, twice that with GATE
+override RED: u32 = 512u; // index.ts: KQ · CW · MT, twice that with GATE
 const CW = 16u; // columns a workgroup, one a lane
 const KS = 16u; // slices of K a workgroup (KS · CW = 256 threads)
-const KH = 8u; // KS / 2: the second half of the slices adds its sums to the first's, so half the memory holds them
+const KQ = 4u; // the slices' sums meet in KQ slots: KS / KQ rounds, each group of KQ slices adds into them
 const SQ = 32u; // rows of x² sums kept a slice (the most MT)
 
-var<workgroup> red: array<f32, RED>; // (halves, MT, KH, CW): pairs of slices' sums, gate then up
-var<workgroup> redSq: array<f32, KH * SQ>; // NORM: (KH, rows) pairs of slices' Σ x²
+var<workgroup> red: array<f32, RED>; // (halves, MT, KQ, CW): the slices' sums, gate then up
+var<workgroup> redSq: array<f32, KQ * SQ>; // NORM: (KQ, rows) the slices' Σ x²
 
 var<private> acc: array<f32, 32>;
-var<private> accUp: array<f32, 16>;
+var<private> accUp: array<f32, 32>;
 var<private> sq: array<f32, 2>;
 
 // Elements 0-3 (hi = false) or 4-7 of a 16-byte vector of W (f32: only 0-3 exist).
@@ -102,15 +103,16 @@ fn matvec_forward_columns(@builtin(local_invocation_index) tid: u32, @builtin(wo
       accumulate(a0, b0, v * E, 1.0, xb, ld4, lastI, c);
       accumulate(a1, b1, v1 * E, select(0.0, 1.0, v + KS < V), xb, ld4, lastI, c);
     }
-    // Slices KH.. write their sums, then slices ..KH add theirs: (KH, ...) entries instead of (KS, ...).
-    for (var round = 0u; round < 2u; round++) {
-      if ((s >= KH) == (round == 0u)) {
-        let q = s % KH;
+    // The last KQ slices write their sums, then each group of KQ before them adds its own: (KQ, ...) entries
+    // instead of (KS, ...).
+    for (var round = 0u; round < KS / KQ; round++) {
+      if (s / KQ == KS / KQ - 1u - round) {
+        let q = s % KQ;
         for (var i = 0u; i < MT; i++) {
-          let a = (i * KH + q) * CW + c;
+          let a = (i * KQ + q) * CW + c;
           red[a] = select(red[a], 0.0, round == 0u) + acc[i];
           if (GATE != 0u) {
-            let b = ((MT + i) * KH + q) * CW + c;
+            let b = ((MT + i) * KQ + q) * CW + c;
             red[b] = select(red[b], 0.0, round == 0u) + accUp[i];
           }
         }
@@ -132,19 +134,19 @@ fn matvec_forward_columns(@builtin(local_invocation_index) tid: u32, @builtin(wo
         var rs = 1.0;
         if (NORM) {
           var ss = 0.0;
-          for (var q = 0u; q < KH; q++) { ss += redSq[q * SQ + i]; }
+          for (var q = 0u; q < KQ; q++) { ss += redSq[q * SQ + i]; }
           rs = inverseSqrt(ss / f32(p.K) + p.eps);
         }
         var sum = 0.0;
-        for (var q = 0u; q < KH; q++) { sum += red[(i * KH + q) * CW + cc]; }
+        for (var q = 0u; q < KQ; q++) { sum += red[(i * KQ + q) * CW + cc]; }
         if (GATE != 0u) {
           var up = 0.0;
-          for (var q = 0u; q < KH; q++) { up += red[((MT + i) * KH + q) * CW + cc]; }
+          for (var q = 0u; q < KQ; q++) { up += red[((MT + i) * KQ + q) * CW + cc]; }
           store(m, n, act(finish(m, 0u, n, rs * sum)) * finish(m, 1u, n, rs * up));
         } else if (ROPE_P > 0u) { // CW = 2 ROPE_P: columns cc and cc + ROPE_P are a pair
           let pc = (cc + ROPE_P) % CW;
           var partner = 0.0;
-          for (var q = 0u; q < KH; q++) { partner += red[(i * KH + q) * CW + pc]; }
+          for (var q = 0u; q < KQ; q++) { partner += red[(i * KQ + q) * CW + pc]; }
           ropeOut(m, n, rs * sum, rs * partner);
         } else {
           let sg = segOf(n);

@@ -135,7 +135,7 @@ export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream", "columns"] as
  * workgroup: threads split K and reduce through workgroup memory (works everywhere);
  * stream: 16-byte loads of W, four in flight a thread, 32-256 threads a column by K, for GPUs' bandwidth (works everywhere;
  * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead);
- * columns: a lane a column, up to 32 rows of x a pass (16 gated), for decode steps of many rows (works everywhere;
+ * columns: a lane a column, up to 32 rows of x a pass, for decode steps of many rows (works everywhere;
  * needs the same 16-byte rows as stream). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
 /** Threads per workgroup; the subgroup variant's workgroup owns CG groups of 16 columns, the workgroup one 4 (the
@@ -157,24 +157,24 @@ export function streamThreads(wDtype: WeightDtype, K: number): number {
 /** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one, MT × 2
  * vectors in the stream one). */
 const MAX_MT: Record<MatvecVariant, number> = { subgroup: 8, workgroup: 4, stream: 4, columns: 32 };
-/** The columns variant's workgroup: COLUMNS_KS slices of K by COLUMNS_CW columns (columns.wgsl's KS and CW). */
+/** The columns variant's workgroup: 16 slices of K by COLUMNS_CW columns, whose sums meet in COLUMNS_KQ slots
+ *  (columns.wgsl's KS, CW and KQ). */
 const COLUMNS_CW = 16;
-const COLUMNS_KS = 16;
+const COLUMNS_KQ = 4;
 
-/** Workgroup memory of the columns variant at MT rows a pass: sums of pairs of slices (gate and up with GATE), and
- *  their x² sums (columns.wgsl's red and redSq). */
+/** Workgroup memory of the columns variant at MT rows a pass: the slots of the slices' sums (gate and up with GATE),
+ *  and of their x² sums (columns.wgsl's red and redSq): 8.5 KiB at 32 rows, 16.5 KiB gated. */
 function columnsBytes(MT: number, gated: boolean): number {
-  return columnsRed(MT, gated) * 4 + (COLUMNS_KS / 2) * 32 * 4;
+  return columnsRed(MT, gated) * 4 + COLUMNS_KQ * 32 * 4;
 }
 function columnsRed(MT: number, gated: boolean): number {
-  return (COLUMNS_KS / 2) * COLUMNS_CW * MT * (gated ? 2 : 1);
+  return COLUMNS_KQ * COLUMNS_CW * MT * (gated ? 2 : 1);
 }
 
-/** Rows of x a pass a variant takes at most (the columns variant: 16 gated, and what the device's workgroup memory
- *  holds). */
+/** Rows of x a pass a variant takes at most (the columns variant: what the device's workgroup memory holds). */
 function maxRows(gpu: Gpu, variant: MatvecVariant, gated: boolean): number {
-  if (variant !== "columns") return MAX_MT[variant];
-  let MT = gated ? 16 : 32;
+  let MT = MAX_MT[variant];
+  if (variant !== "columns") return MT;
   while (MT > 1 && columnsBytes(MT, gated) > gpu.limits.maxComputeWorkgroupStorageSize) MT /= 2;
   return MT;
 }
