@@ -6,7 +6,7 @@
 // that groups of slices add into in turn (8.5 KiB at 32 rows, 16.5 KiB gated). With NORM each lane also sums x² of
 // its share of the rows (rows c, c + CW, ... of the pass), so the norm's cost does not grow with the columns. Needs
 // every row of W and of x to start on 16 bytes (index.ts runs the workgroup variant otherwise). Parameters,
-// bindings and the epilogue: common.wgsl (appended).
+// bindings and the epilogue: common.wgsl; half4: half4.wgsl (both appended).
 @group(0) @binding(1) var<storage, read> x: array<vec4f>; // rows start on 16 bytes (offX, ldx multiples of 4)
 @group(0) @binding(2) var<storage, read> w: array<vec4u>; // 4 f32, or 8 bf16/f16, a vector
 @group(0) @binding(4) var<storage, read> nw: array<vec4f>; // (K) RMSNorm weight
@@ -26,16 +26,6 @@ var<workgroup> redSq: array<f32, KQ * SQ>; // NORM: (KQ, rows) the slices' Σ x�
 var<private> acc: array<f32, 32>;
 var<private> accUp: array<f32, 32>;
 var<private> sq: array<f32, 2>;
-
-// Elements 0-3 (hi = false) or 4-7 of a 16-byte vector of W (f32: only 0-3 exist).
-fn half4(v: vec4u, hi: bool) -> vec4f {
-  let a = select(v.xy, v.zw, hi);
-  if (W_KIND == 1u) {
-    return vec4f(bitcast<f32>(a.x << 16u), bitcast<f32>(a.x & 0xffff0000u), bitcast<f32>(a.y << 16u),
-                 bitcast<f32>(a.y & 0xffff0000u));
-  }
-  return vec4f(unpack2x16float(a.x), unpack2x16float(a.y));
-}
 
 // Adds the vector of the column's row (v0) and of its up row (v1) that start at element k into the pass's sums; `on`
 // is 0 for a vector past the row's end (k was clamped to the row's last vector, so every read stays in bounds). The

@@ -1,7 +1,7 @@
-// What the decode matvecs (forward.wgsl, subgroup.wgsl, stream.wgsl) share, appended to each by index.ts: the parameters and
-// bindings, which output column each of a kernel's columns computes and where its row of W starts, and the epilogue
-// (bias, LoRA term, gated activation, store). index.ts appends rope.wgsl (RoPE and the KV cache write, for q|k|v) or
-// rope_none.wgsl after it.
+// What the decode matvecs (forward.wgsl, subgroup.wgsl, stream.wgsl, columns.wgsl) share, appended to each by
+// index.ts: the parameters and bindings, which output column each of a kernel's columns computes and where its row of
+// W starts, and the epilogue (bias, LoRA term, gated activation, store). index.ts appends rope.wgsl (RoPE and the KV
+// cache write, for q|k|v) or rope_none.wgsl after it.
 struct Seg {
   rows: u32, offW: u32, offBias: u32, loraR: u32, // loraR 0: no LoRA term on this segment
   loraB: u32, loraT: u32, scale: f32, base: u32, // base: first output column (0xffffffff: unused segment)

@@ -10,6 +10,7 @@ import cosSin from "../rope/cossin.wgsl";
 import columns from "./columns.wgsl";
 import common from "./common.wgsl";
 import forward from "./forward.wgsl";
+import half4 from "./half4.wgsl";
 import rope from "./rope.wgsl";
 import ropeNone from "./rope_none.wgsl";
 import stream from "./stream.wgsl";
@@ -204,13 +205,13 @@ export function matvecSpec(
     const tail = common + (ropeP ? rope + cosSin : ropeNone);
     s =
       variant === "stream"
-        ? { name: "matvec_forward_stream", code: stream + tail, overrides: { ...o, T, G: STREAM_WG / T } }
+        ? { name: "matvec_forward_stream", code: stream + half4 + tail, overrides: { ...o, T, G: STREAM_WG / T } }
         : variant === "subgroup"
           ? { name: "matvec_forward_subgroup", code: subgroup + tail, overrides: { ...o, WG: WG.subgroup, CG } }
           : variant === "columns"
             ? {
                 name: "matvec_forward_columns",
-                code: columns + tail,
+                code: columns + half4 + tail,
                 overrides: { ...o, RED: columnsRed(MT, !!gated) },
               }
             : { name: "matvec_forward", code: forward + tail, overrides: { ...o, WG: WG.workgroup } };

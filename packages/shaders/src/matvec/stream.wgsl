@@ -6,7 +6,7 @@
 // picks T from K so that a row's vectors are about four a thread, so a projection of few outputs and a long K (the
 // MLP's down projection) still keeps ~200k threads loading. Needs every row of W to start on 16 bytes (K and the
 // segments' offsets multiples of 8 halves or 4 floats): index.ts runs the workgroup variant otherwise.
-// Parameters, bindings and the epilogue: common.wgsl (appended).
+// Parameters, bindings and the epilogue: common.wgsl; half4: half4.wgsl (both appended).
 @group(0) @binding(1) var<storage, read> x: array<vec4f>; // rows start on 16 bytes (offX, ldx multiples of 4)
 @group(0) @binding(2) var<storage, read> w: array<vec4u>; // 4 f32, or 8 bf16/f16, a vector
 @group(0) @binding(4) var<storage, read> nw: array<vec4f>; // (K) RMSNorm weight
@@ -26,16 +26,6 @@ var<private> acc: array<vec4f, 4>;
 var<private> accUp: array<vec4f, 4>;
 var<private> sq: vec4f;
 var<private> xr: vec4u;
-
-// Elements 0-3 (hi = false) or 4-7 of a 16-byte vector of W (f32: only 0-3 exist).
-fn half4(v: vec4u, hi: bool) -> vec4f {
-  let a = select(v.xy, v.zw, hi);
-  if (W_KIND == 1u) {
-    return vec4f(bitcast<f32>(a.x << 16u), bitcast<f32>(a.x & 0xffff0000u), bitcast<f32>(a.y << 16u),
-                 bitcast<f32>(a.y & 0xffff0000u));
-  }
-  return vec4f(unpack2x16float(a.x), unpack2x16float(a.y));
-}
 
 // Elements e..e + 3 of x (e a multiple of 4) in one 16-byte load: with four scalar loads instead, the H200 ran
 // Qwen2.5-0.5B's LM head (151936 x 896, bf16) in 164 us instead of 98.
