@@ -545,7 +545,7 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
   // defaultMergeLora); on a CPU device they do not unless asked, and then run untuned.
   const mvDtypes: WeightDtype[] = weights === "f32" || isCpuDevice(gpu) ? [weights] : [weights, "f32"];
   const mv = await tuneMatvec(gpu, mvDtypes, z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z));
-  // The columns variant is for GPUs' many-row decode steps; on SwiftShader it ran 3-10x slower than subgroup at 8
+  // The columns variant is for GPUs' many-row decode steps; on SwiftShader it ran 5-11x slower than subgroup at 8
   // and 32 rows (`npm run bench -- gpu --quick`, matvec part), so tuning there does not spend time on it.
   const rows = await tuneDecodeRows(
     gpu,
