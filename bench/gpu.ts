@@ -426,6 +426,19 @@ async function oneModel(
   T: number,
 ): Promise<void> {
   const gpu = ctx.gpu;
+  // A decode A/B of whole steps at batch b, alternating (decodeRun's `ab`): the perOp side is the result
+  // (gpu.<model>.decode.b<b>.<what>), the fused side the ratio's numerator (gpu.<model>.decode.b<b><vs>).
+  const pushAb = (b: number, what: string, vs: string, ab: { fused: number; perOp: number }, note: string) => {
+    const at = `gpu.${name}.decode.b${b}`;
+    out.push({
+      id: `${at}.${what}`,
+      value: ab.perOp,
+      unit: "tok/s",
+      vs: { id: `${at}${vs}`, ratio: ab.fused / ab.perOp },
+      note,
+    });
+    ctx.log(`${name} decode b${b}: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+  };
   {
     const c = parseConfig(json);
     const t0 = performance.now();
@@ -479,14 +492,7 @@ async function oneModel(
         const ab = (await decodeRun(gpu, engine.model, 1, 16, 0, small ? 3 : 16, 0, (on) => (rope.inMatvec = on))).ab!;
         rope.inMatvec = tuned;
         const note = `RoPE in ropeQkv; ratio: RoPE in the q|k|v matvec (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; start-up tuning chose ${tuned ? "the matvec" : "ropeQkv"}`;
-        out.push({
-          id: `gpu.${name}.decode.b1.rope_apart`,
-          value: ab.perOp,
-          unit: "tok/s",
-          vs: { id: `gpu.${name}.decode.b1`, ratio: ab.fused / ab.perOp },
-          note,
-        });
-        ctx.log(`${name} decode b1: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+        pushAb(1, "rope_apart", "", ab, note);
       }
       // Part-way submits (Model.submitLayers: the device starts on the first layers while the host records the rest)
       // against one submit a step, steps alternating: every k layers at batch 1, the default k at batch 8.
@@ -504,14 +510,7 @@ async function oneModel(
           const ab = (await decodeRun(gpu, model, b, 16, 0, small ? 3 : 16, 0, toggle)).ab!;
           model.submitLayers = k0;
           const note = `one submit a step; ratio: submitting after the first layer and every ${k} (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; the model's default: ${k0 || "one submit"}`;
-          out.push({
-            id: `gpu.${name}.decode.b${b}.submit_every_${k}`,
-            value: ab.perOp,
-            unit: "tok/s",
-            vs: { id: `gpu.${name}.decode.b${b}`, ratio: ab.fused / ab.perOp },
-            note,
-          });
-          ctx.log(`${name} decode b${b}: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+          pushAb(b, `submit_every_${k}`, "", ab, note);
         }
       }
       // Rollouts decode with the adapter being trained: batch 1, 8 and 32 with a rank-8 LoRA on every projection
@@ -547,14 +546,7 @@ async function oneModel(
           if (model.runsMergedAt(b)) {
             const apart = (await decodeRun(gpu, model, b, 16, 0, steps, 0, (on) => (model.mergeLora = on))).ab!;
             const note = `the adapter's terms apart (mergeLora off); ratio: merged into an f32 copy of the weights (${apart.fused.toFixed(1)} tok/s, ${(model.mergedBytes / GiB).toFixed(2)} GiB) over this, alternating; the engine's default here: ${merge ? "merged" : "apart"}`;
-            out.push({
-              id: `gpu.${name}.decode.b${b}.lora_apart`,
-              value: apart.perOp,
-              unit: "tok/s",
-              vs: { id: `gpu.${name}.decode.b${b}.lora_merged`, ratio: apart.fused / apart.perOp },
-              note,
-            });
-            ctx.log(`${name} decode b${b}: ${apart.perOp.toFixed(1)} tok/s with ${note}`);
+            pushAb(b, "lora_apart", ".lora_merged", apart, note);
           }
           model.mergeLora = merge;
           model.lora = before;
@@ -590,14 +582,7 @@ async function oneModel(
           const toggle = (on: boolean) => (mv.columnsAbove = on ? 4 : undefined);
           const ab = (await decodeRun(gpu, model, b, 16, 0, small ? 3 : 16, 0, toggle)).ab!;
           const note = `every projection a matvec of the variants tuned at one row; ratio: the columns variant (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; start-up tuning runs columns ${chose}, matvecs up to ${tunedRows} rows`;
-          out.push({
-            id: `gpu.${name}.decode.b${b}.columns_off`,
-            value: ab.perOp,
-            unit: "tok/s",
-            vs: { id: `gpu.${name}.decode.b${b}.columns`, ratio: ab.fused / ab.perOp },
-            note,
-          });
-          ctx.log(`${name} decode b${b}: ${ab.perOp.toFixed(1)} tok/s with ${note}`);
+          pushAb(b, "columns_off", ".columns", ab, note);
         }
         mv.columnsAbove = tunedAbove;
         model.decodeRows = tunedRows;

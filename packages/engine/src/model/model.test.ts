@@ -138,34 +138,33 @@ describe.each([
     json = JSON.parse(readFileSync(join(FIX, name, "reference.json"), "utf8"));
   });
 
-  it("prefill logits", async () => {
+  /** The prefill prompt's logits on `m` (these weights, perhaps other tuning), in slot 1 of a fresh cache. */
+  async function prefill(m: Model): Promise<Float32Array> {
     const kv = new KvCache(gpu, model.config, 2, 32);
-    const ids = json.prefill.ids;
-    const got = await run(
-      model,
-      kv,
-      ids.map((id, pos) => ({ slot: 1, pos, id })),
-    );
-    assertClose(`${name} prefill`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
-    kv.dispose();
+    try {
+      return await run(
+        m,
+        kv,
+        json.prefill.ids.map((id, pos) => ({ slot: 1, pos, id })),
+      );
+    } finally {
+      kv.dispose();
+    }
+  }
+
+  it("prefill logits", async () => {
+    assertClose(`${name} prefill`, await prefill(model), ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
   });
 
   it("prefill logits where tuning has steps of more than 8 rows run as matmuls (decodeRows 8)", async () => {
     // The same weights; 12 prompt tokens take the layer one op at a time, products as matmuls, the head's norm apart.
     const m8 = new Model(gpu, model.config, model.weights, { decodeRows: 8 });
     expect(m8.decodeRows).toBe(8);
-    const kv = new KvCache(gpu, model.config, 2, 32);
     try {
-      const ids = json.prefill.ids;
-      expect(ids.length).toBeGreaterThan(8);
-      const got = await run(
-        m8,
-        kv,
-        ids.map((id, pos) => ({ slot: 1, pos, id })),
-      );
+      expect(json.prefill.ids.length).toBeGreaterThan(8);
+      const got = await prefill(m8);
       assertClose(`${name} prefill (decodeRows 8)`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
     } finally {
-      kv.dispose();
       m8.releaseTables();
     }
   });
@@ -174,7 +173,6 @@ describe.each([
     // The same weights; the prompt's tokens run decodeLayer, its matvecs (q|k|v, o, gate|up, down, head) on the
     // variant for many rows, as a GPU's start-up tuning may choose.
     const mc = new Model(gpu, model.config, model.weights, { matvec: { columnsAbove: 4 } });
-    const kv = new KvCache(gpu, model.config, 2, 32);
     const names = new Set<string>();
     const dispatch = Recorder.prototype.dispatch;
     Recorder.prototype.dispatch = function (spec, ...rest) {
@@ -182,18 +180,12 @@ describe.each([
       return dispatch.call(this, spec, ...rest);
     };
     try {
-      const ids = json.prefill.ids;
-      expect(ids.length).toBeGreaterThan(4);
-      const got = await run(
-        mc,
-        kv,
-        ids.map((id, pos) => ({ slot: 1, pos, id })),
-      );
+      expect(json.prefill.ids.length).toBeGreaterThan(4);
+      const got = await prefill(mc);
       expect(names).toContain("matvec_forward_columns");
       assertClose(`${name} prefill (columns)`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
     } finally {
       Recorder.prototype.dispatch = dispatch;
-      kv.dispose();
       mc.releaseTables();
     }
   });
