@@ -34,6 +34,8 @@ import {
   matvecVariants,
   type WeightDtype,
   DECODE_ROWS_MAX,
+  attentionVariant,
+  lanesWidth,
 } from "@webart/shaders";
 import { matmulReference, matvecReference } from "@webart/shaders/reference";
 import { AHEAD, aheadResult, decodeRun, nativeEncodeMs, sampleSpec } from "./generate.ts";
@@ -151,6 +153,78 @@ async function tensorCoresBackward(
     ctx.log(`${id} with tensor cores in backward: failed: ${(e as Error).message}`);
   } finally {
     model.tensorCoresBackward = false;
+  }
+}
+
+/**
+ * The GRPO step and a prefill (PB prompts of PT tokens) with training's attention as the tiled family and as the lanes family (where
+ * the device has subgroups), rounds alternating, everything else as tuned; the LoRA gradients of one batch with
+ * lanes against tiled. Start-up tuning's choice is in the note.
+ */
+async function attentionFamilies(
+  ctx: BenchContext,
+  engine: Engine,
+  id: string,
+  o: Parameters<typeof measureGrpoStep>[1],
+  [PB, PT]: [number, number],
+  out: BenchResult[],
+): Promise<void> {
+  const model = engine.model;
+  const tuned = model.tuning.attention;
+  const chose = attentionVariant(engine.gpu, model.config.headDim, "train", tuned);
+  if (lanesWidth(engine.gpu, model.config.headDim) === undefined) {
+    ctx.log(`${id} attention families: the lanes family cannot run here (no subgroups of a known size)`);
+    return;
+  }
+  const use = (variant: "tiled" | "lanes") =>
+    (model.tuning.attention = { ...tuned, train: { variant, profile: "gpu" } });
+  const families = ["tiled", "lanes"] as const;
+  try {
+    const ms = { tiled: Infinity, lanes: Infinity };
+    const prefill = { tiled: 0, lanes: 0 };
+    for (const f of families) {
+      use(f);
+      await measureGrpoStep(engine, o); // compiles
+    }
+    for (let round = 0; round < 2; round++)
+      for (const f of families) {
+        use(f);
+        ms[f] = Math.min(ms[f], (await measureGrpoStep(engine, o)).ms);
+        prefill[f] = Math.max(prefill[f], (await decodeRun(engine.gpu, model, PB, PT, 0)).prefill);
+      }
+    const lora = model.lora!;
+    lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
+    use("tiled");
+    const ref = (await loraGradients(engine, o)).grads;
+    use("lanes");
+    const got = (await loraGradients(engine, o)).grads;
+    let [dd, rr] = [0, 0];
+    for (let i = 0; i < ref.length; i++) [dd, rr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2];
+    const rel = Math.sqrt(dd / rr);
+    const note = `GRPO step with training's attention as the tiled family; ratio: over the lanes family (${(ms.lanes / 1000).toFixed(3)} s), rounds alternating; start-up tuning chose ${chose}; LoRA gradients lanes vs tiled: relative L2 ${rel.toExponential(2)}`;
+    out.push({
+      id: `${id}.attention_tiled`,
+      value: ms.tiled / 1000,
+      unit: "s",
+      vs: { id: "the lanes family", ratio: ms.tiled / ms.lanes },
+      note,
+    });
+    out.push({
+      id: `${id.replace(/\.grpo_.*/, "")}.prefill.attention_tiled`,
+      value: prefill.tiled,
+      unit: "tok/s",
+      vs: { id: "the lanes family", ratio: prefill.lanes / prefill.tiled },
+      note: `${PB} prompts of ${PT} tokens with training's attention as the tiled family; ratio: the lanes family (${prefill.lanes.toFixed(0)} tok/s) over this`,
+    });
+    ctx.log(
+      `${id} attention families: GRPO step tiled ${(ms.tiled / 1000).toFixed(3)} s, lanes ${(ms.lanes / 1000).toFixed(3)} s; ` +
+        `prefill ${PB}x${PT} tiled ${prefill.tiled.toFixed(0)} tok/s, lanes ${prefill.lanes.toFixed(0)} tok/s; tuning chose ${chose}; ` +
+        `LoRA gradients lanes vs tiled: relative L2 ${rel.toExponential(2)}`,
+    );
+  } catch (e) {
+    ctx.log(`${id} attention families: failed: ${(e as Error).message}`);
+  } finally {
+    model.tuning.attention = tuned;
   }
 }
 
@@ -642,6 +716,8 @@ async function oneModel(
           (cores ? ` (without tensor cores ${(grpo.false.ms / 1000).toFixed(2)} s)` : ""),
       );
       if (cores) await tensorCoresBackward(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, m.ms, out);
+      model.tensorCoresBackward = cores; // the engine's default
+      await attentionFamilies(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, [PB, PT], out);
     } finally {
       await engine.close();
       gpu.pool.trim();

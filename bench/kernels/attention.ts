@@ -1,12 +1,13 @@
 // Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, the tiled kernel's
 // split-KV and the rows kernel against the tiled kernel in one chunk per sequence; causal prefill forward at T=256 in
-// GFLOP/s for both kernel families (tiled and rows). Outputs are verified first.
+// GFLOP/s for every kernel family (tiled, rows, and lanes where the device has subgroups). Outputs are verified first.
 import type { Gpu, Recorder } from "@webart/gpu";
 import {
   ATTENTION_VARIANTS,
   attentionDecode,
   attentionForward,
   attentionVariant,
+  lanesWidth,
   trainingSlotPos,
   type AttentionVariant,
 } from "@webart/shaders";
@@ -103,9 +104,11 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   const pre = setup(gpu, T, 1, T, trainingSlotPos(1, T), 2);
   const flops = 4 * D * H * ((T * (T + 1)) / 2);
   const pdims = { n: T, h: H, kv: KV, d: D, slots: 1, tmax: T };
-  // Both kernel families, same run: "tiled" (workgroup-memory tiles) and "rows" (a thread per query row).
-  const msOf: Record<AttentionVariant, number> = { tiled: 0, rows: 0 };
-  for (const variant of ATTENTION_VARIANTS)
+  // Every kernel family, same run: "tiled" (workgroup-memory tiles), "rows" (a thread per query row) and, where the
+  // device has subgroups, "lanes" (a few lanes a row, K/V tiles in workgroup memory).
+  const variants = ATTENTION_VARIANTS.filter((v) => v !== "lanes" || lanesWidth(gpu, D) !== undefined);
+  const msOf: Partial<Record<AttentionVariant, number>> = {};
+  for (const variant of variants)
     msOf[variant] = await verifyAndTime(
       gpu,
       pre,
@@ -113,15 +116,16 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
       (r) => void attentionForward(gpu, r, pre.bufs, pdims, { variant }),
       quick,
     );
-  for (const variant of ATTENTION_VARIANTS) {
-    const gf = flops / (msOf[variant] * 1e6);
+  for (const variant of variants) {
+    const ms = msOf[variant]!;
+    const gf = flops / (ms * 1e6);
     results.push({
       id: `attention.prefill.f32.t${T}.${variant}`,
       value: gf,
       unit: "GFLOP/s",
       fraction_of_peak: gf / peak.fma_gflops,
-      ...(variant === "rows" ? { vs: { id: `attention.prefill.f32.t${T}.tiled`, ratio: msOf.tiled / msOf.rows } } : {}),
-      note: `${msOf[variant].toFixed(1)} ms${variant === attentionVariant(gpu, D, "train", ctx.tuning?.attention) ? ", chosen here" : ""}`,
+      ...(variant !== "tiled" ? { vs: { id: `attention.prefill.f32.t${T}.tiled`, ratio: msOf.tiled! / ms } } : {}),
+      note: `${ms.toFixed(1)} ms${variant === attentionVariant(gpu, D, "train", ctx.tuning?.attention) ? ", chosen here" : ""}`,
     });
   }
   Object.values(pre.bufs).forEach((b) => gpu.release(b));

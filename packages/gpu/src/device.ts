@@ -171,6 +171,8 @@ export class Gpu {
   subgroupMatrixConfigs: SubgroupMatrixConfig[] = [];
   /** The adapter's largest subgroup (0 where it does not say): a workgroup using subgroup matrices is a multiple. */
   subgroupMaxSize = 0;
+  /** The adapter's smallest subgroup (0 where it does not say): lanes that must share a subgroup fit in it. */
+  subgroupMinSize = 0;
 
   constructor(
     readonly device: GPUDevice,
@@ -851,6 +853,7 @@ export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
     if (polling === "timer") notes.push("webart: Dawn polls for finished GPU work every ~1 ms (WEBART_DAWN_POLL)");
   }
   gpu.subgroupMaxSize = (info as unknown as { subgroupMaxSize?: number }).subgroupMaxSize ?? 0;
+  gpu.subgroupMinSize = (info as unknown as { subgroupMinSize?: number }).subgroupMinSize ?? 0;
   if (gpu.features.has("chromium-experimental-subgroup-matrix")) {
     const configs = (info as unknown as { subgroupMatrixConfigs?: Iterable<SubgroupMatrixConfig> })
       .subgroupMatrixConfigs;

@@ -1,12 +1,12 @@
 // LoRA GRPO against independent PyTorch autograd references: loss, KL, policy logprobs and every LoRA gradient for
 // five loss variants, on Qwen3 and Llama tiny models (plain torch, scripts/fixtures.py) and a Gemma 3 tiny model
 // (transformers' Gemma3ForCausalLM with a PEFT LoRA, scripts/fixtures_hf.py: sliding-window and global layers,
-// GeGLU, four norms a layer); and
-// micro-batched gradients equal to the single-batch gradient.
+// GeGLU, four norms a layer), also with the lanes attention family; and micro-batched gradients equal to the
+// single-batch gradient.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/gpu";
+import { getDevice, Recorder, type Gpu } from "@webart/gpu";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { LoraState } from "../model/lora.ts";
 import { Model } from "../model/model.ts";
@@ -194,6 +194,33 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
       seqs.forEach((s, i) => {
         for (let t = 1; t < s.ids.length; t++) expect(Math.abs(r.newLogprobs![i][t] - want[i][t])).toBeLessThan(2e-4);
       });
+    }
+  });
+
+  it("art with the lanes attention family (a GPU's start-up tuning may choose it): the same loss and gradients", async () => {
+    // Forward and both backward kernels of the lanes family (subgroup lanes a row), on this device's subgroups.
+    const v = ctx.reference.variants.art as Variant;
+    const tuning = ctx.model.tuning;
+    const before = tuning.attention;
+    tuning.attention = { ...before, train: { variant: "lanes", profile: "gpu" } };
+    const names = new Set<string>();
+    const dispatch = Recorder.prototype.dispatch;
+    Recorder.prototype.dispatch = function (spec, ...rest) {
+      names.add(spec.name);
+      return dispatch.call(this, spec, ...rest);
+    };
+    try {
+      const r = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096));
+      const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-3);
+      expect(rel(r.loss, v.loss)).toBeLessThan(1e-3);
+      expect(rel(r.kl, v.kl)).toBeLessThan(1e-3);
+      const worst = worstRelErr(await gradsByName(ctx.model), await readAll(join(FIX, fixture, v.grads)));
+      expect(worst.err, `worst gradient ${worst.name}`).toBeLessThan(1e-3);
+      for (const k of ["attention_forward_lanes", "attention_backward_dq_lanes", "attention_backward_dkv_lanes"])
+        expect(names).toContain(k);
+    } finally {
+      Recorder.prototype.dispatch = dispatch;
+      tuning.attention = before;
     }
   });
 

@@ -8,6 +8,9 @@ import {
   attentionForward,
   chooseTiles,
   decodeSplit,
+  lanesSize,
+  lanesTiles,
+  lanesWidth,
   tileBytes,
   type ForwardOptions,
   type Tiles,
@@ -128,6 +131,51 @@ describe("attention_forward (prefill over a KV cache) vs CPU reference", () => {
 
   it("many tokens per workgroup with all heads of a group (bq=5, gh=4) and split-KV over a prefill", async () => {
     await check(prefill(8, 2, 8), { tiles: { bq: 5, gh: 4, bk: 8, wg: 64 }, split: 3 }, 7);
+  });
+});
+
+// The lanes variant (GPUs with subgroups; SwiftShader's are 4 lanes): its default geometry, and small blocks that
+// straddle sequences (one pass per slot) with few keys a tile, at 1, 2 and 4 lanes a row and 1 to 8 vec4 a lane.
+describe("attention_forward, lanes variant, vs CPU reference", () => {
+  it.each([
+    [4, 2, 64, {}],
+    [14, 2, 64, {}], // Qwen2.5-0.5B's heads: 7 a kv-head
+    [4, 2, 128, {}], // 8 vec4 a lane here
+    [8, 2, 8, {}],
+    [6, 2, 12, {}], // 3 vec4 a lane, one lane a row
+    [4, 2, 64, { bq: 3, gh: 1, bk: 4 }],
+    [4, 2, 32, { p: 2, bq: 3, gh: 2, bk: 5 }],
+    [4, 4, 8, { p: 2, bq: 2, gh: 1, bk: 3 }],
+    [4, 2, 64, { p: 1, bq: 5, gh: 2, bk: 8 }],
+  ] as const)("H=%i KV=%i D=%i lanes=%j", async (h, kv, d, lanes) => {
+    await check(prefill(h, kv, d), { variant: "lanes", lanes }, h * 100 + d + 7);
+  });
+
+  it.each([
+    [4, 2, 8, 4, {}],
+    [4, 2, 64, 1, { bq: 3, gh: 1, bk: 4 }],
+    [4, 2, 32, 5, { p: 2, bq: 4, gh: 2, bk: 3 }],
+  ] as const)("H=%i KV=%i D=%i window=%i lanes=%j", async (h, kv, d, window, lanes) => {
+    await check({ ...prefill(h, kv, d), window }, { variant: "lanes", lanes }, h * 100 + d + window + 7);
+  });
+
+  it("geometry: fits this device, and refuses what cannot run, saying why", () => {
+    expect(gpu.subgroupMinSize).toBeGreaterThan(0); // the variant runs here
+    for (const kind of ["forward", "dq", "dkv"] as const)
+      for (const d of [8, 12, 64, 128, 256])
+        for (const g of [1, 2, 6, 7, 8]) {
+          const t = lanesTiles(gpu, kind, d, g);
+          const { wg, bytes } = lanesSize(kind, t, d);
+          expect(g % t.gh).toBe(0);
+          expect(t.p).toBeLessThanOrEqual(gpu.subgroupMinSize);
+          expect(wg).toBeLessThanOrEqual(gpu.limits.maxComputeInvocationsPerWorkgroup);
+          expect(bytes).toBeLessThanOrEqual(gpu.limits.maxComputeWorkgroupStorageSize);
+        }
+    expect(lanesWidth(gpu, 6)).toBeUndefined();
+    expect(() => lanesTiles(gpu, "forward", 6, 2)).toThrow(/lanes" forward .* D=6: the device needs subgroups/);
+    expect(() => lanesTiles(gpu, "forward", 64, 2, { p: 3 })).toThrow(/lanes 3 must be a power of two/);
+    expect(() => lanesTiles(gpu, "forward", 64, 4, { gh: 3 })).toThrow(/gh 3 does not divide H \/ KV = 4/);
+    expect(() => lanesTiles(gpu, "forward", 64, 2, { p: 2 * gpu.subgroupMinSize })).toThrow(/smallest subgroup/);
   });
 });
 

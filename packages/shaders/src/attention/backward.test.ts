@@ -1,7 +1,14 @@
 import { beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng } from "@webart/gpu";
 import { assertClose, dot, f64, finiteDiff } from "@webart/gpu/check";
-import { attentionBackward, attentionForward, chooseTiles, trainingSlotPos, type Tiles } from "./index.ts";
+import {
+  attentionBackward,
+  attentionForward,
+  chooseTiles,
+  trainingSlotPos,
+  type LanesTiles,
+  type Tiles,
+} from "./index.ts";
 import { attentionBackwardReference, attentionTrainReference, type TrainDims } from "./reference.ts";
 
 let gpu: Gpu;
@@ -87,7 +94,29 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     [2, 2, 8, "small", 50],
   ] as const)("H=%i KV=%i D=%i tiles=%s window=%i", (h, kv, d, tiles, window) => run(h, kv, d, tiles, window));
 
-  async function run(h: number, kv: number, d: number, tiles: string, window?: number) {
+  // The lanes variant (GPUs with subgroups; SwiftShader's are 4 lanes): default geometry, and small query blocks,
+  // key tiles and key blocks at 1, 2 and 4 lanes a row, 1 to 8 vec4 a lane, heads of a group split over tiles.
+  type Lanes = { dq?: Partial<LanesTiles>; dkv?: Partial<LanesTiles> };
+  it.each([
+    [4, 2, 64, {}],
+    [14, 2, 64, {}], // Qwen2.5-0.5B's heads: 7 a kv-head
+    [4, 2, 128, {}],
+    [4, 1, 8, {}],
+    [6, 2, 12, {}],
+    [4, 2, 64, { dq: { bq: 3, gh: 1, bk: 4 }, dkv: { bk: 5, bq: 2, gh: 1 } }],
+    [4, 2, 32, { dq: { p: 2, bq: 4, gh: 2, bk: 3 }, dkv: { p: 2, bk: 3, bq: 3, gh: 2 } }],
+    [8, 2, 64, { dq: { p: 1, bq: 2, gh: 4, bk: 6 }, dkv: { p: 1, bk: 7, bq: 1, gh: 2 } }],
+  ] as const)("H=%i KV=%i D=%i lanes=%j", (h, kv, d, lanes: Lanes) => run(h, kv, d, "lanes", undefined, lanes));
+
+  it.each([
+    [4, 2, 8, 4, {}],
+    [4, 2, 64, 1, { dq: { bq: 3, gh: 1, bk: 4 }, dkv: { bk: 5, bq: 2, gh: 1 } }],
+    [4, 1, 32, 5, { dq: { p: 2, bq: 4, gh: 2, bk: 3 }, dkv: { p: 2, bk: 3, bq: 3, gh: 2 } }],
+  ] as const)("H=%i KV=%i D=%i window=%i lanes=%j", (h, kv, d, window, lanes: Lanes) =>
+    run(h, kv, d, "lanes", window, lanes),
+  );
+
+  async function run(h: number, kv: number, d: number, tiles: string, window?: number, lanes?: Lanes) {
     const [b, t] = [2, 13];
     const dims: TrainDims = { b, t, h, kv, d, scale: 1 / Math.sqrt(d), window };
     const rng = new Rng(h * 100 + kv * 10 + d);
@@ -110,21 +139,21 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     // tiled kernels with what real GPUs get; "small", "gpu" and "tiled" force the tiled variant, "rows" the other.
     const pick = (kind: "forward" | "dq" | "dkv", x: Partial<Tiles>) =>
       tiles === "small" ? x : tiles === "gpu" ? chooseTiles(gpu, kind, d, h / kv, {}, "gpu") : {};
-    const variant = tiles === "default" ? undefined : tiles === "rows" ? "rows" : "tiled";
+    const variant = tiles === "default" ? undefined : tiles === "rows" || tiles === "lanes" ? tiles : "tiled";
     const rec = gpu.recorder();
     attentionForward(
       gpu,
       rec,
       buf,
       { n: b * t, h, kv, d, slots: b, tmax: t, window },
-      { tiles: pick("forward", small.fwd), variant },
+      { tiles: pick("forward", small.fwd), variant, lanes: lanes?.dq },
     );
     attentionBackward(
       gpu,
       rec,
       buf,
       { b, t, h, kv, d, window },
-      { dqTiles: pick("dq", small.dq), dkvTiles: pick("dkv", small.dkv), variant },
+      { dqTiles: pick("dq", small.dq), dkvTiles: pick("dkv", small.dkv), variant, lanes },
     );
     const out = [buf.o, buf.lse, buf.dq, buf.dk, buf.dv].map((x, i) => rec.read(x, [nq, b * t * h, nq, nk, nk][i] * 4));
     await rec.submit();

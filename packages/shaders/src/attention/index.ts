@@ -10,28 +10,33 @@ import dkvCode from "./backward_dkv.wgsl";
 import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
+import lanesForwardCode from "./lanes_forward.wgsl";
+import lanesDqCode from "./lanes_backward.wgsl";
+import lanesDkvCode from "./lanes_backward_dkv.wgsl";
 import { isCpuDevice } from "@webart/gpu";
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
  * query row (forward, dq) or key row (dk, dv), no workgroup memory and no barriers, for CPU devices, where
- * barriers are costly and each thread's loop over keys stays in the cache.
+ * barriers are costly and each thread's loop over keys stays in the cache. "lanes" (training and prefill; decode
+ * runs tiled): a few lanes of a subgroup per row, its q (or k and v) and sums in registers, the other side's tiles
+ * shared through workgroup memory, scores summed across the lanes by subgroup shuffles; for GPUs with subgroups.
  */
-export type AttentionVariant = "tiled" | "rows";
-export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows"];
+export type AttentionVariant = "tiled" | "rows" | "lanes";
+export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows", "lanes"];
 /** Where attention runs: training and prefill (many query tokens a sequence), or decode (one a sequence). */
 export type AttentionUse = "train" | "decode";
 /** What start-up tuning times for each use: the rows family, and the tiled one with either tile profile (key
  * `attention.<use>` ranks the rows family against the tiled one at the device kind's profile; where tiled wins,
  * `attention.<use>.tiles` ranks the two profiles). */
-export const ATTENTION_TUNE = ["rows", "tiled-cpu", "tiled-gpu"] as const;
+export const ATTENTION_TUNE = ["rows", "tiled-cpu", "tiled-gpu", "lanes"] as const;
 export type AttentionTuneCandidate = (typeof ATTENTION_TUNE)[number];
 
 /** What start-up tuning (tune/kernels.ts) chooses for attention, per use: the family and the tiled kernels' profile. */
 export type AttentionTuning = Partial<Record<AttentionUse, { variant: AttentionVariant; profile: TileProfile }>>;
 
 /** The family for this use: as tuned, else rows on CPU devices (measured faster on SwiftShader) and tiled
- * elsewhere; always tiled when D is not a multiple of 4 (rows are read as vec4). */
+ * elsewhere; tiled where the tuned family cannot run this D (rows: D a multiple of 4; lanes: see lanesWidth). */
 export function attentionVariant(
   gpu: Gpu,
   d = 4,
@@ -39,7 +44,8 @@ export function attentionVariant(
   tuning?: AttentionTuning,
 ): AttentionVariant {
   if (d % 4 !== 0) return "tiled";
-  return tuning?.[use]?.variant ?? (isCpuDevice(gpu) ? "rows" : "tiled");
+  const v = tuning?.[use]?.variant ?? (isCpuDevice(gpu) ? "rows" : "tiled");
+  return v === "lanes" && (use === "decode" || lanesWidth(gpu, d) === undefined) ? "tiled" : v;
 }
 /** The rows variant reads rows as vec4. */
 function rowsCheck(d: number): void {
@@ -165,6 +171,97 @@ function pickTiles(gpu: Gpu, kind: TileKind, d: number, g: number, over: Partial
   return t;
 }
 
+/**
+ * Lanes per row of the "lanes" kernels at head dim d: a power of two dividing D / 4, at most the device's smallest
+ * subgroup, so that each lane holds about 4 vec4 of a row (at most 16); undefined where the device has no subgroups
+ * (or does not say their size) or D is not a multiple of 4.
+ */
+export function lanesWidth(gpu: Gpu, d: number): number | undefined {
+  const most = gpu.subgroupMinSize;
+  if (!gpu.features.has("subgroups") || !most || d % 4 !== 0 || d > 256) return undefined;
+  const d4 = d / 4;
+  let p = 1;
+  while (p * 2 <= most && d4 % (p * 2) === 0 && d4 / p > 4) p *= 2;
+  return d4 / p <= LANES_MAXNV ? p : undefined;
+}
+/** Capacities of the lanes kernels' private arrays (MAXNV, MAXBK in the WGSL). */
+const LANES_MAXNV = 16;
+const LANES_MAXBK = 64;
+
+/** A lanes kernel's geometry: p lanes per row; forward and dq: bq tokens x gh heads a workgroup, bk keys a tile;
+ *  dkv: bk keys a workgroup, bq tokens x gh heads a tile. */
+export interface LanesTiles {
+  p: number;
+  bq: number;
+  gh: number;
+  bk: number;
+}
+export type LanesKind = "forward" | "dq" | "dkv";
+
+/** Threads and workgroup-memory bytes of a lanes kernel (mirrors the var<workgroup> declarations). */
+export function lanesSize(kind: LanesKind, t: LanesTiles, d: number): { wg: number; bytes: number } {
+  const d4 = d / 4;
+  if (kind === "dkv") return { wg: t.bk * t.p, bytes: 2 * 16 * t.bq * t.gh * d4 + 8 * t.bq * t.gh };
+  return { wg: t.bq * t.gh * t.p, bytes: 2 * 16 * t.bk * d4 + (kind === "forward" ? 8 * t.bq + 12 : 0) };
+}
+
+/** Workgroup memory a lanes kernel's tiles aim for, leaving room for several workgroups an SM. */
+const LANES_BYTES = 16384;
+
+/**
+ * The lanes kernels' geometry for head dim d and g = H / KV heads a kv-head (or `over` where given): rows of all
+ * heads of a group that fit 256 threads; forward and dq: as many tokens as fill 256 threads, K/V tiles of ~16 KiB;
+ * dkv: 128 threads of keys, query tiles of ~16 KiB. Throws where the device cannot run it, saying why.
+ */
+export function lanesTiles(
+  gpu: Gpu,
+  kind: LanesKind,
+  d: number,
+  g: number,
+  over: Partial<LanesTiles> = {},
+): LanesTiles {
+  const p = over.p ?? lanesWidth(gpu, d);
+  const what = `attention "lanes" ${kind} ${JSON.stringify(over)} at D=${d}`;
+  if (p === undefined)
+    throw new Error(`${what}: the device needs subgroups of a known size, and D a multiple of 4 up to 256`);
+  const { maxComputeInvocationsPerWorkgroup: maxWg, maxComputeWorkgroupStorageSize: maxBytes } = gpu.limits;
+  const threads = Math.min(maxWg, 256);
+  const d4 = d / 4;
+  const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+  let t: LanesTiles;
+  if (kind === "dkv") {
+    const perToken = (gh: number) => gh * (32 * d4 + 8); // q and do rows, lse and Di
+    const bk = over.bk ?? Math.max(1, Math.floor(Math.min(threads, 128) / p));
+    const gh = over.gh ?? Math.max(...divisors.filter((x) => perToken(x) <= LANES_BYTES), 1);
+    const bq = over.bq ?? Math.max(1, Math.min(32, Math.floor(LANES_BYTES / perToken(gh))));
+    t = { p, bq, gh, bk };
+  } else {
+    const gh = over.gh ?? Math.max(...divisors.filter((x) => x * p <= threads), 1);
+    const bq = over.bq ?? Math.max(1, Math.min(32, Math.floor(threads / (gh * p))));
+    let bk = over.bk ?? Math.min(LANES_MAXBK, Math.max(8, 2 ** Math.floor(Math.log2(LANES_BYTES / (32 * d4)))));
+    while (over.bk === undefined && bk > 1 && lanesSize(kind, { p, bq, gh, bk }, d).bytes > maxBytes) bk /= 2;
+    t = { p, bq, gh, bk };
+  }
+  const { wg, bytes } = lanesSize(kind, t, d);
+  const problems = [
+    (p & (p - 1)) !== 0 && `lanes ${p} must be a power of two`,
+    gpu.subgroupMinSize > 0 &&
+      p > gpu.subgroupMinSize &&
+      `lanes ${p} exceed the device's smallest subgroup (${gpu.subgroupMinSize})`,
+    (d % (4 * p) !== 0 || d / 4 / p > LANES_MAXNV) &&
+      `D=${d} must be a multiple of 4 x lanes with at most ${LANES_MAXNV} vec4 a lane`,
+    g % t.gh !== 0 && `gh ${t.gh} does not divide H / KV = ${g}`,
+    (t.bq < 1 || t.bq > 32 || t.bk < 1) && "need 1 <= bq <= 32 and bk >= 1",
+    kind !== "dkv" && t.bk > LANES_MAXBK && `bk ${t.bk} exceeds ${LANES_MAXBK}`,
+    wg > maxWg && `${wg} threads exceed maxComputeInvocationsPerWorkgroup ${maxWg}`,
+    bytes > maxBytes && `${bytes} bytes of workgroup memory exceed the device's ${maxBytes}`,
+  ].filter(Boolean);
+  if (problems.length) throw new Error(`${what}: ${problems.join("; ")}`);
+  return t;
+}
+
+const lanesOverrides = (t: LanesTiles, d: number) => ({ D: d, BQ: t.bq, GH: t.gh, BK: t.bk, P: t.p });
+
 function dimsCheck(h: number, kv: number, d: number): void {
   if (h % kv !== 0 || d % 2 !== 0 || d > 256 || d < 2) {
     throw new Error(`attention: need H % KV == 0 and an even D <= 256; got H=${h} KV=${kv} D=${d}`);
@@ -220,6 +317,8 @@ export interface ForwardOptions {
   profile?: TileProfile;
   /** Start-up tuning's choices, used where `variant` and `profile` are not given. */
   tuning?: AttentionTuning;
+  /** The lanes variant's geometry (default lanesTiles'). */
+  lanes?: Partial<LanesTiles>;
 }
 
 const forwardSpec = (t: Tiles, d: number, split: boolean): KernelSpec =>
@@ -258,20 +357,28 @@ export function attentionForward(
   const chunk = opts.chunk ?? Math.ceil(Math.ceil(maxLen / split) / tiles.bk) * tiles.bk;
   const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale).u32(window);
   const { q, slotPos, k, v, o, lse } = bufs;
-  if (
-    split === 1 &&
-    (opts.variant ?? (opts.kind === "decode" ? "tiled" : attentionVariant(gpu, d, "train", opts.tuning))) === "rows"
-  ) {
+  const variant = opts.variant ?? (opts.kind === "decode" ? "tiled" : attentionVariant(gpu, d, "train", opts.tuning));
+  if (split === 1 && variant === "rows") {
     rowsCheck(d);
     rec.dispatch(rowsForwardSpec(d), [q, slotPos, k, v, o, lse], gpu.grid(Math.ceil((n * h) / ROWS_WG)), params);
     return { tiles, split };
   }
-  // The tiled kernels index workgroups in x only.
+  // The tiled and lanes kernels index workgroups in x only.
+  const tooMany = (blocks: number) => {
+    if (blocks > gpu.limits.maxComputeWorkgroupsPerDimension)
+      throw new Error(
+        `attention: ${n} tokens need more than ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups; run fewer per dispatch`,
+      );
+  };
+  if (split === 1 && variant === "lanes") {
+    const t = lanesTiles(gpu, "forward", d, h / kv, opts.lanes);
+    tooMany(Math.ceil(n / t.bq));
+    const spec = kernelSpec("attention_forward_lanes", lanesForwardCode, lanesOverrides(t, d));
+    rec.dispatch(spec, [q, slotPos, k, v, o, lse], [Math.ceil(n / t.bq), h / t.gh, 1], params);
+    return { tiles, split };
+  }
   const grid: [number, number, number] = [Math.ceil(n / tiles.bq), h / tiles.gh, split];
-  if (grid[0] > gpu.limits.maxComputeWorkgroupsPerDimension)
-    throw new Error(
-      `attention: ${n} tokens need more than ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups; run fewer per dispatch`,
-    );
+  tooMany(grid[0]);
   if (split === 1) {
     rec.dispatch(forwardSpec(tiles, d, false), [q, slotPos, k, v, o, lse], grid, params);
     return { tiles, split };
@@ -381,6 +488,8 @@ export function attentionBackward(
     variant?: AttentionVariant;
     profile?: TileProfile;
     tuning?: AttentionTuning;
+    /** The lanes variant's geometry per kernel (default lanesTiles'). */
+    lanes?: { dq?: Partial<LanesTiles>; dkv?: Partial<LanesTiles> };
   } = {},
 ): { dq: Tiles; dkv: Tiles } {
   const { b, t, h, kv, d, scale = 1 / Math.sqrt(d) } = dims;
@@ -391,15 +500,28 @@ export function attentionBackward(
   const tk = chooseTiles(gpu, "dkv", d, g, opts.dkvTiles, profile);
   const params = new Params().u32(b, t, h, kv).f32(scale).u32(windowParam(dims.window));
   const { q, k, v, o, lse, dout, dq, dk, dv } = bufs;
-  const rows = (opts.variant ?? attentionVariant(gpu, d, "train", opts.tuning)) === "rows";
+  const variant = opts.variant ?? attentionVariant(gpu, d, "train", opts.tuning);
+  const rows = variant === "rows";
   if (rows) rowsCheck(d);
+  const lq = variant === "lanes" ? lanesTiles(gpu, "dq", d, g, opts.lanes?.dq) : undefined;
+  const lk = variant === "lanes" ? lanesTiles(gpu, "dkv", d, g, opts.lanes?.dkv) : undefined;
   const maxWgs = gpu.limits.maxComputeWorkgroupsPerDimension;
-  if (!rows && b * Math.ceil(t / Math.min(tq.bq, tk.bk)) > maxWgs) {
+  const blocks =
+    lq && lk ? Math.max(Math.ceil(t / lq.bq), Math.ceil(t / lk.bk)) : Math.ceil(t / Math.min(tq.bq, tk.bk));
+  if (!rows && b * blocks > maxWgs) {
     throw new Error(
       `attention backward: B=${b} x T=${t} needs more than ${maxWgs} workgroups; use smaller micro-batches`,
     );
   }
   const delta = gpu.buffer(b * t * h * 4, "activations", "attention delta");
+  if (lq && lk) {
+    const dqSpec = kernelSpec("attention_backward_dq_lanes", lanesDqCode, lanesOverrides(lq, d));
+    const dkvSpec = kernelSpec("attention_backward_dkv_lanes", lanesDkvCode, lanesOverrides(lk, d));
+    rec.dispatch(dqSpec, [q, k, v, o, dout, lse, dq, delta], [b * Math.ceil(t / lq.bq), h / lq.gh], params);
+    rec.dispatch(dkvSpec, [q, k, v, dout, lse, delta, dk, dv], [b * Math.ceil(t / lk.bk), kv], params);
+    gpu.release(delta);
+    return { dq: tq, dkv: tk };
+  }
   if (rows) {
     const ov = { D: d, WG: ROWS_WG };
     const dqRows = kernelSpec("attention_backward_dq_rows", rowsDqCode, ov);

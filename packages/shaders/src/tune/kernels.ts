@@ -14,9 +14,11 @@ import {
   attentionBackward,
   attentionDecode,
   attentionForward,
+  lanesWidth,
   trainingSlotPos,
   type AttentionTuneCandidate,
   type AttentionTuning,
+  type AttentionVariant,
 } from "../attention/index.ts";
 import { LORA_LAYOUTS, loraBackward, loraForward, type LoraTuning } from "../lora/index.ts";
 import { RMSNORM_LAYOUTS, rmsnormBackward, rmsnormForward, type RmsnormTuning } from "../rmsnorm/index.ts";
@@ -289,25 +291,86 @@ export async function tuneAttention(
   };
   // The rows family against the tiled one at the device kind's profile; the other profile only where tiled wins
   // (in browsers each tiled pipeline takes seconds to build on a CPU device, as Dawn zero-fills workgroup memory).
+  // On GPUs with subgroups, training's lanes family too, where it gives what the tiled one gives on this device.
   const tiledDefault: AttentionTuneCandidate = isCpuDevice(gpu) ? "tiled-cpu" : "tiled-gpu";
   const out: AttentionTuning = {};
   for (const [use, setup] of [
     ["train", train],
     ["decode", decode],
   ] as const) {
-    const family: AttentionTuneCandidate[] = d % 4 === 0 ? ["rows", tiledDefault] : [tiledDefault];
-    const w = family.length > 1 ? await tuneWith(gpu, `attention.${use}@${shape}`, family, setup) : tiledDefault;
+    const lanes = use === "train" && !isCpuDevice(gpu) && (await lanesAgree(gpu, dims));
+    const family: AttentionTuneCandidate[] =
+      d % 4 === 0 ? ["rows", tiledDefault, ...(lanes ? ["lanes" as const] : [])] : [tiledDefault];
+    const key = `attention.${use}@${shape}${lanes ? ",lanes" : ""}`;
+    const w = family.length > 1 ? await tuneWith(gpu, key, family, setup) : tiledDefault;
     const tiles =
-      w === "rows"
+      w === "rows" || w === "lanes"
         ? tiledDefault
         : await tuneWith(gpu, `attention.${use}.tiles@${shape}`, ["tiled-cpu", "tiled-gpu"] as const, setup);
-    out[use] = { variant: w === "rows" ? "rows" : "tiled", profile: tiles === "tiled-cpu" ? "cpu" : "gpu" };
+    out[use] = { variant: splitCandidate(w)[0], profile: tiles === "tiled-cpu" ? "cpu" : "gpu" };
   }
   return out;
 }
 
-const splitCandidate = (c: AttentionTuneCandidate) =>
-  c === "rows" ? (["rows", undefined] as const) : (["tiled", c === "tiled-cpu" ? "cpu" : "gpu"] as const);
+const splitCandidate = (c: AttentionTuneCandidate): readonly [AttentionVariant, "cpu" | "gpu" | undefined] =>
+  c === "rows" || c === "lanes" ? [c, undefined] : ["tiled", c === "tiled-cpu" ? "cpu" : "gpu"];
+
+/** Attention differences allowed between two f32 families: sums of the same terms in another order. */
+const ATTENTION_DIFF_TOL = 1e-4;
+
+/**
+ * Whether the lanes family runs here and gives what the tiled one gives (o, dq, dk, dv of a small training problem
+ * with the model's heads, each within ATTENTION_DIFF_TOL of its largest magnitude): it relies on a row's lanes being
+ * adjacent lanes of one subgroup, which WebGPU does not promise. Where it does not, a note says why.
+ */
+export async function lanesAgree(
+  gpu: Gpu,
+  dims: { heads: number; kvHeads: number; headDim: number },
+): Promise<boolean> {
+  const { heads: h, kvHeads: kv, headDim: d } = dims;
+  if (lanesWidth(gpu, d) === undefined) return false;
+  const [b, t] = [2, 45];
+  const rng = new Rng(5);
+  const [nq, nk] = [b * t * h * d, b * t * kv * d];
+  const up = (n: number) => gpu.upload(rng.f32(n), "tune");
+  const [q, k, v, dout, slotPos] = [up(nq), up(nk), up(nk), up(nq), gpu.upload(trainingSlotPos(b, t), "tune")];
+  const sizes = [nq, b * t * h, nq, nk, nk];
+  const outs = [0, 1].map(() => sizes.map((n) => gpu.buffer(n * 4, "tune")));
+  let worst = 0;
+  try {
+    const rec = gpu.recorder();
+    const reads = (["tiled", "lanes"] as const).map((variant, i) => {
+      const [o, lse, dq, dk, dv] = outs[i];
+      const fd = { n: b * t, h, kv, d, slots: b, tmax: t };
+      attentionForward(gpu, rec, { q, slotPos, k, v, o, lse }, fd, { variant, profile: "gpu" });
+      const bwd = { q, k, v, o, lse, dout, dq, dk, dv };
+      attentionBackward(gpu, rec, bwd, { b, t, h, kv, d }, { variant, profile: "gpu" });
+      return outs[i].map((x, j) => rec.read(x, sizes[j] * 4));
+    });
+    for (const r of reads.flat()) r.catch(() => {}); // a failed submit rejects them too
+    await rec.submit();
+    const [x, y] = await Promise.all(reads.map((r) => Promise.all(r)));
+    for (let j = 0; j < sizes.length; j++) {
+      const [a, c] = [new Float32Array(x[j]), new Float32Array(y[j])];
+      let [scale, diff] = [0, 0];
+      for (let i = 0; i < a.length; i++) {
+        scale = Math.max(scale, Math.abs(a[i]));
+        diff = Math.max(diff, Math.abs(a[i] - c[i]));
+      }
+      worst = Math.max(worst, Number.isNaN(diff) || !(scale > 0) ? Infinity : diff / scale);
+    }
+  } catch {
+    worst = Infinity;
+  } finally {
+    gpu.release(q, k, v, dout, slotPos, ...outs.flat());
+  }
+  if (worst <= ATTENTION_DIFF_TOL) return true;
+  const why = Number.isFinite(worst)
+    ? `it differs from tiled by ${worst.toExponential(2)} (relative, max)`
+    : "it failed";
+  gpu.notes.push(`attention: the lanes family is not used here: ${why}`);
+  return false;
+}
 
 /** LoRA's layout (register blocking only, or threads sharing sums in workgroup memory): forward and backward. */
 export async function tuneLora(gpu: Gpu, hidden: number, z: Sizes = CPU_SIZES): Promise<LoraTuning> {

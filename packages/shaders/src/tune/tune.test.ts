@@ -5,7 +5,7 @@ import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { MATMUL_VARIANTS, defaultMatmulVariant, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
 import { matvec, matvecShapeKey, matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
 import { deviceKey, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
-import { DECODE_ROWS_MAX, tuneDecodeRows, tuneKernels, tuneRowThreads } from "./kernels.ts";
+import { DECODE_ROWS_MAX, lanesAgree, tuneDecodeRows, tuneKernels, tuneRowThreads } from "./kernels.ts";
 import { ROW_THREADS, rowThreads } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
@@ -142,6 +142,10 @@ it("each kernel follows its tuning where given and the device kind's default whe
     const rows = { [use]: { variant: "rows", profile: "gpu" } } as const;
     expect(attentionVariant(gpu, 64, use, rows)).toBe("rows");
     expect(attentionVariant(gpu, 30, use, rows)).toBe("tiled"); // rows need D % 4 == 0
+    // Lanes serve training and prefill where the device can run them at this D (it can here); decode runs tiled.
+    const lanes = { [use]: { variant: "lanes", profile: "gpu" } } as const;
+    expect(attentionVariant(gpu, 64, use, lanes)).toBe(use === "train" ? "lanes" : "tiled");
+    expect(attentionVariant(gpu, 30, use, lanes)).toBe("tiled");
   }
   expect(loraLayout(gpu)).toBe(cpu ? "cpu" : "gpu");
   expect(ropeQkvLayout(gpu)).toBe(cpu ? "cpu" : "gpu");
@@ -151,6 +155,14 @@ it("each kernel follows its tuning where given and the device kind's default whe
     expect(loraLayout(gpu, { layout })).toBe(layout);
     expect(rmsnormVariant(gpu, 896, { tuning: { layout } }).wg).toBe(layout === "cpu" ? 64 : 256);
   }
+});
+
+it("lanesAgree: the lanes attention family gives the tiled family's o, lse and gradients on this device", async () => {
+  const notes = gpu.notes.length;
+  expect(await lanesAgree(gpu, { heads: 14, kvHeads: 2, headDim: 64 })).toBe(true);
+  expect(await lanesAgree(gpu, { heads: 4, kvHeads: 2, headDim: 128 })).toBe(true);
+  expect(await lanesAgree(gpu, { heads: 4, kvHeads: 2, headDim: 6 })).toBe(false); // cannot run: no note
+  expect(gpu.notes.length).toBe(notes);
 });
 
 it("a loaded winner that is not a candidate is measured again", async () => {
