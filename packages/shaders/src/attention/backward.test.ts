@@ -94,8 +94,9 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     [2, 2, 8, "small", 50],
   ] as const)("H=%i KV=%i D=%i tiles=%s window=%i", (h, kv, d, tiles, window) => run(h, kv, d, tiles, window));
 
-  // The lanes variant (GPUs with subgroups; SwiftShader's are 4 lanes): default geometry, and small query blocks,
-  // key tiles and key blocks at 1, 2 and 4 lanes a row, 1 to 8 vec4 a lane, heads of a group split over tiles.
+  // The lanes variant (GPUs with subgroups; SwiftShader's are 4 lanes): default geometry (dkv: 4 groups of lanes),
+  // and small query blocks, key tiles and key blocks at 1, 2 and 4 lanes a row, 1 to 8 vec4 a lane, heads of a group
+  // split over tiles.
   type Lanes = { dq?: Partial<LanesTiles>; dkv?: Partial<LanesTiles> };
   it.each([
     [4, 2, 64, {}],
@@ -106,12 +107,16 @@ describe("attention forward + backward (training layout) GPU vs CPU reference", 
     [4, 2, 64, { dq: { bq: 3, gh: 1, bk: 4 }, dkv: { bk: 5, bq: 2, gh: 1 } }],
     [4, 2, 32, { dq: { p: 2, bq: 4, gh: 2, bk: 3 }, dkv: { p: 2, bk: 3, bq: 3, gh: 2 } }],
     [8, 2, 64, { dq: { p: 1, bq: 2, gh: 4, bk: 6 }, dkv: { p: 1, bk: 7, bq: 1, gh: 2 } }],
+    // dkv's rows split over groups of lanes: 1, 2 and 3 groups (a tile's rows not a multiple of them).
+    [4, 2, 64, { dkv: { bk: 5, bq: 3, gh: 2, qg: 1 } }],
+    [4, 2, 64, { dkv: { bk: 5, bq: 3, gh: 2, qg: 2 } }],
+    [4, 1, 32, { dkv: { p: 2, bk: 4, bq: 2, gh: 2, qg: 3 } }],
   ] as const)("H=%i KV=%i D=%i lanes=%j", (h, kv, d, lanes: Lanes) => run(h, kv, d, "lanes", undefined, lanes));
 
   it.each([
     [4, 2, 8, 4, {}],
     [4, 2, 64, 1, { dq: { bq: 3, gh: 1, bk: 4 }, dkv: { bk: 5, bq: 2, gh: 1 } }],
-    [4, 1, 32, 5, { dq: { p: 2, bq: 4, gh: 2, bk: 3 }, dkv: { p: 2, bk: 3, bq: 3, gh: 2 } }],
+    [4, 1, 32, 5, { dq: { p: 2, bq: 4, gh: 2, bk: 3 }, dkv: { p: 2, bk: 3, bq: 3, gh: 2, qg: 3 } }],
   ] as const)("H=%i KV=%i D=%i window=%i lanes=%j", (h, kv, d, window, lanes: Lanes) =>
     run(h, kv, d, "lanes", window, lanes),
   );

@@ -189,19 +189,25 @@ const LANES_MAXNV = 16;
 const LANES_MAXBK = 64;
 
 /** A lanes kernel's geometry: p lanes per row; forward and dq: bq tokens x gh heads a workgroup, bk keys a tile;
- *  dkv: bk keys a workgroup, bq tokens x gh heads a tile. */
+ *  dkv: bk keys a workgroup, bq tokens x gh heads a tile, its rows split over qg groups of lanes. */
 export interface LanesTiles {
   p: number;
   bq: number;
   gh: number;
   bk: number;
+  /** dkv only (default 1). */
+  qg?: number;
 }
 export type LanesKind = "forward" | "dq" | "dkv";
 
 /** Threads and workgroup-memory bytes of a lanes kernel (mirrors the var<workgroup> declarations). */
 export function lanesSize(kind: LanesKind, t: LanesTiles, d: number): { wg: number; bytes: number } {
   const d4 = d / 4;
-  if (kind === "dkv") return { wg: t.bk * t.p, bytes: 2 * 16 * t.bq * t.gh * d4 + 8 * t.bq * t.gh };
+  if (kind === "dkv") {
+    const qg = t.qg ?? 1;
+    const red = qg > 1 ? 2 * 16 * t.bk * d4 : 16;
+    return { wg: t.bk * t.p * qg, bytes: 2 * 16 * t.bq * t.gh * d4 + 8 * t.bq * t.gh + red };
+  }
   return { wg: t.bq * t.gh * t.p, bytes: 2 * 16 * t.bk * d4 + (kind === "forward" ? 8 * t.bq + 12 : 0) };
 }
 
@@ -211,7 +217,8 @@ const LANES_BYTES = 16384;
 /**
  * The lanes kernels' geometry for head dim d and g = H / KV heads a kv-head (or `over` where given): rows of all
  * heads of a group that fit 256 threads; forward and dq: as many tokens as fill 256 threads, K/V tiles of ~16 KiB;
- * dkv: 128 threads of keys, query tiles of ~16 KiB. Throws where the device cannot run it, saying why.
+ * dkv: 4 groups of lanes over as many keys as fill 256 threads, query tiles of ~16 KiB. Shrunk to fit the device's
+ * workgroup memory; throws where the device cannot run it, saying why.
  */
 export function lanesTiles(
   gpu: Gpu,
@@ -231,10 +238,20 @@ export function lanesTiles(
   let t: LanesTiles;
   if (kind === "dkv") {
     const perToken = (gh: number) => gh * (32 * d4 + 8); // q and do rows, lse and Di
-    const bk = over.bk ?? Math.max(1, Math.floor(Math.min(threads, 128) / p));
+    const qg = over.qg ?? Math.max(1, Math.min(4, Math.floor(threads / p)));
     const gh = over.gh ?? Math.max(...divisors.filter((x) => perToken(x) <= LANES_BYTES), 1);
-    const bq = over.bq ?? Math.max(1, Math.min(32, Math.floor(LANES_BYTES / perToken(gh))));
-    t = { p, bq, gh, bk };
+    t = {
+      p,
+      qg,
+      gh,
+      bk: over.bk ?? Math.max(1, Math.floor(threads / (p * qg))),
+      bq: over.bq ?? Math.max(1, Math.min(32, Math.floor(LANES_BYTES / perToken(gh)))),
+    };
+    while (lanesSize(kind, t, d).bytes > maxBytes) {
+      if (over.bq === undefined && t.bq > 1) t.bq = Math.ceil(t.bq / 2);
+      else if (over.bk === undefined && t.bk > 1) t.bk = Math.ceil(t.bk / 2);
+      else break; // reported below
+    }
   } else {
     const gh = over.gh ?? Math.max(...divisors.filter((x) => x * p <= threads), 1);
     const bq = over.bq ?? Math.max(1, Math.min(32, Math.floor(threads / (gh * p))));
@@ -251,7 +268,8 @@ export function lanesTiles(
     (d % (4 * p) !== 0 || d / 4 / p > LANES_MAXNV) &&
       `D=${d} must be a multiple of 4 x lanes with at most ${LANES_MAXNV} vec4 a lane`,
     g % t.gh !== 0 && `gh ${t.gh} does not divide H / KV = ${g}`,
-    (t.bq < 1 || t.bq > 32 || t.bk < 1) && "need 1 <= bq <= 32 and bk >= 1",
+    (t.bq < 1 || t.bq > 32 || t.bk < 1 || !((t.qg ?? 1) >= 1)) && "need 1 <= bq <= 32, bk >= 1 and qg >= 1",
+    kind !== "dkv" && t.qg !== undefined && t.qg !== 1 && "qg applies to dkv only",
     kind !== "dkv" && t.bk > LANES_MAXBK && `bk ${t.bk} exceeds ${LANES_MAXBK}`,
     wg > maxWg && `${wg} threads exceed maxComputeInvocationsPerWorkgroup ${maxWg}`,
     bytes > maxBytes && `${bytes} bytes of workgroup memory exceed the device's ${maxBytes}`,
@@ -260,7 +278,14 @@ export function lanesTiles(
   return t;
 }
 
-const lanesOverrides = (t: LanesTiles, d: number) => ({ D: d, BQ: t.bq, GH: t.gh, BK: t.bk, P: t.p });
+const lanesOverrides = (t: LanesTiles, d: number) => ({
+  D: d,
+  BQ: t.bq,
+  GH: t.gh,
+  BK: t.bk,
+  P: t.p,
+  ...(t.qg !== undefined ? { QG: t.qg } : {}),
+});
 
 function dimsCheck(h: number, kv: number, d: number): void {
   if (h % kv !== 0 || d % 2 !== 0 || d > 256 || d < 2) {

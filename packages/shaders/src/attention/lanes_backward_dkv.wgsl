@@ -1,7 +1,9 @@
 // Attention backward, key side, "lanes" variant (same contract as attention_backward_dkv): a workgroup owns BK keys
 // of one sequence and kv-head, P adjacent lanes of a subgroup per key, lane `part` holding vec4 part, part + P, ...
-// of the key's k, v, dk and dv (NV each). Tiles of BQ query tokens x GH heads (q, do, lse and Di) are shared through
-// workgroup memory, walking every head of the group (so the GQA sum needs no atomics). Each (query, key) score and
+// of the key's k, v, dk and dv (NV each); QG groups of such lanes split each tile's rows and add their sums at the
+// end through workgroup memory. The first keys of a sequence see every later query of every head of their group:
+// the groups shorten that longest walk QG times. Tiles of BQ query tokens x GH heads (q, do, lse and Di) are shared
+// through workgroup memory, walking every head of the group (so the GQA sum needs no atomics). Each (query, key) score and
 // do.v are P partial dots summed by subgroupShuffleXor: dv = sum_i P_i do_i and dk = scale sum_i P_i (do_i.v - Di)
 // q_i, with P = exp(scale q.k - lse). Training layout: B sequences of T tokens; q, do (B*T, H, D); k, v, dk, dv
 // (B, T, KV, D); lse, Di (B*T, H). Under a sliding window only queries t < j + window see key j.
@@ -24,7 +26,8 @@ override BK: u32 = 32; // keys per workgroup
 override BQ: u32 = 4; // query tokens per tile
 override GH: u32 = 4; // query heads per tile, a divisor of H / KV
 override P: u32 = 4; // lanes per key: a power of two, at most the device's smallest subgroup
-override WG = BK * P;
+override QG: u32 = 1; // groups of lanes that split each tile's rows
+override WG = BK * P * QG;
 override R = BQ * GH; // query rows per tile
 override D4 = D / 4u;
 override NV = D4 / P; // vec4 of a row per lane (<= MAXNV)
@@ -34,6 +37,7 @@ var<workgroup> qs: array<vec4f, R * D4>;
 var<workgroup> dos: array<vec4f, R * D4>;
 var<workgroup> rowLse: array<f32, R>;
 var<workgroup> rowDelta: array<f32, R>;
+var<workgroup> red: array<vec4f, select(1u, 2u * BK * D4, QG > 1u)>; // one group's dk and dv sums at a time
 
 // The sum of x over the P lanes of this key.
 fn rowSum(x: f32) -> f32 {
@@ -50,7 +54,8 @@ fn attention_backward_dkv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(loca
   let kvh = wid.y;
   let g = p.h / p.kv;
   let part = tid % P;
-  let key = j0 + tid / P;
+  let group = tid / (BK * P);
+  let key = j0 + tid / P % BK;
   let valid = key < p.t;
   let kb = ((b * p.t + key) * p.kv + kvh) * D4 + part; // this lane's first vec4 of k, v, dk and dv
   var kr: array<vec4f, MAXNV>;
@@ -93,7 +98,7 @@ fn attention_backward_dkv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(loca
         rowDelta[r] = di;
       }
       workgroupBarrier();
-      for (var r = 0u; r < R; r++) {
+      for (var r = group; r < R; r += QG) {
         var s = 0.0;
         var dp = 0.0;
         for (var c = 0u; c < NV; c++) {
@@ -113,7 +118,25 @@ fn attention_backward_dkv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(loca
       }
     }
   }
-  if (valid) {
+  // Groups 1.. add their sums into group 0's, one group at a time.
+  let at = (tid % (BK * P)) * NV; // this lane's NV vec4 of a group's dk (dv: + BK * D4)
+  for (var g1 = 1u; g1 < QG; g1++) {
+    workgroupBarrier(); // the tiles (and the previous group's sums) are consumed
+    if (group == g1) {
+      for (var c = 0u; c < NV; c++) {
+        red[at + c] = accK[c];
+        red[BK * D4 + at + c] = accV[c];
+      }
+    }
+    workgroupBarrier();
+    if (group == 0u) {
+      for (var c = 0u; c < NV; c++) {
+        accK[c] += red[at + c];
+        accV[c] += red[BK * D4 + at + c];
+      }
+    }
+  }
+  if (valid && group == 0u) {
     for (var c = 0u; c < NV; c++) {
       dk[kb + c * P] = accK[c] * p.scale;
       dv[kb + c * P] = accV[c];
