@@ -1,5 +1,6 @@
-// Test helpers shared by every kernel: closeness with stated tolerances, and central finite
-// differences (in f64) to check each backward reference against its forward reference.
+// Test helpers shared by every kernel: closeness with stated tolerances, central finite differences (in f64) to
+// check each backward reference against its forward reference, and which kernels a run dispatched.
+import { Recorder } from "./device.ts";
 
 export interface Tolerance {
   atol: number;
@@ -96,3 +97,18 @@ export function dot(a: ArrayLike<number>, b: ArrayLike<number>): number {
 }
 
 export const f64 = (a: ArrayLike<number>): Float64Array => Float64Array.from(a);
+
+/** `run`'s result and the names of the kernels it dispatched (through any Recorder): to assert that a variant ran. */
+export async function kernelsDispatched<T>(run: () => Promise<T>): Promise<{ result: T; names: Set<string> }> {
+  const names = new Set<string>();
+  const dispatch = Recorder.prototype.dispatch;
+  Recorder.prototype.dispatch = function (spec, ...rest) {
+    names.add(spec.name);
+    return dispatch.call(this, spec, ...rest);
+  };
+  try {
+    return { result: await run(), names };
+  } finally {
+    Recorder.prototype.dispatch = dispatch;
+  }
+}

@@ -6,8 +6,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createDevice, getDevice, Recorder, type Gpu } from "@webart/gpu";
-import { assertClose } from "@webart/gpu/check";
+import { createDevice, getDevice, type Gpu } from "@webart/gpu";
+import { assertClose, kernelsDispatched } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
 import { Rng } from "@webart/gpu";
@@ -173,19 +173,12 @@ describe.each([
     // The same weights; the prompt's tokens run decodeLayer, its matvecs (q|k|v, o, gate|up, down, head) on the
     // variant for many rows, as a GPU's start-up tuning may choose.
     const mc = new Model(gpu, model.config, model.weights, { matvec: { columnsAbove: 4 } });
-    const names = new Set<string>();
-    const dispatch = Recorder.prototype.dispatch;
-    Recorder.prototype.dispatch = function (spec, ...rest) {
-      names.add(spec.name);
-      return dispatch.call(this, spec, ...rest);
-    };
     try {
       expect(json.prefill.ids.length).toBeGreaterThan(4);
-      const got = await prefill(mc);
+      const { result: got, names } = await kernelsDispatched(() => prefill(mc));
       expect(names).toContain("matvec_forward_columns");
       assertClose(`${name} prefill (columns)`, got, ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
     } finally {
-      Recorder.prototype.dispatch = dispatch;
       mc.releaseTables();
     }
   });

@@ -6,7 +6,8 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, Recorder, type Gpu } from "@webart/gpu";
+import { getDevice, type Gpu } from "@webart/gpu";
+import { kernelsDispatched } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { LoraState } from "../model/lora.ts";
 import { Model } from "../model/model.ts";
@@ -203,14 +204,11 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     const tuning = ctx.model.tuning;
     const before = tuning.attention;
     tuning.attention = { ...before, train: { variant: "lanes", profile: "gpu" } };
-    const names = new Set<string>();
-    const dispatch = Recorder.prototype.dispatch;
-    Recorder.prototype.dispatch = function (spec, ...rest) {
-      names.add(spec.name);
-      return dispatch.call(this, spec, ...rest);
-    };
     try {
-      const r = await accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096));
+      const seqs = sequences(ctx.inputs, v, true);
+      const { result: r, names } = await kernelsDispatched(() =>
+        accumulateGradients(ctx.model, seqs, options(v, 4096)),
+      );
       const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-3);
       expect(rel(r.loss, v.loss)).toBeLessThan(1e-3);
       expect(rel(r.kl, v.kl)).toBeLessThan(1e-3);
@@ -219,7 +217,6 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
       for (const k of ["attention_forward_lanes", "attention_backward_dq_lanes", "attention_backward_dkv_lanes"])
         expect(names).toContain(k);
     } finally {
-      Recorder.prototype.dispatch = dispatch;
       tuning.attention = before;
     }
   });

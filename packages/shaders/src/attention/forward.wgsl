@@ -1,9 +1,9 @@
 // Causal grouped-query attention over a KV cache (prefill, training and decode). A workgroup takes BQ consecutive
 // query tokens x GH heads of one kv-head group (R = BQ * GH rows), streams K and V tiles of BK keys through
 // workgroup memory (as vec4, rows zero-padded to D4 * 4) and keeps an online softmax, so no T x T scores exist.
-// Tokens of one block that belong to different slots are handled in one pass per slot. SPLIT (split-KV):
-// workgroup z covers one key chunk and writes its unnormalised accumulator, running max and sum (attention_reduce).
-// A sliding window (window < 2^32 - 1) limits token pos to keys pos - window + 1..pos.
+// Tokens of one block that belong to different slots are handled in one pass per slot (passes.wgsl, appended).
+// SPLIT (split-KV): workgroup z covers one key chunk and writes its unnormalised accumulator, running max and sum
+// (attention_reduce). A sliding window (window < 2^32 - 1) limits token pos to keys pos - window + 1..pos.
 // N tokens, H heads, KV kv-heads, D head dim (even), S slots, Tmax cache rows per slot.
 struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chunk: u32, scale: f32, window: u32 }
 @group(0) @binding(0) var<uniform> p: Params;
@@ -34,11 +34,6 @@ var<workgroup> ps: array<f32, R * BK>; // scores, then probabilities
 var<workgroup> rowM: array<f32, R>; // running max
 var<workgroup> rowL: array<f32, R>; // running sum
 var<workgroup> rowA: array<f32, R>; // rescale of the accumulator for this tile
-var<workgroup> tokSlot: array<u32, BQ>; // NONE for tokens without keys (bad slot or pos)
-var<workgroup> tokPos: array<u32, BQ>;
-var<workgroup> passMask: u32; // tokens handled in this pass
-var<workgroup> passEnd: u32; // their keys are [passStart, passEnd)
-var<workgroup> passStart: u32;
 
 // Elements 4 * d4 .. 4 * d4 + 3 of the row starting at vec2 index `at` of q (0), K (1) or V (2); 0 past D.
 fn load4(src: u32, at: u32, d4: u32) -> vec4f {
@@ -65,50 +60,18 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
   let h0 = wid.y * GH;
   let kvh = h0 / (p.h / p.kv);
   let c = wid.z; // key chunk
-  if (tid < BQ) {
-    var s = NONE;
-    var t = 0u;
-    if (n0 + tid < p.n) {
-      s = slotPos[2u * (n0 + tid)];
-      t = slotPos[2u * (n0 + tid) + 1u];
-      if (s >= p.slots || t >= p.tmax) { s = NONE; }
-    }
-    tokSlot[tid] = s;
-    tokPos[tid] = t;
-  }
+  loadTokens(n0, tid);
   for (var e = tid; e < R * D4; e += WG) {
     let n = n0 + e / D4 / GH;
     var x = vec4f(0.0);
     if (n < p.n) { x = load4(0u, (n * p.h + h0 + e / D4 % GH) * D / 2u, e % D4) * p.scale; }
     qs[e] = x;
   }
-  var done = 0u; // tokens finished (or past N); the same in every invocation
-  for (var i = 0u; i < BQ; i++) {
-    if (n0 + i >= p.n) { done |= 1u << i; }
-  }
+  var done = pastN(n0); // tokens finished (or past N); the same in every invocation
   var acc: array<vec4f, ACC>;
   loop {
     workgroupBarrier(); // tokSlot is written, and the previous pass has read passMask
-    if (tid == 0u) {
-      var mask = 0u;
-      var end = 0u;
-      var start = NONE;
-      var slot = NONE;
-      for (var i = 0u; i < BQ; i++) {
-        if ((done & (1u << i)) != 0u) { continue; }
-        if (mask == 0u) { slot = tokSlot[i]; }
-        if (tokSlot[i] == slot) {
-          mask |= 1u << i;
-          if (slot != NONE) {
-            end = max(end, tokPos[i] + 1u);
-            start = min(start, select(0u, tokPos[i] + 1u - p.window, tokPos[i] + 1u > p.window));
-          }
-        }
-      }
-      passMask = mask;
-      passEnd = end;
-      passStart = select(start, 0u, start == NONE);
-    }
+    planPass(done, tid);
     let mask = workgroupUniformLoad(&passMask);
     if (mask == 0u) { break; }
     let end = workgroupUniformLoad(&passEnd);

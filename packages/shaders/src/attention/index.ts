@@ -3,17 +3,25 @@
 // group size and the device's workgroup memory. Shapes: N tokens, H heads, KV kv-heads (H % KV == 0), D head dim
 // (even, <= 256), S slots x Tmax rows of cache; training: B sequences of T tokens, token i <-> (i / T, i % T).
 import { kernelSpec, Params, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
-import forwardCode from "./forward.wgsl";
+import forwardMain from "./forward.wgsl";
+import passes from "./passes.wgsl";
 import reduceCode from "./reduce.wgsl";
 import dqCode from "./backward.wgsl";
 import dkvCode from "./backward_dkv.wgsl";
 import rowsForwardCode from "./rows_forward.wgsl";
 import rowsDqCode from "./rows_backward.wgsl";
 import rowsDkvCode from "./rows_backward_dkv.wgsl";
-import lanesForwardCode from "./lanes_forward.wgsl";
-import lanesDqCode from "./lanes_backward.wgsl";
-import lanesDkvCode from "./lanes_backward_dkv.wgsl";
+import lanesForwardMain from "./lanes_forward.wgsl";
+import lanesDqMain from "./lanes_backward.wgsl";
+import lanesDkvMain from "./lanes_backward_dkv.wgsl";
+import lanes from "./lanes.wgsl";
 import { isCpuDevice } from "@webart/gpu";
+
+/** The kernels with the parts they share: passes over a block's tokens (forward), sums across lanes (lanes). */
+const forwardCode = forwardMain + passes;
+const lanesForwardCode = lanesForwardMain + passes + lanes;
+const lanesDqCode = lanesDqMain + lanes;
+const lanesDkvCode = lanesDkvMain + lanes;
 
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per

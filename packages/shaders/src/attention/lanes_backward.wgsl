@@ -32,12 +32,6 @@ const MAXNV = 16u;
 var<workgroup> ks: array<vec4f, BK * D4>;
 var<workgroup> vs: array<vec4f, BK * D4>;
 
-// The sum of x over the P lanes of this row.
-fn rowSum(x: f32) -> f32 {
-  var s = x;
-  for (var m = 1u; m < P; m <<= 1u) { s += subgroupShuffleXor(s, m); }
-  return s;
-}
 
 @compute @workgroup_size(WG)
 fn attention_backward_dq_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid: u32) {

@@ -3,10 +3,11 @@
 // of the key's k, v, dk and dv (NV each); QG groups of such lanes split each tile's rows and add their sums at the
 // end through workgroup memory. The first keys of a sequence see every later query of every head of their group:
 // the groups shorten that longest walk QG times. Tiles of BQ query tokens x GH heads (q, do, lse and Di) are shared
-// through workgroup memory, walking every head of the group (so the GQA sum needs no atomics). Each (query, key) score and
-// do.v are P partial dots summed by subgroupShuffleXor: dv = sum_i P_i do_i and dk = scale sum_i P_i (do_i.v - Di)
-// q_i, with P = exp(scale q.k - lse). Training layout: B sequences of T tokens; q, do (B*T, H, D); k, v, dk, dv
-// (B, T, KV, D); lse, Di (B*T, H). Under a sliding window only queries t < j + window see key j.
+// through workgroup memory, walking every head of the group (so the GQA sum needs no atomics). Each (query, key)
+// score and do.v are P partial dots summed by subgroupShuffleXor: dv = sum_i P_i do_i and
+// dk = scale sum_i P_i (do_i.v - Di) q_i, with P = exp(scale q.k - lse). Training layout: B sequences of T tokens;
+// q, do (B*T, H, D); k, v, dk, dv (B, T, KV, D); lse, Di (B*T, H). Under a sliding window only queries
+// t < j + window see key j.
 enable subgroups;
 diagnostic(off, subgroup_uniformity); // every lane of a key runs the same shuffles; keys differ only in what they keep
 
@@ -39,12 +40,6 @@ var<workgroup> rowLse: array<f32, R>;
 var<workgroup> rowDelta: array<f32, R>;
 var<workgroup> red: array<vec4f, select(1u, 2u * BK * D4, QG > 1u)>; // one group's dk and dv sums at a time
 
-// The sum of x over the P lanes of this key.
-fn rowSum(x: f32) -> f32 {
-  var s = x;
-  for (var m = 1u; m < P; m <<= 1u) { s += subgroupShuffleXor(s, m); }
-  return s;
-}
 
 @compute @workgroup_size(WG)
 fn attention_backward_dkv_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid: u32) {

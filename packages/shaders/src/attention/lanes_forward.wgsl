@@ -4,7 +4,7 @@
 // K and V tiles of BK keys are shared through workgroup memory, read by every row at once (one address per vec4 and
 // lane part, so no bank conflicts). A score's P partial dots meet by subgroupShuffleXor, and the online softmax stays
 // in each row's registers: two barriers a tile, none around the softmax. Tokens of one block in different slots run
-// one pass per slot, as in forward.wgsl. A sliding window (window < 2^32 - 1) limits token pos to keys
+// one pass per slot (passes.wgsl, appended). A sliding window (window < 2^32 - 1) limits token pos to keys
 // pos - window + 1..pos. N tokens, H heads, KV kv-heads, D head dim (a multiple of 4P), S slots, Tmax cache rows.
 enable subgroups;
 diagnostic(off, subgroup_uniformity); // every lane of a row runs the same shuffles; rows differ only in what they keep
@@ -33,18 +33,7 @@ const NONE = 0xffffffffu;
 
 var<workgroup> ks: array<vec4f, BK * D4>;
 var<workgroup> vs: array<vec4f, BK * D4>;
-var<workgroup> tokSlot: array<u32, BQ>; // NONE for tokens without keys (bad slot or pos)
-var<workgroup> tokPos: array<u32, BQ>;
-var<workgroup> passMask: u32; // tokens handled in this pass
-var<workgroup> passEnd: u32; // their keys are [passStart, passEnd)
-var<workgroup> passStart: u32;
 
-// The sum of x over the P lanes of this row.
-fn rowSum(x: f32) -> f32 {
-  var s = x;
-  for (var m = 1u; m < P; m <<= 1u) { s += subgroupShuffleXor(s, m); }
-  return s;
-}
 
 @compute @workgroup_size(WG)
 fn attention_forward_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) tid: u32) {
@@ -55,49 +44,17 @@ fn attention_forward_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(local_inv
   let i = tid / P / GH; // this row's token in the block
   let tok = n0 + i;
   let ob = (tok * p.h + h0 + tid / P % GH) * D4 + part; // this lane's first vec4 of q and o
-  if (tid < BQ) {
-    var s = NONE;
-    var t = 0u;
-    if (n0 + tid < p.n) {
-      s = slotPos[2u * (n0 + tid)];
-      t = slotPos[2u * (n0 + tid) + 1u];
-      if (s >= p.slots || t >= p.tmax) { s = NONE; }
-    }
-    tokSlot[tid] = s;
-    tokPos[tid] = t;
-  }
+  loadTokens(n0, tid);
   var qr: array<vec4f, MAXNV>;
   var acc: array<vec4f, MAXNV>;
   if (tok < p.n) {
     for (var c = 0u; c < NV; c++) { qr[c] = q[ob + c * P] * p.scale; }
   }
-  var done = 0u; // tokens finished (or past N); the same in every invocation
-  for (var j = 0u; j < BQ; j++) {
-    if (n0 + j >= p.n) { done |= 1u << j; }
-  }
+  var done = pastN(n0); // tokens finished (or past N); the same in every invocation
   var sc: array<f32, MAXBK>;
   loop {
     workgroupBarrier(); // tokSlot is written, and the previous pass has read passMask
-    if (tid == 0u) {
-      var mask = 0u;
-      var end = 0u;
-      var start = NONE;
-      var slot = NONE;
-      for (var j = 0u; j < BQ; j++) {
-        if ((done & (1u << j)) != 0u) { continue; }
-        if (mask == 0u) { slot = tokSlot[j]; }
-        if (tokSlot[j] == slot) {
-          mask |= 1u << j;
-          if (slot != NONE) {
-            end = max(end, tokPos[j] + 1u);
-            start = min(start, select(0u, tokPos[j] + 1u - p.window, tokPos[j] + 1u > p.window));
-          }
-        }
-      }
-      passMask = mask;
-      passEnd = end;
-      passStart = select(start, 0u, start == NONE);
-    }
+    planPass(done, tid);
     let mask = workgroupUniformLoad(&passMask);
     if (mask == 0u) { break; }
     let ke = workgroupUniformLoad(&passEnd);
