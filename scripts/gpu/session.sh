@@ -26,4 +26,8 @@ echo "=== webart train ($(date +%T))" | tee -a "$out/gpu-run.txt"
 s0=$(date +%s%N)
 bash scripts/gpu/run.sh --cli train 2>&1 | grep -v '^Warning\|^    at' | tail -3 | tee -a "$out/gpu-run.txt"
 echo "webart train: $((($(date +%s%N) - s0) / 1000000)) ms for the whole command" | tee -a "$out/gpu-run.txt"
+# Last, the kernels suite: its attention part times prefill attention per family (tiled, rows, lanes) in GFLOP/s.
+echo "=== kernels ($(date +%T))" | tee -a "$out/gpu-run.txt"
+bash scripts/gpu/run.sh kernels 2>&1 | tee -a "$out/gpu-run.txt"
+cp .devbundle/results/kernels.json "$out/kernels.json" 2>/dev/null
 echo "=== done ($(date +%T))" | tee -a "$out/gpu-run.txt"
