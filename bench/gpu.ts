@@ -661,6 +661,22 @@ async function oneModel(
         mv.columnsAbove = tunedAbove;
         model.decodeRows = tunedRows;
       }
+      // Decode attention: the lanes kernel (a token's keys split over a subgroup's lanes, no barriers) against the
+      // tiled one with split-KV, in whole decode steps at batch 1 and 32 after prompts of 256 tokens, alternating.
+      if (lanesWidth(gpu, c.headDim) !== undefined) {
+        const model = engine.model;
+        const tuned = model.tuning.attention;
+        const chose = attentionVariant(gpu, c.headDim, "decode", tuned);
+        const P = small ? 32 : 256;
+        for (const b of [1, 32]) {
+          const toggle = (on: boolean) =>
+            (model.tuning.attention = { ...tuned, decode: { variant: on ? "lanes" : "tiled", profile: "gpu" } });
+          const ab = (await decodeRun(gpu, model, b, P, 0, small ? 3 : 16, 0, toggle)).ab!;
+          const note = `decode attention as the tiled kernels (split-KV) after prompts of ${P}; ratio: the lanes kernel (${ab.fused.toFixed(1)} tok/s) over this, steps alternating; start-up tuning chose ${chose}`;
+          pushAb(b, "attention_tiled", ".attention_lanes", ab, note);
+        }
+        model.tuning.attention = tuned;
+      }
       const model = engine.model;
       // With tensor cores (where the engine turned them on) and without, alternating: their ratio.
       const cores = model.tensorCores;

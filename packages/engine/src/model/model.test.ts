@@ -183,24 +183,46 @@ describe.each([
     }
   });
 
-  it("decode through the KV cache, token by token", async () => {
+  /** The decode fixture's logits on `m`: its prompt, then its steps one token at a time through the KV cache. */
+  async function decodeLogits(m: Model): Promise<Float32Array> {
     const kv = new KvCache(gpu, model.config, 1, 32);
     const { prompt, steps } = json.decode;
     const V = model.config.vocabSize;
     const rows: Float32Array[] = [];
-    const first = await run(
-      model,
-      kv,
-      prompt.map((id, pos) => ({ slot: 0, pos, id })),
-    );
-    rows.push(first.subarray((prompt.length - 1) * V));
-    for (let i = 0; i < steps.length; i++) {
-      rows.push(await run(model, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
+    try {
+      const first = await run(
+        m,
+        kv,
+        prompt.map((id, pos) => ({ slot: 0, pos, id })),
+      );
+      rows.push(first.subarray((prompt.length - 1) * V));
+      for (let i = 0; i < steps.length; i++) {
+        rows.push(await run(m, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
+      }
+    } finally {
+      kv.dispose();
     }
     const got = new Float32Array(rows.length * V);
     rows.forEach((r, i) => got.set(r, i * V));
-    assertClose(`${name} decode`, got, ref.get("decode.logits")!, { atol, rtol: 1e-4 });
-    kv.dispose();
+    return got;
+  }
+
+  it("decode through the KV cache, token by token", async () => {
+    assertClose(`${name} decode`, await decodeLogits(model), ref.get("decode.logits")!, { atol, rtol: 1e-4 });
+  });
+
+  it("prefill and decode with the lanes attention family, as a GPU's start-up tuning may choose", async () => {
+    // The same weights; the prompt through the prefill kernel, each step through the decode kernel of the family.
+    const lanes = { variant: "lanes", profile: "gpu" } as const;
+    const ml = new Model(gpu, model.config, model.weights, { attention: { train: lanes, decode: lanes } });
+    try {
+      const { result: got, names } = await kernelsDispatched(() => decodeLogits(ml));
+      expect(names).toContain("attention_forward_lanes");
+      expect(names).toContain("attention_decode_lanes");
+      assertClose(`${name} decode (lanes)`, got, ref.get("decode.logits")!, { atol, rtol: 1e-4 });
+    } finally {
+      ml.releaseTables();
+    }
   });
 
   it("two sequences of different lengths in one batch", async () => {

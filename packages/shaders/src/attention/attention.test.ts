@@ -7,12 +7,15 @@ import {
   attentionDecode,
   attentionForward,
   chooseTiles,
+  decodeLanes,
   decodeSplit,
   lanesSize,
   lanesTiles,
   lanesWidth,
   tileBytes,
+  type DecodeLanes,
   type ForwardOptions,
+  type LanesTiles,
   type Tiles,
 } from "./index.ts";
 import { attentionReference } from "./reference.ts";
@@ -37,7 +40,11 @@ interface Case {
 
 /** Runs kv write + attention on the GPU and the same on the CPU; the whole cache is random, so rows a token
  *  must not see (later positions, other slots) would show up as errors. */
-async function check(c: Case, opts: ForwardOptions & { decode?: boolean }, seed: number): Promise<void> {
+async function check(
+  c: Case,
+  opts: ForwardOptions & { decode?: boolean; lanes?: Partial<LanesTiles & DecodeLanes> },
+  seed: number,
+): Promise<void> {
   const { h, kv, d, slots, tmax } = c;
   const rng = new Rng(seed);
   const sp: number[] = [];
@@ -244,6 +251,28 @@ describe("attention decode (split-KV) vs CPU reference", () => {
     [4, 2, 10, 2, "tiled"],
   ] as const)("H=%i KV=%i D=%i split=%i %s", async (h, kv, d, split, variant) => {
     await check(decode(h, kv, d), { decode: true, split, variant, tiles: { bk: 8 } }, h * 10 + d + split);
+  });
+
+  // The lanes decode kernel: per head, s lanes split the keys and p each row (SwiftShader's subgroups are 4 lanes).
+  it.each([
+    [4, 2, 64, {}],
+    [14, 2, 64, { p: 1, s: 4 }],
+    [4, 2, 64, { p: 2, s: 2, gh: 1 }],
+    [4, 1, 8, { p: 1, s: 4 }],
+    [6, 2, 12, { p: 1, s: 2 }], // 3 vec4 a lane
+    [4, 2, 128, { p: 2, s: 2 }], // 16 vec4 a lane
+  ] as const)("H=%i KV=%i D=%i lanes=%j", async (h, kv, d, lanes) => {
+    await check(decode(h, kv, d), { decode: true, variant: "lanes", lanes }, h * 10 + d + 3);
+  });
+
+  it("lanes with a window, and its geometry refused where it cannot run, saying why", async () => {
+    await check({ ...decode(4, 2, 8), window: 6 }, { decode: true, variant: "lanes", lanes: { p: 1, s: 4 } }, 33);
+    await check({ ...decode(4, 2, 16), window: 1 }, { decode: true, variant: "lanes", lanes: { p: 2, s: 2 } }, 34);
+    const sg = gpu.subgroupMinSize;
+    expect(decodeLanes(gpu, 64, 7).s * decodeLanes(gpu, 64, 7).p).toBeLessThanOrEqual(sg);
+    expect(() => decodeLanes(gpu, 64, 2, { p: 2, s: sg })).toThrow(/lanes exceed the device's smallest subgroup/);
+    expect(() => decodeLanes(gpu, 64, 2, { p: 1, s: 3 })).toThrow(/must be powers of two/);
+    expect(() => decodeLanes(gpu, 6, 2)).toThrow(/D=6: the device needs subgroups/);
   });
 
   it("split with chunks shorter than the longest sequence: the last chunk runs to the end", async () => {

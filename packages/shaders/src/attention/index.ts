@@ -14,6 +14,7 @@ import rowsDkvCode from "./rows_backward_dkv.wgsl";
 import lanesForwardMain from "./lanes_forward.wgsl";
 import lanesDqMain from "./lanes_backward.wgsl";
 import lanesDkvMain from "./lanes_backward_dkv.wgsl";
+import lanesDecodeCode from "./lanes_decode.wgsl";
 import lanes from "./lanes.wgsl";
 import { isCpuDevice } from "@webart/gpu";
 
@@ -26,9 +27,10 @@ const lanesDkvCode = lanesDkvMain + lanes;
 /**
  * "tiled": K/V tiles shared through workgroup memory (FlashAttention-style), for GPUs. "rows": one thread per
  * query row (forward, dq) or key row (dk, dv), no workgroup memory and no barriers, for CPU devices, where
- * barriers are costly and each thread's loop over keys stays in the cache. "lanes" (training and prefill; decode
- * runs tiled): a few lanes of a subgroup per row, its q (or k and v) and sums in registers, the other side's tiles
- * shared through workgroup memory, scores summed across the lanes by subgroup shuffles; for GPUs with subgroups.
+ * barriers are costly and each thread's loop over keys stays in the cache. "lanes", for GPUs with subgroups: a few
+ * lanes of a subgroup per row, its q (or k and v) and sums in registers, scores summed across the lanes by subgroup
+ * shuffles; in training and prefill the other side's tiles are shared through workgroup memory, in decode more lanes
+ * split a token's keys and their partial softmaxes merge by shuffles (no workgroup memory, no barriers).
  */
 export type AttentionVariant = "tiled" | "rows" | "lanes";
 export const ATTENTION_VARIANTS: readonly AttentionVariant[] = ["tiled", "rows", "lanes"];
@@ -53,7 +55,7 @@ export function attentionVariant(
 ): AttentionVariant {
   if (d % 4 !== 0) return "tiled";
   const v = tuning?.[use]?.variant ?? (isCpuDevice(gpu) ? "rows" : "tiled");
-  return v === "lanes" && (use === "decode" || lanesWidth(gpu, d) === undefined) ? "tiled" : v;
+  return v === "lanes" && lanesWidth(gpu, d) === undefined ? "tiled" : v;
 }
 /** The rows variant reads rows as vec4. */
 function rowsCheck(d: number): void {
@@ -286,6 +288,44 @@ export function lanesTiles(
   return t;
 }
 
+/** The lanes decode kernel's geometry: per head, s lanes split the keys and p split each row (s x p lanes of one
+ *  subgroup); gh heads a workgroup. */
+export interface DecodeLanes {
+  p: number;
+  s: number;
+  gh: number;
+}
+
+/**
+ * The lanes decode kernel's geometry for head dim d and g = H / KV (or `over` where given): rows split over up to 4
+ * lanes (at most 16 vec4 a lane), keys over as many lanes as fill the device's smallest subgroup (at most 8), as
+ * many heads of a group as fit 256 threads. Throws where the device cannot run it, saying why.
+ */
+export function decodeLanes(gpu: Gpu, d: number, g: number, over: Partial<DecodeLanes> = {}): DecodeLanes {
+  const width = lanesWidth(gpu, d);
+  const what = `attention "lanes" decode ${JSON.stringify(over)} at D=${d}`;
+  const sg = gpu.subgroupMinSize;
+  if (width === undefined && over.p === undefined)
+    throw new Error(`${what}: the device needs subgroups of a known size, and D a multiple of 4 up to 256`);
+  const p = over.p ?? Math.min(width!, 4);
+  const s = over.s ?? Math.max(1, Math.min(8, Math.floor(sg / p)));
+  const threads = Math.min(gpu.limits.maxComputeInvocationsPerWorkgroup, 256);
+  const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+  const gh = over.gh ?? Math.max(...divisors.filter((x) => x * s * p <= threads), 1);
+  const pow2 = (x: number) => x >= 1 && (x & (x - 1)) === 0;
+  const problems = [
+    (!pow2(p) || !pow2(s)) && `lanes ${p} and ${s} must be powers of two`,
+    !(sg > 0 && s * p <= sg) && `a head's ${s} x ${p} lanes exceed the device's smallest subgroup (${sg || "unknown"})`,
+    (d % (4 * p) !== 0 || d / 4 / p > LANES_MAXNV) &&
+      `D=${d} must be a multiple of 4 x lanes with at most ${LANES_MAXNV} vec4 a lane`,
+    g % gh !== 0 && `gh ${gh} does not divide H / KV = ${g}`,
+    gh * s * p > gpu.limits.maxComputeInvocationsPerWorkgroup &&
+      `${gh * s * p} threads exceed maxComputeInvocationsPerWorkgroup ${gpu.limits.maxComputeInvocationsPerWorkgroup}`,
+  ].filter(Boolean);
+  if (problems.length) throw new Error(`${what}: ${problems.join("; ")}`);
+  return { p, s, gh };
+}
+
 const lanesOverrides = (t: LanesTiles, d: number) => ({
   D: d,
   BQ: t.bq,
@@ -455,12 +495,30 @@ export function attentionDecode(
     variant?: AttentionVariant;
     profile?: TileProfile;
     tuning?: AttentionTuning;
+    /** The lanes decode kernel's geometry (default decodeLanes'). */
+    lanes?: Partial<DecodeLanes>;
   } = {},
 ): { tiles: Tiles; split: number } {
   // The rows kernel decodes too (no split), faster than the tiled one on CPU devices (`npm run bench -- kernels`:
-  // attention.decode.*.rows against .tiled).
-  if ((opts.variant ?? attentionVariant(gpu, dims.d, "decode", opts.tuning)) === "rows" && (opts.split ?? 1) === 1) {
+  // attention.decode.*.rows against .tiled); so does the lanes one.
+  const variant = opts.variant ?? attentionVariant(gpu, dims.d, "decode", opts.tuning);
+  if (variant === "rows" && (opts.split ?? 1) === 1) {
     return attentionForward(gpu, rec, bufs, dims, { variant: "rows", maxLen: dims.maxLen });
+  }
+  if (variant === "lanes" && (opts.split ?? 1) === 1) {
+    const { n, h, kv, d, slots, tmax, scale = 1 / Math.sqrt(d) } = dims;
+    dimsCheck(h, kv, d);
+    const t = decodeLanes(gpu, d, h / kv, opts.lanes);
+    if (n > gpu.limits.maxComputeWorkgroupsPerDimension)
+      throw new Error(`attention: ${n} decode rows exceed ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups`);
+    const params = new Params().u32(n, h, kv, slots, tmax, 1, tmax).f32(scale).u32(windowParam(dims.window));
+    const spec = kernelSpec("attention_decode_lanes", lanesDecodeCode, { D: d, GH: t.gh, S: t.s, P: t.p });
+    const { q, slotPos, k, v, o, lse } = bufs;
+    rec.dispatch(spec, [q, slotPos, k, v, o, lse], [n, h / t.gh, 1], params);
+    return {
+      tiles: chooseTiles(gpu, "decode", d, h / kv, opts.tiles, tileProfile(gpu, "decode", opts.tuning)),
+      split: 1,
+    };
   }
   const profile = opts.profile ?? tileProfile(gpu, "decode", opts.tuning);
   const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles, profile);

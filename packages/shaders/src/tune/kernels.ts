@@ -291,14 +291,14 @@ export async function tuneAttention(
   };
   // The rows family against the tiled one at the device kind's profile; the other profile only where tiled wins
   // (in browsers each tiled pipeline takes seconds to build on a CPU device, as Dawn zero-fills workgroup memory).
-  // On GPUs with subgroups, training's lanes family too, where it gives what the tiled one gives on this device.
+  // On GPUs with subgroups, the lanes family too, where it gives what the tiled one gives on this device.
   const tiledDefault: AttentionTuneCandidate = isCpuDevice(gpu) ? "tiled-cpu" : "tiled-gpu";
   const out: AttentionTuning = {};
+  const lanes = !isCpuDevice(gpu) && (await lanesAgree(gpu, dims));
   for (const [use, setup] of [
     ["train", train],
     ["decode", decode],
   ] as const) {
-    const lanes = use === "train" && !isCpuDevice(gpu) && (await lanesAgree(gpu, dims));
     const family: AttentionTuneCandidate[] =
       d % 4 === 0 ? ["rows", tiledDefault, ...(lanes ? ["lanes" as const] : [])] : [tiledDefault];
     const key = `attention.${use}@${shape}${lanes ? ",lanes" : ""}`;
@@ -319,9 +319,10 @@ const splitCandidate = (c: AttentionTuneCandidate): readonly [AttentionVariant, 
 const ATTENTION_DIFF_TOL = 1e-4;
 
 /**
- * Whether the lanes family runs here and gives what the tiled one gives (o, dq, dk, dv of a small training problem
- * with the model's heads, each within ATTENTION_DIFF_TOL of its largest magnitude): it relies on a row's lanes being
- * adjacent lanes of one subgroup, which WebGPU does not promise. Where it does not, a note says why.
+ * Whether the lanes family runs here and gives what the tiled one gives, each output within ATTENTION_DIFF_TOL of its
+ * largest magnitude: o, lse, dq, dk and dv of a small training problem, and o and lse of a decode step of sequences
+ * of different lengths, with the model's heads. It relies on a row's lanes being adjacent lanes of one subgroup,
+ * which WebGPU does not promise. Where it does not, a note says why.
  */
 export async function lanesAgree(
   gpu: Gpu,
@@ -334,17 +335,23 @@ export async function lanesAgree(
   const [nq, nk] = [b * t * h * d, b * t * kv * d];
   const up = (n: number) => gpu.upload(rng.f32(n), "tune");
   const [q, k, v, dout, slotPos] = [up(nq), up(nk), up(nk), up(nq), gpu.upload(trainingSlotPos(b, t), "tune")];
-  const sizes = [nq, b * t * h, nq, nk, nk];
+  // Decode: one token each of B sequences at positions 0, 13, ..., in a cache of B x t (k and v above).
+  const B = 4;
+  const sp = new Uint32Array(2 * B).map((_, i) => (i % 2 ? ((i >> 1) * 13) % t : (i >> 1) % b));
+  const decodeSlotPos = gpu.upload(sp, "tune");
+  const sizes = [nq, b * t * h, nq, nk, nk, B * h * d, B * h];
   const outs = [0, 1].map(() => sizes.map((n) => gpu.buffer(n * 4, "tune")));
   let worst = 0;
   try {
     const rec = gpu.recorder();
     const reads = (["tiled", "lanes"] as const).map((variant, i) => {
-      const [o, lse, dq, dk, dv] = outs[i];
+      const [o, lse, dq, dk, dv, od, lsed] = outs[i];
       const fd = { n: b * t, h, kv, d, slots: b, tmax: t };
       attentionForward(gpu, rec, { q, slotPos, k, v, o, lse }, fd, { variant, profile: "gpu" });
       const bwd = { q, k, v, o, lse, dout, dq, dk, dv };
       attentionBackward(gpu, rec, bwd, { b, t, h, kv, d }, { variant, profile: "gpu" });
+      const dd = { n: B, h, kv, d, slots: b, tmax: t, maxLen: t };
+      attentionDecode(gpu, rec, { q, slotPos: decodeSlotPos, k, v, o: od, lse: lsed }, dd, { variant, profile: "gpu" });
       return outs[i].map((x, j) => rec.read(x, sizes[j] * 4));
     });
     for (const r of reads.flat()) r.catch(() => {}); // a failed submit rejects them too
@@ -362,7 +369,7 @@ export async function lanesAgree(
   } catch {
     worst = Infinity;
   } finally {
-    gpu.release(q, k, v, dout, slotPos, ...outs.flat());
+    gpu.release(q, k, v, dout, slotPos, decodeSlotPos, ...outs.flat());
   }
   if (worst <= ATTENTION_DIFF_TOL) return true;
   const why = Number.isFinite(worst)

@@ -142,9 +142,9 @@ it("each kernel follows its tuning where given and the device kind's default whe
     const rows = { [use]: { variant: "rows", profile: "gpu" } } as const;
     expect(attentionVariant(gpu, 64, use, rows)).toBe("rows");
     expect(attentionVariant(gpu, 30, use, rows)).toBe("tiled"); // rows need D % 4 == 0
-    // Lanes serve training and prefill where the device can run them at this D (it can here); decode runs tiled.
+    // Lanes run where the device can run them at this D (it can here), else tiled.
     const lanes = { [use]: { variant: "lanes", profile: "gpu" } } as const;
-    expect(attentionVariant(gpu, 64, use, lanes)).toBe(use === "train" ? "lanes" : "tiled");
+    expect(attentionVariant(gpu, 64, use, lanes)).toBe("lanes");
     expect(attentionVariant(gpu, 30, use, lanes)).toBe("tiled");
   }
   expect(loraLayout(gpu)).toBe(cpu ? "cpu" : "gpu");
@@ -157,7 +157,7 @@ it("each kernel follows its tuning where given and the device kind's default whe
   }
 });
 
-it("lanesAgree: the lanes attention family gives the tiled family's o, lse and gradients on this device", async () => {
+it("lanesAgree: the lanes attention family gives the tiled family's o, lse and gradients, and decode, here", async () => {
   const notes = gpu.notes.length;
   expect(await lanesAgree(gpu, { heads: 14, kvHeads: 2, headDim: 64 })).toBe(true);
   expect(await lanesAgree(gpu, { heads: 4, kvHeads: 2, headDim: 128 })).toBe(true);
