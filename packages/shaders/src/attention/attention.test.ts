@@ -265,9 +265,20 @@ describe("attention decode (split-KV) vs CPU reference", () => {
     await check(decode(h, kv, d), { decode: true, variant: "lanes", lanes }, h * 10 + d + 3);
   });
 
+  it.each([
+    [14, 2, 64, 2, undefined, { p: 2, s: 2 }],
+    [4, 1, 8, 3, 8, { p: 1, s: 4 }], // chunks shorter than the longest sequence: the last runs to the end
+    [4, 2, 64, 5, 9, {}], // chunks wholly past some sequences' keys
+  ] as const)("H=%i KV=%i D=%i lanes split=%i chunk=%s %j", async (h, kv, d, split, chunk, lanes) => {
+    const o = { decode: true, variant: "lanes", lanes, split, ...(chunk ? { chunk } : {}) } as const;
+    await check(decode(h, kv, d), o, h * 10 + d + split);
+  });
+
   it("lanes with a window, and its geometry refused where it cannot run, saying why", async () => {
     await check({ ...decode(4, 2, 8), window: 6 }, { decode: true, variant: "lanes", lanes: { p: 1, s: 4 } }, 33);
     await check({ ...decode(4, 2, 16), window: 1 }, { decode: true, variant: "lanes", lanes: { p: 2, s: 2 } }, 34);
+    const split = { decode: true, variant: "lanes", lanes: { p: 1, s: 4 }, split: 3, chunk: 8 } as const;
+    await check({ ...decode(4, 2, 8), window: 10 }, split, 35); // chunks wholly before a token's window stay empty
     const sg = gpu.subgroupMinSize;
     expect(decodeLanes(gpu, 64, 7).s * decodeLanes(gpu, 64, 7).p).toBeLessThanOrEqual(sg);
     expect(() => decodeLanes(gpu, 64, 2, { p: 2, s: sg })).toThrow(/lanes exceed the device's smallest subgroup/);

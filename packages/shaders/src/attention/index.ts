@@ -456,14 +456,27 @@ export function attentionForward(
     rec.dispatch(forwardSpec(tiles, d, false), [q, slotPos, k, v, o, lse], grid, params);
     return { tiles, split };
   }
+  splitKv(gpu, rec, { n, h, d, split, o, lse }, (part, ml) =>
+    rec.dispatch(forwardSpec(tiles, d, true), [q, slotPos, k, v, part, ml], grid, params),
+  );
+  return { tiles, split };
+}
+
+/** Split-KV: `partials` records the chunks' unnormalised outputs and their max and sum into the buffers it is given,
+ *  then attention_reduce combines them into o and lse. */
+function splitKv(
+  gpu: Gpu,
+  rec: Recorder,
+  { n, h, d, split, o, lse }: { n: number; h: number; d: number; split: number; o: GPUBuffer; lse: GPUBuffer },
+  partials: (part: GPUBuffer, ml: GPUBuffer) => void,
+): void {
   const part = gpu.buffer(split * n * h * d * 4, "activations", "attention partials");
   const ml = gpu.buffer(split * n * h * 2 * 4, "activations", "attention partial max/sum");
-  rec.dispatch(forwardSpec(tiles, d, true), [q, slotPos, k, v, part, ml], grid, params);
+  partials(part, ml);
   const wg = 256;
   const reduce = kernelSpec("attention_reduce", reduceCode, { D: d, WG: wg });
   rec.dispatch(reduce, [part, ml, o, lse], gpu.grid(Math.ceil((n * h * d) / wg)), new Params().u32(n * h, split));
   gpu.release(part, ml); // reusable only after this recorder is submitted
-  return { tiles, split };
 }
 
 /**
@@ -505,20 +518,32 @@ export function attentionDecode(
   if (variant === "rows" && (opts.split ?? 1) === 1) {
     return attentionForward(gpu, rec, bufs, dims, { variant: "rows", maxLen: dims.maxLen });
   }
-  if (variant === "lanes" && (opts.split ?? 1) === 1) {
-    const { n, h, kv, d, slots, tmax, scale = 1 / Math.sqrt(d) } = dims;
+  if (variant === "lanes") {
+    // Split-KV as the tiled kernel chooses it (enough workgroups to fill a GPU, chunks of at least 64 keys).
+    const { n, h, kv, d, slots, tmax, maxLen, scale = 1 / Math.sqrt(d) } = dims;
     dimsCheck(h, kv, d);
     const t = decodeLanes(gpu, d, h / kv, opts.lanes);
     if (n > gpu.limits.maxComputeWorkgroupsPerDimension)
       throw new Error(`attention: ${n} decode rows exceed ${gpu.limits.maxComputeWorkgroupsPerDimension} workgroups`);
-    const params = new Params().u32(n, h, kv, slots, tmax, 1, tmax).f32(scale).u32(windowParam(dims.window));
-    const spec = kernelSpec("attention_decode_lanes", lanesDecodeCode, { D: d, GH: t.gh, S: t.s, P: t.p });
+    const split = Math.max(1, Math.floor(opts.split ?? decodeSplit(maxLen, n * (h / t.gh))));
+    const chunk = opts.chunk ?? Math.ceil(Math.min(maxLen, tmax) / split);
+    const params = new Params().u32(n, h, kv, slots, tmax, split, chunk).f32(scale).u32(windowParam(dims.window));
+    const ov = { D: d, GH: t.gh, S: t.s, P: t.p, SPLIT: split > 1 ? 1 : 0 };
+    const spec = kernelSpec(
+      split > 1 ? "attention_decode_lanes_split" : "attention_decode_lanes",
+      lanesDecodeCode,
+      ov,
+      "attention_decode_lanes",
+    );
     const { q, slotPos, k, v, o, lse } = bufs;
-    rec.dispatch(spec, [q, slotPos, k, v, o, lse], [n, h / t.gh, 1], params);
-    return {
-      tiles: chooseTiles(gpu, "decode", d, h / kv, opts.tiles, tileProfile(gpu, "decode", opts.tuning)),
-      split: 1,
-    };
+    const grid: [number, number, number] = [n, h / t.gh, split];
+    if (split === 1) rec.dispatch(spec, [q, slotPos, k, v, o, lse], grid, params);
+    else
+      splitKv(gpu, rec, { n, h, d, split, o, lse }, (part, ml) =>
+        rec.dispatch(spec, [q, slotPos, k, v, part, ml], grid, params),
+      );
+    const profile = tileProfile(gpu, "decode", opts.tuning);
+    return { tiles: chooseTiles(gpu, "decode", d, h / kv, opts.tiles, profile), split };
   }
   const profile = opts.profile ?? tileProfile(gpu, "decode", opts.tuning);
   const tiles = chooseTiles(gpu, "decode", dims.d, dims.h / dims.kv, opts.tiles, profile);

@@ -335,7 +335,7 @@ export async function lanesAgree(
   const [nq, nk] = [b * t * h * d, b * t * kv * d];
   const up = (n: number) => gpu.upload(rng.f32(n), "tune");
   const [q, k, v, dout, slotPos] = [up(nq), up(nk), up(nk), up(nq), gpu.upload(trainingSlotPos(b, t), "tune")];
-  // Decode: one token each of B sequences at positions 0, 13, ..., in a cache of B x t (k and v above).
+  // Decode: one token each of B sequences at positions 0, 13, ..., in a cache of b x t (k and v above), split-KV.
   const B = 4;
   const sp = new Uint32Array(2 * B).map((_, i) => (i % 2 ? ((i >> 1) * 13) % t : (i >> 1) % b));
   const decodeSlotPos = gpu.upload(sp, "tune");
@@ -351,7 +351,11 @@ export async function lanesAgree(
       const bwd = { q, k, v, o, lse, dout, dq, dk, dv };
       attentionBackward(gpu, rec, bwd, { b, t, h, kv, d }, { variant, profile: "gpu" });
       const dd = { n: B, h, kv, d, slots: b, tmax: t, maxLen: t };
-      attentionDecode(gpu, rec, { q, slotPos: decodeSlotPos, k, v, o: od, lse: lsed }, dd, { variant, profile: "gpu" });
+      attentionDecode(gpu, rec, { q, slotPos: decodeSlotPos, k, v, o: od, lse: lsed }, dd, {
+        variant,
+        profile: "gpu",
+        split: 2,
+      });
       return outs[i].map((x, j) => rec.read(x, sizes[j] * 4));
     });
     for (const r of reads.flat()) r.catch(() => {}); // a failed submit rejects them too
