@@ -237,6 +237,22 @@ export function lanesTiles(
   g: number,
   over: Partial<LanesTiles> = {},
 ): LanesTiles {
+  const key = `${kind}|${d}|${g}|${over.p}|${over.bq}|${over.gh}|${over.bk}|${over.qg}`;
+  return geometry(gpu, key, () => pickLanesTiles(gpu, kind, d, g, over));
+}
+
+/** A geometry worked out once per device and key: every step of every layer asks again (a failed one throws each
+ *  time). */
+function geometry<T extends object>(gpu: Gpu, key: string, pick: () => T): T {
+  let memo = lanesChosen.get(gpu);
+  if (!memo) lanesChosen.set(gpu, (memo = new Map()));
+  let t = memo.get(key) as T | undefined;
+  if (!t) memo.set(key, (t = Object.freeze(pick())));
+  return t;
+}
+const lanesChosen = new WeakMap<Gpu, Map<string, object>>();
+
+function pickLanesTiles(gpu: Gpu, kind: LanesKind, d: number, g: number, over: Partial<LanesTiles>): LanesTiles {
   const p = over.p ?? lanesWidth(gpu, d);
   const what = `attention "lanes" ${kind} ${JSON.stringify(over)} at D=${d}`;
   if (p === undefined)
@@ -302,6 +318,11 @@ export interface DecodeLanes {
  * many heads of a group as fit 256 threads. Throws where the device cannot run it, saying why.
  */
 export function decodeLanes(gpu: Gpu, d: number, g: number, over: Partial<DecodeLanes> = {}): DecodeLanes {
+  const key = `decode|${d}|${g}|${over.p}|${over.s}|${over.gh}`;
+  return geometry(gpu, key, () => pickDecodeLanes(gpu, d, g, over));
+}
+
+function pickDecodeLanes(gpu: Gpu, d: number, g: number, over: Partial<DecodeLanes>): DecodeLanes {
   const width = lanesWidth(gpu, d);
   const what = `attention "lanes" decode ${JSON.stringify(over)} at D=${d}`;
   const sg = gpu.subgroupMinSize;
