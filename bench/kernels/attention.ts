@@ -1,6 +1,7 @@
 // Attention bench: decode (8 sequences x 512 context, H=14, KV=2, D=64) in GB/s of K/V read, the tiled kernel's
-// split-KV and the rows kernel against the tiled kernel in one chunk per sequence; causal prefill forward at T=256 in
-// GFLOP/s for every kernel family (tiled, rows, and lanes where the device has subgroups). Outputs are verified first.
+// split-KV, the rows kernel and (with subgroups) the lanes kernel against the tiled kernel in one chunk per
+// sequence; causal prefill forward at T=256 in GFLOP/s for every kernel family (tiled, rows, and lanes where the
+// device has subgroups). Outputs are verified first.
 import type { Gpu, Recorder } from "@webart/gpu";
 import {
   ATTENTION_VARIANTS,
@@ -81,6 +82,8 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
   const one = await timeDecode("tiled", 1);
   const auto = await timeDecode("tiled");
   const rows = await timeDecode("rows");
+  // The lanes kernel (a token's keys split over a subgroup's lanes), where the device has subgroups.
+  const lanes = lanesWidth(gpu, D) !== undefined ? await timeDecode("lanes") : undefined;
   const gbps = (ms: number) => bytes / (ms * 1e6);
   const id = `attention.decode.f32.b${B}_t${len}`;
   const chosen = attentionVariant(gpu, D, "decode", ctx.tuning?.attention);
@@ -97,6 +100,14 @@ export const attentionSuite: Suite = async (ctx: BenchContext): Promise<BenchRes
     row("tiled", auto.ms, `${auto.ms.toFixed(2)} ms, split=${auto.used}${chosen === "tiled" ? ", chosen here" : ""}`),
     row("rows", rows.ms, `${rows.ms.toFixed(2)} ms${chosen === "rows" ? ", chosen here" : ""}`),
   );
+  if (lanes)
+    results.push(
+      row(
+        "lanes",
+        lanes.ms,
+        `${lanes.ms.toFixed(2)} ms, split=${lanes.used}${chosen === "lanes" ? ", chosen here" : ""}`,
+      ),
+    );
   Object.values(dec.bufs).forEach((b) => gpu.release(b));
 
   // Prefill: one causal sequence of T tokens; 2 matmuls (q.k and p.v) of 2 D flops per visible (query, key) pair.
