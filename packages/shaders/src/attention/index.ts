@@ -153,9 +153,12 @@ export function chooseTiles(
 }
 const chosen = new WeakMap<Gpu, Map<string, Tiles>>();
 
+/** The divisors of g: the head counts a workgroup can take of a kv-head's g heads. */
+const divisorsOf = (g: number) => [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+
 function pickTiles(gpu: Gpu, kind: TileKind, d: number, g: number, over: Partial<Tiles>, profile: TileProfile): Tiles {
   const { rows, keys } = defaults(kind, d, profile);
-  const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+  const divisors = divisorsOf(g);
   const gh = over.gh ?? Math.max(...divisors.filter((x) => x <= rows));
   const t: Tiles = {
     gh,
@@ -260,7 +263,7 @@ function pickLanesTiles(gpu: Gpu, kind: LanesKind, d: number, g: number, over: P
   const { maxComputeInvocationsPerWorkgroup: maxWg, maxComputeWorkgroupStorageSize: maxBytes } = gpu.limits;
   const threads = Math.min(maxWg, 256);
   const d4 = d / 4;
-  const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+  const divisors = divisorsOf(g);
   let t: LanesTiles;
   if (kind === "dkv") {
     const perToken = (gh: number) => gh * (32 * d4 + 8); // q and do rows, lse and Di
@@ -331,7 +334,7 @@ function pickDecodeLanes(gpu: Gpu, d: number, g: number, over: Partial<DecodeLan
   const p = over.p ?? Math.min(width!, 4);
   const s = over.s ?? Math.max(1, Math.min(8, Math.floor(sg / p)));
   const threads = Math.min(gpu.limits.maxComputeInvocationsPerWorkgroup, 256);
-  const divisors = [...Array(g).keys()].map((i) => i + 1).filter((x) => g % x === 0);
+  const divisors = divisorsOf(g);
   const gh = over.gh ?? Math.max(...divisors.filter((x) => x * s * p <= threads), 1);
   const pow2 = (x: number) => x >= 1 && (x & (x - 1)) === 0;
   const problems = [

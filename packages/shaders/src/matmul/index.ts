@@ -8,6 +8,7 @@ import regblockCode from "./register_blocked.wgsl";
 import tiledCode from "./tiled.wgsl";
 import wideCode from "./wide.wgsl";
 import absmaxCode from "./absmax.wgsl";
+import { relMaxDiff } from "../util/diff.ts";
 import {
   COOP_STAGINGS,
   coopBlock,
@@ -277,13 +278,7 @@ export async function coopDiff(gpu: Gpu, a: CoopChoice, b: CoopChoice, bDtype: W
       for (const r of reads) r.catch(() => {}); // a failed submit rejects them too: awaited below only on success
       await rec.submit();
       const [x, y] = (await Promise.all(reads)).map((r) => new Float32Array(r));
-      let scale = 0;
-      let d = 0;
-      for (let i = 0; i < x.length; i++) {
-        scale = Math.max(scale, Math.abs(x[i]));
-        d = Math.max(d, Math.abs(x[i] - y[i]));
-      }
-      worst = Math.max(worst, Number.isNaN(d) || !(scale > 0) ? Infinity : d / scale);
+      worst = Math.max(worst, relMaxDiff(x, y));
     } catch {
       worst = Infinity;
     } finally {

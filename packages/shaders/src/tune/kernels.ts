@@ -27,6 +27,7 @@ import { ROW_THREADS, type RowTuning } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
 import { tune, type TuneOptions } from "./index.ts";
+import { relMaxDiff } from "../util/diff.ts";
 
 /** Every tuned kernel's choice for one model shape on one device; each op owns the type of its part. */
 export interface KernelTuning {
@@ -361,15 +362,8 @@ export async function lanesAgree(
     for (const r of reads.flat()) r.catch(() => {}); // a failed submit rejects them too
     await rec.submit();
     const [x, y] = await Promise.all(reads.map((r) => Promise.all(r)));
-    for (let j = 0; j < sizes.length; j++) {
-      const [a, c] = [new Float32Array(x[j]), new Float32Array(y[j])];
-      let [scale, diff] = [0, 0];
-      for (let i = 0; i < a.length; i++) {
-        scale = Math.max(scale, Math.abs(a[i]));
-        diff = Math.max(diff, Math.abs(a[i] - c[i]));
-      }
-      worst = Math.max(worst, Number.isNaN(diff) || !(scale > 0) ? Infinity : diff / scale);
-    }
+    for (let j = 0; j < sizes.length; j++)
+      worst = Math.max(worst, relMaxDiff(new Float32Array(x[j]), new Float32Array(y[j])));
   } catch {
     worst = Infinity;
   } finally {
