@@ -179,7 +179,7 @@ describe("device layer on Dawn", () => {
     expect(new Params().bytes().byteLength).toBe(16);
     // Written into a used chunk: the padding is zeroed, the words around are kept.
     const chunk = new Uint32Array(16).fill(0xdead);
-    p.write(chunk, new Int32Array(chunk.buffer), new Float32Array(chunk.buffer), 4);
+    p.write(chunk, 4);
     expect([...chunk.subarray(0, 4)]).toEqual([0xdead, 0xdead, 0xdead, 0xdead]);
     expect([...chunk.subarray(8, 12)]).toEqual([9, 0, 0, 0]);
     expect(chunk[12]).toBe(0xdead);

@@ -323,6 +323,20 @@ export class Gpu {
     this.scopes.delete(s);
   }
 
+  /** Host memory of uniform chunks whose data was written (Recorder): reused, so a step does not allocate and zero
+   *  64 KiB for its uniforms. */
+  private hostChunks: Uint32Array<ArrayBuffer>[] = [];
+
+  /** @internal A uniform chunk's host memory (Recorder), not zeroed. */
+  _hostChunk(): Uint32Array<ArrayBuffer> {
+    return this.hostChunks.pop() ?? new Uint32Array(UNIFORM_CHUNK / 4);
+  }
+
+  /** @internal Gives a chunk's host memory back once its data has been written to the device. */
+  _hostChunkBack(u: Uint32Array<ArrayBuffer>): void {
+    if (this.hostChunks.length < 16) this.hostChunks.push(u);
+  }
+
   release(...bufs: (GPUBuffer | undefined)[]): void {
     for (const b of bufs) if (b) this.pool.release(b);
   }
@@ -535,14 +549,7 @@ export class GpuScope {
 export class Recorder {
   private encoder: GPUCommandEncoder;
   private pass?: GPUComputePassEncoder;
-  private chunks: {
-    buf: GPUBuffer;
-    data: Uint8Array<ArrayBuffer>;
-    u: Uint32Array;
-    i: Int32Array;
-    f: Float32Array;
-    used: number;
-  }[] = [];
+  private chunks: { buf: GPUBuffer; data: Uint8Array<ArrayBuffer>; u: Uint32Array<ArrayBuffer>; used: number }[] = [];
   /** minUniformBufferOffsetAlignment (a native getter: read once). */
   private align: number;
   private reads: {
@@ -574,19 +581,12 @@ export class Recorder {
     let c = this.chunks[this.chunks.length - 1];
     if (!c || c.used + size > UNIFORM_CHUNK) {
       const buf = this.gpu.pool.acquire(UNIFORM_CHUNK, 0x40 | 0x08 /* UNIFORM | COPY_DST */, "uniforms");
-      const data = new ArrayBuffer(UNIFORM_CHUNK);
-      c = {
-        buf,
-        data: new Uint8Array(data),
-        u: new Uint32Array(data),
-        i: new Int32Array(data),
-        f: new Float32Array(data),
-        used: 0,
-      };
+      const u = this.gpu._hostChunk();
+      c = { buf, data: new Uint8Array(u.buffer), u, used: 0 };
       this.chunks.push(c);
     }
     const offset = c.used;
-    params.write(c.u, c.i, c.f, offset / 4);
+    params.write(c.u, offset / 4);
     c.used = Math.ceil((offset + size) / this.align) * this.align;
     return { buffer: c.buf, offset, size };
   }
@@ -678,7 +678,7 @@ export class Recorder {
     const gpu = this.gpu;
     if (this.submitted || this.querySet || gpu._submitWaiting) return false;
     this.endPass();
-    for (const c of this.chunks) gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
+    this.writeUniforms();
     gpu.device.pushErrorScope("validation");
     gpu.device.queue.submit([this.encoder.finish()]);
     this.flushScopes.push(gpu.device.popErrorScope());
@@ -691,6 +691,16 @@ export class Recorder {
     return true;
   }
 
+  /** Writes the uniform chunks to their buffers. writeBuffer copies the data, so their host memory goes back to the
+   *  device's spares at once. */
+  private writeUniforms(): void {
+    const gpu = this.gpu;
+    for (const c of this.chunks) {
+      gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
+      gpu._hostChunkBack(c.u);
+    }
+  }
+
   /**
    * Drops a recorder that will not be submitted (its work failed part-way): its uniforms and readback
    * buffers go back to the pool and the pool stops holding releases for it. Its reads never resolve. No-op
@@ -700,7 +710,10 @@ export class Recorder {
     if (this.submitted) return false;
     this.submitted = true;
     this.failed();
-    for (const c of this.chunks) this.gpu.pool.release(c.buf);
+    for (const c of this.chunks) {
+      this.gpu.pool.release(c.buf);
+      this.gpu._hostChunkBack(c.u);
+    }
     for (const r of this.reads) this.gpu.pool.release(r.staging);
     this.querySet?.destroy();
     this.chunks = [];
@@ -723,7 +736,7 @@ export class Recorder {
       this.encoder.resolveQuerySet(this.querySet, 0, n, resolveBuf, 0);
       this.encoder.copyBufferToBuffer(resolveBuf, 0, stampStaging, 0, n * 8);
     }
-    for (const c of this.chunks) gpu.device.queue.writeBuffer(c.buf, 0, c.data, 0, c.used);
+    this.writeUniforms();
     gpu.device.pushErrorScope("validation");
     let scope: Promise<GPUError | null> | undefined;
     try {

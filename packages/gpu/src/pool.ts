@@ -3,9 +3,10 @@
 /** Sizes are rounded up to a bucket so freed buffers are reused by similar requests. */
 export function bucketSize(bytes: number): number {
   const b = Math.max(16, Math.ceil(bytes / 4) * 4);
-  if (b <= 4096) return 2 ** Math.ceil(Math.log2(b));
+  // Powers of two by counting leading zeros (every buffer a step acquires comes here).
+  if (b <= 4096) return 2 ** (32 - Math.clz32(b - 1));
   // Above 4 KiB: quarter-power-of-two steps, so at most 25% is wasted.
-  const p = 2 ** Math.floor(Math.log2(b));
+  const p = b < 2 ** 31 ? 2 ** (31 - Math.clz32(b)) : 2 ** Math.floor(Math.log2(b));
   const step = p / 4;
   return Math.ceil(b / step) * step;
 }

@@ -580,6 +580,43 @@ describe("a step that fails part-way", () => {
   });
 });
 
+describe("ModelRunner.encodeOnly", () => {
+  it("records a step without running it: no buffer stays live, the cache is untouched, the next step is the same", async () => {
+    const model = await load("llama-tiny");
+    const gpu = model.gpu;
+    const spec = (row: number, step: number) => ({
+      row,
+      temperature: 0,
+      topK: 0,
+      topP: 1,
+      seed: 1,
+      step,
+      stream: row,
+      mask: null,
+      top: 0,
+    });
+    const run = async (dry: number) => {
+      const runner = new ModelRunner(model, 2, 16);
+      try {
+        const prompt = { ids: Uint32Array.from([5, 9, 2, 7]), slots: Uint32Array.from([0, 0, 1, 1]) };
+        const first = await runner.step({ ...prompt, pos: Uint32Array.from([0, 1, 0, 1]) }, [spec(1, 0), spec(3, 0)]);
+        const next = { ids: first.ids, slots: Uint32Array.from([0, 1]), pos: Uint32Array.from([2, 2]) };
+        const live = gpu.pool.stats.liveBytes;
+        for (let i = 0; i < dry; i++) expect(runner.encodeOnly(next, [spec(0, 1), spec(1, 1)])).toBeGreaterThan(0);
+        expect(gpu.pool.stats.liveBytes).toBe(live);
+        return await runner.step(next, [spec(0, 1), spec(1, 1)]);
+      } finally {
+        runner.kv.dispose();
+      }
+    };
+    const plain = await run(0);
+    const after = await run(3);
+    expect([...after.ids]).toEqual([...plain.ids]);
+    expect([...after.logprobs]).toEqual([...plain.logprobs]);
+    expect(gpu.errors).toEqual([]);
+  });
+});
+
 describe("tensors over the storage-binding limit", () => {
   it("splits the embedding and the untied LM head across bindings and still matches PyTorch", async () => {
     // 40 KB bindings: qwen3-tiny's (310, 64) f32 embedding (79 KB) and LM head split in 2-3 shards each.

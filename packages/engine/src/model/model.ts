@@ -913,10 +913,10 @@ export class Model {
     const o = buf(N * H * D, "o");
     const lse = buf(N * H, "lse");
     const bufs = { q, slotPos: attend.slotPos, k: kv.k[l], v: kv.v[l], o, lse };
-    const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale: c.attnScale, window };
-    if (attend.decode)
-      attentionDecode(gpu, rec, bufs, { ...dims, maxLen: attend.maxLen }, { tuning: this.tuning.attention });
-    else attentionForward(gpu, rec, bufs, dims, { maxLen: attend.maxLen, tuning: this.tuning.attention });
+    const maxLen = attend.maxLen;
+    const dims = { n: N, h: H, kv: KV, d: D, slots: kv.slots, tmax: kv.tmax, scale: c.attnScale, window, maxLen };
+    if (attend.decode) attentionDecode(gpu, rec, bufs, dims, { tuning: this.tuning.attention });
+    else attentionForward(gpu, rec, bufs, dims, { maxLen, tuning: this.tuning.attention });
     gpu.release(q, lse);
     // Residual: x += o·Woᵀ (+ LoRA); Gemma: x + norm(o·Woᵀ), on a new buffer.
     let xMid = x;

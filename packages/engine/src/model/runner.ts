@@ -76,6 +76,28 @@ export class ModelRunner implements StepModel {
   }
 
   /**
+   * The host's time in ms to record one step over these tokens and samples, without running it: the recorder is
+   * dropped unsubmitted (the step's small uploads still reach the queue; nothing reads them). For the bench, which
+   * times it back to back to measure the encode's own cost apart from the slower start of a host that waited.
+   */
+  encodeOnly(tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): number {
+    const gpu: Gpu = this.model.gpu;
+    const rec = gpu.recorder();
+    const ids = gpu.upload(tokens.ids);
+    try {
+      const t0 = performance.now();
+      const e = this.encode(rec, ids, tokens, samples);
+      const ms = performance.now() - t0;
+      for (const p of [e?.ids, e?.logprobs, e?.logits, e?.forward]) p?.catch(() => {}); // they never settle
+      if (e?.rec && e.rec !== rec) e.rec.abandon();
+      return ms;
+    } finally {
+      rec.abandon();
+      gpu.release(ids);
+    }
+  }
+
+  /**
    * `steps` decode steps in a row for a batch of sequences that each feed one token and sample every row in order,
    * without masks or top logprobs: step j feeds the ids step j - 1 sampled, which stay on the device (no readback
    * between steps), at positions pos + j, sampling with step s.step + j. Each step is submitted as soon as it is

@@ -180,7 +180,8 @@ function maxRows(gpu: Gpu, variant: MatvecVariant, gated: boolean): number {
   return MT;
 }
 const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
-const specs = new Map<string, KernelSpec>();
+const specs = new Map<number, KernelSpec>();
+const VARIANT_KIND: Record<MatvecVariant, number> = { subgroup: 0, workgroup: 1, stream: 2, columns: 3 };
 
 /** A variant's kernel; `T` is the stream variant's threads a column (streamThreads). */
 export function matvecSpec(
@@ -192,7 +193,13 @@ export function matvecSpec(
   T = 32,
   ropeP = 0,
 ): KernelSpec {
-  const key = `${variant}.${wDtype}.${MT}.${norm}.${gated}.${variant === "stream" ? T : 0}.${ropeP}`;
+  // A number, not a string: a decode step looks up ~100 of these.
+  const key =
+    (((((VARIANT_KIND[variant] * 3 + W_KIND[wDtype]) * 64 + MT) * 2 + (norm ? 1 : 0)) * 3 + (gated ? GATE[gated] : 0)) *
+      512 +
+      (variant === "stream" ? T : 0)) *
+      256 +
+    ropeP;
   let s = specs.get(key);
   if (!s) {
     const o = {
@@ -481,12 +488,17 @@ function checkRope(
   gatedOrAccumulate: boolean,
 ): void {
   const { heads: H, kvHeads: KV, headDim: D, slots, tmax } = rp;
-  for (const [k, v] of Object.entries(rp)) positive(`rope.${k}`, v);
+  positive("rope.heads", H);
+  positive("rope.kvHeads", KV);
+  positive("rope.headDim", D);
+  positive("rope.slots", slots);
+  positive("rope.tmax", tmax);
   if (D % 2 !== 0) throw new Error(`matvec: RoPE needs an even head dim (${D})`);
   if (gatedOrAccumulate) throw new Error("matvec: RoPE is for the q|k|v projection: not gated, not accumulating");
-  const rows = segs.map((s) => s.rows).join(", ");
-  if (segs.length !== 3 || segs[0].rows !== H * D || segs[1].rows !== KV * D || segs[2].rows !== KV * D)
+  if (segs.length !== 3 || segs[0].rows !== H * D || segs[1].rows !== KV * D || segs[2].rows !== KV * D) {
+    const rows = segs.map((s) => s.rows).join(", ");
     throw new Error(`matvec: RoPE needs segments q, k, v of ${H * D}, ${KV * D}, ${KV * D} rows (got ${rows})`);
+  }
   if (!matvecRopeFits(gpu))
     throw new Error(
       `matvec: RoPE binds ${ROPE_STORAGE_BUFFERS} storage buffers; this device allows ` +
