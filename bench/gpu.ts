@@ -38,7 +38,7 @@ import {
   lanesWidth,
 } from "@webart/shaders";
 import { matmulReference, matvecReference } from "@webart/shaders/reference";
-import { AHEAD, aheadResult, decodeRun, nativeEncodeMs, sampleSpec } from "./generate.ts";
+import { AHEAD, aheadResult, decodeRun, hotEncodeMs, nativeEncodeMs, sampleSpec } from "./generate.ts";
 import { timeGpu, type BenchContext, type BenchResult, type Suite } from "./harness.ts";
 import { configJson, randomModelFiles } from "./models.ts";
 
@@ -532,9 +532,12 @@ async function oneModel(
         const r = await decodeRun(gpu, engine.model, b, 16, small ? 3 : 16, 0, small ? 1 : 4);
         if (b === 1) base = r.decode;
         if (b === 32) b32 = r.decode;
-        // The floor of the host's share: the step's Dawn calls alone, replayed.
+        // The floor of the host's share: the step's Dawn calls alone, replayed; and the encode's own cost, back to back.
         const floor =
-          b === 1 ? `; the step's Dawn calls alone ${(await nativeEncodeMs(gpu, engine.model, 1)).toFixed(2)} ms` : "";
+          b === 1
+            ? `; the step's Dawn calls alone ${(await nativeEncodeMs(gpu, engine.model, 1)).toFixed(2)} ms, ` +
+              `its encode back to back ${(await hotEncodeMs(gpu, engine.model, 1)).toFixed(2)} ms`
+            : "";
         out.push({
           id: `gpu.${name}.decode.b${b}`,
           value: r.decode,
