@@ -37,6 +37,7 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     gpu.profile.clear();
   };
   let engineSteps = 0;
+  const calls = { rounds: 0, runs: 0 };
   const steps = ctx.quick ? 1 : 3;
   const groups = 2;
   const size = ctx.quick ? 4 : 8;
@@ -62,10 +63,13 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
   for (let s = 0; s < steps; s++) {
     gpu.profile.clear();
     const steps0 = scheduler.stats.steps;
+    const st0 = { ...scheduler.stats };
     const t0 = performance.now();
     const gs = await rollouts(s);
     sum.rollout += (performance.now() - t0) / 1000;
     engineSteps += scheduler.stats.steps - steps0;
+    calls.rounds += scheduler.stats.rounds - st0.rounds;
+    calls.runs += scheduler.stats.decodeRuns - st0.decodeRuns;
     takeProfile(profiles.rollout);
     const r = await model.train(gs, { learningRate: 1e-4 });
     takeProfile(profiles.training);
@@ -102,6 +106,13 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     value: engineSteps / steps,
     unit: "steps",
     note: `a step's ${groups * size} games, batched; ${((1000 * sum.rollout) / engineSteps).toFixed(0)} ms an engine step`,
+  });
+  out.push({
+    id: "train.rollout.rounds",
+    value: calls.rounds / steps,
+    unit: "rounds",
+    vs: { id: "train.rollout.engine_steps", ratio: calls.rounds / engineSteps },
+    note: `the model's calls a step (each waits on one readback): single steps, and ${(calls.runs / steps).toFixed(1)} runs of up to 8 steps`,
   });
   for (const [phase, m] of Object.entries(profiles)) {
     const total = [...m.values()].reduce((a, b) => a + b, 0);

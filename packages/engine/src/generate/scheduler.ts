@@ -124,8 +124,9 @@ export class Scheduler implements Generator {
   private readonly decodeAhead: number;
   private closed = false;
   /** A decode run (decodeRuns: runs of more than one step) counts each step whose tokens were kept in steps, and
-   *  the steps after every sequence of it stopped in stepsDropped. */
-  stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0, decodeRuns: 0, stepsDropped: 0 };
+   *  the steps after every sequence of it stopped in stepsDropped. rounds: the model's calls, a step or a run each
+   *  (each waits on one readback). */
+  stats = { steps: 0, tokensFed: 0, tokensSampled: 0, cacheHits: 0, decodeRuns: 0, stepsDropped: 0, rounds: 0 };
 
   constructor(
     private model: StepModel,
@@ -347,6 +348,7 @@ export class Scheduler implements Generator {
           ahead,
         );
         this.stats.decodeRuns++;
+        this.stats.rounds++;
         runs.forEach((res, j) => {
           if (sampled.every((s) => s.finish)) this.stats.stepsDropped++;
           else this.stats.steps++;
@@ -370,6 +372,7 @@ export class Scheduler implements Generator {
         samples,
       );
       this.stats.steps++;
+      this.stats.rounds++;
       this.stats.tokensFed += ids.length;
       this.stats.tokensSampled += samples.length;
       sampled.forEach((s, i) => this.accept(s, res.ids[i], res.logprobs[i], res.top?.[i]));

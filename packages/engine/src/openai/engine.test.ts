@@ -527,6 +527,12 @@ it("free text decodes 8 steps in a row with the tokens and logprobs of one step 
     expect(ahead.scheduler.stats.steps).toBe(single.scheduler.stats.steps);
     expect(ahead.scheduler.stats.stepsDropped).toBeGreaterThan(0);
     expect(single.scheduler.stats.stepsDropped).toBe(0);
+    // Each run waits on one readback: a call of the model, as a single step is.
+    expect(single.scheduler.stats.rounds).toBe(single.scheduler.stats.steps);
+    const { steps, stepsDropped, decodeRuns, rounds } = ahead.scheduler.stats;
+    expect(rounds).toBeLessThan(steps / 2);
+    expect(rounds).toBeGreaterThan(decodeRuns);
+    expect(steps + stepsDropped).toBeGreaterThan(rounds + 4 * decodeRuns); // runs of more than 5 steps on average
   } finally {
     await Promise.all([ahead.close(), single.close()]);
   }
