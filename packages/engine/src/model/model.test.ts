@@ -454,6 +454,19 @@ describe("an adapter merged into 16-bit weights", () => {
   });
 });
 
+/** A greedy sample of `row` at sample step `step`, on the row's own stream. */
+const greedySpec = (row: number, step: number) => ({
+  row,
+  temperature: 0,
+  topK: 0,
+  topP: 1,
+  seed: 1,
+  step,
+  stream: row,
+  mask: null,
+  top: 0,
+});
+
 describe("part-way submits (Model.submitLayers)", () => {
   it("give one submit's logits and samples, on a fresh device, with an adapter merged in, and in a decode run", async () => {
     // Three layers with sandwich norms; every layer submitted apart (k = 1), first on a fresh device (new pipelines),
@@ -496,17 +509,7 @@ describe("part-way submits (Model.submitLayers)", () => {
     expect(one.flushes).toEqual([0, 0, 0, 0]);
     for (const [i, o] of one.out.entries()) expect(parts.out[i]).toEqual(o);
     // A decode run (steps submitted without waiting for the one before) against single steps, greedy.
-    const spec = (row: number, step: number) => ({
-      row,
-      temperature: 0,
-      topK: 0,
-      topP: 1,
-      seed: 1,
-      step,
-      stream: row,
-      mask: null,
-      top: 0,
-    });
+    const spec = greedySpec;
     const decode = async (k: number, run: boolean) => {
       model.submitLayers = k;
       const runner = new ModelRunner(model, 2, 32);
@@ -584,17 +587,7 @@ describe("ModelRunner.encodeOnly", () => {
   it("records a step without running it: no buffer stays live, the cache is untouched, the next step is the same", async () => {
     const model = await load("llama-tiny");
     const gpu = model.gpu;
-    const spec = (row: number, step: number) => ({
-      row,
-      temperature: 0,
-      topK: 0,
-      topP: 1,
-      seed: 1,
-      step,
-      stream: row,
-      mask: null,
-      top: 0,
-    });
+    const spec = greedySpec;
     const run = async (dry: number) => {
       const runner = new ModelRunner(model, 2, 16);
       try {
