@@ -16,12 +16,14 @@ import lanesDqMain from "./lanes_backward.wgsl";
 import lanesDkvMain from "./lanes_backward_dkv.wgsl";
 import lanesDecodeCode from "./lanes_decode.wgsl";
 import lanes from "./lanes.wgsl";
+import lanesKv from "./lanes_kv.wgsl";
 import { isCpuDevice } from "@webart/gpu";
 
-/** The kernels with the parts they share: passes over a block's tokens (forward), sums across lanes (lanes). */
+/** The kernels with the parts they share: passes over a block's tokens (forward), sums across lanes (lanes), the
+ *  K/V tile of the lanes forward and dq (lanesKv). */
 const forwardCode = forwardMain + passes;
-const lanesForwardCode = lanesForwardMain + passes + lanes;
-const lanesDqCode = lanesDqMain + lanes;
+const lanesForwardCode = lanesForwardMain + passes + lanes + lanesKv;
+const lanesDqCode = lanesDqMain + lanes + lanesKv;
 const lanesDkvCode = lanesDkvMain + lanes;
 
 /**

@@ -64,18 +64,7 @@ fn attention_backward_dq_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(local
   let kEnd = min(t0 + BQ, p.t);
   for (var k0 = kStart; k0 < kEnd; k0 += BK) {
     workgroupBarrier(); // the previous tile is consumed
-    for (var e = tid; e < BK * D4; e += WG) {
-      let key = k0 + e / D4;
-      var x = vec4f(0.0);
-      var y = vec4f(0.0);
-      if (key < kEnd) {
-        let at = ((b * p.t + key) * p.kv + kvh) * D4 + e % D4;
-        x = k[at];
-        y = v[at];
-      }
-      ks[e] = x;
-      vs[e] = y;
-    }
+    stageKv(b * p.t, k0, kEnd, kvh, tid);
     workgroupBarrier();
     for (var j = 0u; j < BK; j++) {
       var s = 0.0;

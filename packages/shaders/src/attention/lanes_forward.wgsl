@@ -13,8 +13,8 @@ struct Params { n: u32, h: u32, kv: u32, slots: u32, tmax: u32, nsplit: u32, chu
 @group(0) @binding(0) var<uniform> p: Params;
 @group(0) @binding(1) var<storage, read> q: array<vec4f>; // (N, H, D)
 @group(0) @binding(2) var<storage, read> slotPos: array<u32>; // (N, 2)
-@group(0) @binding(3) var<storage, read> kc: array<vec4f>; // (S, Tmax, KV, D)
-@group(0) @binding(4) var<storage, read> vc: array<vec4f>; // (S, Tmax, KV, D)
+@group(0) @binding(3) var<storage, read> k: array<vec4f>; // the K cache (S, Tmax, KV, D)
+@group(0) @binding(4) var<storage, read> v: array<vec4f>; // the V cache (S, Tmax, KV, D)
 @group(0) @binding(5) var<storage, read_write> o: array<vec4f>; // (N, H, D)
 @group(0) @binding(6) var<storage, read_write> lse: array<f32>; // (N, H)
 
@@ -67,18 +67,7 @@ fn attention_forward_lanes(@builtin(workgroup_id) wid: vec3u, @builtin(local_inv
     for (var c = 0u; c < NV; c++) { acc[c] = vec4f(0.0); }
     for (var k0 = kb; k0 < ke; k0 += BK) {
       workgroupBarrier(); // the previous tile is consumed
-      for (var e = tid; e < BK * D4; e += WG) {
-        let key = k0 + e / D4;
-        var x = vec4f(0.0);
-        var y = vec4f(0.0);
-        if (key < ke) {
-          let at = ((slot * p.tmax + key) * p.kv + kvh) * D4 + e % D4;
-          x = kc[at];
-          y = vc[at];
-        }
-        ks[e] = x;
-        vs[e] = y;
-      }
+      stageKv(slot * p.tmax, k0, ke, kvh, tid);
       workgroupBarrier();
       var mx = m;
       for (var j = 0u; j < BK; j++) {
