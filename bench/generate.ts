@@ -2,7 +2,8 @@
 // ~1M and ~20M parameters, and a Qwen2.5-0.5B-shaped model with random bf16 weights (load, a few decode
 // steps at batch 1 and 8, the engine's memory accounting against weights + KV cache). Also the compute
 // dispatches of a decode step (batch 1 and 8, with and without a LoRA adapter) and of a GRPO step per trained
-// token, for the embedded model's shape and the Qwen2.5-0.5B one: counts, which do not depend on load.
+// token, for the embedded model's shape, Qwen2.5-0.5B's and Qwen3-0.6B's (per-head q/k norms): counts, which do not
+// depend on load.
 import { readFileSync } from "node:fs";
 import type { Gpu } from "@webart/gpu";
 import {
@@ -157,8 +158,8 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
       advantage: s ? 1 : -1,
       coef: 1 / T,
     }));
-    const grads = async (fuse: boolean) => {
-      [model.fuseGateUp, model.fuseQkv] = [fuse, fuse];
+    const grads = async (gateUp: boolean, qkv: boolean) => {
+      [model.fuseGateUp, model.fuseQkv] = [gateUp, qkv];
       try {
         const r = await accumulateGradients(model, seqs, {
           loss: "ppo",
@@ -174,8 +175,9 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
         [model.fuseGateUp, model.fuseQkv] = [true, true];
       }
     };
-    const apart = await grads(false);
-    const g = await grads(true);
+    const apart = await grads(false, false);
+    const qkvApart = await grads(true, false);
+    const g = await grads(true, true);
     const opt = await optimizerStep(
       model,
       { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 },
@@ -192,7 +194,7 @@ async function dispatchCounts(gpu: Gpu, model: Model, id: string): Promise<Bench
       id: `dispatches.${id}.grpo.per_trained_token`,
       value: perToken(g.dispatches),
       unit: "dispatches",
-      note: `${g.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens: 2 sequences x ${T}, one micro-batch`,
+      note: `${g.dispatches} + ${opt.dispatches} (optimizer) for ${g.trainedTokens} trained tokens: 2 sequences x ${T}, one micro-batch; ${perToken(qkvApart.dispatches).toFixed(2)} with q, k and v apart (gate|up fused)`,
     });
   } finally {
     model.lora = undefined;
@@ -541,6 +543,14 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
         },
       );
     }
+    model.dispose();
+    gpu.pool.trim();
+  }
+  {
+    // Qwen3-0.6B's 28 layers and structure (per-head q/k norms, no biases) at narrow widths: its dispatches.
+    const c = parseConfig(narrowConfig("qwen3-0.6b", 1024));
+    const model = new Model(gpu, c, await uploadWeights(gpu, c, randomTensors(c, false)));
+    out.push(...(await dispatchCounts(gpu, model, "qwen3_layers")));
     model.dispose();
     gpu.pool.trim();
   }

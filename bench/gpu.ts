@@ -157,6 +157,58 @@ async function tensorCoresBackward(
 }
 
 /**
+ * Models with per-head q/k norms (Qwen3, Gemma 3): the GRPO step with q, k and v as three products, their norms and
+ * RoPE apart (Model.fuseQkv off, as training ran them until 2026-11-28), against one product with the norms in
+ * ropeQkv (the default), rounds alternating; and the two's LoRA gradients on one batch.
+ */
+async function qkvApart(
+  ctx: BenchContext,
+  engine: Engine,
+  id: string,
+  o: Parameters<typeof measureGrpoStep>[1],
+  out: BenchResult[],
+): Promise<void> {
+  const model = engine.model;
+  if (!model.config.qkNorm) return;
+  try {
+    const ms = { apart: Infinity, fused: Infinity };
+    const use = (f: keyof typeof ms) => void (model.fuseQkv = f === "fused");
+    for (const f of ["apart", "fused"] as const) {
+      use(f);
+      await measureGrpoStep(engine, o); // compiles
+    }
+    for (let round = 0; round < 2; round++)
+      for (const f of ["apart", "fused"] as const) {
+        use(f);
+        ms[f] = Math.min(ms[f], (await measureGrpoStep(engine, o)).ms);
+      }
+    const lora = model.lora!;
+    lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
+    use("apart");
+    const ref = (await loraGradients(engine, o)).grads;
+    use("fused");
+    const got = (await loraGradients(engine, o)).grads;
+    let [dd, rr] = [0, 0];
+    for (let i = 0; i < ref.length; i++) [dd, rr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2];
+    const rel = Math.sqrt(dd / rr);
+    out.push({
+      id: `${id}.qkv_apart`,
+      value: ms.apart / 1000,
+      unit: "s",
+      vs: { id: "q|k|v as one product, norms in ropeQkv", ratio: ms.apart / ms.fused },
+      note: `GRPO step with q, k and v as three products and their norms apart; ratio: over one product (${(ms.fused / 1000).toFixed(3)} s), rounds alternating; LoRA gradients one product vs apart: relative L2 ${rel.toExponential(2)}`,
+    });
+    ctx.log(
+      `${id} q|k|v apart ${(ms.apart / 1000).toFixed(3)} s, one product ${(ms.fused / 1000).toFixed(3)} s; LoRA gradients: relative L2 ${rel.toExponential(2)}`,
+    );
+  } catch (e) {
+    ctx.log(`${id} q|k|v apart: failed: ${(e as Error).message}`);
+  } finally {
+    model.fuseQkv = true;
+  }
+}
+
+/**
  * The GRPO step and a prefill (PB prompts of PT tokens) with training's attention as the tiled family and as the lanes family (where
  * the device has subgroups), rounds alternating, everything else as tuned; the LoRA gradients of one batch with
  * lanes against tiled. Start-up tuning's choice is in the note.
@@ -736,6 +788,7 @@ async function oneModel(
       );
       if (cores) await tensorCoresBackward(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, m.ms, out);
       model.tensorCoresBackward = cores; // the engine's default
+      await qkvApart(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, out);
       await attentionFamilies(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, [PB, PT], out);
     } finally {
       await engine.close();

@@ -202,9 +202,11 @@ describe.each([
     const biases =
       !L.qBias ||
       (L.kBias!.offset === L.qBias.offset + L.qBias.length && L.vBias!.offset === L.kBias!.offset + L.kBias!.length);
-    // q|k|v (not with per-head q/k norms): two matmuls and a RoPE in each forward, two matmuls and a RoPE (for the
-    // pack) in backward; LoRA: t·Bᵀ one dispatch instead of 3 (twice), backward's dt and dB one each instead of 3.
-    expect(gateUp.dispatches - both.dispatches).toBe(model.config.qkNorm || !biases ? 0 : (9 + 2 * 2 + 4) * layers);
+    // q|k|v: two matmuls and a RoPE in each forward, two matmuls and a RoPE (for the pack) in backward; LoRA: t·Bᵀ
+    // one dispatch instead of 3 (twice), backward's dt and dB one each instead of 3. Per-head q/k norms run in ropeQkv
+    // too (two fewer in each forward), and their two backwards in one.
+    const norms = model.config.qkNorm ? 2 * 2 + 1 : 0;
+    expect(gateUp.dispatches - both.dispatches).toBe(biases ? (9 + 2 * 2 + 4 + norms) * layers : 0);
     for (const got of [gateUp, both]) {
       let [diff, norm] = [0, 0];
       for (let i = 0; i < got.grads.length; i++) {

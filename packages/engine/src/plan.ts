@@ -166,19 +166,22 @@ function gateUpFused(c: ModelConfig, weightBytes: number): boolean {
   return (c.intermediateSize * c.hiddenSize * weightBytes) % SEGMENT_ALIGN === 0;
 }
 
-/** Whether q, k and v run as one product (model.ts `qkvProduct`): the weights (and biases) back to back, as the
- *  loader places them when each fills whole 256-byte blocks, and no per-head q/k norms unless for `inference`. */
-function qkvFused(c: ModelConfig, weightBytes: number, inference = false): boolean {
+/** Whether q, k and v run as one product (model.ts `qkvProduct`, per-head q/k norms included: LoRA training and
+ *  inference): the weights (and biases) back to back, as the loader places them when each fills whole 256-byte
+ *  blocks. */
+function qkvFused(c: ModelConfig, weightBytes: number): boolean {
   const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D } = c;
   const whole = (bytes: number) => bytes % SEGMENT_ALIGN === 0;
   const biases = !c.qkvBias || (whole(H * D * 4) && whole(KV * D * 4));
-  return (inference || !c.qkNorm) && whole(H * D * C * weightBytes) && whole(KV * D * C * weightBytes) && biases;
+  return whole(H * D * C * weightBytes) && whole(KV * D * C * weightBytes) && biases;
 }
 
 /** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
 function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number, weightBytes: number): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
-  const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV) : 0;
+  // Per-head q/k norms: the q|k|v product they read (fused), or q and k before them and their rstd.
+  const qkApart = f(N * H * D) + f(N * KV * D) + f(N * H) + f(N * KV);
+  const qk = c.qkNorm ? (qkvFused(c, weightBytes) ? f(N * (H + 2 * KV) * D) : qkApart) : 0;
   const sandwich = c.sandwichNorms ? 2 * f(N * C) + 2 * f(N) : 0; // ao, rstdA, mo, rstdM (Gemma)
   return (
     sandwich +
@@ -225,8 +228,9 @@ function layerGrads(
   const scale = f(513);
   const mlpLora = Math.max(lora(1, Math.max(C, F)), lora(gu, guRows));
   const mlp = f(N * F) + gateUp(c, N, weightBytes) + f(N * C) + mlpLora + branch + scale; // da, dg, du, dh2, LoRA
-  const qk = c.qkNorm ? f(N * H * D) + f(N * KV * D) : 0;
-  const dqkv = qkvFused(c, weightBytes) ? f(N * (H + 2 * KV) * D) : 0; // dq|dk|dv packed for one matmul
+  // dq|dk|dv packed for one matmul (the q/k norms' backward in place on it), or dq and dk before the norms.
+  const dqkv = qkvFused(c, weightBytes) ? f(N * (H + 2 * KV) * D) : 0;
+  const qk = c.qkNorm && !dqkv ? f(N * H * D) + f(N * KV * D) : 0;
   const attn = 2 * f(N * H * D) + 2 * f(N * KV * D) + f(N * H) + qk + f(N * C) + dqkv + attnLora + branch + scale; // do, dq, dk, dv, delta, dh1, LoRA
   return Math.max(mlp, attn);
 }
@@ -261,7 +265,7 @@ function inferencePeak(
   } else {
     const gu = gateUp(c, N, weightBytes);
     const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + gu + f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
-    if (qkvFused(c, weightBytes, true)) {
+    if (qkvFused(c, weightBytes)) {
       // h1, rstd1 and q held through the layer; the packed q|k|v only until ropeQkv has split it (k, v: the cache).
       layer = f(N * C) + f(N) + f(N * H * D) + Math.max(f(N * (H + 2 * KV) * D) + t(3), rest);
     } else {

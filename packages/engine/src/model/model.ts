@@ -27,6 +27,7 @@ import {
   rmsnormBackward,
   ropeBackward,
   ropeBackwardPack,
+  qkNormBackwardPacked,
   ropeForward,
   ropeInvFreq,
   ropeQkv,
@@ -52,14 +53,23 @@ import { freeWeights, oneBuffer, type GpuWeights, type Matrix, type Vector } fro
 /** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
 export type Attend =
   | { kind: "cache"; kv: KvCache; slotPos: GPUBuffer; decode: boolean; maxLen: number }
-  | { kind: "train"; B: number; T: number; slotPos: GPUBuffer };
+  | {
+      kind: "train";
+      B: number;
+      T: number;
+      slotPos: GPUBuffer;
+      /** Full fine-tuning: the per-head q/k norms' weights take gradients, so their products run apart (qkvProduct). */
+      normGrads?: boolean;
+    };
 
 /** What one layer's forward keeps for its backward (training only). */
 interface Saved {
   x: GPUBuffer; // (N, C) layer input
   h1: GPUBuffer; // (N, C)
   rstd1: GPUBuffer; // (N)
-  qPre?: GPUBuffer; // (N, H*D) before q_norm (Qwen3)
+  /** (N, (H + 2 KV) D) the q|k|v product before the per-head q/k norms, where they ran in ropeQkv (qkvProduct). */
+  qkv?: GPUBuffer;
+  qPre?: GPUBuffer; // (N, H*D) before q_norm (Qwen3), where the norms ran apart
   kPre?: GPUBuffer; // (N, KV*D)
   rstdQ?: GPUBuffer; // (N*H)
   rstdK?: GPUBuffer; // (N*KV)
@@ -157,8 +167,9 @@ export class Model {
   /** Training's and prefill's layer runs gate and up as one matmul where their weights sit back to back (gateUp);
    *  off: two, as before (to compare the two). */
   fuseGateUp = true;
-  /** Training's and prefill's layer runs q, k and v as one matmul, then RoPE and the split in one dispatch, where their
-   *  weights sit back to back and there are no per-head q/k norms (qkvProduct); off: three, as before. */
+  /** Training's and prefill's layer runs q, k and v as one matmul, then the per-head q/k norms (where the model has
+   *  them), RoPE and the split in one dispatch, where their weights sit back to back (qkvProduct); off: three, as
+   *  before. */
   fuseQkv = true;
   /** decodeLayer runs RoPE and the KV cache write in the q|k|v matvec's epilogue, where there are no per-head q/k
    *  norms, the device binds enough storage buffers (matvecRopeFits) and start-up tuning found it faster
@@ -536,14 +547,15 @@ export class Model {
     const h1 = buf(N * C, "h1");
     const rstd1 = buf(N, "rstd1");
     this.rmsnorm(rec, { x, w: L.inNorm, y: h1, rstd: rstd1 }, N);
-    const QKV = this.qkvProduct(l, !save && attend.kind === "cache");
+    const QKV = this.qkvProduct(l, attend.kind === "cache" || !attend.normGrads);
     const { invFreq, window } = this.attention(l);
     let q: GPUBuffer, k: GPUBuffer | undefined, v: GPUBuffer | undefined;
     let tQkv: LoraGroupT | undefined;
+    let qkvPre: GPUBuffer | undefined;
     if (QKV) {
-      // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv; inference: after the
-      // per-head q/k norms, where the model has them): q out, and k and v into the KV cache (inference) or into
-      // their own buffers, laid out as a cache of B x T (training).
+      // One matmul over the three weights, then RoPE and the split in one dispatch (ropeQkv, after the per-head q/k
+      // norms where the model has them): q out, and k and v into the KV cache (inference) or into their own
+      // buffers, laid out as a cache of B x T (training). Training keeps the product for the norms' backward.
       const ldq = (H + 2 * KV) * D;
       const qkv = buf(N * ldq, "q|k|v");
       this.linear(rec, h1, QKV.W, qkv, N, QKV.bias);
@@ -558,18 +570,19 @@ export class Model {
       );
       q = buf(N * H * D, "q");
       const dims = { n: N, h: H, kv: KV, d: D, ldq };
+      const norm = c.qkNorm ? { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps } : undefined;
       if (attend.kind === "cache") {
         const kv = attend.kv;
-        const norm = c.qkNorm ? { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps } : undefined;
         const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: kv.k[l], vc: kv.v[l], norm };
         ropeQkv(gpu, rec, b, { ...dims, slots: kv.slots, tmax: kv.tmax }, { tuning: this.tuning.rope });
       } else {
         k = buf(N * KV * D, "k");
         v = buf(N * KV * D, "v");
-        const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: k, vc: v };
+        const b = { qkv, slotPos: attend.slotPos, invFreq, q, kc: k, vc: v, norm };
         ropeQkv(gpu, rec, b, { ...dims, slots: attend.B, tmax: attend.T }, { tuning: this.tuning.rope });
       }
-      gpu.release(qkv);
+      if (save && norm) qkvPre = qkv;
+      else gpu.release(qkv);
     } else {
       q = buf(N * H * D, "q"); // (N, H*D)
       k = buf(N * KV * D, "k"); // (N, KV*D)
@@ -713,6 +726,7 @@ export class Model {
       x,
       h1,
       rstd1,
+      qkv: qkvPre,
       qPre,
       kPre,
       rstdQ,
@@ -750,10 +764,11 @@ export class Model {
   }
 
   /** Layer l's q, k and v weights as one matrix of (H + 2 KV) D rows (and their biases as one vector), where they sit
-   *  back to back in one buffer, for one matmul and ropeQkv (with the per-head q/k norms, for `inference` only: their
-   *  backward needs what ropeQkv does not keep); undefined when fuseQkv is off. */
-  private qkvProduct(l: number, inference = false): { W: Matrix; bias?: Vector } | undefined {
-    if (!this.fuseQkv || (this.config.qkNorm && !inference)) return undefined;
+   *  back to back in one buffer, for one matmul and ropeQkv; with per-head q/k norms only where `norms` (they run in
+   *  ropeQkv then, whose backward gives no gradient for their weights: off for full fine-tuning); undefined when
+   *  fuseQkv is off. */
+  private qkvProduct(l: number, norms: boolean): { W: Matrix; bias?: Vector } | undefined {
+    if (!this.fuseQkv || (this.config.qkNorm && !norms)) return undefined;
     const L = this.weights.layers[l];
     const next = (a: Matrix, b: Matrix) =>
       a.buffer === b.buffer && a.dtype === b.dtype && a.cols === b.cols && b.offset === a.offset + a.rows * a.cols;
@@ -1092,6 +1107,9 @@ export class Model {
     const gpu = this.gpu;
     const c = this.config;
     const lora = this.lora;
+    const normGrads = acts.attend.kind === "train" && !!acts.attend.normGrads;
+    if (weightGrads && this.config.qkNorm && !normGrads)
+      throw new Error("Model.backward: full fine-tuning of q/k norms needs the forward's attend.normGrads");
     if (!weightGrads && !lora?.grads)
       throw new Error("backward: nothing to train (no LoRA gradients and no base weight gradients)");
     const { hiddenSize: C, numHeads: H, numKvHeads: KV, headDim: D, intermediateSize: F } = c;
@@ -1217,14 +1235,20 @@ export class Model {
       );
       const pos = acts.slotPos;
       const dh1 = buf(N * C, "dh1");
-      const QKV = this.qkvProduct(l);
+      const QKV = this.qkvProduct(l, !normGrads);
       if (QKV) {
-        // The forward's ropeQkv backwards: dq and dk rotated back, packed with dv as q|k|v was, then one matmul back
-        // through the three weights; each LoRA term reads its columns.
+        // The forward's ropeQkv backwards: dq and dk rotated back, packed with dv as q|k|v was (then the per-head q/k
+        // norms' backward on them, in place, from the saved product), then one matmul back through the three
+        // weights; each LoRA term reads its columns.
         const ldq = (H + 2 * KV) * D;
         const dqkv = buf(N * ldq, "dq|dk|dv");
-        ropeBackwardPack(gpu, rec, { dq, dk, dv, slotPos: pos, invFreq, dqkv }, { n: N, h: H, kv: KV, d: D, ldq });
+        const dims = { n: N, h: H, kv: KV, d: D, ldq };
+        ropeBackwardPack(gpu, rec, { dq, dk, dv, slotPos: pos, invFreq, dqkv }, dims);
         gpu.release(dq, dk, dv);
+        if (c.qkNorm) {
+          const norm = { q: L.qNorm!, k: L.kNorm!, eps: c.rmsNormEps };
+          qkNormBackwardPacked(gpu, rec, { qkv: s.qkv!, dqkv, norm }, dims, { tuning: this.tuning.rope });
+        }
         this.linearBack(rec, dqkv, QKV.W, dh1, N, false);
         const offsets = [0, H * D, (H + KV) * D];
         loraBackGroup(l, ["q", "k", "v"], s.t.qkv, s.h1, { dy: dqkv, ld: ldq, offsets }, dh1);
@@ -1282,6 +1306,7 @@ function freeSaved(gpu: Gpu, s: Saved): void {
     s.x,
     s.h1,
     s.rstd1,
+    s.qkv,
     s.qPre,
     s.kPre,
     s.rstdQ,

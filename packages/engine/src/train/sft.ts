@@ -261,7 +261,14 @@ export class FullTrainer {
       const bT = gpu.upload(targets);
       const bD = gpu.upload(dlogp);
       const slotPos = gpu.upload(trainingSlotPos(B, T));
-      const { acts } = model.forward(rec, bIds, N, { kind: "train", B, T, slotPos }, true, o.recompute);
+      const { acts } = model.forward(
+        rec,
+        bIds,
+        N,
+        { kind: "train", B, T, slotPos, normGrads: true },
+        true,
+        o.recompute,
+      );
       const lp = gpu.buffer(N * 4);
       const ent = gpu.buffer(N * 4);
       const lse = gpu.buffer(N * 4);

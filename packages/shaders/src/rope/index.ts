@@ -3,6 +3,7 @@
 // inference's attention inputs in one dispatch (ropeQkv: per-head q/k norm, RoPE, q out, k and v into the KV cache).
 import { isCpuDevice, Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import cosSin from "./cossin.wgsl";
+import normBackward from "./norm_backward.wgsl";
 import rotate from "./rotate.wgsl";
 
 /** The rotations, with cosSin (which the matvec that fuses RoPE shares: matvec/rope.wgsl). */
@@ -260,4 +261,56 @@ export function ropeBackwardPack(
   const threads = n * (h + 2 * kv) * (d / 2);
   if (!threads) return;
   rec.dispatch(packSpec, [b.slotPos, b.invFreq, b.dqkv, b.dq, b.dk, b.dv], gpu.grid(Math.ceil(threads / WG)), params);
+}
+
+/** qkNormBackwardPacked's kernels by ropeQkv's layouts: a head row a thread ("cpu"), or 64 threads a row ("gpu"). */
+const normBackSpecs: Record<RopeQkvLayout, KernelSpec> = {
+  cpu: { name: "qk_norm_backward_packed", code: normBackward, overrides: { WG: 64, TPR: 1 } },
+  gpu: { name: "qk_norm_backward_packed", code: normBackward, overrides: { WG: 64, TPR: 64 } },
+};
+
+export interface QkNormBackwardPackedBuffers {
+  /** (N, ldq) the forward's q|k|v product, before the per-head norms (ropeQkv's qkv input). */
+  qkv: GPUBuffer;
+  /** (N, ldq) in and out: its q and k heads, the gradient at the norms' output (ropeBackwardPack's dqkv), become the
+   *  gradient at their input; its v heads are left as they are. */
+  dqkv: GPUBuffer;
+  /** The per-head norms' weights (D each), and eps. */
+  norm: { q: GPUBuffer; k: GPUBuffer; eps: number };
+}
+
+/**
+ * The backward of ropeQkv's per-head q/k RMSNorm (Qwen3, Gemma 3) on packed rows, in place, for training's one
+ * matmul back through q|k|v: after ropeBackwardPack has rotated dq and dk back into dqkv, each q and k head row
+ * becomes dx = rs (w dy - x rs² mean(w dy x)), rs recomputed from the saved product. The norms' own weight gradients
+ * are not computed (full fine-tuning runs the norms apart). The layout is ropeQkv's for as many tokens.
+ */
+export function qkNormBackwardPacked(
+  gpu: Gpu,
+  rec: Recorder,
+  b: QkNormBackwardPackedBuffers,
+  dims: { n: number; h: number; kv: number; d: number; ldq: number },
+  opts: RopeQkvOptions = {},
+): RopeQkvLayout {
+  const { n, h, kv, d, ldq } = dims;
+  if (ldq < (h + 2 * kv) * d)
+    throw new Error(`qkNormBackwardPacked: ldq ${ldq} is less than (H + 2 KV) D = ${(h + 2 * kv) * d}`);
+  const need = (what: string, buf: GPUBuffer, elements: number) => {
+    if (sizeOf(buf) < elements * 4)
+      throw new Error(`qkNormBackwardPacked: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
+  };
+  const packed = (n - 1) * ldq + (h + 2 * kv) * d;
+  need("qkv", b.qkv, packed);
+  need("dqkv", b.dqkv, packed);
+  need("q norm", b.norm.q, d);
+  need("k norm", b.norm.k, d);
+  const layout = ropeQkvLayout(gpu, opts, n);
+  const spec = normBackSpecs[layout];
+  if (!spec) throw new Error(`qkNormBackwardPacked: layout "${layout}" (${ROPE_QKV_LAYOUTS.join(", ")})`);
+  const rows = n * (h + kv);
+  if (!rows) return layout;
+  const perGroup = 64 / (spec.overrides!.TPR as number);
+  const params = new Params().u32(n, h, kv, d, ldq).f32(b.norm.eps);
+  rec.dispatch(spec, [b.dqkv, b.qkv, b.norm.q, b.norm.k], gpu.grid(Math.ceil(rows / perGroup)), params);
+  return layout;
 }

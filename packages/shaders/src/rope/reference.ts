@@ -2,7 +2,7 @@
 // pos * invFreq rounded to f32, as HF computes it; cos and sin are then exact. And ropeQkv's, composed of the ops
 // it stands for.
 import { kvcacheWriteReference } from "../kvcache/reference.ts";
-import { rmsnormReference } from "../rmsnorm/reference.ts";
+import { rmsnormBackwardReference, rmsnormReference } from "../rmsnorm/reference.ts";
 
 /** y (N, heads, D) = x rotated by +angle (sign 1, forward) or -angle (sign -1, backward). */
 export function ropeReference(
@@ -60,4 +60,27 @@ export function ropeQkvReference(
   const qr = ropeReference(q, slotPos, invFreq, n, h, d);
   const kr = ropeReference(k, slotPos, invFreq, n, kv, d);
   return { q: qr, ...kvcacheWriteReference(kc, vc, kr, v, slotPos, n, kv * d, slots, tmax) };
+}
+
+/** qkNormBackwardPacked as its parts: each q and k head row of the packed dqkv taken back through rmsnormBackward of
+ *  the same row of qkv (its rstd recomputed); the v heads and columns past them copied. */
+export function qkNormBackwardPackedReference(
+  qkv: ArrayLike<number>,
+  dqkv: ArrayLike<number>,
+  norm: { q: ArrayLike<number>; k: ArrayLike<number>; eps: number },
+  dims: { n: number; h: number; kv: number; d: number; ldq: number },
+): Float64Array {
+  const { n, h, kv, d, ldq } = dims;
+  const out = Float64Array.from(dqkv);
+  for (let t = 0; t < n; t++) {
+    for (let r = 0; r < h + kv; r++) {
+      const at = t * ldq + r * d;
+      const x = Array.from({ length: d }, (_, e) => qkv[at + e]);
+      const dy = Array.from({ length: d }, (_, e) => dqkv[at + e]);
+      const w = r < h ? norm.q : norm.k;
+      const { rstd } = rmsnormReference(x, w, 1, d, norm.eps, Float64Array);
+      out.set(rmsnormBackwardReference(x, w, rstd, dy, 1, d).dx, at);
+    }
+  }
+  return out;
 }

@@ -8,9 +8,11 @@ import {
   ropeForward,
   ropeInvFreq,
   ropeQkv,
+  qkNormBackwardPacked,
   type RopeScaling,
 } from "./index.ts";
-import { ropeQkvReference, ropeReference } from "./reference.ts";
+import { qkNormBackwardPackedReference, ropeQkvReference, ropeReference } from "./reference.ts";
+import { rmsnormReference } from "../rmsnorm/reference.ts";
 
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
@@ -255,5 +257,75 @@ describe("ropeBackwardPack (training's backward of ropeQkv, packed for one matmu
     }
     assertClose("dqkv", got, want, tol);
     expect(gpu.errors).toEqual([]);
+  });
+});
+
+describe("qkNormBackwardPacked (training's backward of ropeQkv's per-head q/k norms, in place on packed rows)", () => {
+  it("CPU reference: rope_backward_pack then it give the finite differences of ropeQkv's forward (f64)", () => {
+    const [n, h, kv, d, extra] = [2, 2, 1, 6, 1];
+    const ldq = (h + 2 * kv) * d + extra;
+    const rng = new Rng(8);
+    const qkv = f64(rng.f32(n * ldq));
+    const pos = positions(rng, n, 50, 2);
+    const inv = ropeInvFreq(d, 10000);
+    const norm = { q: f64(rng.f32(d, 0.5, 1.5)), k: f64(rng.f32(d, 0.5, 1.5)), eps: 1e-6 };
+    const [wq, wk, wv] = [f64(rng.f32(n * h * d)), f64(rng.f32(n * kv * d)), f64(rng.f32(n * kv * d))];
+    const part = (x: ArrayLike<number>, col: number, heads: number) => {
+      const out = new Float64Array(n * heads * d);
+      for (let t = 0; t < n; t++) for (let e = 0; e < heads * d; e++) out[t * heads * d + e] = x[t * ldq + col + e];
+      return out;
+    };
+    // f(qkv) = wq·rope(norm(q)) + wk·rope(norm(k)) + wv·v, as ropeQkv computes q, k and v.
+    const f = (x: Float64Array) => {
+      const q = rmsnormReference(part(x, 0, h), norm.q, n * h, d, norm.eps, Float64Array).y;
+      const k = rmsnormReference(part(x, h * d, kv), norm.k, n * kv, d, norm.eps, Float64Array).y;
+      const v = part(x, (h + kv) * d, kv);
+      return dot(ropeReference(q, pos, inv, n, h, d), wq) + dot(ropeReference(k, pos, inv, n, kv, d), wk) + dot(v, wv);
+    };
+    const [num] = finiteDiff(([x]) => f(x), [qkv]);
+    // Backward: rope_backward_pack's packed rows (the extra column's gradient is 0), then the norms'.
+    const packed = new Float64Array(n * ldq);
+    const [q, k] = [ropeReference(wq, pos, inv, n, h, d, -1), ropeReference(wk, pos, inv, n, kv, d, -1)];
+    for (let t = 0; t < n; t++) {
+      packed.set(q.subarray(t * h * d, (t + 1) * h * d), t * ldq);
+      packed.set(k.subarray(t * kv * d, (t + 1) * kv * d), t * ldq + h * d);
+      packed.set(wv.subarray(t * kv * d, (t + 1) * kv * d), t * ldq + (h + kv) * d);
+    }
+    const got = qkNormBackwardPackedReference(qkv, packed, norm, { n, h, kv, d, ldq });
+    assertClose("dqkv", got, num, { atol: 1e-5, rtol: 1e-4 }); // (rmsnormBackwardReference: f32 results)
+  });
+
+  describe.each(ROPE_QKV_LAYOUTS)("%s layout vs the CPU reference", (layout) => {
+    it.each([
+      // n, h, kv, d, extra columns in a packed row
+      [1, 2, 1, 8, 0],
+      [5, 4, 2, 16, 3],
+      [70, 3, 1, 32, 0], // several workgroups in either layout
+      [3, 2, 1, 256, 0], // the gpu layout's threads take four elements of a row each
+    ] as const)("n=%i h=%i kv=%i d=%i (+%i columns)", async (n, h, kv, d, extra) => {
+      const rng = new Rng(n * 31 + d);
+      const ldq = (h + 2 * kv) * d + extra;
+      const qkv = rng.f32(n * ldq);
+      const dqkv = rng.f32(n * ldq);
+      const norm = { q: rng.f32(d, 0.5, 1.5), k: rng.f32(d, 0.5, 1.5), eps: 1e-6 };
+      const b = {
+        qkv: gpu.upload(qkv),
+        dqkv: gpu.upload(dqkv),
+        norm: { q: gpu.upload(norm.q), k: gpu.upload(norm.k), eps: norm.eps },
+      };
+      const rec = gpu.recorder();
+      expect(qkNormBackwardPacked(gpu, rec, b, { n, h, kv, d, ldq }, { layout })).toBe(layout);
+      expect(rec.dispatches).toBe(1);
+      const read = rec.read(b.dqkv, n * ldq * 4);
+      await rec.submit();
+      const got = new Float32Array(await read);
+      gpu.release(b.qkv, b.dqkv, b.norm.q, b.norm.k);
+      const want = qkNormBackwardPackedReference(qkv, dqkv, norm, { n, h, kv, d, ldq });
+      assertClose("dqkv", got, want, { atol: 1e-5, rtol: 1e-5 });
+      // The v heads and the columns past them are untouched, bit for bit.
+      for (let t = 0; t < n; t++)
+        for (let e = (h + kv) * d; e < ldq; e++) expect(got[t * ldq + e]).toBe(dqkv[t * ldq + e]);
+      expect(gpu.errors).toEqual([]);
+    });
   });
 });
