@@ -156,6 +156,59 @@ async function tensorCoresBackward(
   }
 }
 
+/** The GRPO step's least time with a setting the other way (`use(false)`) and the engine's way (`use(true)`, left so),
+ *  each compiled first, then rounds alternating. */
+async function grpoAlternating(
+  engine: Engine,
+  o: Parameters<typeof measureGrpoStep>[1],
+  use: (dflt: boolean) => void,
+): Promise<{ other: number; dflt: number }> {
+  const ms = { other: Infinity, dflt: Infinity };
+  for (const d of [false, true]) {
+    use(d);
+    await measureGrpoStep(engine, o); // compiles
+  }
+  for (let round = 0; round < 2; round++)
+    for (const d of [false, true]) {
+      use(d);
+      const t = (await measureGrpoStep(engine, o)).ms;
+      if (d) ms.dflt = Math.min(ms.dflt, t);
+      else ms.other = Math.min(ms.other, t);
+    }
+  return ms;
+}
+
+/** The GRPO step with its forward submitted once (Model.submitLayers 0, as training ran until 2026-11-28) against
+ *  the engine's part-way submits, rounds alternating. */
+async function trainingSubmits(
+  ctx: BenchContext,
+  engine: Engine,
+  id: string,
+  o: Parameters<typeof measureGrpoStep>[1],
+  out: BenchResult[],
+): Promise<void> {
+  const model = engine.model;
+  const k = model.submitLayers;
+  if (!k) return;
+  try {
+    const ms = await grpoAlternating(engine, o, (d) => void (model.submitLayers = d ? k : 0));
+    out.push({
+      id: `${id}.submit_once`,
+      value: ms.other / 1000,
+      unit: "s",
+      vs: { id: `the forward submitted after the first layer and every ${k}`, ratio: ms.other / ms.dflt },
+      note: `GRPO step (activations kept) with the forward recorded whole before its first submit; ratio: over part-way submits (${(ms.dflt / 1000).toFixed(3)} s), rounds alternating`,
+    });
+    ctx.log(
+      `${id} forward submitted once ${(ms.other / 1000).toFixed(3)} s, part-way ${(ms.dflt / 1000).toFixed(3)} s`,
+    );
+  } catch (e) {
+    ctx.log(`${id} forward submitted once: failed: ${(e as Error).message}`);
+  } finally {
+    model.submitLayers = k;
+  }
+}
+
 /**
  * Models with per-head q/k norms (Qwen3, Gemma 3): the GRPO step with q, k and v as three products, their norms and
  * RoPE apart (Model.fuseQkv off, as training ran them until 2026-11-28), against one product with the norms in
@@ -171,35 +224,26 @@ async function qkvApart(
   const model = engine.model;
   if (!model.config.qkNorm) return;
   try {
-    const ms = { apart: Infinity, fused: Infinity };
-    const use = (f: keyof typeof ms) => void (model.fuseQkv = f === "fused");
-    for (const f of ["apart", "fused"] as const) {
-      use(f);
-      await measureGrpoStep(engine, o); // compiles
-    }
-    for (let round = 0; round < 2; round++)
-      for (const f of ["apart", "fused"] as const) {
-        use(f);
-        ms[f] = Math.min(ms[f], (await measureGrpoStep(engine, o)).ms);
-      }
+    const use = (fused: boolean) => void (model.fuseQkv = fused);
+    const ms = await grpoAlternating(engine, o, use);
     const lora = model.lora!;
     lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
-    use("apart");
+    use(false);
     const ref = (await loraGradients(engine, o)).grads;
-    use("fused");
+    use(true);
     const got = (await loraGradients(engine, o)).grads;
     let [dd, rr] = [0, 0];
     for (let i = 0; i < ref.length; i++) [dd, rr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2];
     const rel = Math.sqrt(dd / rr);
     out.push({
       id: `${id}.qkv_apart`,
-      value: ms.apart / 1000,
+      value: ms.other / 1000,
       unit: "s",
-      vs: { id: "q|k|v as one product, norms in ropeQkv", ratio: ms.apart / ms.fused },
-      note: `GRPO step with q, k and v as three products and their norms apart; ratio: over one product (${(ms.fused / 1000).toFixed(3)} s), rounds alternating; LoRA gradients one product vs apart: relative L2 ${rel.toExponential(2)}`,
+      vs: { id: "q|k|v as one product, norms in ropeQkv", ratio: ms.other / ms.dflt },
+      note: `GRPO step with q, k and v as three products and their norms apart; ratio: over one product (${(ms.dflt / 1000).toFixed(3)} s), rounds alternating; LoRA gradients one product vs apart: relative L2 ${rel.toExponential(2)}`,
     });
     ctx.log(
-      `${id} q|k|v apart ${(ms.apart / 1000).toFixed(3)} s, one product ${(ms.fused / 1000).toFixed(3)} s; LoRA gradients: relative L2 ${rel.toExponential(2)}`,
+      `${id} q|k|v apart ${(ms.other / 1000).toFixed(3)} s, one product ${(ms.dflt / 1000).toFixed(3)} s; LoRA gradients: relative L2 ${rel.toExponential(2)}`,
     );
   } catch (e) {
     ctx.log(`${id} q|k|v apart: failed: ${(e as Error).message}`);
@@ -789,6 +833,7 @@ async function oneModel(
       if (cores) await tensorCoresBackward(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, m.ms, out);
       model.tensorCoresBackward = cores; // the engine's default
       await qkvApart(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, out);
+      await trainingSubmits(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, out);
       await attentionFamilies(ctx, engine, `gpu.${name}.grpo_${B}x${T}`, o, [PB, PT], out);
     } finally {
       await engine.close();

@@ -218,6 +218,33 @@ describe.each([
     }
   });
 
+  it("training's forward submitted part-way (a GPU's default: Model.submitLayers) gives the same gradients", async () => {
+    const model = engine.model;
+    model.lora!.write(new Rng(7).f32(model.lora!.size, -0.05, 0.05));
+    // Activations kept: the forward releases nothing, so only submitLayers submits it part-way.
+    const o = { batch: 2, length: 40, microBatchTokens: 80, recompute: false, vocabChunk: 256 };
+    const queue = gpu.device.queue;
+    const submit = queue.submit;
+    const before = model.submitLayers;
+    const run = async (k: number) => {
+      let submits = 0;
+      queue.submit = (buffers) => (submits++, submit.call(queue, buffers));
+      model.submitLayers = k;
+      try {
+        return { ...(await loraGradients(engine, o)), submits };
+      } finally {
+        queue.submit = submit;
+        model.submitLayers = before;
+      }
+    };
+    const once = await run(0);
+    const parts = await run(1);
+    // After each layer but the last, where a release has not just submitted it (flushIfPending, in both runs).
+    expect(parts.submits).toBeGreaterThan(once.submits);
+    expect(parts.submits - once.submits).toBeLessThanOrEqual(model.config.numLayers - 1);
+    expect(parts.grads).toEqual(once.grads);
+  });
+
   it("recompute keeps less: the plans and the measurements agree on how much less", async () => {
     const o = { batch: 2, length: 64, microBatchTokens: 128, vocabChunk: 256 };
     const keep = await measureGrpoStep(engine, { ...o, recompute: false });

@@ -177,10 +177,12 @@ export class Model {
   fuseRope = true;
 
   /**
-   * Inference submits what it has recorded part-way through the layers, so the device runs the first layers while
-   * the host records the rest: after the first layer, then every `submitLayers` layers (0: once, with the logits and
-   * the sampling). Recorder.submitPart: never ahead of another recorder's submit that waits its turn. Default: 4 on
-   * a GPU, 0 on a CPU device (its work runs on the host's own cores).
+   * The forward (inference's, and training's) submits what it has recorded part-way through the layers, so the
+   * device runs the first layers while the host records the rest: after the first layer, then every `submitLayers`
+   * layers (0: once, with the logits and the sampling, or for training where its backward submits). Training's
+   * backward submits a layer at a time anyway, once the layer has released its buffers (FLUSH_BYTES).
+   * Recorder.submitPart: never ahead of another recorder's submit that waits its turn. Default: 4 on a GPU, 0 on a
+   * CPU device (its work runs on the host's own cores).
    */
   submitLayers: number;
 
@@ -514,7 +516,7 @@ export class Model {
       const flushes = rec.flushes;
       rec.flushIfPending(FLUSH_BYTES);
       const k = this.submitLayers;
-      const due = !save && k > 0 && l < c.numLayers - 1 && (l === 0 || (l + 1) % k === 0);
+      const due = k > 0 && l < c.numLayers - 1 && (l === 0 || (l + 1) % k === 0);
       if (due && rec.flushes === flushes) rec.submitPart(); // (not again when flushIfPending just submitted)
     }
     if (!save) return { x };
