@@ -109,6 +109,26 @@ async function checkVariant(
   }
 }
 
+/** How far one batch's LoRA gradients with `got` applied are from those with `ref` applied (relative L2, cosine), on
+ *  a random adapter (PEFT's B = 0 would leave dA zero). */
+async function loraGradsApart(
+  engine: Engine,
+  o: Parameters<typeof measureGrpoStep>[1],
+  ref: () => void,
+  got: () => void,
+): Promise<{ rel: number; cos: number }> {
+  const lora = engine.model.lora!;
+  lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
+  ref();
+  const r = (await loraGradients(engine, o)).grads;
+  got();
+  const g = (await loraGradients(engine, o)).grads;
+  let [dd, rr, gr, gg] = [0, 0, 0, 0];
+  for (let i = 0; i < r.length; i++)
+    [dd, rr, gr, gg] = [dd + (g[i] - r[i]) ** 2, rr + r[i] ** 2, gr + g[i] * r[i], gg + g[i] ** 2];
+  return { rel: Math.sqrt(dd / rr), cos: gr / Math.sqrt(rr * gg) };
+}
+
 /**
  * Tensor cores in backward too (EngineOptions.tensorCoresBackward): the GRPO step's time against tensor cores in the
  * forward only (`forwardMs`), and how far its LoRA gradients are from the f32 backward's on one batch, with a random
@@ -123,21 +143,16 @@ async function tensorCoresBackward(
   out: BenchResult[],
 ): Promise<void> {
   const model = engine.model;
-  const lora = model.lora!;
   try {
     model.tensorCoresBackward = true;
     await measureGrpoStep(engine, o); // compiles
     const back = await measureGrpoStep(engine, o);
-    model.tensorCoresBackward = false;
-    lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
-    const ref = (await loraGradients(engine, o)).grads;
-    model.tensorCoresBackward = true;
-    const got = (await loraGradients(engine, o)).grads;
-    let [dd, rr, gr] = [0, 0, 0];
-    for (let i = 0; i < ref.length; i++)
-      [dd, rr, gr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2, gr + got[i] * ref[i]];
-    const rel = Math.sqrt(dd / rr);
-    const cos = gr / Math.sqrt(rr * got.reduce((a, v) => a + v * v, 0));
+    const { rel, cos } = await loraGradsApart(
+      engine,
+      o,
+      () => void (model.tensorCoresBackward = false),
+      () => void (model.tensorCoresBackward = true),
+    );
     out.push({
       id: `${id}.tensor_cores_backward`,
       value: back.ms / 1000,
@@ -226,15 +241,12 @@ async function qkvApart(
   try {
     const use = (fused: boolean) => void (model.fuseQkv = fused);
     const ms = await grpoAlternating(engine, o, use);
-    const lora = model.lora!;
-    lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
-    use(false);
-    const ref = (await loraGradients(engine, o)).grads;
-    use(true);
-    const got = (await loraGradients(engine, o)).grads;
-    let [dd, rr] = [0, 0];
-    for (let i = 0; i < ref.length; i++) [dd, rr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2];
-    const rel = Math.sqrt(dd / rr);
+    const { rel } = await loraGradsApart(
+      engine,
+      o,
+      () => use(false),
+      () => use(true),
+    );
     out.push({
       id: `${id}.qkv_apart`,
       value: ms.other / 1000,
@@ -288,15 +300,12 @@ async function attentionFamilies(
         ms[f] = Math.min(ms[f], (await measureGrpoStep(engine, o)).ms);
         prefill[f] = Math.max(prefill[f], (await decodeRun(engine.gpu, model, PB, PT, 0)).prefill);
       }
-    const lora = model.lora!;
-    lora.write(new Rng(9).f32(lora.size, -0.02, 0.02));
-    use("tiled");
-    const ref = (await loraGradients(engine, o)).grads;
-    use("lanes");
-    const got = (await loraGradients(engine, o)).grads;
-    let [dd, rr] = [0, 0];
-    for (let i = 0; i < ref.length; i++) [dd, rr] = [dd + (got[i] - ref[i]) ** 2, rr + ref[i] ** 2];
-    const rel = Math.sqrt(dd / rr);
+    const { rel } = await loraGradsApart(
+      engine,
+      o,
+      () => use("tiled"),
+      () => use("lanes"),
+    );
     const note = `GRPO step with training's attention as the tiled family; ratio: over the lanes family (${(ms.lanes / 1000).toFixed(3)} s), rounds alternating; start-up tuning chose ${chose}; LoRA gradients lanes vs tiled: relative L2 ${rel.toExponential(2)}`;
     out.push({
       id: `${id}.attention_tiled`,
