@@ -1237,7 +1237,8 @@ export class Model {
       );
       const pos = acts.slotPos;
       const dh1 = buf(N * C, "dh1");
-      const QKV = this.qkvProduct(l, !normGrads);
+      // As the forward ran it: with per-head q/k norms, one product where it kept that product.
+      const QKV = c.qkNorm && !s.qkv ? undefined : this.qkvProduct(l, !normGrads);
       if (QKV) {
         // The forward's ropeQkv backwards: dq and dk rotated back, packed with dv as q|k|v was (then the per-head q/k
         // norms' backward on them, in place, from the saved product), then one matmul back through the three
