@@ -5,13 +5,14 @@ import type { Gpu } from "./device.ts";
 const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
 
 /**
- * True on a CPU implementation, where a workgroup's invocations run as a few 4-wide SIMD groups that switch at
+ * True on a CPU implementation (unless the device was made with DeviceOptions.asGpu), where a workgroup's invocations run as a few 4-wide SIMD groups that switch at
  * every barrier and workgroup memory is no faster than storage: fewer threads and no sharing win there, while real
  * GPUs want big workgroups that share tiles.
  */
 export function isCpuDevice(gpu: Gpu): boolean {
   let cpu = known.get(gpu);
-  if (cpu === undefined) known.set(gpu, (cpu = CPU_ARCH.test(`${gpu.kind.architecture} ${gpu.kind.description}`)));
+  if (cpu === undefined)
+    known.set(gpu, (cpu = !gpu.asGpu && CPU_ARCH.test(`${gpu.kind.architecture} ${gpu.kind.description}`)));
   return cpu;
 }
 /** Asked for every kernel a step records: answered once per device. */

@@ -60,6 +60,9 @@ export interface DeviceOptions extends GpuApiOptions {
   profile?: boolean;
   /** Lower limits than the device has, e.g. to test splitting with a small storage binding. */
   limitOverrides?: Partial<Record<"maxStorageBufferBindingSize" | "maxBufferSize", number>>;
+  /** Treat a CPU implementation (SwiftShader) as a GPU: the kernels' GPU layouts, variants and defaults
+   *  (isCpuDevice false), to run those paths where no GPU is. Slow: they are built for thousands of threads. */
+  asGpu?: boolean;
 }
 
 export class WgslError extends Error {
@@ -173,6 +176,8 @@ export class Gpu {
   subgroupMaxSize = 0;
   /** The adapter's smallest subgroup (0 where it does not say): lanes that must share a subgroup fit in it. */
   subgroupMinSize = 0;
+  /** DeviceOptions.asGpu: isCpuDevice answers false whatever the adapter. */
+  readonly asGpu: boolean;
 
   constructor(
     readonly device: GPUDevice,
@@ -193,6 +198,7 @@ export class Gpu {
     this.pool = new BufferPool(device, this.maxBufferSize);
     this.pool.onTrim = () => this.clearBindGroups();
     this.profiling = !!opts.profile && this.features.has("timestamp-query");
+    this.asGpu = !!opts.asGpu;
     this.lost = device.lost.then((info) => {
       const err = new DeviceLostError(info.reason ?? "unknown", info.message || "(no message)");
       this.lostError = err;

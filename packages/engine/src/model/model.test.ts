@@ -6,7 +6,7 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { createDevice, getDevice, type Gpu } from "@webart/gpu";
+import { createDevice, getDevice, isCpuDevice, type Gpu } from "@webart/gpu";
 import { assertClose, kernelsDispatched } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, WeightReader } from "../weights/index.ts";
@@ -61,6 +61,7 @@ async function run(
   toks: { slot: number; pos: number; id: number }[],
   decode = false,
 ): Promise<Float32Array> {
+  const gpu = model.gpu;
   const N = toks.length;
   const V = model.config.vocabSize;
   const rec = gpu.recorder();
@@ -453,6 +454,66 @@ describe("an adapter merged into 16-bit weights", () => {
     small.destroy();
   });
 });
+
+describe.each(["qwen3-tiny-bf16", "gemma3-tiny", "qwen2-tiny"])(
+  "%s on a device treated as a GPU (DeviceOptions.asGpu): a GPU's layouts and defaults, untuned, against PyTorch",
+  (name) => {
+    // Kernels and defaults that CPU devices never run unless a test forces them one by one (a GPU's layouts, its
+    // part-way submits, ...), together, as a GPU without start-up tuning runs them.
+    let g: Gpu;
+    let model: Model;
+    let ref: Map<string, Float32Array>;
+    let json: { prefill: { ids: number[] }; decode: { prompt: number[]; steps: number[] } };
+    beforeAll(async () => {
+      g = await getDevice({ asGpu: true });
+      model = await load(name, g);
+      ref = await refTensors(name);
+      json = JSON.parse(readFileSync(join(FIX, name, "reference.json"), "utf8"));
+      return () => {
+        model.releaseTables();
+        freeWeights(g, model.weights);
+      };
+    });
+
+    it("prefill logits, and decode through the KV cache token by token", async () => {
+      expect(isCpuDevice(g)).toBe(false);
+      expect(model.submitLayers).toBeGreaterThan(0);
+      const V = model.config.vocabSize;
+      const { prompt, steps } = json.decode;
+      const { result, names } = await kernelsDispatched(async () => {
+        const kv = new KvCache(g, model.config, 2, 32);
+        try {
+          const pre = await run(
+            model,
+            kv,
+            json.prefill.ids.map((id, pos) => ({ slot: 1, pos, id })),
+          );
+          const rows: Float32Array[] = [
+            (
+              await run(
+                model,
+                kv,
+                prompt.map((id, pos) => ({ slot: 0, pos, id })),
+              )
+            ).slice(-V),
+          ];
+          for (let i = 0; i < steps.length; i++)
+            rows.push(await run(model, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
+          return { pre, rows };
+        } finally {
+          kv.dispose();
+        }
+      });
+      if (model.config.qkNorm) expect(names).toContain("rope_qkv_wide"); // RoPE's GPU layout: a workgroup a head row
+      const tol = { atol: 2e-4, rtol: 1e-4 };
+      assertClose(`${name} prefill`, result.pre, ref.get("prefill.logits")!, tol);
+      const got = new Float32Array(result.rows.length * V);
+      result.rows.forEach((r, i) => got.set(r, i * V));
+      assertClose(`${name} decode`, got, ref.get("decode.logits")!, tol);
+      expect(g.errors).toEqual([]);
+    });
+  },
+);
 
 /** A greedy sample of `row` at sample step `step`, on the row's own stream. */
 const greedySpec = (row: number, step: number) => ({

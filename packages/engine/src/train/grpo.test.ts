@@ -6,12 +6,12 @@
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
-import { getDevice, type Gpu } from "@webart/gpu";
+import { getDevice, isCpuDevice, type Gpu } from "@webart/gpu";
 import { kernelsDispatched } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { LoraState } from "../model/lora.ts";
 import { Model } from "../model/model.ts";
-import { uploadWeights } from "../model/weights.ts";
+import { freeWeights, uploadWeights } from "../model/weights.ts";
 import { memorySource, modelFiles, readJson, tensorToF32, WeightReader } from "../weights/index.ts";
 import type { LoraTarget } from "../plan.ts";
 import { accumulateGradients, microBatches, type GrpoOptions, type TrainSequence } from "./grpo.ts";
@@ -48,20 +48,21 @@ async function readAll(path: string): Promise<Map<string, Float32Array>> {
   return out;
 }
 
-async function setup(fixture: string) {
+/** The fixture's model and adapter, on `g` (default: the tests' device). */
+async function setup(fixture: string, g: Gpu = gpu) {
   const inputs = JSON.parse(readFileSync(join(FIX, fixture, "inputs.json"), "utf8"));
   const reference = JSON.parse(readFileSync(join(FIX, fixture, "reference.json"), "utf8"));
   const files = await modelFiles(join(FIX, inputs.base_model));
   const config = parseConfig((await readJson(files, "config.json"))!);
   const reader = await WeightReader.open(files);
   const w = await uploadWeights(
-    gpu,
+    g,
     config,
     reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) }),
   );
-  const model = new Model(gpu, config, w);
+  const model = new Model(g, config, w);
   const targets = (inputs.lora.target_modules as string[]).map((m) => m.replace("_proj", "") as LoraTarget);
-  model.lora = new LoraState(gpu, config, { rank: inputs.lora.r, alpha: inputs.lora.alpha, targets });
+  model.lora = new LoraState(g, config, { rank: inputs.lora.r, alpha: inputs.lora.alpha, targets });
   const adapter = await WeightReader.fromSource(
     memorySource(
       new Uint8Array(readFileSync(join(FIX, fixture, "adapter_model.safetensors"))),
@@ -143,7 +144,7 @@ function options(v: Variant, microBatchTokens: number): GrpoOptions {
 
 async function gradsByName(model: Model): Promise<Map<string, Float32Array>> {
   const l = model.lora!;
-  const g = await gpu.readF32(l.grads!, l.size);
+  const g = await model.gpu.readF32(l.grads!, l.size);
   const R = l.config.rank;
   const out = new Map<string, Float32Array>();
   for (const e of l.entries) {
@@ -336,6 +337,35 @@ describe.each(["grpo-qwen3", "grpo-llama", "grpo-gemma3"])("%s against PyTorch a
     },
   );
 });
+
+describe.each(["grpo-qwen3", "grpo-gemma3"])(
+  "%s on a device treated as a GPU (DeviceOptions.asGpu): a GPU's layouts and defaults, untuned, against PyTorch",
+  (fixture) => {
+    // What CPU devices never run unless a test forces it: a GPU's matmul and attention kernels, the GPU layouts of
+    // the norms, RoPE, LoRA and the q/k norms' backward, and the forward submitted part-way, in one GRPO step.
+    it("art: loss and LoRA gradients", async () => {
+      const ctx = await setup(fixture, await getDevice({ asGpu: true }));
+      const g = ctx.model.gpu;
+      expect(isCpuDevice(g)).toBe(false);
+      expect(ctx.model.submitLayers).toBeGreaterThan(0);
+      const v = ctx.reference.variants.art as Variant;
+      const { result: r, names } = await kernelsDispatched(() =>
+        accumulateGradients(ctx.model, sequences(ctx.inputs, v, true), options(v, 4096)),
+      );
+      expect(names).toContain("qk_norm_backward_packed");
+      // A GPU's kernels where a CPU device runs others: the tiled matmul and attention, RoPE a workgroup a head row.
+      for (const k of ["matmul_forward_tiled", "attention_backward_dq", "rope_qkv_wide"]) expect(names).toContain(k);
+      const rel = (a: number, b: number) => Math.abs(a - b) / Math.max(Math.abs(b), 1e-3);
+      expect(rel(r.loss, v.loss)).toBeLessThan(1e-3);
+      expect(rel(r.kl, v.kl)).toBeLessThan(1e-3);
+      const worst = worstRelErr(await gradsByName(ctx.model), await readAll(join(FIX, fixture, v.grads)));
+      expect(worst.err, `worst gradient ${worst.name}`).toBeLessThan(1e-3);
+      expect(g.errors).toEqual([]);
+      ctx.model.lora!.dispose();
+      freeWeights(g, ctx.model.weights);
+    });
+  },
+);
 
 describe("grpo-qwen3-allowed against PyTorch autograd: allowed sets (a constrained sampler's masks)", () => {
   let ctx: Awaited<ReturnType<typeof setup>>;
