@@ -96,5 +96,11 @@ export function deviceReport(gpu: Gpu): Record<string, unknown> {
   ] as const) {
     limits[k] = gpu.limits[k];
   }
-  return { ...gpu.kind, features: [...gpu.features].sort(), limits, notes: gpu.notes };
+  return {
+    ...gpu.kind,
+    ...(gpu.asGpu ? { asGpu: true } : {}),
+    features: [...gpu.features].sort(),
+    limits,
+    notes: gpu.notes,
+  };
 }
