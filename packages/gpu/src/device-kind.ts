@@ -5,9 +5,9 @@ import type { Gpu } from "./device.ts";
 const CPU_ARCH = /swiftshader|llvmpipe|lavapipe|warp/i;
 
 /**
- * True on a CPU implementation (unless the device was made with DeviceOptions.asGpu), where a workgroup's invocations run as a few 4-wide SIMD groups that switch at
- * every barrier and workgroup memory is no faster than storage: fewer threads and no sharing win there, while real
- * GPUs want big workgroups that share tiles.
+ * True on a CPU implementation, where a workgroup's invocations run as a few 4-wide SIMD groups that switch at every
+ * barrier and workgroup memory is no faster than storage: fewer threads and no sharing win there, while real GPUs
+ * want big workgroups that share tiles. False on a device made with DeviceOptions.asGpu, whatever its adapter.
  */
 export function isCpuDevice(gpu: Gpu): boolean {
   let cpu = known.get(gpu);

@@ -97,6 +97,44 @@ async function runSteps(model: Model, toks: { slot: number; pos: number; id: num
   return { out, dispatches };
 }
 
+/** A fixture's prefill prompt's logits on `m`, in slot 1 of a fresh cache. */
+async function prefillLogits(m: Model, ids: number[]): Promise<Float32Array> {
+  const kv = new KvCache(m.gpu, m.config, 2, 32);
+  try {
+    return await run(
+      m,
+      kv,
+      ids.map((id, pos) => ({ slot: 1, pos, id })),
+    );
+  } finally {
+    kv.dispose();
+  }
+}
+
+/** A fixture's decode logits on `m`: its prompt's last row, then its steps one token at a time through the KV cache. */
+async function fixtureDecodeLogits(m: Model, d: { prompt: number[]; steps: number[] }): Promise<Float32Array> {
+  const kv = new KvCache(m.gpu, m.config, 1, 32);
+  const { prompt, steps } = d;
+  const V = m.config.vocabSize;
+  const rows: Float32Array[] = [];
+  try {
+    const first = await run(
+      m,
+      kv,
+      prompt.map((id, pos) => ({ slot: 0, pos, id })),
+    );
+    rows.push(first.subarray((prompt.length - 1) * V));
+    for (let i = 0; i < steps.length; i++) {
+      rows.push(await run(m, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
+    }
+  } finally {
+    kv.dispose();
+  }
+  const got = new Float32Array(rows.length * V);
+  rows.forEach((r, i) => got.set(r, i * V));
+  return got;
+}
+
 /** runSteps in one slot with this adapter on (or none), merged into the weights or not; the model left without it. */
 async function runStepsWith(
   model: Model,
@@ -139,19 +177,8 @@ describe.each([
     json = JSON.parse(readFileSync(join(FIX, name, "reference.json"), "utf8"));
   });
 
-  /** The prefill prompt's logits on `m` (these weights, perhaps other tuning), in slot 1 of a fresh cache. */
-  async function prefill(m: Model): Promise<Float32Array> {
-    const kv = new KvCache(gpu, model.config, 2, 32);
-    try {
-      return await run(
-        m,
-        kv,
-        json.prefill.ids.map((id, pos) => ({ slot: 1, pos, id })),
-      );
-    } finally {
-      kv.dispose();
-    }
-  }
+  /** The prefill prompt's logits on `m` (these weights, perhaps other tuning). */
+  const prefill = (m: Model) => prefillLogits(m, json.prefill.ids);
 
   it("prefill logits", async () => {
     assertClose(`${name} prefill`, await prefill(model), ref.get("prefill.logits")!, { atol, rtol: 1e-4 });
@@ -184,29 +211,8 @@ describe.each([
     }
   });
 
-  /** The decode fixture's logits on `m`: its prompt, then its steps one token at a time through the KV cache. */
-  async function decodeLogits(m: Model): Promise<Float32Array> {
-    const kv = new KvCache(gpu, model.config, 1, 32);
-    const { prompt, steps } = json.decode;
-    const V = model.config.vocabSize;
-    const rows: Float32Array[] = [];
-    try {
-      const first = await run(
-        m,
-        kv,
-        prompt.map((id, pos) => ({ slot: 0, pos, id })),
-      );
-      rows.push(first.subarray((prompt.length - 1) * V));
-      for (let i = 0; i < steps.length; i++) {
-        rows.push(await run(m, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
-      }
-    } finally {
-      kv.dispose();
-    }
-    const got = new Float32Array(rows.length * V);
-    rows.forEach((r, i) => got.set(r, i * V));
-    return got;
-  }
+  /** The decode fixture's logits on `m`. */
+  const decodeLogits = (m: Model) => fixtureDecodeLogits(m, json.decode);
 
   it("decode through the KV cache, token by token", async () => {
     assertClose(`${name} decode`, await decodeLogits(model), ref.get("decode.logits")!, { atol, rtol: 1e-4 });
@@ -478,38 +484,14 @@ describe.each(["qwen3-tiny-bf16", "gemma3-tiny", "qwen2-tiny"])(
     it("prefill logits, and decode through the KV cache token by token", async () => {
       expect(isCpuDevice(g)).toBe(false);
       expect(model.submitLayers).toBeGreaterThan(0);
-      const V = model.config.vocabSize;
-      const { prompt, steps } = json.decode;
-      const { result, names } = await kernelsDispatched(async () => {
-        const kv = new KvCache(g, model.config, 2, 32);
-        try {
-          const pre = await run(
-            model,
-            kv,
-            json.prefill.ids.map((id, pos) => ({ slot: 1, pos, id })),
-          );
-          const rows: Float32Array[] = [
-            (
-              await run(
-                model,
-                kv,
-                prompt.map((id, pos) => ({ slot: 0, pos, id })),
-              )
-            ).slice(-V),
-          ];
-          for (let i = 0; i < steps.length; i++)
-            rows.push(await run(model, kv, [{ slot: 0, pos: prompt.length + i, id: steps[i] }], true));
-          return { pre, rows };
-        } finally {
-          kv.dispose();
-        }
-      });
+      const { result, names } = await kernelsDispatched(async () => ({
+        pre: await prefillLogits(model, json.prefill.ids),
+        decode: await fixtureDecodeLogits(model, json.decode),
+      }));
       if (model.config.qkNorm) expect(names).toContain("rope_qkv_wide"); // RoPE's GPU layout: a workgroup a head row
       const tol = { atol: 2e-4, rtol: 1e-4 };
       assertClose(`${name} prefill`, result.pre, ref.get("prefill.logits")!, tol);
-      const got = new Float32Array(result.rows.length * V);
-      result.rows.forEach((r, i) => got.set(r, i * V));
-      assertClose(`${name} decode`, got, ref.get("decode.logits")!, tol);
+      assertClose(`${name} decode`, result.decode, ref.get("decode.logits")!, tol);
       expect(g.errors).toEqual([]);
     });
   },

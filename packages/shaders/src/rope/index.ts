@@ -200,9 +200,7 @@ export function ropeQkv(
   if (ldq < (h + 2 * kv) * d) throw new Error(`ropeQkv: ldq ${ldq} is less than (H + 2 KV) D = ${(h + 2 * kv) * d}`);
   if (slots * tmax * kv * d >= 2 ** 32)
     throw new Error(`ropeQkv: ${slots}x${tmax}x${kv}x${d} elements overflow u32 indexing`);
-  const need = (what: string, buf: GPUBuffer, elements: number) => {
-    if (sizeOf(buf) < elements * 4) throw new Error(`ropeQkv: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
-  };
+  const need = (what: string, buf: GPUBuffer, elements: number) => needFloats("ropeQkv", what, buf, elements);
   need("qkv", b.qkv, (n - 1) * ldq + (h + 2 * kv) * d);
   need("slotPos", b.slotPos, 2 * n);
   need("invFreq", b.invFreq, d / 2);
@@ -247,10 +245,7 @@ export function ropeBackwardPack(
   const { n, h, kv, d, ldq } = dims;
   if (d % 2 !== 0 || ldq < (h + 2 * kv) * d)
     throw new Error(`ropeBackwardPack: need an even head dim and ldq >= (H + 2 KV) D (D=${d} ldq=${ldq})`);
-  const need = (what: string, buf: GPUBuffer, elements: number) => {
-    if (sizeOf(buf) < elements * 4)
-      throw new Error(`ropeBackwardPack: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
-  };
+  const need = (what: string, buf: GPUBuffer, elements: number) => needFloats("ropeBackwardPack", what, buf, elements);
   need("dq", b.dq, n * h * d);
   need("dk", b.dk, n * kv * d);
   need("dv", b.dv, n * kv * d);
@@ -263,11 +258,20 @@ export function ropeBackwardPack(
   rec.dispatch(packSpec, [b.slotPos, b.invFreq, b.dqkv, b.dq, b.dk, b.dv], gpu.grid(Math.ceil(threads / WG)), params);
 }
 
-/** qkNormBackwardPacked's kernels by ropeQkv's layouts: a head row a thread ("cpu"), or 64 threads a row ("gpu"). */
-const normBackSpecs: Record<RopeQkvLayout, KernelSpec> = {
-  cpu: { name: "qk_norm_backward_packed", code: normBackward, overrides: { WG: 64, TPR: 1 } },
-  gpu: { name: "qk_norm_backward_packed", code: normBackward, overrides: { WG: 64, TPR: 64 } },
-};
+/** Throws unless `buf` holds `elements` floats, naming the op and the buffer. */
+function needFloats(op: string, what: string, buf: GPUBuffer, elements: number): void {
+  if (sizeOf(buf) < elements * 4) throw new Error(`${op}: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
+}
+
+/** qkNormBackwardPacked's threads a head row by ropeQkv's layouts: one ("cpu"), or 64 ("gpu"), in workgroups of 64. */
+const NORM_BACK_WG = 64;
+const normBackTpr: Record<RopeQkvLayout, number> = { cpu: 1, gpu: 64 };
+const normBackSpec = (layout: RopeQkvLayout): KernelSpec => ({
+  name: "qk_norm_backward_packed",
+  code: normBackward,
+  overrides: { WG: NORM_BACK_WG, TPR: normBackTpr[layout] },
+});
+const normBackSpecs: Record<RopeQkvLayout, KernelSpec> = { cpu: normBackSpec("cpu"), gpu: normBackSpec("gpu") };
 
 export interface QkNormBackwardPackedBuffers {
   /** (N, ldq) the forward's q|k|v product, before the per-head norms (ropeQkv's qkv input). */
@@ -295,10 +299,8 @@ export function qkNormBackwardPacked(
   const { n, h, kv, d, ldq } = dims;
   if (ldq < (h + 2 * kv) * d)
     throw new Error(`qkNormBackwardPacked: ldq ${ldq} is less than (H + 2 KV) D = ${(h + 2 * kv) * d}`);
-  const need = (what: string, buf: GPUBuffer, elements: number) => {
-    if (sizeOf(buf) < elements * 4)
-      throw new Error(`qkNormBackwardPacked: ${what} holds ${buf.size} bytes, needs ${elements * 4}`);
-  };
+  const need = (what: string, buf: GPUBuffer, elements: number) =>
+    needFloats("qkNormBackwardPacked", what, buf, elements);
   const packed = (n - 1) * ldq + (h + 2 * kv) * d;
   need("qkv", b.qkv, packed);
   need("dqkv", b.dqkv, packed);
@@ -309,7 +311,7 @@ export function qkNormBackwardPacked(
   if (!spec) throw new Error(`qkNormBackwardPacked: layout "${layout}" (${ROPE_QKV_LAYOUTS.join(", ")})`);
   const rows = n * (h + kv);
   if (!rows) return layout;
-  const perGroup = 64 / (spec.overrides!.TPR as number);
+  const perGroup = NORM_BACK_WG / normBackTpr[layout];
   const params = new Params().u32(n, h, kv, d, ldq).f32(b.norm.eps);
   rec.dispatch(spec, [b.dqkv, b.qkv, b.norm.q, b.norm.k], gpu.grid(Math.ceil(rows / perGroup)), params);
   return layout;
