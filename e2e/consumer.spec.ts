@@ -1,8 +1,9 @@
 // webart as a user installs it: the packages are packed with `npm pack` and installed from the tarballs into a new
 // project outside the repo (its other dependencies come from the npm registry; the repo's node_modules are out of
-// reach). There: (a) the `webart` command trains 2 steps; (b) a Node script with its own task trains 2 steps with
-// TrainableModel + LocalBackend; (c) a strict TypeScript file type-checks against the shipped .d.ts; (d) a Vite app
-// built there runs webart in a Web Worker in Chromium and answers a chat completion with the embedded model.
+// reach). There: (a) the `webart` command trains 2 steps; (b) a Node script with its own task warm-starts by
+// supervised fine-tuning and trains 2 GRPO steps with TrainableModel + LocalBackend; (c) a strict TypeScript file
+// type-checks against the shipped .d.ts; (d) a Vite app built there runs webart in a Web Worker in Chromium and
+// answers a chat completion with the embedded model.
 // Tarball sizes and the time of each part go to test-results/consumer.json.
 import { spawnSync, type SpawnSyncReturns } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -118,14 +119,15 @@ test("(a) npx webart --help, then npx webart train --env tictactoe --steps 2 mak
   expect(existsSync(join(run, "checkpoints/0002/adapter_config.json"))).toBe(true);
 });
 
-test("(b) a Node ESM script with its own task trains 2 steps with TrainableModel + LocalBackend", async () => {
+test("(b) a Node ESM script with its own task: a supervised warm start, then 2 GRPO steps with TrainableModel + LocalBackend", async () => {
   test.setTimeout(300_000);
   const out = await timed("b_agent", () => ok(sh(process.execPath, ["agent.mjs"]), "node agent.mjs"));
-  const result = JSON.parse(out.trim().split("\n").at(-1)!) as { step: number; rewards: number[][] };
-  expect(result.step).toBe(2);
+  const result = JSON.parse(out.trim().split("\n").at(-1)!) as { step: number; rewards: number[][]; sftLoss: number };
+  expect(result.step).toBe(3);
+  expect(result.sftLoss).toBeGreaterThan(0);
   expect(result.rewards.flat()).toHaveLength(16);
   expect(
-    existsSync(join(project, ".art/consumer/models/short-replies/checkpoints/0002/adapter_model.safetensors")),
+    existsSync(join(project, ".art/consumer/models/short-replies/checkpoints/0003/adapter_model.safetensors")),
   ).toBe(true);
 });
 

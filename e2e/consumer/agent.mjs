@@ -1,6 +1,7 @@
 // (b) A user's own task, written against the installed package: a rollout through the model's `openai` client,
-// a reward of its own (replies near 8 characters score best), two GRPO steps with TrainableModel + LocalBackend on
-// the embedded model. Prints one JSON line with what it did.
+// a reward of its own (replies near 8 characters score best), a warm start by supervised fine-tuning on two example
+// replies, then two GRPO steps with TrainableModel + LocalBackend on the embedded model. Prints one JSON line with
+// what it did.
 import { gatherTrajectoryGroups, LocalBackend, TrainableModel, Trajectory } from "webart";
 
 const model = new TrainableModel({ name: "short-replies", project: "consumer", baseModel: "webart-tiny" });
@@ -24,6 +25,22 @@ async function rollout(topic) {
   return new Trajectory({ messagesAndChoices: [...messages, choice], reward: -Math.abs(reply.length - 8) / 8 });
 }
 
+// Warm start (ART's train_sft): the example replies' assistant turns, one checkpoint.
+const examples = [
+  ["color", "magenta"],
+  ["fruit", "apricot"],
+].map(
+  ([topic, word]) =>
+    new Trajectory({
+      messagesAndChoices: [
+        { role: "system", content: "Reply with one short word." },
+        { role: "user", content: `Name a ${topic}.` },
+        { role: "assistant", content: word },
+      ],
+    }),
+);
+const sft = await model.trainSft(examples, { learningRate: 1e-3 });
+
 const rewards = [];
 for (let step = 0; step < 2; step++) {
   const groups = await gatherTrajectoryGroups(
@@ -34,4 +51,4 @@ for (let step = 0; step < 2; step++) {
 }
 const step = await model.getStep();
 await backend.close();
-console.log(JSON.stringify({ step, rewards }));
+console.log(JSON.stringify({ step, rewards, sftLoss: sft.metrics.loss }));

@@ -9,6 +9,7 @@ import {
   TrajectoryGroup,
   type TrainConfig,
   type TrainResult,
+  type TrainSftConfig,
 } from "webart";
 import { rulerScoreGroup, type RulerGroupOptions } from "webart/ruler";
 import { rolloutTicTacToe, summarizeTicTacToe } from "webart/envs";
@@ -34,6 +35,12 @@ export async function train(remote: boolean): Promise<TrainResult> {
     { maxExceptions: 0.5 },
   );
   const judged = await rulerScoreGroup(groups[0], { client, model: "judge" } satisfies RulerGroupOptions);
+  const warm: Partial<TrainSftConfig> = { learningRate: [1e-4, 5e-5], batchSize: 2, assistantTurns: "last" };
+  const sftLoss: number = (await model.trainSft(groups[0].trajectories, warm)).metrics.loss;
+  void sftLoss;
+  // @ts-expect-error assistantTurns is "all" or "last"
+  const badTurns: Partial<TrainSftConfig> = { assistantTurns: "first" };
+  void badTurns;
   const config: Partial<TrainConfig> = { learningRate: 1e-4, recompute: "auto" };
   // @ts-expect-error learningRate is a number
   const wrong: Partial<TrainConfig> = { learningRate: "fast" };

@@ -12,6 +12,7 @@ export * from "./generate/scheduler.ts";
 export * from "./art/trajectories.ts";
 export * from "./art/gather.ts";
 export * from "./art/train-config.ts";
+export * from "./art/train-sft.ts";
 export * from "./art/advantages.ts";
 export * from "./art/tokenize.ts";
 export * from "./engine.ts";

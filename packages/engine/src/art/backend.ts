@@ -2,7 +2,8 @@
 // RemoteBackend (HTTP to `webart serve`) implement the same interface.
 import type OpenAI from "openai";
 import type { TrainConfig } from "./train-config.ts";
-import type { TrajectoryGroup } from "./trajectories.ts";
+import type { TrajectoryGroup, TrajectoryLike } from "./trajectories.ts";
+import type { SftMetrics, TrainSftConfig } from "./train-sft.ts";
 import type { LoraConfig } from "../model/lora.ts";
 
 export interface ModelSpec {
@@ -57,6 +58,13 @@ export interface TrainResult {
   checkpointPath: string;
 }
 
+/** What a supervised fine-tuning call returns: the new step, its metrics and where its checkpoint is. */
+export interface TrainSftResult {
+  step: number;
+  metrics: SftMetrics;
+  checkpointPath: string;
+}
+
 /** A model as backend methods take it: a TrainableModel (or anything carrying its spec), or the spec itself. */
 export type ModelRef = ModelSpec | { readonly spec: ModelSpec };
 
@@ -78,6 +86,15 @@ export interface Backend {
   getStep(model: ModelSpec): Promise<number>;
   /** One GRPO step on the groups (ART's backend.train); writes the step's trajectories, history row and checkpoint. */
   train(model: ModelRef, groups: TrajectoryGroup[], config?: Partial<TrainConfig>): Promise<TrainResult>;
+  /**
+   * Supervised fine-tuning on whole conversations (ART's train_sft): cross-entropy on their assistant turns, an
+   * optimizer update a batch of trajectories, then one checkpoint at the next step; a history row of `train/sft_*`.
+   */
+  trainSft(
+    model: ModelRef,
+    trajectories: Iterable<TrajectoryLike>,
+    config?: Partial<TrainSftConfig>,
+  ): Promise<TrainSftResult>;
   /** Records groups and metrics under a split at a step (default: the model's current step, 0 if it does not train). */
   log(
     model: LogTarget,

@@ -16,6 +16,7 @@ import {
   type ModelRef,
   type ModelSpec,
   type TrainResult,
+  type TrainSftResult,
 } from "./backend.ts";
 import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints.ts";
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
@@ -23,6 +24,8 @@ import { maxLoraRank, validateLoraConfig } from "../model/lora.ts";
 import { readAdapterConfig } from "../model/peft.ts";
 import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
 import { NO_GRADIENT, planStep, stepMetrics, stepSequences, updateAdapter, type Update } from "./train-step.ts";
+import { resolveSftConfig, sftBatches, sftUpdates, type SftMetrics, type TrainSftConfig } from "./train-sft.ts";
+import type { TrajectoryLike } from "./trajectories.ts";
 
 export interface LocalBackendOptions {
   /** Node: the runs folder (default ".art"). */
@@ -230,6 +233,69 @@ export class LocalBackend implements Backend {
     const metrics = stepMetrics({ step: next, groups, adv, batch, plan, update, skipped, times });
     const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
     for (const [k, v] of Object.entries(metrics)) if (k !== "step") row[`train/${k}`] = v;
+    await run.files.appendHistory(row);
+    const ck = run.files.path(`checkpoints/${stepDir(run.step)}`);
+    return { step: run.step, metrics, checkpointPath: run.files.store.location?.(ck) ?? ck };
+  }
+
+  async trainSft(
+    model: ModelRef,
+    trajectories: Iterable<TrajectoryLike>,
+    partial: Partial<TrainSftConfig> = {},
+  ): Promise<TrainSftResult> {
+    const cfg = resolveSftConfig(partial);
+    const run = this.run(specOf(model));
+    const list = [...trajectories];
+    return this.serial(() => this.trainSftNow(run, list, cfg));
+  }
+
+  /**
+   * Supervised fine-tuning: tokenize and batch → one update a batch → one checkpoint, at the run's next step. As for
+   * a GRPO step, a call that fails leaves the run at its latest checkpoint, adapter and optimizer state included.
+   */
+  private async trainSftNow(run: Run, trajectories: TrajectoryLike[], cfg: TrainSftConfig): Promise<TrainSftResult> {
+    const { engine } = run;
+    const t0 = performance.now();
+    const next = run.step + 1;
+    const b = sftBatches(engine, trajectories, cfg);
+    const t1 = performance.now();
+    let moved = false;
+    let u: Awaited<ReturnType<typeof sftUpdates>>;
+    let t2: number;
+    try {
+      u = await sftUpdates(engine, b, cfg, next, () => (moved = true));
+      t2 = performance.now();
+      await this.checkpoint(run, next);
+    } catch (e) {
+      if (moved) await this.putBack(run, e as Error);
+      throw e;
+    }
+    run.step = next;
+    const t3 = performance.now();
+    const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
+    const trained = b.batches.map((x) => x.seqs.reduce((a, s) => a + s.n, 0));
+    const processed = b.batches.reduce((a, x) => a + x.seqs.reduce((c, s) => c + s.ids.length, 0), 0);
+    const metrics: SftMetrics = {
+      step: next,
+      // The mean over all trained tokens: each batch's mean weighted by its tokens.
+      loss: u.losses.reduce((a, l, k) => a + l * trained[k], 0) / u.tokens,
+      batch_losses: u.losses,
+      grad_norm: mean(u.gradNorms),
+      num_batches: b.batches.length,
+      num_trajectories: b.trajectories,
+      num_sequences: b.batches.reduce((a, x) => a + x.seqs.length, 0),
+      num_tokens_trained: u.tokens,
+      learning_rate: mean(b.batches.map((x) => x.lr)),
+      tokens_per_second: processed / ((t2 - t1) / 1000),
+      step_seconds: (t3 - t0) / 1000,
+      time_tokenize: (t1 - t0) / 1000,
+      time_checkpoint: (t3 - t2) / 1000,
+      finite: u.finite,
+      micro_batch_tokens: u.microBatch,
+      memory_peak_gib: u.peak / 2 ** 30,
+    };
+    const row: Record<string, unknown> = { step: run.step, recorded_at: new Date().toISOString() };
+    for (const [k, v] of Object.entries(metrics)) if (k !== "step" && k !== "batch_losses") row[`train/sft_${k}`] = v;
     await run.files.appendHistory(row);
     const ck = run.files.path(`checkpoints/${stepDir(run.step)}`);
     return { step: run.step, metrics, checkpointPath: run.files.store.location?.(ck) ?? ck };

@@ -2,9 +2,10 @@
 // baseline, a judge); a TrainableModel is registered with a backend, rolls out through its openai client, trains on
 // trajectory groups, logs evaluations and prunes checkpoints.
 import OpenAI from "openai";
-import type { Backend, ModelSpec, TrainResult } from "./backend.ts";
+import type { Backend, ModelSpec, TrainResult, TrainSftResult } from "./backend.ts";
+import type { TrainSftConfig } from "./train-sft.ts";
 import type { TrainConfig } from "./train-config.ts";
-import type { TrajectoryGroup } from "./trajectories.ts";
+import type { TrajectoryGroup, TrajectoryLike } from "./trajectories.ts";
 import { DEFAULT_LORA, validateLoraConfig, type LoraConfig } from "../model/lora.ts";
 
 export interface ModelInit {
@@ -149,6 +150,16 @@ export class TrainableModel extends Model {
   /** One training step; the same as `backend.train(model, groups, config)`. */
   train(groups: TrajectoryGroup[], config: Partial<TrainConfig> = {}): Promise<TrainResult> {
     return this.need().train(this, groups, config);
+  }
+
+  /**
+   * Supervised fine-tuning on whole conversations (ART's train_sft), e.g. to warm-start from expert transcripts
+   * before GRPO: cross-entropy on every assistant turn (`assistantTurns: "last"`: each conversation's last),
+   * Choices and plain assistant messages alike; one optimizer update per batch of `batchSize` trajectories, at
+   * `learningRate` (or one rate per batch); then one checkpoint at the next step.
+   */
+  trainSft(trajectories: Iterable<TrajectoryLike>, config: Partial<TrainSftConfig> = {}): Promise<TrainSftResult> {
+    return this.need().trainSft(this, trajectories, config);
   }
 
   /** Deletes every checkpoint but the latest and the best by `metric` (history's per-step value; higher is better). */

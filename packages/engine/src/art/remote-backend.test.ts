@@ -158,6 +158,27 @@ describe("RemoteBackend against webart serve", () => {
       const gone = await backend.adapterFiles(model.spec, 1).catch((e) => e);
       expect(gone).toBeInstanceOf(RemoteError);
       expect(gone.status).toBe(404);
+      // Supervised fine-tuning on plain conversations: one step, its history row; the server's refusal of a
+      // trajectory with nothing to learn is a 400 naming it, and the run stays at its step.
+      const sft = [0, 1, 2].map(
+        (i) =>
+          new Trajectory({
+            messagesAndChoices: [...messages, { role: "assistant", content: `<move>C${i + 1}</move>` }],
+          }),
+      );
+      const s3 = await model.trainSft(sft, { learningRate: 1e-3, batchSize: 2 });
+      expect([s3.step, s3.metrics.num_batches, s3.metrics.num_trajectories]).toEqual([3, 2, 3]);
+      expect(s3.metrics.loss).toBeGreaterThan(0);
+      expect(s3.checkpointPath).toBe(join(runs, "rb/models/remote/checkpoints/0003"));
+      expect((await backend.history(model.spec)).find((h) => h.step === 3)).toMatchObject({
+        "train/sft_num_batches": 2,
+        "train/sft_loss": s3.metrics.loss,
+      });
+      const nothing = await model.trainSft([new Trajectory({ messagesAndChoices: messages })]).catch((e) => e);
+      expect(nothing.status).toBe(400);
+      expect(nothing.message).toMatch(/train_sft: trainSft: trajectory 0 has no assistant turn to learn from/);
+      await expect(model.trainSft(sft, { batchSize: -1 })).rejects.toThrow(/TrainSftConfig.batchSize/);
+      expect(await backend.listCheckpoints(model.spec)).toEqual([2, 3]);
       // The same run with other LoRA settings, or another base model, is refused by name.
       const clash = await backend.register({ ...model.spec, lora: { ...model.spec.lora, rank: 8 } }).catch((e) => e);
       expect([clash.status, clash.code]).toEqual([409, "conflict"]);

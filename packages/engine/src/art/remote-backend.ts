@@ -10,9 +10,11 @@ import {
   type ModelRef,
   type ModelSpec,
   type TrainResult,
+  type TrainSftResult,
 } from "./backend.ts";
 import type { TrainConfig } from "./train-config.ts";
-import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
+import { resolveSftConfig, type TrainSftConfig } from "./train-sft.ts";
+import { checkRewards, Trajectory, type TrajectoryGroup, type TrajectoryLike } from "./trajectories.ts";
 
 type Fetch = (input: string | URL | Request, init?: RequestInit) => Promise<Response>;
 
@@ -188,6 +190,16 @@ export class RemoteBackend implements Backend {
   async train(model: ModelRef, groups: TrajectoryGroup[], config: Partial<TrainConfig> = {}): Promise<TrainResult> {
     checkRewards(groups, "train");
     return this.call<TrainResult>(specOf(model), "POST", "train", { groups, config });
+  }
+
+  async trainSft(
+    model: ModelRef,
+    trajectories: Iterable<TrajectoryLike>,
+    config: Partial<TrainSftConfig> = {},
+  ): Promise<TrainSftResult> {
+    resolveSftConfig(config); // a bad key or value fails here, before the trajectories are sent
+    const list = [...trajectories].map((t) => (t instanceof Trajectory ? t : new Trajectory(t)));
+    return this.call<TrainSftResult>(specOf(model), "POST", "train_sft", { trajectories: list, config });
   }
 
   async log(

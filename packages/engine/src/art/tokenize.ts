@@ -133,3 +133,63 @@ export function tokenizeHistory(
   if (cur) out.push(finish(cur, spans));
   return out;
 }
+
+/** Which assistant turns of a conversation supervised fine-tuning trains (ART's TrainSFTConfig.assistant_turns). */
+export type SftTurns = "all" | "last";
+
+/** A supervised sequence: the conversation's tokens, 1 on the assistant turns trained. */
+export interface SupervisedSequence {
+  ids: number[];
+  mask: Uint8Array;
+  trainableTokens: number;
+}
+
+/**
+ * The supervised sequences of one history: every assistant turn (a Choice or a plain assistant message; with
+ * "last", the last one alone) is trained on its tokens as the chat template renders them, from the end of the
+ * prompt that precedes it (the template up to it, with the generation prompt) through its last stop token (one
+ * of `stop`: the end of turn, so the model learns to stop; what the template puts after it, such as a newline,
+ * is the next turn's context, which the model never generates). Turns whose prompt extends the sequence so far
+ * share it; a template that re-renders earlier turns (Qwen3 dropping old reasoning) starts a new sequence in that
+ * turn's own context. A history without an assistant turn gives none. `where` names the history in errors.
+ */
+export function tokenizeSft(
+  tok: ChatTokenizer,
+  h: History,
+  turns: SftTurns,
+  stop: readonly number[],
+  where: string,
+): SupervisedSequence[] {
+  const messages: Message[] = h.messagesAndChoices.map((m) => (isChoice(m) ? choiceToMessage(m) : m));
+  let trained = messages.flatMap((m, j) => (m.role === "assistant" ? [j] : []));
+  if (turns === "last") trained = trained.slice(-1);
+  const out: { ids: number[]; mask: number[] }[] = [];
+  let cur: { ids: number[]; mask: number[] } | undefined;
+  for (const j of trained) {
+    const before = promptIds(tok, messages, j, h.tools);
+    const through = tok.encode(tok.applyChatTemplate(messages.slice(0, j + 1), { tools: h.tools }), {
+      addSpecialTokens: false,
+    });
+    if (!(through.length > before.length && before.every((id, k) => through[k] === id)))
+      throw new Error(
+        `${where}: the chat template renders message ${j} (assistant) so that it does not follow its own prompt ` +
+          `(the conversation before it with the generation prompt), so its tokens cannot be told apart; ` +
+          `check the message's content and tool_calls`,
+      );
+    let end = through.length;
+    while (end > before.length && !stop.includes(through[end - 1])) end--;
+    if (end === before.length) end = through.length; // no stop token in the turn: all of it
+    if (!(cur && cur.ids.length <= through.length && cur.ids.every((id, k) => through[k] === id))) {
+      cur = { ids: [], mask: [] };
+      out.push(cur);
+    }
+    for (let k = cur.ids.length; k < through.length; k++) {
+      cur.ids.push(through[k]);
+      cur.mask.push(k >= before.length && k < end ? 1 : 0);
+    }
+  }
+  return out.map((s) => {
+    const mask = Uint8Array.from(s.mask);
+    return { ids: s.ids, mask, trainableTokens: mask.reduce((a, x) => a + x, 0) };
+  });
+}

@@ -117,7 +117,7 @@ export function planStep(engine: Engine, seqs: StepSequence[], cfg: TrainConfig)
 /** What a step's update measured: its gradient's metrics, the optimizer's, the peak memory, and when the
  *  gradient (t2) and the optimizer (t3) finished. */
 export interface Update {
-  grad: Pick<GradResult, "loss" | "policyLoss" | "kl" | "clipFraction" | "entropy" | "trainedTokens">;
+  grad: Pick<GradResult, "loss" | "policyLoss" | "kl" | "clipFraction" | "entropy" | "trainedTokens" | "newLogprobs">;
   opt: { gradNorm: number; finite: boolean };
   peak: number;
   t2: number;
@@ -135,15 +135,17 @@ export const NO_GRADIENT: Update["grad"] = {
 
 /**
  * Gradients, then the optimizer, with the engine to itself. `moving` is called once the optimizer may change the
- * adapter; whatever the step allocated is given back if it fails.
+ * adapter; whatever the step allocated is given back if it fails. `step` is the optimizer's update count (AdamW's
+ * bias correction); `want.newLogprobs` also returns each sequence's logprobs before the update.
  */
 export async function updateAdapter(
   engine: Engine,
-  seqs: StepSequence[],
+  seqs: TrainSequence[],
   cfg: TrainConfig,
   choice: NonNullable<StepPlan["choice"]>,
   step: number,
   moving: () => void,
+  want: { newLogprobs?: boolean } = {},
 ): Promise<Update> {
   const scope = engine.gpu.scope();
   try {
@@ -152,17 +154,22 @@ export async function updateAdapter(
       const pool = engine.gpu.pool;
       pool.trim();
       pool.resetPeak();
-      const grad = await accumulateGradients(engine.model, seqs, {
-        loss: cfg.policyLoss,
-        level: cfg.importanceSampling,
-        epsilon: cfg.epsilon,
-        epsilonHigh: cfg.epsilonHigh,
-        beta: cfg.beta,
-        anchorBeta: cfg.anchorContextTurns ? cfg.anchorBeta || cfg.beta : 0,
-        microBatchTokens: choice.microBatchTokens,
-        recompute: choice.recompute,
-        vocabChunk: choice.vocabChunk,
-      });
+      const grad = await accumulateGradients(
+        engine.model,
+        seqs,
+        {
+          loss: cfg.policyLoss,
+          level: cfg.importanceSampling,
+          epsilon: cfg.epsilon,
+          epsilonHigh: cfg.epsilonHigh,
+          beta: cfg.beta,
+          anchorBeta: cfg.anchorContextTurns ? cfg.anchorBeta || cfg.beta : 0,
+          microBatchTokens: choice.microBatchTokens,
+          recompute: choice.recompute,
+          vocabChunk: choice.vocabChunk,
+        },
+        want,
+      );
       engine.gpu.release(grad.totals, grad.entropyAll); // read already; the caller owns them
       const t2 = performance.now();
       moving();

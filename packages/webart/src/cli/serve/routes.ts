@@ -5,6 +5,7 @@
 //   POST   /v1/webart/models                               { name, project, baseModel, lora?, seed? } -> { step }
 //   GET    /v1/webart/models/{project}/{name}/step         -> { step }
 //   POST   /v1/webart/models/{project}/{name}/train        { groups: [TrajectoryGroup JSON], config? } -> { step, metrics, checkpointPath }
+//   POST   /v1/webart/models/{project}/{name}/train_sft    { trajectories: [Trajectory JSON], config? } -> { step, metrics, checkpointPath }
 //   POST   /v1/webart/models/{project}/{name}/log          { groups, split?, metrics?, step? } -> { step }
 //   GET    /v1/webart/models/{project}/{name}/history      -> { data: [rows] }
 //   GET    /v1/webart/models/{project}/{name}/checkpoints  -> { steps }
@@ -17,20 +18,23 @@
 // model the server does not know answers 404 with code "model_not_registered" (e.g. after a restart);
 // RemoteBackend then registers again (resuming at the latest checkpoint) and retries.
 //
-// A train request answers when the step is done. Steps longer than `commitMs` get their 200 headers
+// A train (or train_sft) request answers when the step is done. Steps longer than `commitMs` get their 200 headers
 // early and a space every `heartbeatMs` until the JSON (or { error }) follows, so no client or proxy
 // times out on a long step; the body parses as JSON either way.
 import type { IncomingMessage, ServerResponse } from "node:http";
 import {
   ApiError,
   badRequest,
+  resolveSftConfig,
   resolveTrainConfig,
+  Trajectory,
   TrajectoryGroup,
   validateLoraConfig,
   type LocalBackend,
   type ModelSpec,
   type ServedModel,
   type TrainConfig,
+  type TrainSftConfig,
 } from "@webart/engine";
 import type { TrainGate } from "./gate.ts";
 import { parseJson, readBody, sendJson } from "./http.ts";
@@ -84,6 +88,18 @@ function parseGroups(v: unknown): TrajectoryGroup[] {
   });
 }
 
+/** A request's optional config object, checked by `resolve` (whose message becomes a 400 on "config"). */
+function parseConfig<T>(v: unknown, resolve: (c: T) => unknown): T {
+  if (v !== undefined && !isObj(v)) throw badRequest("config: expected an object", "config");
+  const config = (v ?? {}) as T;
+  try {
+    resolve(config);
+  } catch (e) {
+    throw badRequest((e as Error).message, "config");
+  }
+  return config;
+}
+
 function parseMetrics(v: unknown): Record<string, number> {
   if (v === undefined || v === null) return {};
   if (!isObj(v)) throw badRequest("metrics: expected an object of numbers", "metrics");
@@ -96,7 +112,8 @@ function parseMetrics(v: unknown): Record<string, number> {
 /** LocalBackend's errors about the caller's input become 4xx; anything else stays a 500. */
 function asApiError(e: unknown): unknown {
   if (e instanceof ApiError || !(e instanceof Error)) return e;
-  if (/^(train|TrainConfig|deleteCheckpoints|lora)[.:]/.test(e.message)) return badRequest(e.message);
+  if (/^(train|trainSft|TrainConfig|TrainSftConfig|deleteCheckpoints|lora)[.:]/.test(e.message))
+    return badRequest(e.message);
   if (/this run was created with/.test(e.message)) return new ApiError(409, e.message, null, "conflict");
   if (/does not exist|is missing/.test(e.message)) return new ApiError(404, e.message, null, "not_found");
   return e;
@@ -175,6 +192,8 @@ export class TrainingRoutes {
         return send({ step: await ctx.backend.getStep(spec) });
       case "train POST":
         return this.train(res, spec, await this.json(req, ctx.limits.train), headers);
+      case "train_sft POST":
+        return this.trainSft(res, spec, await this.json(req, ctx.limits.train), headers);
       case "log POST": {
         const body = await this.json(req, ctx.limits.train);
         for (const k of Object.keys(body))
@@ -205,7 +224,8 @@ export class TrainingRoutes {
       case "checkpoints/2 GET":
         return this.adapterFile(res, spec, rest[0], rest[1], headers);
     }
-    if (!rest.length && ["step", "train", "log", "history", "checkpoints"].includes(what)) throw notAllowed();
+    if (!rest.length && ["step", "train", "train_sft", "log", "history", "checkpoints"].includes(what))
+      throw notAllowed();
     throw new ApiError(404, `Unknown route ${route}`, null, "unknown_url");
   }
 
@@ -291,23 +311,66 @@ export class TrainingRoutes {
     for (const k of Object.keys(body))
       if (!["groups", "config"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
     const groups = parseGroups(body.groups);
-    if (body.config !== undefined && !isObj(body.config)) throw badRequest("config: expected an object", "config");
-    const config = (body.config ?? {}) as Partial<TrainConfig>;
-    try {
-      resolveTrainConfig(config);
-    } catch (e) {
-      throw badRequest((e as Error).message, "config");
-    }
+    const config = parseConfig<Partial<TrainConfig>>(body.config, resolveTrainConfig);
+    return this.longStep(
+      res,
+      headers,
+      spec,
+      () => ctx.backend.train(spec, groups, config),
+      ({ step, metrics: m }) =>
+        `train ${spec.project}/${spec.name}: step ${step}, reward ${m.reward.toFixed(3)}, loss ${m.loss.toFixed(4)}, ${m.step_seconds.toFixed(1)} s`,
+    );
+  }
+
+  private async trainSft(
+    res: ServerResponse,
+    spec: ModelSpec,
+    body: Record<string, unknown>,
+    headers: Record<string, string>,
+  ): Promise<void> {
+    const { ctx } = this;
+    for (const k of Object.keys(body))
+      if (!["trajectories", "config"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
+    if (!Array.isArray(body.trajectories))
+      throw badRequest(
+        `trajectories: expected an array of trajectories, got ${typeof body.trajectories}`,
+        "trajectories",
+      );
+    const trajectories = body.trajectories.map((t, ti) => {
+      if (!isObj(t) || !Array.isArray(t.messages_and_choices))
+        throw badRequest(`trajectories[${ti}].messages_and_choices: expected an array`, "trajectories");
+      return Trajectory.fromJSON(t);
+    });
+    const config = parseConfig<Partial<TrainSftConfig>>(body.config, resolveSftConfig);
+    return this.longStep(
+      res,
+      headers,
+      spec,
+      () => ctx.backend.trainSft(spec, trajectories, config),
+      ({ step, metrics: m }) =>
+        `train_sft ${spec.project}/${spec.name}: step ${step}, loss ${m.loss.toFixed(4)}, ${m.num_batches} batches, ${m.step_seconds.toFixed(1)} s`,
+    );
+  }
+
+  /**
+   * Runs a training call of `spec`'s run through the gate, logs `line` of its result, and answers with it: at once
+   * when it ends within commitMs, otherwise 200 headers early, a space every heartbeatMs, then the JSON (or
+   * { error }).
+   */
+  private async longStep<T>(
+    res: ServerResponse,
+    headers: Record<string, string>,
+    spec: ModelSpec,
+    work: () => Promise<T>,
+    line: (r: T) => string,
+  ): Promise<void> {
+    const { ctx } = this;
     if (ctx.isClosing()) throw new ApiError(503, "the server is shutting down", null, "shutting_down");
-    const step = ctx.gate.run(spec.name, () => {
+    const step = ctx.gate.run(spec.name, async () => {
       if (ctx.isClosing()) throw new ApiError(503, "the server is shutting down", null, "shutting_down");
-      return ctx.backend.train(spec, groups, config).then((r) => {
-        const m = r.metrics;
-        ctx.log(
-          `train ${spec.project}/${spec.name}: step ${r.step}, reward ${m.reward.toFixed(3)}, loss ${m.loss.toFixed(4)}, ${m.step_seconds.toFixed(1)} s`,
-        );
-        return r;
-      });
+      const r = await work();
+      ctx.log(line(r));
+      return r;
     });
     let timer: ReturnType<typeof setTimeout> | undefined;
     const early = await Promise.race([
