@@ -71,6 +71,11 @@ describe("tokenizeSft", () => {
     const [l] = tokenizeSft(tok, { messagesAndChoices: conversation }, "last", tok.stopTokenIds, "t");
     expect(l.ids).toEqual(q.ids);
     expect(runs(l.mask)).toEqual([r[1]]);
+    // OpenAI's fine-tuning format: an assistant message of weight 0 is context.
+    const weighted = conversation.map((m, j) => (j === 2 ? { ...m, weight: 0 } : m)) as ChatCompletionMessageParam[];
+    const [w] = tokenizeSft(tok, { messagesAndChoices: weighted }, "all", tok.stopTokenIds, "t");
+    expect(w.ids).toEqual(q.ids);
+    expect(runs(w.mask)).toEqual([r[1]]);
     // A Choice counts as its assistant message; a history with no assistant turn gives nothing.
     const choice = {
       index: 0,

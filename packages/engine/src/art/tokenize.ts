@@ -151,7 +151,8 @@ export interface SupervisedSequence {
  * of `stop`: the end of turn, so the model learns to stop; what the template puts after it, such as a newline,
  * is the next turn's context, which the model never generates). Turns whose prompt extends the sequence so far
  * share it; a template that re-renders earlier turns (Qwen3 dropping old reasoning) starts a new sequence in that
- * turn's own context. A history without an assistant turn gives none. `where` names the history in errors.
+ * turn's own context. An assistant message with `weight: 0` (OpenAI's fine-tuning format) is context, not
+ * trained. A history without an assistant turn to train gives none. `where` names the history in errors.
  */
 export function tokenizeSft(
   tok: ChatTokenizer,
@@ -161,7 +162,9 @@ export function tokenizeSft(
   where: string,
 ): SupervisedSequence[] {
   const messages: Message[] = h.messagesAndChoices.map((m) => (isChoice(m) ? choiceToMessage(m) : m));
-  let trained = messages.flatMap((m, j) => (m.role === "assistant" ? [j] : []));
+  let trained = messages.flatMap((m, j) =>
+    m.role === "assistant" && (m as { weight?: unknown }).weight !== 0 ? [j] : [],
+  );
   if (turns === "last") trained = trained.slice(-1);
   const out: { ids: number[]; mask: number[] }[] = [];
   let cur: { ids: number[]; mask: number[] } | undefined;

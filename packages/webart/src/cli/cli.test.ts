@@ -10,11 +10,12 @@ import { EXPORT } from "./export.ts";
 import { INFO } from "./info.ts";
 import { PRETRAIN } from "./pretrain/pretrain.ts";
 import { SERVE } from "./serve/cli.ts";
+import { SFT } from "./sft.ts";
 import { EVAL } from "./train/eval.ts";
 import { TRAIN } from "./train/train.ts";
 
 const ROOT = join(import.meta.dirname, "../../../..");
-const SPECS: CommandSpec[] = [TRAIN, EVAL, SERVE, EXPORT, INFO, PRETRAIN];
+const SPECS: CommandSpec[] = [TRAIN, SFT, EVAL, SERVE, EXPORT, INFO, PRETRAIN];
 
 /** Runs the built bin; resolves with its exit code and output (never rejects). */
 function webart(args: string[]): Promise<{ code: number; out: string; err: string }> {
@@ -29,10 +30,10 @@ function webart(args: string[]): Promise<{ code: number; out: string; err: strin
 }
 
 describe("webart", () => {
-  it("--help lists the six commands; --version prints the package's version; an unknown command exits 2", async () => {
+  it("--help lists the seven commands; --version prints the package's version; an unknown command exits 2", async () => {
     const [help, version, bad] = await Promise.all([webart(["--help"]), webart(["--version"]), webart(["tain"])]);
     expect(help.code).toBe(0);
-    for (const c of ["train", "eval", "serve", "export", "info", "pretrain"])
+    for (const c of ["train", "sft", "eval", "serve", "export", "info", "pretrain"])
       expect(help.out).toMatch(new RegExp(`^  ${c} `, "m"));
     const pkg = JSON.parse(readFileSync(join(ROOT, "packages/webart/package.json"), "utf8")) as { version: string };
     expect([version.code, version.out.trim()]).toEqual([0, pkg.version]);
@@ -82,6 +83,11 @@ describe("webart", () => {
     ["train", ["--tool-choice", "required"], "--tool-choice is for --env email only"],
     ["train", ["--scale-rewards", "std"], '--scale-rewards "std": expected group or none'],
     ["train", ["--loss-type", "mean"], '--loss-type "mean": expected sequence, token or dr_grpo'],
+    ["sft", [], "--data FILE is required"],
+    ["sft", ["--data", "x.jsonl", "--epochs", "0"], '--epochs "0": expected an integer >= 1'],
+    ["sft", ["--data", "x.jsonl", "--batch-size", "big"], '--batch-size "big": expected an integer >= 1'],
+    ["sft", ["--data", "x.jsonl", "--assistant-turns", "first"], '--assistant-turns "first": expected all or last'],
+    ["sft", ["--data", "no-such-file.jsonl"], "--data no-such-file.jsonl: ENOENT"],
     [
       "eval",
       ["--env", "email", "--tool-choice", "always"],

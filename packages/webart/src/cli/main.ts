@@ -15,6 +15,10 @@ const COMMANDS: Record<string, { summary: string; load(): Promise<Command> }> = 
     summary: "GRPO on tic-tac-toe, 2048 or email search with the embedded model",
     load: async () => import("./train/train.ts").then((m) => ({ spec: m.TRAIN, run: m.trainCommand })),
   },
+  sft: {
+    summary: "supervised fine-tuning of a run on conversations from a JSONL file (a warm start before GRPO)",
+    load: async () => import("./sft.ts").then((m) => ({ spec: m.SFT, run: m.sftCommand })),
+  },
   eval: {
     summary: "a table of win rates: base model, a checkpoint, baselines",
     load: async () => import("./train/eval.ts").then((m) => ({ spec: m.EVAL, run: m.evalCommand })),
