@@ -17,6 +17,7 @@ const CUSTOM_RUN = `custom-e2e-${Date.now().toString(36)}`;
 const GAME_RUN = `g2048-play-${Date.now().toString(36)}`;
 const SELF_RUN = `custom-self-${Date.now().toString(36)}`;
 const TURNS_RUN = `custom-turns-${Date.now().toString(36)}`;
+const WARM_RUN = `custom-warm-${Date.now().toString(36)}`;
 
 const shot = (name: string) => page.screenshot({ path: `test-results/screens/${name}.png`, fullPage: true });
 const start = () => page.getByRole("button", { name: "Start" });
@@ -256,5 +257,54 @@ test("a multi-turn custom task: the simulated user's turn sits between the assis
   await expect(page.locator(".ruler-note")).toContainText(/RULER score .*: judged \d of 2/);
   await shot("custom-multiturn");
   await page.getByLabel("Rollout viewer").screenshot({ path: "test-results/screens/custom-multiturn-viewer.png" });
+  expect(problems).toEqual([]);
+});
+
+test("a warm start on reference answers: supervised steps first, then GRPO, whose steps alone are charted", async () => {
+  await customTask(WARM_RUN);
+  await page.getByLabel("Reward", { exact: true }).selectOption("ruler");
+  await page.getByLabel("Judge base URL").fill(judge.baseURL);
+  await page.getByLabel("Judge model").fill("judge-1");
+  await page.getByRole("textbox", { name: "Turns" }).fill("1");
+  await page.getByLabel("Warm start (epochs)").fill("2");
+  // Prompts alone have no answer to learn from: the form says so and nothing starts.
+  await expect(page.getByTestId("error-warmStart")).toContainText("no training scenario has one");
+  await expect(start()).toBeDisabled();
+  await upload(
+    "answers.jsonl",
+    '{"prompt": "Say hi", "answer": "Hi!"}\n{"prompt": "Name a colour", "answer": "Red."}\n' +
+      '{"prompt": "Name a fruit", "answer": "Pear."}\n',
+  );
+  await expect(page.getByTestId("error-warmStart")).toHaveCount(0);
+  await expect(start()).toBeEnabled({ timeout: 60_000 });
+  await start().click();
+  await expect(state()).toHaveText("finished", { timeout: 170_000 });
+  // Two supervised steps on the two training scenarios' answers, then the one GRPO step asked for.
+  await expect(page.getByTestId("step")).toHaveText("3");
+  await expect(page.getByTestId("notices")).toContainText(
+    /Warm start 2\/2: supervised loss [\d.]+ on 2 reference answers/,
+  );
+  await expect(page.getByTestId("notices")).not.toContainText("Warm start 1/2");
+  await expect(page.getByTestId("chart-reward")).toHaveAttribute("data-points", "1");
+  const history = await page.evaluate(
+    (key) =>
+      new Promise<string>((resolve, reject) => {
+        const open = indexedDB.open("webart");
+        open.onerror = () => reject(open.error);
+        open.onsuccess = () => {
+          const get = open.result.transaction("runs").objectStore("runs").get(key);
+          get.onsuccess = () => resolve(new TextDecoder().decode(get.result as Uint8Array));
+          get.onerror = () => reject(get.error);
+        };
+      }),
+    `web/models/${WARM_RUN}/history.jsonl`,
+  );
+  const rows = history
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+  expect(rows.filter((r) => typeof r["train/sft_loss"] === "number").map((r) => r.step)).toEqual([1, 2]);
+  expect(rows.filter((r) => typeof r["train/reward"] === "number").map((r) => r.step)).toEqual([3]);
+  await shot("custom-warm-start");
   expect(problems).toEqual([]);
 });

@@ -72,9 +72,10 @@ function chartSvg(name: string, rows: StepRow[]): string {
   return lineChart(`${name}: reward per step (faint) and its mean over ${SMOOTH} steps`, series);
 }
 
-/** Keeps the last few notices; a step's notice replaces the previous step's. */
+/** Keeps the last few notices; a step's notice replaces the previous step's, a warm start's the previous one's. */
 function addNotice(list: string[], message: string): string[] {
-  const kept = /^Step \d+:/.test(message) ? list.filter((n) => !/^Step \d+:/.test(n)) : list;
+  const kind = /^(Step|Warm start) \d+/.exec(message)?.[1];
+  const kept = kind ? list.filter((n) => !new RegExp(`^${kind} \\d+`).test(n)) : list;
   return [...kept.slice(-3), message];
 }
 

@@ -35,6 +35,9 @@ export interface CustomTaskSettings {
   userPrompt: string;
   /** Validation every this many steps (and at the last step). */
   valEvery: number;
+  /** Supervised passes over the training scenarios' `answer` field before GRPO, a step each. Runs saved before this
+   *  setting lack it: 0. */
+  warmStartEpochs?: number;
 }
 
 export interface TrainSettings {

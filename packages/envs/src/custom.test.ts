@@ -9,6 +9,7 @@ import {
   scenarioFormatOf,
   ScenarioError,
   splitScenarios,
+  warmStartConversations,
 } from "./custom.ts";
 import { scriptedOpenAI } from "./scripted.ts";
 import { isChoice } from "./types.ts";
@@ -132,5 +133,25 @@ describe("rolloutCustom", () => {
     const roles = t.messagesAndChoices.map((m) => (isChoice(m) ? "choice" : m.role));
     expect(roles).toEqual(["system", "user", "choice", "user", "choice"]);
     expect(requests[2].messages.at(-1)).toEqual({ role: "user", content: "Why?" });
+  });
+});
+
+describe("warmStartConversations", () => {
+  it("pairs each scenario's prompt with its answer field after the system prompt; scenarios without one are left out", () => {
+    const scenarios = parseScenarios(
+      '{"prompt": "Name a colour", "answer": "Red"}\n{"prompt": "Name a fruit"}\n{"prompt": "Say hi", "answer": " "}\n',
+      "jsonl",
+    );
+    expect(warmStartConversations({ systemPrompt: "One word." }, scenarios)).toEqual([
+      [
+        { role: "system", content: "One word." },
+        { role: "user", content: "Name a colour" },
+        { role: "assistant", content: "Red" },
+      ],
+    ]);
+    expect(warmStartConversations({ systemPrompt: "" }, scenarios)[0][0]).toEqual({
+      role: "user",
+      content: "Name a colour",
+    });
   });
 });

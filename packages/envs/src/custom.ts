@@ -175,6 +175,25 @@ export function customStepScenarios(
   return Array.from({ length: groupsPerStep }, (_, g) => train[(step * groupsPerStep + g) % train.length]);
 }
 
+/** The scenario field that holds a reference reply: a supervised warm start trains on it (the judge sees it too). */
+export const ANSWER_FIELD = "answer";
+
+/**
+ * The conversations a supervised warm start trains on: the system prompt, each scenario's prompt, and its
+ * `answer` field as the assistant's reply. Scenarios without one are left out.
+ */
+export function warmStartConversations(
+  task: Pick<CustomTask, "systemPrompt">,
+  scenarios: readonly CustomScenario[],
+): Message[][] {
+  return scenarios.flatMap((s) => {
+    const answer = s.fields?.[ANSWER_FIELD];
+    if (answer === undefined || !answer.trim()) return [];
+    const system: Message[] = task.systemPrompt.trim() ? [{ role: "system", content: task.systemPrompt }] : [];
+    return [[...system, { role: "user", content: s.prompt }, { role: "assistant", content: answer }]];
+  });
+}
+
 /** What the judge is told about a scenario beyond the conversation: its extra fields. */
 export function scenarioNotes(s: CustomScenario): string {
   const f = Object.entries(s.fields ?? {});

@@ -352,6 +352,23 @@ function CustomTaskFields(props: {
           )}
         </Field>
       </div>
+      <Field
+        id="warmStart"
+        label="Warm start (epochs)"
+        error={e.warmStart}
+        hint={'supervised passes over the scenarios\' "answer" field before GRPO, a step each (0: none)'}
+      >
+        {(a) => (
+          <input
+            id={a.id}
+            inputMode="numeric"
+            aria-invalid={a.invalid}
+            aria-describedby={a.describedBy}
+            value={d.warmStart}
+            onChange={(x) => set("warmStart", x.target.value)}
+          />
+        )}
+      </Field>
       {Number(d.turns) > 1 && (
         <Field
           id="userPrompt"

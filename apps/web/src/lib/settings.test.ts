@@ -95,3 +95,34 @@ it("picking the email env takes its training defaults (guided calls at 1.5), kee
   const mine = switchEnv(switchEnv({ ...defaultDraft(), temperature: "0.7" }, "email"), "tictactoe");
   expect(mine.temperature).toBe("0.7");
 });
+
+it("takes a custom task's warm start only when training scenarios have an answer, and round-trips it", () => {
+  const custom = {
+    ...switchEnv(defaultDraft(), "custom"),
+    reward: "self" as const,
+    systemPrompt: "Answer in one word.",
+    scenarioFormat: "jsonl" as const,
+    scenarioText: [
+      '{"prompt": "Name a colour", "answer": "Red"}',
+      '{"prompt": "Name a fruit", "answer": "Pear"}',
+      '{"prompt": "Name a tree", "answer": "Oak"}',
+      '{"prompt": "Name a bird", "answer": "Wren"}',
+    ].join("\n"),
+    warmStart: "2",
+  };
+  const { settings, errors } = validate(custom);
+  expect(errors).toEqual({});
+  expect(settings!.custom!.warmStartEpochs).toBe(2);
+  expect(validate(draftFrom("again", settings!, custom)).settings).toEqual(settings);
+  expect(validate({ ...custom, warmStart: "0" }).settings!.custom!.warmStartEpochs).toBeUndefined();
+  expect(validate({ ...custom, warmStart: "-1" }).errors.warmStart).toBe("Warm start must be between 0 and 100");
+  const noAnswers = {
+    ...custom,
+    scenarioFormat: "lines" as const,
+    scenarioText: "Name a colour\nName a fruit\nName a tree",
+  };
+  expect(validate(noAnswers).errors.warmStart).toMatch(
+    /the scenarios' "answer" field, and no training scenario has one/,
+  );
+  expect(validate({ ...noAnswers, warmStart: "0" }).errors).toEqual({});
+});

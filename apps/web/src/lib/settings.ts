@@ -8,6 +8,8 @@ import {
   TICTACTOE_OPPONENTS,
   TICTACTOE_STARTS,
   parseStarts,
+  warmStartConversations,
+  ANSWER_FIELD,
   type CustomScenario,
   type ScenarioFormat,
 } from "webart/envs";
@@ -28,6 +30,8 @@ export interface SettingsDraft {
   turns: string;
   userPrompt: string;
   valEvery: string;
+  /** Custom task: supervised passes over the scenarios' answers before GRPO (0: none). */
+  warmStart: string;
   rulerBaseURL: string;
   rulerModel: string;
   rulerApiKey: string;
@@ -153,6 +157,7 @@ export function defaultDraft(): SettingsDraft {
     turns: "1",
     userPrompt: "You are a user who asked the assistant for help. Reply in one or two sentences, as that user would.",
     valEvery: "5",
+    warmStart: "0",
     // npm run train's defaults: the recipe measured to teach tic-tac-toe (models/README.md).
     steps: String(GAMES.tictactoe.train.steps),
     groupSize: "8",
@@ -307,8 +312,14 @@ function validateCustom(d: SettingsDraft, seed: number, errors: DraftErrors): Tr
   if ("error" in parsed) errors.scenarioText = parsed.error;
   const turns = int(d.turns, "Turns", 1, 8, errors, "turns");
   const valEvery = int(d.valEvery, "Validate every", 1, 10000, errors, "valEvery");
+  const warmStartEpochs = int(d.warmStart, "Warm start", 0, 100, errors, "warmStart");
   if (turns > 1 && !d.userPrompt.trim()) errors.userPrompt = "Tell the simulated user how to behave";
   if ("error" in parsed) return undefined;
+  const train = splitScenarios(parsed.scenarios, { seed: Number.isInteger(seed) ? seed : 0 }).train;
+  if (warmStartEpochs > 0 && !errors.warmStart && !warmStartConversations(d, train).length)
+    errors.warmStart =
+      `A warm start trains on the scenarios' "${ANSWER_FIELD}" field, and no training scenario has one: ` +
+      `upload JSONL or CSV with an ${ANSWER_FIELD} for some prompts, or set 0`;
   return {
     systemPrompt: d.systemPrompt.trim(),
     scenarios: parsed.scenarios,
@@ -316,6 +327,7 @@ function validateCustom(d: SettingsDraft, seed: number, errors: DraftErrors): Tr
     turns,
     userPrompt: d.userPrompt.trim(),
     valEvery,
+    ...(warmStartEpochs > 0 ? { warmStartEpochs } : {}),
   };
 }
 
@@ -345,6 +357,7 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
             turns: String(s.custom.turns),
             userPrompt: s.custom.userPrompt,
             valEvery: String(s.custom.valEvery),
+            warmStart: String(s.custom.warmStartEpochs ?? 0),
           };
         })()
       : {}),

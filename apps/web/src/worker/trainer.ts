@@ -16,6 +16,7 @@ import {
   scenarioNotes,
   splitScenarios,
   stepScenarios,
+  warmStartConversations,
 } from "webart/envs";
 import { buildJudgePrompt, type JudgeAttempt } from "webart/ruler";
 import type { EmailPlayResult, EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
@@ -104,7 +105,8 @@ export async function createRun(name: string, model: ModelChoice, settings: Trai
     version: 1,
     model,
     settings,
-    target: settings.steps,
+    // A warm start's steps come before the GRPO steps asked for.
+    target: settings.steps + (settings.custom?.warmStartEpochs ?? 0),
     lora,
     createdAt: new Date().toISOString(),
   });
@@ -365,6 +367,26 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
     const times: number[] = [];
     const lora = s.backend.engine(s.model.spec).model.lora!;
     store.onCommit = () => emit({ type: "phase", run: name, phase: "saving", step: step + 1 });
+    // A custom task's warm start: supervised epochs on the training scenarios' reference answers, a step each,
+    // before the first GRPO step (a run paused during it goes on with the epochs left).
+    const c = meta.settings.custom;
+    const warm = Math.min(c?.warmStartEpochs ?? 0, meta.target);
+    while (c && step < warm) {
+      if (control.stop) return end("stopped");
+      if (control.pause) return end("paused");
+      await checkRoom(lora.size * 4 * 3 + (1 << 20));
+      emit({ type: "phase", run: name, phase: "training", step: step + 1 });
+      const conversations = warmStartConversations(c, splitScenarios(c.scenarios, { seed: meta.settings.seed }).train);
+      const res = await s.model.trainSft(
+        conversations.map((m) => ({ messagesAndChoices: m })),
+        { learningRate: meta.settings.learningRate },
+      );
+      step = res.step;
+      emit({
+        type: "notice",
+        message: `Warm start ${step}/${warm}: supervised loss ${res.metrics.loss.toFixed(3)} on ${conversations.length} reference answers.`,
+      });
+    }
     while (step < meta.target) {
       if (control.stop) return end("stopped");
       if (control.pause) return end("paused");
@@ -387,7 +409,6 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
       });
       const env = envRow(res.step, groups);
       step = res.step;
-      const c = meta.settings.custom;
       if (c && (step % c.valEvery === 0 || step >= meta.target)) Object.assign(env, await validate(s, step, apiKey));
       await appendEnvRow(name, env);
       times.push((performance.now() - t0) / 1000);
