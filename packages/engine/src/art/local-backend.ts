@@ -22,10 +22,9 @@ import { packOptimizer, RunFiles, stepDir, unpackOptimizer } from "./checkpoints
 import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
 import { maxLoraRank, validateLoraConfig } from "../model/lora.ts";
 import { readAdapterConfig } from "../model/peft.ts";
-import { checkRewards, type TrajectoryGroup } from "./trajectories.ts";
+import { checkRewards, type TrajectoryGroup, type TrajectoryLike } from "./trajectories.ts";
 import { NO_GRADIENT, planStep, stepMetrics, stepSequences, updateAdapter, type Update } from "./train-step.ts";
 import { resolveSftConfig, sftBatches, sftUpdates, type SftMetrics, type TrainSftConfig } from "./train-sft.ts";
-import type { TrajectoryLike } from "./trajectories.ts";
 
 export interface LocalBackendOptions {
   /** Node: the runs folder (default ".art"). */
