@@ -157,7 +157,14 @@ export class LocalBackend implements Backend {
         );
       engine.gpu.write(lora.m!, o.m);
       engine.gpu.write(lora.v!, o.v);
-    }
+      // Checkpoints before the count was saved ran one update a step.
+      const updates = o.state.updates === undefined ? step : Number(o.state.updates);
+      if (!(Number.isInteger(updates) && updates >= 0))
+        throw new Error(
+          `${files.path(`checkpoints/${stepDir(step)}`)}: optimizer state's "updates" ${JSON.stringify(o.state.updates)} is not a count`,
+        );
+      lora.updates = updates;
+    } else lora.updates = step;
     run.step = step;
   }
 
@@ -177,7 +184,7 @@ export class LocalBackend implements Backend {
     await run.files.writeCheckpoint(step, {
       adapterConfig: lora.adapterConfig(run.spec.baseModel),
       adapter: await lora.toSafetensors(),
-      optimizer: packOptimizer(m, v, { step: String(step), format: "webart-adamw" }),
+      optimizer: packOptimizer(m, v, { step: String(step), updates: String(lora.updates), format: "webart-adamw" }),
     });
   }
 
@@ -217,7 +224,7 @@ export class LocalBackend implements Backend {
         console.warn(
           `train step ${next}: no trajectory has a non-zero advantage (${adv.groupsZeroVariance} zero-variance groups); the step advances without an update`,
         );
-      } else update = await updateAdapter(engine, seqs, cfg, plan.choice!, next, () => (moved = true));
+      } else update = await updateAdapter(engine, seqs, cfg, plan.choice!, () => (moved = true));
       // The step's trajectories are written before its checkpoint moves the `latest` pointer (readers list only
       // steps up to it; a crash in between redoes the step and rewrites them); the history row, which times the
       // checkpoint, follows it.
@@ -262,7 +269,7 @@ export class LocalBackend implements Backend {
     let u: Awaited<ReturnType<typeof sftUpdates>>;
     let t2: number;
     try {
-      u = await sftUpdates(engine, b, cfg, next, () => (moved = true));
+      u = await sftUpdates(engine, b, cfg, () => (moved = true));
       t2 = performance.now();
       await this.checkpoint(run, next);
     } catch (e) {

@@ -163,14 +163,12 @@ function stepConfig(cfg: TrainSftConfig, lr: number): TrainConfig {
 
 /**
  * The batches' updates, in order, with the engine's adapter: plan, gradient (with each sequence's logprobs, for the
- * loss), optimizer. `firstUpdate` counts AdamW's bias correction on from the run's step; `moving` is called once
- * the adapter may change.
+ * loss), optimizer. `moving` is called once the adapter may change.
  */
 export async function sftUpdates(
   engine: Engine,
   b: SftBatches,
   cfg: TrainSftConfig,
-  firstUpdate: number,
   moving: () => void,
 ): Promise<{
   losses: number[];
@@ -186,10 +184,10 @@ export async function sftUpdates(
   let finite = true;
   let microBatch = 0;
   let peak = 0;
-  for (const [k, batch] of b.batches.entries()) {
+  for (const batch of b.batches) {
     const sc = stepConfig(cfg, batch.lr);
     const plan = planStep(engine, batch.seqs, sc);
-    const u = await updateAdapter(engine, batch.seqs, sc, plan.choice!, firstUpdate + k, moving, {
+    const u = await updateAdapter(engine, batch.seqs, sc, plan.choice!, moving, {
       newLogprobs: true,
     });
     let nll = 0;

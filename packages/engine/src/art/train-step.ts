@@ -135,15 +135,15 @@ export const NO_GRADIENT: Update["grad"] = {
 
 /**
  * Gradients, then the optimizer, with the engine to itself. `moving` is called once the optimizer may change the
- * adapter; whatever the step allocated is given back if it fails. `step` is the optimizer's update count (AdamW's
- * bias correction); `want.newLogprobs` also returns each sequence's logprobs before the update.
+ * adapter; whatever the step allocated is given back if it fails. The update counts in the adapter's `updates`
+ * (AdamW's bias correction), unless its gradient was not finite (the optimizer then skips it). `want.newLogprobs`
+ * also returns each sequence's logprobs before the update.
  */
 export async function updateAdapter(
   engine: Engine,
   seqs: TrainSequence[],
   cfg: TrainConfig,
   choice: NonNullable<StepPlan["choice"]>,
-  step: number,
   moving: () => void,
   want: { newLogprobs?: boolean } = {},
 ): Promise<Update> {
@@ -173,6 +173,7 @@ export async function updateAdapter(
       engine.gpu.release(grad.totals, grad.entropyAll); // read already; the caller owns them
       const t2 = performance.now();
       moving();
+      const lora = engine.model.lora!;
       const opt = await optimizerStep(
         engine.model,
         {
@@ -183,8 +184,9 @@ export async function updateAdapter(
           weightDecay: cfg.weightDecay,
           maxGradNorm: cfg.maxGradNorm,
         },
-        step,
+        lora.updates + 1,
       );
+      if (opt.finite) lora.updates++;
       const t3 = performance.now();
       const peak = pool.stats.peakLiveBytes;
       pool.trim();

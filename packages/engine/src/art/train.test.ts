@@ -246,6 +246,11 @@ describe("TrainableModel + LocalBackend", () => {
     expect(r.metrics.skipped).toBe(true);
     expect(r.metrics.num_groups_trainable).toBe(0);
     expect(await model.getStep()).toBe(1);
+    // The step made no update, so AdamW's bias correction has counted none.
+    const opt = await WeightReader.fromSource(
+      memorySource(readFileSync(join(dir, "p/models/z/checkpoints/0001/optimizer.safetensors")), "optimizer"),
+    );
+    expect(opt.metadata).toMatchObject({ step: "1", updates: "0" });
     await backend.close();
   });
 });

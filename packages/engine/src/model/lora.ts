@@ -118,6 +118,9 @@ export class LoraState {
   /** Counts the changes of `params` (initialize, load, write, the optimizer step): weights the adapter was merged
    *  into (Model.mergeLora) are made again when it moves. Code that changes params another way bumps it. */
   version = 0;
+  /** AdamW updates applied to `params` (the t of its bias correction): saved with the optimizer state, counted by
+   *  whoever runs the optimizer (art/train-step.ts). */
+  updates = 0;
 
   constructor(
     private gpu: Gpu,
