@@ -228,6 +228,24 @@ export function SettingsForm(props: {
   );
 }
 
+/** A text input for a whole number (a numeric keyboard on phones). */
+function WholeNumber(props: {
+  a: { id: string; invalid: boolean; describedBy?: string };
+  value: string;
+  onChange: (v: string) => void;
+}) {
+  return (
+    <input
+      id={props.a.id}
+      inputMode="numeric"
+      aria-invalid={props.a.invalid}
+      aria-describedby={props.a.describedBy}
+      value={props.value}
+      onChange={(x) => props.onChange(x.target.value)}
+    />
+  );
+}
+
 function TextArea(props: {
   a: { id: string; invalid: boolean; describedBy?: string };
   value: string;
@@ -328,28 +346,10 @@ function CustomTaskFields(props: {
       </button>
       <div className="grid2">
         <Field id="turns" label="Turns" error={e.turns} hint="assistant replies per conversation; 1 is single-turn">
-          {(a) => (
-            <input
-              id={a.id}
-              inputMode="numeric"
-              aria-invalid={a.invalid}
-              aria-describedby={a.describedBy}
-              value={d.turns}
-              onChange={(x) => set("turns", x.target.value)}
-            />
-          )}
+          {(a) => <WholeNumber a={a} value={d.turns} onChange={(v) => set("turns", v)} />}
         </Field>
         <Field id="valEvery" label="Validate every (steps)" error={e.valEvery} hint="base model vs. checkpoint">
-          {(a) => (
-            <input
-              id={a.id}
-              inputMode="numeric"
-              aria-invalid={a.invalid}
-              aria-describedby={a.describedBy}
-              value={d.valEvery}
-              onChange={(x) => set("valEvery", x.target.value)}
-            />
-          )}
+          {(a) => <WholeNumber a={a} value={d.valEvery} onChange={(v) => set("valEvery", v)} />}
         </Field>
       </div>
       <Field
@@ -358,16 +358,7 @@ function CustomTaskFields(props: {
         error={e.warmStart}
         hint={'supervised passes over the scenarios\' "answer" field before GRPO, a step each (0: none)'}
       >
-        {(a) => (
-          <input
-            id={a.id}
-            inputMode="numeric"
-            aria-invalid={a.invalid}
-            aria-describedby={a.describedBy}
-            value={d.warmStart}
-            onChange={(x) => set("warmStart", x.target.value)}
-          />
-        )}
+        {(a) => <WholeNumber a={a} value={d.warmStart} onChange={(v) => set("warmStart", v)} />}
       </Field>
       {Number(d.turns) > 1 && (
         <Field
