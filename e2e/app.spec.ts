@@ -6,6 +6,7 @@ import { fileURLToPath } from "node:url";
 import { expect, test, type Browser, type Page } from "@playwright/test";
 import { unzipSync } from "fflate";
 import { newTicTacToe, renderTicTacToe, stepScenarios, ticTacToeSystemPrompt } from "webart/envs";
+import { readRunFile } from "./idb.ts";
 import { startJudge, type Judge } from "./judge.ts";
 import { serveModel } from "./model-server.ts";
 
@@ -177,19 +178,7 @@ test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward 
 
 test("the tab played the scenarios Node draws from the same seed (one scenario formula for both)", async () => {
   type Saved = { trajectories: { metadata: { seed: number }; messages_and_choices: { content?: string }[] }[] };
-  const groups = await page.evaluate(
-    (key) =>
-      new Promise<string>((resolve, reject) => {
-        const open = indexedDB.open("webart");
-        open.onerror = () => reject(open.error);
-        open.onsuccess = () => {
-          const get = open.result.transaction("runs").objectStore("runs").get(key);
-          get.onsuccess = () => resolve(new TextDecoder().decode(get.result as Uint8Array));
-          get.onerror = () => reject(get.error);
-        };
-      }),
-    `web/models/${firstRun}/trajectories/train/0001.jsonl`,
-  );
+  const groups = await readRunFile(page, `web/models/${firstRun}/trajectories/train/0001.jsonl`);
   const saved = groups
     .trim()
     .split("\n")

@@ -6,6 +6,7 @@
 import { readFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { expect, test, type Page } from "@playwright/test";
+import { readRunFile } from "./idb.ts";
 import { startJudge, type Judge } from "./judge.ts";
 
 test.describe.configure({ mode: "serial" });
@@ -286,19 +287,7 @@ test("a warm start on reference answers: supervised steps first, then GRPO, whos
   );
   await expect(page.getByTestId("notices")).not.toContainText("Warm start 1/2");
   await expect(page.getByTestId("chart-reward")).toHaveAttribute("data-points", "1");
-  const history = await page.evaluate(
-    (key) =>
-      new Promise<string>((resolve, reject) => {
-        const open = indexedDB.open("webart");
-        open.onerror = () => reject(open.error);
-        open.onsuccess = () => {
-          const get = open.result.transaction("runs").objectStore("runs").get(key);
-          get.onsuccess = () => resolve(new TextDecoder().decode(get.result as Uint8Array));
-          get.onerror = () => reject(get.error);
-        };
-      }),
-    `web/models/${WARM_RUN}/history.jsonl`,
-  );
+  const history = await readRunFile(page, `web/models/${WARM_RUN}/history.jsonl`);
   const rows = history
     .trim()
     .split("\n")

@@ -371,12 +371,15 @@ export async function trainLoop(name: string, apiKey?: string): Promise<RunState
     // before the first GRPO step (a run paused during it goes on with the epochs left).
     const c = meta.settings.custom;
     const warm = Math.min(c?.warmStartEpochs ?? 0, meta.target);
-    while (c && step < warm) {
+    const conversations =
+      c && step < warm
+        ? warmStartConversations(c, splitScenarios(c.scenarios, { seed: meta.settings.seed }).train)
+        : [];
+    while (step < warm) {
       if (control.stop) return end("stopped");
       if (control.pause) return end("paused");
       await checkRoom(lora.size * 4 * 3 + (1 << 20));
       emit({ type: "phase", run: name, phase: "training", step: step + 1 });
-      const conversations = warmStartConversations(c, splitScenarios(c.scenarios, { seed: meta.settings.seed }).train);
       const res = await s.model.trainSft(
         conversations.map((m) => ({ messagesAndChoices: m })),
         { learningRate: meta.settings.learningRate },

@@ -279,12 +279,10 @@ export class LocalBackend implements Backend {
     run.step = next;
     const t3 = performance.now();
     const mean = (xs: number[]) => xs.reduce((a, x) => a + x, 0) / xs.length;
-    const trained = b.batches.map((x) => x.seqs.reduce((a, s) => a + s.n, 0));
     const processed = b.batches.reduce((a, x) => a + x.seqs.reduce((c, s) => c + s.ids.length, 0), 0);
     const metrics: SftMetrics = {
       step: next,
-      // The mean over all trained tokens: each batch's mean weighted by its tokens.
-      loss: u.losses.reduce((a, l, k) => a + l * trained[k], 0) / u.tokens,
+      loss: u.loss,
       batch_losses: u.losses,
       grad_norm: mean(u.gradNorms),
       num_batches: b.batches.length,

@@ -64,20 +64,28 @@ function finish(b: Building, spans: Span[] | undefined): TokenizedHistory {
 }
 
 /**
- * Where each plain assistant message's turn sits in the rendered conversation: from the end of the prompt that
- * precedes it (the template up to it, with the generation prompt) to the end of the template rendered through it.
- * A turn whose rendering does not extend its prompt's tokens (a template that re-renders it) is left out.
+ * Where assistant message j sits in the rendered conversation: the prompt that precedes it (the template up to it,
+ * with the generation prompt) and the template rendered through it; null when that rendering does not extend the
+ * prompt's tokens (a template that renders the turn differently from its own prompt).
  */
+function turnTokens(
+  tok: ChatTokenizer,
+  messages: Message[],
+  j: number,
+  tools: Tool[] | undefined,
+): { before: number[]; through: number[] } | null {
+  const before = promptIds(tok, messages, j, tools);
+  const through = tok.encode(tok.applyChatTemplate(messages.slice(0, j + 1), { tools }), { addSpecialTokens: false });
+  return through.length > before.length && before.every((id, k) => through[k] === id) ? { before, through } : null;
+}
+
+/** Where each plain assistant message's turn sits (turnTokens); a turn the template renders otherwise is left out. */
 function contextTurnSpans(tok: ChatTokenizer, messages: Message[], h: History): Span[] {
   const spans: Span[] = [];
   h.messagesAndChoices.forEach((m, j) => {
     if (isChoice(m) || (m as Message).role !== "assistant") return;
-    const before = promptIds(tok, messages, j, h.tools);
-    const through = tok.encode(tok.applyChatTemplate(messages.slice(0, j + 1), { tools: h.tools }), {
-      addSpecialTokens: false,
-    });
-    if (through.length > before.length && before.every((id, k) => through[k] === id))
-      spans.push({ start: before.length, ids: through });
+    const t = turnTokens(tok, messages, j, h.tools);
+    if (t) spans.push({ start: t.before.length, ids: t.through });
   });
   return spans;
 }
@@ -169,16 +177,14 @@ export function tokenizeSft(
   const out: { ids: number[]; mask: number[] }[] = [];
   let cur: { ids: number[]; mask: number[] } | undefined;
   for (const j of trained) {
-    const before = promptIds(tok, messages, j, h.tools);
-    const through = tok.encode(tok.applyChatTemplate(messages.slice(0, j + 1), { tools: h.tools }), {
-      addSpecialTokens: false,
-    });
-    if (!(through.length > before.length && before.every((id, k) => through[k] === id)))
+    const t = turnTokens(tok, messages, j, h.tools);
+    if (!t)
       throw new Error(
         `${where}: the chat template renders message ${j} (assistant) so that it does not follow its own prompt ` +
           `(the conversation before it with the generation prompt), so its tokens cannot be told apart; ` +
           `check the message's content and tool_calls`,
       );
+    const { before, through } = t;
     let end = through.length;
     while (end > before.length && !stop.includes(through[end - 1])) end--;
     if (end === before.length) end = through.length; // no stop token in the turn: all of it

@@ -5,7 +5,7 @@
 import type { Engine } from "../engine.ts";
 import { lossCoefficients } from "../train/normalize.ts";
 import { tokenizeSft, type SftTurns } from "./tokenize.ts";
-import { DEFAULT_TRAIN_CONFIG, resolveTrainConfig, type TrainConfig } from "./train-config.ts";
+import { resolveTrainConfig, type TrainConfig } from "./train-config.ts";
 import { planStep, updateAdapter, type StepSequence } from "./train-step.ts";
 import { Trajectory, type TrajectoryLike } from "./trajectories.ts";
 
@@ -123,14 +123,14 @@ export function sftBatches(engine: Engine, trajectories: TrajectoryLike[], cfg: 
             `trainSft: ${from}${hi ? `, history ${hi}` : ""}`,
           ),
         );
-      if (!got.some((s) => s.trainableTokens > 0))
+      // Every sequence holds a trained turn: none means the trajectory has no assistant turn to train.
+      if (!got.length)
         throw new Error(`trainSft: ${from} has no assistant turn to learn from (messages with role "assistant")`);
       for (const s of got) {
         if (s.ids.length > engine.runner.maxContext)
           throw new Error(
             `trainSft: ${from} has ${s.ids.length} tokens, over the ${engine.runner.maxContext}-token context`,
           );
-        if (!s.trainableTokens) continue;
         const old = new Float32Array(s.ids.length).fill(NaN); // ratio 1: the gradient of logp itself
         seqs.push({ ids: s.ids, mask: s.mask, oldLogprobs: old, advantage: 1, coef: 0, n: s.trainableTokens, from });
       }
@@ -156,8 +156,6 @@ function stepConfig(cfg: TrainSftConfig, lr: number): TrainConfig {
     importanceSampling: "token",
     maxGradNorm: cfg.maxGradNorm,
     weightDecay: cfg.weightDecay,
-    adamBeta1: DEFAULT_TRAIN_CONFIG.adamBeta1,
-    adamBeta2: DEFAULT_TRAIN_CONFIG.adamBeta2,
   });
 }
 
@@ -171,6 +169,8 @@ export async function sftUpdates(
   cfg: TrainSftConfig,
   moving: () => void,
 ): Promise<{
+  /** The mean over every trained token of the call: each batch's loss weighted by its tokens. */
+  loss: number;
   losses: number[];
   gradNorms: number[];
   tokens: number;
@@ -181,6 +181,7 @@ export async function sftUpdates(
   const losses: number[] = [];
   const gradNorms: number[] = [];
   let tokens = 0;
+  let nllSum = 0;
   let finite = true;
   let microBatch = 0;
   let peak = 0;
@@ -197,11 +198,12 @@ export async function sftUpdates(
     });
     const n = batch.seqs.reduce((a, s) => a + s.n, 0);
     losses.push(nll / n);
+    nllSum += nll;
     gradNorms.push(u.opt.gradNorm);
     tokens += n;
     finite &&= u.opt.finite;
     microBatch = Math.max(microBatch, plan.choice!.microBatchTokens);
     peak = Math.max(peak, u.peak);
   }
-  return { losses, gradNorms, tokens, finite, microBatch, peak };
+  return { loss: nllSum / tokens, losses, gradNorms, tokens, finite, microBatch, peak };
 }

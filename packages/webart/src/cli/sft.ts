@@ -3,8 +3,7 @@
 // --resume` can go on from it with GRPO.
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
-import { Rng } from "@webart/gpu";
-import { LocalBackend, TrainableModel, Trajectory } from "@webart/engine";
+import { iterateDataset, LocalBackend, TrainableModel, Trajectory } from "@webart/engine";
 import { GAME_NAMES, GAMES } from "@webart/envs";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "./args.ts";
 
@@ -124,14 +123,14 @@ export async function sftCommand(argv: string[]): Promise<number> {
       `supervised fine-tuning ${project}/${a.name} from step ${step}: ${trajectories.length} conversations from ` +
         `${a.data}, ${epochs} epoch${epochs > 1 ? "s" : ""}, lr ${lr}, batches of ${batchSize}, ${assistantTurns} assistant turns`,
     );
-    const rng = new Rng(seed);
-    for (let e = 1; e <= epochs; e++) {
-      // Each epoch in its own seeded order (Fisher-Yates), the same on a rerun.
-      const order = trajectories.map((_, i) => i);
-      for (let i = order.length - 1; i > 0; i--) {
-        const j = rng.int(i + 1);
-        [order[i], order[j]] = [order[j], order[i]];
-      }
+    // Each epoch in its own seeded order, the same on a rerun: one batch of every conversation an epoch.
+    const indices = trajectories.map((_, i) => i);
+    for (const { items: order, epoch } of iterateDataset(indices, {
+      groupsPerStep: indices.length,
+      numEpochs: epochs,
+      seed,
+    })) {
+      const e = epoch + 1;
       const r = await model
         .trainSft(
           order.map((i) => trajectories[i]),

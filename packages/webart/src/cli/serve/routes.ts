@@ -88,6 +88,11 @@ function parseGroups(v: unknown): TrajectoryGroup[] {
   });
 }
 
+/** Refuses a body with a field outside `known`, naming it. */
+function onlyFields(body: Record<string, unknown>, known: string[]): void {
+  for (const k of Object.keys(body)) if (!known.includes(k)) throw badRequest(`unknown field "${k}"`, k);
+}
+
 /** A request's optional config object, checked by `resolve` (whose message becomes a 400 on "config"). */
 function parseConfig<T>(v: unknown, resolve: (c: T) => unknown): T {
   if (v !== undefined && !isObj(v)) throw badRequest("config: expected an object", "config");
@@ -196,8 +201,7 @@ export class TrainingRoutes {
         return this.trainSft(res, spec, await this.json(req, ctx.limits.train), headers);
       case "log POST": {
         const body = await this.json(req, ctx.limits.train);
-        for (const k of Object.keys(body))
-          if (!["groups", "split", "metrics", "step"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
+        onlyFields(body, ["groups", "split", "metrics", "step"]);
         const split = body.split === undefined ? "val" : checkName(body.split, "split");
         const step = body.step;
         if (step !== undefined && !(Number.isInteger(step) && (step as number) >= 0))
@@ -233,8 +237,7 @@ export class TrainingRoutes {
     const { ctx } = this;
     const name = checkName(body.name, "name");
     const project = checkName(body.project, "project");
-    for (const k of Object.keys(body))
-      if (!["name", "project", "baseModel", "lora", "seed"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
+    onlyFields(body, ["name", "project", "baseModel", "lora", "seed"]);
     // The server's source, its served name, or a repo id / path ending in that name.
     const bm = body.baseModel;
     if (
@@ -308,8 +311,7 @@ export class TrainingRoutes {
     headers: Record<string, string>,
   ): Promise<void> {
     const { ctx } = this;
-    for (const k of Object.keys(body))
-      if (!["groups", "config"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
+    onlyFields(body, ["groups", "config"]);
     const groups = parseGroups(body.groups);
     const config = parseConfig<Partial<TrainConfig>>(body.config, resolveTrainConfig);
     return this.longStep(
@@ -329,8 +331,7 @@ export class TrainingRoutes {
     headers: Record<string, string>,
   ): Promise<void> {
     const { ctx } = this;
-    for (const k of Object.keys(body))
-      if (!["trajectories", "config"].includes(k)) throw badRequest(`unknown field "${k}"`, k);
+    onlyFields(body, ["trajectories", "config"]);
     if (!Array.isArray(body.trajectories))
       throw badRequest(
         `trajectories: expected an array of trajectories, got ${typeof body.trajectories}`,
