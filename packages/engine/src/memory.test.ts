@@ -121,6 +121,27 @@ describe.each([
     expect(gpu.pool.stats.liveBytes).toBe(held);
   });
 
+  it("a step's per-token rows (an entropy each, and a logprob each when SFT reads them) are planned for the whole step", async () => {
+    const step = async (batch: number, newLogprobs: boolean) => {
+      const o = { batch, length: 40, microBatchTokens: 80, recompute: true, vocabChunk: 256, newLogprobs };
+      const train = { microBatchTokens: 80, recompute: true, stepTokens: batch * 40, logprobs: newLogprobs };
+      const plan = planMemory(engine.config, { ...setup, train });
+      const m = await measureGrpoStep(engine, o);
+      expect(m.peak).toBeLessThanOrEqual(plan.peakTraining);
+      return { measured: m.peak, planned: plan.peakTraining, microBatches: m.microBatches };
+    };
+    const few = await step(4, false);
+    const many = await step(16, false);
+    const sft = await step(16, true);
+    expect([few.microBatches, many.microBatches, sft.microBatches]).toEqual([2, 8, 8]);
+    // The same micro-batches with more of them, then with logprobs kept: the peak grows by the rows alone, as planned
+    // (480 more entropies, then 640 logprobs, 4 bytes each).
+    expect(many.measured - few.measured).toBe((16 - 4) * 40 * 4);
+    expect(many.planned - few.planned).toBe(many.measured - few.measured);
+    expect(sft.measured - many.measured).toBe(16 * 40 * 4);
+    expect(sft.planned - many.planned).toBe(sft.measured - many.measured);
+  });
+
   it("with GPUs' LoRA layout (gradient sums split by 128 tokens), the plan counts the partial sums", async () => {
     const tuning = engine.model.tuning;
     const o = { batch: 2, length: 200, microBatchTokens: 400, recompute: true, vocabChunk: 256 };

@@ -42,6 +42,8 @@ type GrpoBatch = {
   recompute: boolean;
   vocabChunk: number;
   seed?: number;
+  /** Read each token's logprob back, as an SFT step does. */
+  newLogprobs?: boolean;
 };
 
 /** `batch` sequences of `length` random tokens, the last 3/4 trained, advantages +1 and -1 in turn. */
@@ -58,16 +60,21 @@ function randomBatch(engine: Engine, o: GrpoBatch): TrainSequence[] {
 }
 
 const gradients = (engine: Engine, seqs: TrainSequence[], o: GrpoBatch) =>
-  accumulateGradients(engine.model, seqs, {
-    loss: "ppo",
-    level: "token",
-    epsilon: 0.2,
-    epsilonHigh: 0.2,
-    beta: 0,
-    microBatchTokens: o.microBatchTokens,
-    recompute: o.recompute,
-    vocabChunk: o.vocabChunk,
-  });
+  accumulateGradients(
+    engine.model,
+    seqs,
+    {
+      loss: "ppo",
+      level: "token",
+      epsilon: 0.2,
+      epsilonHigh: 0.2,
+      beta: 0,
+      microBatchTokens: o.microBatchTokens,
+      recompute: o.recompute,
+      vocabChunk: o.vocabChunk,
+    },
+    { newLogprobs: o.newLogprobs },
+  );
 
 /** Peak live bytes of one GRPO step (gradients and AdamW) on `batch` sequences of `length` random tokens. */
 export async function measureGrpoStep(

@@ -3,6 +3,7 @@
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
 import { bucketSize } from "@webart/gpu";
+import { adamwPartsBytes, adamwStatsBytes, grpoTotalsBytes } from "@webart/shaders";
 import {
   EMBED,
   LM_HEAD,
@@ -33,9 +34,17 @@ export interface PlanSetup {
   /**
    * Training: tokens per micro-batch (B x T, padded), whether activations are recomputed in backward, and whether
    * rows carry allowed sets (tokens from a constrained sampler, TrainSequence.allowed): planned at their worst, a
-   * set of its own for every row.
+   * set of its own for every row. `stepTokens`: the whole step's tokens (every sequence's; default one
+   * micro-batch), each keeping its entropy, and with `logprobs` its logprob (an SFT step reports its loss from them),
+   * until the step's metrics are read.
    */
-  train?: { microBatchTokens: number; recompute: boolean; allowedSets?: boolean };
+  train?: {
+    microBatchTokens: number;
+    recompute: boolean;
+    allowedSets?: boolean;
+    stepTokens?: number;
+    logprobs?: boolean;
+  };
   /** The base weights are already on the GPU (another run of the same base model): not counted again. */
   sharedWeights?: boolean;
   /** Tokens a workgroup sums in LoRA's gradient products where the device's LoRA layout splits them over
@@ -55,12 +64,13 @@ export interface PlanSetup {
 export interface MemoryPlan {
   weights: number;
   lora: number;
-  /** LoRA gradients and AdamW moments (and the step's small totals). */
+  /** LoRA gradients and AdamW moments, held from the first step on. */
   optimizer: number;
   kvCache: number;
   /** The largest working set of an inference step (prefill chunk, logits of the sampled rows, sampling). */
   inference: number;
-  /** The largest working set of a training micro-batch: kept activations, one layer's gradients, a logits chunk. */
+  /** The largest working set of a training step: a micro-batch's kept activations, one layer's gradients and a
+   *  logits chunk, with the step's per-token rows and totals; or the optimizer's partial sums. */
   training: number;
   /** The training part that grows with depth (per layer, times layers), for extrapolating from fewer layers. */
   trainingPerLayer: number;
@@ -325,9 +335,8 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const merged = s.lora && s.mergeLora ? mergedWeightBytes(c, s.weightBytes) : { bytes: 0, largest: 0 };
   const lora = s.lora ? exact(loraParams * F32) + merged.bytes : 0;
   largest = Math.max(largest, merged.largest);
-  // Gradients and both AdamW moments, the step's loss totals, entropy rows and the optimizer's partial sums.
-  const optimizer =
-    s.train && s.lora ? 3 * exact(loraParams * F32) + exact(32) + exact(s.train.microBatchTokens * F32) + 2 * 4096 : 0;
+  // Gradients and both AdamW moments (LoraState.ensureOptimizer).
+  const optimizer = s.train && s.lora ? 3 * exact(loraParams * F32) : 0;
   const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
@@ -349,7 +358,11 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
       s.loraGradChunk,
       s.weightBytes,
     );
-    training = t.peak;
+    // Through the gradient: the loss totals and a row per token of the whole step (its entropy, and its logprob
+    // when asked), read at the end (grpo.ts startStep). Then the optimizer's partial sums, alone (optimizerStep).
+    const rows = exact((s.train.stepTokens ?? N) * F32);
+    const step = exact(grpoTotalsBytes) + (s.train.logprobs ? 2 : 1) * rows;
+    training = Math.max(t.peak + step, exact(adamwPartsBytes) + exact(adamwStatsBytes) + UNIFORMS);
     trainingPerLayer = t.perLayer;
     largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
   }
@@ -362,7 +375,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     `optimizer   ${mb(optimizer)} (gradients + AdamW moments)`,
     `kv cache    ${mb(kvCache)} (${s.kvSlots} sequences x ${s.kvContext} tokens)`,
     `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows)`,
-    `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
+    `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch${s.train.stepTokens ? ` of a ${s.train.stepTokens}-token step` : ""}, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
     `total       ${mb(total)}`,
   ];
   return {
@@ -472,6 +485,9 @@ export function planTraining(
     held?: number;
     /** Some rows carry allowed sets (PlanSetup.train.allowedSets). */
     allowedSets?: boolean;
+    /** The step's tokens and whether it reads their logprobs back (PlanSetup.train.stepTokens, .logprobs). */
+    stepTokens?: number;
+    logprobs?: boolean;
   },
 ): TrainChoice {
   const V = c.vocabSize;
@@ -493,7 +509,13 @@ export function planTraining(
   let last: { n: number; recompute: boolean; vc: number } | undefined;
   let lastErr: unknown;
   for (const t of tries) {
-    const train = { microBatchTokens: t.n, recompute: t.recompute, allowedSets: want.allowedSets };
+    const train = {
+      microBatchTokens: t.n,
+      recompute: t.recompute,
+      allowedSets: want.allowedSets,
+      stepTokens: want.stepTokens,
+      logprobs: want.logprobs,
+    };
     const plan = planMemory(c, { ...base, vocabChunk: t.vc, train });
     try {
       if (want.held === undefined) checkPlan(plan, limits, budget, want.inUse ?? 0);

@@ -187,10 +187,9 @@ export async function sftUpdates(
   let peak = 0;
   for (const batch of b.batches) {
     const sc = stepConfig(cfg, batch.lr);
-    const plan = planStep(engine, batch.seqs, sc);
-    const u = await updateAdapter(engine, batch.seqs, sc, plan.choice!, moving, {
-      newLogprobs: true,
-    });
+    const want = { newLogprobs: true }; // each batch's loss is read from its tokens' logprobs
+    const plan = planStep(engine, batch.seqs, sc, want);
+    const u = await updateAdapter(engine, batch.seqs, sc, plan.choice!, moving, want);
     let nll = 0;
     batch.seqs.forEach((s, i) => {
       const lp = u.grad.newLogprobs![i];

@@ -85,8 +85,14 @@ export interface StepPlan {
 /**
  * The planner decides the micro-batch, recompute and vocabulary chunk for this step's longest sequence, before
  * anything is allocated; a step that cannot fit is refused naming that sequence. No sequences: no plan.
+ * `want.newLogprobs` as given to updateAdapter (the step then keeps each token's logprob).
  */
-export function planStep(engine: Engine, seqs: StepSequence[], cfg: TrainConfig): StepPlan {
+export function planStep(
+  engine: Engine,
+  seqs: StepSequence[],
+  cfg: TrainConfig,
+  want: { newLogprobs?: boolean } = {},
+): StepPlan {
   const longest = seqs.reduce(
     (m, q) => (q.ids.length > (m?.ids.length ?? 0) ? q : m),
     undefined as StepSequence | undefined,
@@ -105,6 +111,8 @@ export function planStep(engine: Engine, seqs: StepSequence[], cfg: TrainConfig)
         recompute: cfg.recompute === "auto" ? undefined : cfg.recompute === "on",
         held: engine.gpu.pool.stats.liveBytes,
         allowedSets: seqs.some((q) => q.allowed),
+        stepTokens: seqs.reduce((n, q) => n + q.ids.length, 0),
+        logprobs: want.newLogprobs,
       },
     );
     return { choice, planned: engine.gpu.pool.stats.liveBytes + choice.plan.training };
