@@ -3,7 +3,14 @@
 // scores the base model (adapter off) against the current checkpoint on held-out scenarios with the same judge,
 // and a check that a judge answers in RULER's JSON schema before a run starts.
 import type OpenAI from "openai";
-import { gatherTrajectoryGroups, Trajectory, TrajectoryGroup, type GatherOptions } from "@webart/engine";
+import {
+  gatherTrajectoryGroups,
+  Trajectory,
+  TrajectoryGroup,
+  type GatherOptions,
+  type LocalBackend,
+  type ModelSpec,
+} from "@webart/engine";
 import {
   customStepScenarios,
   rolloutCustom,
@@ -58,6 +65,27 @@ export async function customStepGroups(client: OpenAI, step: number, o: CustomSt
       afterEach: (g) => rulerScoreGroup(g, { ...o.judge, rubric: rubricFor(o.rubric, notesOf(g.trajectories[0])) }),
     },
   );
+}
+
+/**
+ * Runs `fn` with a run's adapter off (its base model), as validation needs; its engine's cached KV, computed with the
+ * adapter, is dropped before and after. Nothing else may generate on that engine meanwhile.
+ */
+export async function withBaseModel<T>(
+  backend: LocalBackend,
+  model: { spec: ModelSpec },
+  fn: () => Promise<T>,
+): Promise<T> {
+  const engine = backend.engine(model.spec);
+  const lora = engine.model.lora!;
+  lora.enabled = false;
+  engine.scheduler.invalidateCache();
+  try {
+    return await fn();
+  } finally {
+    lora.enabled = true;
+    engine.scheduler.invalidateCache();
+  }
 }
 
 export interface CustomValidation {

@@ -59,6 +59,7 @@ export {
 export { gameStepGroups, type GameStepOptions } from "./games.ts";
 export {
   customStepGroups,
+  withBaseModel,
   validateCustomTask,
   checkJudge,
   JudgeCheckError,

@@ -3,7 +3,15 @@
 // step, and the step's files in IndexedDB before the next begins. Pause, stop, device loss and a full disk
 // all leave the run at its last complete checkpoint, resumable.
 import OpenAI from "openai";
-import { checkJudge, customStepGroups, gameStepGroups, rubricFor, validateCustomTask, type CustomJudge } from "webart";
+import {
+  checkJudge,
+  customStepGroups,
+  gameStepGroups,
+  rubricFor,
+  validateCustomTask,
+  withBaseModel,
+  type CustomJudge,
+} from "webart";
 import { getDevice, type ChatMessage, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
 import {
   EMAIL_TOOLS,
@@ -231,20 +239,6 @@ export async function checkRun(settings: TrainSettings, model: ModelChoice): Pro
   }
 }
 
-/** Runs `fn` with the run's adapter off (the base model); nothing else may generate meanwhile. */
-async function withBaseModel<T>(s: Session, fn: () => Promise<T>): Promise<T> {
-  const engine = s.backend.engine(s.model.spec);
-  const lora = engine.model.lora!;
-  lora.enabled = false;
-  engine.scheduler.invalidateCache(); // cached KV was computed with the adapter
-  try {
-    return await fn();
-  } finally {
-    lora.enabled = true;
-    engine.scheduler.invalidateCache();
-  }
-}
-
 /** A custom task's validation at `step`: base model against the checkpoint, saved under the "val" split. */
 async function validate(s: Session, step: number, apiKey: string | undefined): Promise<Record<string, number>> {
   const st = s.meta.settings;
@@ -259,7 +253,7 @@ async function validate(s: Session, step: number, apiKey: string | undefined): P
     maxTokens: st.maxTokens,
     judge: judgeOf(st.reward, apiKey, s)!,
     rubric: c.rubric,
-    withBaseModel: (fn) => withBaseModel(s, fn),
+    withBaseModel: (fn) => withBaseModel(s.backend, s.model, fn),
     beforeRollout: () => {
       if (control.stop) throw new StopSignal();
     },
@@ -477,7 +471,7 @@ export async function reply(
         temperature: s.meta.settings.temperature,
       })
     ).choices[0]?.message.content ?? "";
-  return opts.base ? withBaseModel(s, ask) : ask();
+  return opts.base ? withBaseModel(s.backend, s.model, ask) : ask();
 }
 
 /**
@@ -504,7 +498,7 @@ export async function askEmail(
       maxTokens: s.meta.settings.maxTokens,
       toolChoice: s.meta.settings.toolChoice ?? "auto",
     });
-  const t = await (opts.base ? withBaseModel(s, play) : play());
+  const t = await (opts.base ? withBaseModel(s.backend, s.model, play) : play());
   const m = t.metrics as Record<string, number | boolean>;
   const ending = m.answered ? null : (t.logs.find((l) => !l.startsWith("answer ")) ?? "no answer");
   return {

@@ -56,9 +56,10 @@ export function lineChart(
       return `<path d="${d}" fill="none" stroke="${s.color}" stroke-width="2"/>${dots}`;
     })
     .join("");
-  const legend = series
-    .filter((s) => !s.faint)
-    .map((s, k) => `<text x="${m.l + 8 + k * 260}" y="${m.t - 14}" font-size="12" fill="${s.color}">■ ${s.name}</text>`)
+  const named = series.filter((s) => !s.faint);
+  const gap = Math.min(260, (W - m.l - m.r) / Math.max(1, named.length));
+  const legend = named
+    .map((s, k) => `<text x="${m.l + 8 + k * gap}" y="${m.t - 14}" font-size="12" fill="${s.color}">■ ${s.name}</text>`)
     .join("");
   return (
     `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif">` +
@@ -75,21 +76,42 @@ const SCORES: Record<GameName, { name: string; scale: number; yMax: number }> = 
   email: { name: "accuracy", scale: 1, yMax: 1 },
 };
 
-/** A run's chart: mean reward and the game's score (win + draw rate, max tile / 64, accuracy) per step, raw and over 10 steps. */
+/**
+ * A run's chart: mean reward and the game's score (win + draw rate, max tile / 64, accuracy) per step, raw and over
+ * 10 steps. A custom task's score is its validation: the checkpoint's judge score and the base model's, at the steps
+ * that validated (`score`, `base`).
+ */
 export function trainingChart(
   title: string,
-  env: GameName,
-  history: { step: number; reward: number; score: number }[],
+  env: GameName | "custom",
+  history: { step: number; reward: number; score?: number; base?: number }[],
 ): string {
-  const { name: score, scale, yMax } = SCORES[env];
   const rewards = history.map((h): [number, number] => [h.step, h.reward]);
-  const scores = history.map((h): [number, number] => [h.step, h.score / scale]);
+  const reward = [
+    { name: "mean reward", color: "#1f6feb", points: rewards, faint: true },
+    { name: "mean reward (10 steps)", color: "#1f6feb", points: rollingMean(rewards, 10) },
+  ];
+  if (env === "custom") {
+    const at = (k: "score" | "base") =>
+      history.filter((h) => typeof h[k] === "number").map((h): [number, number] => [h.step, h[k]!]);
+    return lineChart(
+      `${title}: each step's rollouts (faint) and their mean over 10 steps; held-out scenarios, judged side by side`,
+      [
+        ...reward,
+        { name: "validation: checkpoint", color: "#d9480f", points: at("score") },
+        { name: "validation: base model", color: "#868e96", points: at("base") },
+      ],
+      { yMin: -1, yMax: 1 },
+    );
+  }
+  const { name: score, scale, yMax } = SCORES[env];
+  const scores = history.map((h): [number, number] => [h.step, (h.score ?? NaN) / scale]);
   return lineChart(
     `${title}: each step's rollouts (faint), and their mean over 10 steps`,
     [
-      { name: "mean reward", color: "#1f6feb", points: rewards, faint: true },
+      reward[0],
       { name: score, color: "#d9480f", points: scores, faint: true },
-      { name: "mean reward (10 steps)", color: "#1f6feb", points: rollingMean(rewards, 10) },
+      reward[1],
       { name: `${score} (10 steps)`, color: "#d9480f", points: rollingMean(scores, 10) },
     ],
     { yMin: -1, yMax },

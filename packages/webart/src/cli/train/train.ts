@@ -4,7 +4,7 @@
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import OpenAI from "openai";
-import { LocalBackend, TrainableModel } from "@webart/engine";
+import { LocalBackend, TrainableModel, type TrajectoryGroup } from "@webart/engine";
 import {
   GAME_NAMES,
   GAMES,
@@ -14,6 +14,8 @@ import {
   type TicTacToeOpponentName,
 } from "@webart/envs";
 import { gameStepGroups } from "../../games.ts";
+import { checkJudge, customStepGroups, JudgeCheckError, validateCustomTask, withBaseModel } from "../../custom.ts";
+import { CUSTOM_DEFAULTS, CUSTOM_ONLY, customRun, GAME_ONLY } from "./custom.ts";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 
@@ -21,7 +23,7 @@ export const ENVS = GAME_NAMES;
 const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
 
 /** `--tool-choice` of train and eval: auto, required or guided, and the last two only for the env that has tools. */
-export function toolChoiceOption(value: string, env: (typeof ENVS)[number]): "auto" | "required" | "guided" {
+export function toolChoiceOption(value: string, env: string): "auto" | "required" | "guided" {
   const choice = oneOf("tool-choice", value, ["auto", "required", "guided"] as const);
   if (choice !== "auto" && env !== "email") throw new UsageError("--tool-choice is for --env email only");
   return choice;
@@ -30,14 +32,16 @@ export function toolChoiceOption(value: string, env: (typeof ENVS)[number]): "au
 export const TRAIN = {
   name: "train",
   about:
-    "GRPO on tic-tac-toe, 2048 or email search (the embedded model by default): rollouts through the model's openai client,\n" +
-    "rewards from the game or from a RULER judge, one checkpoint and one metrics line per step, chart.svg in the\n" +
-    "run folder (RUNS/PROJECT/models/NAME). Ctrl-C stops after the current step; --resume continues a run.",
+    "GRPO on tic-tac-toe, 2048, email search or your own task (the embedded model by default): rollouts through the\n" +
+    "model's openai client, rewards from the game or from a RULER judge, one checkpoint and one metrics line per step,\n" +
+    "chart.svg in the run folder (RUNS/PROJECT/models/NAME). Ctrl-C stops after the current step; --resume continues\n" +
+    "a run. Your own task (--env custom): scenarios from --data, a --system-prompt, every group judged by RULER, and\n" +
+    "held-out scenarios scored every --validate-every steps, base model against the checkpoint.",
   options: {
-    env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048, email or custom (your own task: --data)" },
     steps: {
       arg: "N",
-      help: "train until this step (default 160 for tic-tac-toe: ~20 min on 2 CPU cores; 250 for 2048; 25 for email: ~45 min)",
+      help: "train until this step (default 160 for tic-tac-toe: ~20 min on 2 CPU cores; 250 for 2048; 25 for email: ~45 min;\n20 for a custom task, its warm start's steps included)",
     },
     "group-size": { arg: "N", help: "rollouts per group, same scenario (default 8)" },
     "groups-per-step": { arg: "N", help: "groups per step (default 4)" },
@@ -58,7 +62,10 @@ export const TRAIN = {
       arg: "DIR|URL|ID",
       help: "base model: folder, URL or Hugging Face id (default: the embedded webart-tiny, or webart-tools for email)",
     },
-    reward: { arg: "env|ruler", default: "env", help: "env (the game's score) or ruler (an LLM judge)" },
+    reward: {
+      arg: "env|ruler",
+      help: "env (the game's score) or ruler (an LLM judge) (default env; a custom task: ruler)",
+    },
     "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
     "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
     "judge-api-key-env": {
@@ -117,6 +124,28 @@ export const TRAIN = {
       default: "0",
       help: "train on at most this many moves per game, the last always kept\n(0: all, as ART does)",
     },
+    data: {
+      arg: "FILE",
+      help: "custom: the scenarios, one prompt a line, or JSONL / CSV with a prompt field (other fields, such as\nan answer, go to the judge only); a fifth of them (at least one) are held out for validation",
+    },
+    "system-prompt": {
+      arg: "TEXT|@FILE",
+      help: "custom: the system prompt, what the task is (the judge reads it too)",
+    },
+    rubric: { arg: "TEXT|@FILE", help: "custom: what a good conversation is, for the judge (default: RULER's rubric)" },
+    turns: { arg: "N", help: "custom: assistant turns a conversation, a simulated user between them (default 1)" },
+    "user-prompt": {
+      arg: "TEXT|@FILE",
+      help: "custom, --turns above 1: how the simulated user (the same model) behaves",
+    },
+    "validate-every": {
+      arg: "N",
+      help: "custom: score the held-out scenarios every N steps and at the last, base model against the\ncheckpoint, judged side by side (default 5)",
+    },
+    "warm-start": {
+      arg: "N",
+      help: "custom: N supervised epochs on the training scenarios' answer field first, a step each (default 0)",
+    },
     "memory-budget": {
       arg: "SIZE",
       help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU device: webart info)",
@@ -126,9 +155,28 @@ export const TRAIN = {
 
 export async function trainCommand(argv: string[]): Promise<number> {
   const a = parseOptions(TRAIN, argv);
-  const env = oneOf("env", a.env, ENVS);
-  oneOf("reward", a.reward, ["env", "ruler"]);
-  const game = GAMES[env];
+  const env = oneOf("env", a.env, [...ENVS, "custom"] as const);
+  const given = (k: string) => argv.some((x) => x === `--${k}` || x.startsWith(`--${k}=`));
+  for (const k of env === "custom" ? GAME_ONLY : CUSTOM_ONLY)
+    if (given(k)) throw new UsageError(`--${k} is not for --env ${env}`);
+  const reward = oneOf("reward", a.reward ?? (env === "custom" ? "ruler" : "env"), ["env", "ruler"] as const);
+  if (env === "custom" && reward !== "ruler")
+    throw new UsageError("--env custom has no score of its own: it is judged by RULER (--reward ruler)");
+  const custom = env === "custom" ? customRun(a, num("seed", a.seed, { int: true, min: 0 })) : undefined;
+  // A custom task takes its own defaults, and the tic-tac-toe entry's where nothing applies (base model, context).
+  const game =
+    env === "custom"
+      ? {
+          ...GAMES.tictactoe,
+          maxTokens: CUSTOM_DEFAULTS.maxTokens,
+          maxContext: undefined,
+          train: {
+            steps: CUSTOM_DEFAULTS.steps,
+            groupSize: CUSTOM_DEFAULTS.groupSize,
+            groupsPerStep: CUSTOM_DEFAULTS.groupsPerStep,
+          } as (typeof GAMES)["tictactoe"]["train"],
+        }
+      : GAMES[env];
   const steps = num("steps", a.steps ?? String(game.train.steps), { int: true, min: 1 });
   const G = num("group-size", a["group-size"] ?? String(game.train.groupSize), { int: true, min: 2 });
   const K = num("groups-per-step", a["groups-per-step"] ?? String(game.train.groupsPerStep), { int: true, min: 1 });
@@ -166,7 +214,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
     ] as const) === "group";
   const lossType = oneOf("loss-type", a["loss-type"], ["sequence", "token", "dr_grpo"] as const);
   let judge: { client: OpenAI; model: string } | undefined;
-  if (a.reward === "ruler") {
+  if (reward === "ruler") {
     if (!a["judge-base-url"] || !a["judge-model"])
       throw new UsageError("--reward ruler needs --judge-base-url and --judge-model");
     const key = process.env[a["judge-api-key-env"]] ?? "none";
@@ -174,6 +222,15 @@ export async function trainCommand(argv: string[]): Promise<number> {
       client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }),
       model: a["judge-model"],
     };
+  }
+  // A judge that cannot answer in RULER's schema is named before anything loads.
+  if (custom && judge) {
+    try {
+      await checkJudge(judge, { timeoutMs: 60_000 });
+    } catch (e) {
+      if (e instanceof JudgeCheckError) throw new UsageError(e.message.replace(/ and that it accepts.*CORS\)\./, "."));
+      throw e;
+    }
   }
   const project = a.project || env;
   const backend = new LocalBackend({
@@ -200,7 +257,8 @@ export async function trainCommand(argv: string[]): Promise<number> {
   process.on("SIGTERM", onSignal);
   // The chart's points, kept beside the checkpoints so a resumed run draws its whole history.
   const scoreFile = join(runDir, "scores.jsonl");
-  type Point = { step: number; reward: number; score: number };
+  // A custom task's score is its checkpoint's validation score, with the base model's (NaN between validations).
+  type Point = { step: number; reward: number; score?: number; base?: number };
   const history: Point[] = existsSync(scoreFile)
     ? readFileSync(scoreFile, "utf8")
         .split("\n")
@@ -208,33 +266,62 @@ export async function trainCommand(argv: string[]): Promise<number> {
         .map((l) => JSON.parse(l) as Point)
         .filter((h) => h.step <= step)
     : [];
+  const what =
+    env === "custom"
+      ? `, ${custom!.train.length} scenarios (${custom!.val.length} held out), ${custom!.task.turns} turn${custom!.task.turns > 1 ? "s" : ""}${custom!.warmStart ? `, warm start of ${custom!.warmStart} epoch${custom!.warmStart > 1 ? "s" : ""} on ${custom!.warmConversations.length} answers` : ""}, judge ${a["judge-model"]}`
+      : `${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}`;
   console.log(
-    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${env === "tictactoe" ? `, opponents ${opponent}, starts ${start}${decisionReward > 0 ? `, decision reward ${decisionReward}` : ""}${legalMoves ? ", legal moves" : ""}` : ""}${explore > 0 ? `, explore ${explore}` : ""}${toolChoice !== "auto" ? `, tool_choice ${toolChoice}` : ""}${scaleRewards ? "" : ", advantages unscaled"}${lossType !== "sequence" ? `, loss ${lossType}` : ""}`,
+    `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${what}${scaleRewards ? "" : ", advantages unscaled"}${lossType !== "sequence" ? `, loss ${lossType}` : ""}`,
   );
+  const sampling = { model: model.getInferenceName(), temperature, maxTokens };
+  const gather = { maxExceptions: 0.2, description: `step ${step + 1}/${steps}` };
   try {
     while (step < steps && !stopping) {
-      const groups = await gameStepGroups(client, step, {
-        game: env,
-        seed,
-        groupsPerStep: K,
-        maxGroups,
-        groupSize: G,
-        opponents,
-        starts,
-        decisionReward,
-        explore,
-        legalMoves,
-        toolChoice,
-        scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
-        model: model.getInferenceName(),
-        temperature,
-        maxTokens,
-        judge: judge && { ...judge, swallowExceptions: true },
-        gather: { maxExceptions: 0.2, description: `step ${step + 1}/${steps}` },
-      });
+      if (custom && step < custom.warmStart) {
+        // The warm start: a supervised epoch on the training scenarios' answers, a step of its own.
+        const r = await model.trainSft(
+          custom.warmConversations.map((m) => ({ messagesAndChoices: m })),
+          { learningRate: lr },
+        );
+        step = r.step;
+        console.log(
+          `step ${step}: warm start ${step}/${custom.warmStart}: supervised loss ${r.metrics.loss.toFixed(4)} on ` +
+            `${custom.warmConversations.length} answers ${r.metrics.step_seconds.toFixed(1)}s`,
+        );
+        continue;
+      }
+      gather.description = `step ${step + 1}/${steps}`;
+      const groups: TrajectoryGroup[] = custom
+        ? await customStepGroups(client, step, {
+            ...sampling,
+            task: custom.task,
+            train: custom.train,
+            groupsPerStep: K,
+            groupSize: G,
+            judge: judge!,
+            rubric: custom.rubric,
+            gather,
+          })
+        : await gameStepGroups(client, step, {
+            ...sampling,
+            game: env as GameName,
+            seed,
+            groupsPerStep: K,
+            maxGroups,
+            groupSize: G,
+            opponents,
+            starts,
+            decisionReward,
+            explore,
+            legalMoves,
+            toolChoice,
+            scenarios: oneOf("scenarios", a.scenarios, ["shared", "independent"] as const),
+            judge: judge && { ...judge, swallowExceptions: true },
+            gather,
+          });
       const all = groups.flatMap((g) => g.trajectories);
-      const summary = game.summarize(all);
-      const score = game.score(all);
+      const summary = custom ? {} : GAMES[env as GameName].summarize(all);
+      const score = custom ? undefined : GAMES[env as GameName].score(all);
       const r = await model.train(groups, {
         learningRate: lr,
         scaleRewards,
@@ -248,13 +335,35 @@ export async function trainCommand(argv: string[]): Promise<number> {
       step = r.step;
       const m = r.metrics;
       const point: Point = { step, reward: m.reward, score };
-      history.push(point);
-      appendFileSync(scoreFile, JSON.stringify(point) + "\n");
       console.log(
-        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${stepScore(env, score, summary)} ` +
+        `step ${step}: reward ${m.reward.toFixed(3)} ±${m.reward_std.toFixed(3)} ${custom ? `judged ${all.length}` : stepScore(env as GameName, score!, summary)} ` +
           `loss ${m.loss.toFixed(4)} kl ${m.kl_div.toFixed(4)} entropy ${m.entropy.toFixed(3)} grad ${m.grad_norm.toFixed(3)} ` +
           `groups ${m.num_groups_trainable}/${m.num_groups_submitted} ${m.tokens_per_second.toFixed(0)} tok/s ${m.step_seconds.toFixed(1)}s`,
       );
+      if (custom && (step % custom.validateEvery === 0 || step >= steps)) {
+        // The held-out scenarios, base model and checkpoint side by side, judged together; logged as the val split.
+        const v = await validateCustomTask(client, {
+          ...sampling,
+          task: custom.task,
+          val: custom.val,
+          judge: judge!,
+          rubric: custom.rubric,
+          withBaseModel: (fn) => withBaseModel(backend, model, fn),
+        });
+        await model.log(v.groups, {
+          split: "val",
+          step,
+          metrics: { base_score: v.base, checkpoint_score: v.checkpoint },
+        });
+        point.score = v.checkpoint;
+        point.base = v.base;
+        console.log(
+          `validation at step ${step}: checkpoint ${v.checkpoint.toFixed(3)}, base model ${v.base.toFixed(3)} ` +
+            `(${v.groups.length} held-out scenario${v.groups.length > 1 ? "s" : ""}, judged side by side)`,
+        );
+      }
+      history.push(point);
+      appendFileSync(scoreFile, JSON.stringify(point) + "\n");
       writeFileSync(join(runDir, "chart.svg"), trainingChart(`${project}/${a.name}`, env, history));
     }
   } finally {

@@ -1,0 +1,152 @@
+// `webart train --env custom`: your own task from a file, judged by RULER over HTTP on 127.0.0.1 (a scripted judge),
+// with a supervised warm start and validation of the base model against the checkpoint; its usage errors.
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
+import { trainCommand } from "./train.ts";
+
+const runs = mkdtempSync(join(tmpdir(), "webart-custom-"));
+const data = join(runs, "scenarios.jsonl");
+// Six scenarios: one (at least) is held out for validation; the others train, two with a reference answer.
+writeFileSync(
+  data,
+  [
+    { prompt: "Name a colour.", answer: "blue" },
+    { prompt: "Name an animal.", answer: "cat" },
+    { prompt: "Name a fruit." },
+    { prompt: "Name a city." },
+    { prompt: "Name a river." },
+    { prompt: "Name a tree." },
+  ]
+    .map((s) => JSON.stringify(s))
+    .join("\n"),
+);
+let judge: ScriptedJudge;
+afterAll(() => judge?.close());
+
+const read = (path: string) =>
+  readFileSync(path, "utf8")
+    .trim()
+    .split("\n")
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
+
+describe("webart train --env custom", () => {
+  it("a warm start, GRPO steps judged by RULER, and validation of the base model against the checkpoint", async () => {
+    // The judge scores trajectory "1" high and the rest low: every group has something to learn, and in validation
+    // (the base model's conversation first, the checkpoint's second) the checkpoint gets 0.2 and the base 0.9.
+    judge = await startJudge((req) => ({
+      content: JSON.stringify({
+        scores: requestedIds(req).map((id) => ({
+          trajectory_id: id,
+          explanation: `judged ${id}`,
+          score: id === "1" ? 0.9 : 0.2,
+        })),
+      }),
+    }));
+    const args = [
+      "--env",
+      "custom",
+      "--data",
+      data,
+      "--system-prompt",
+      "Answer with one word.",
+      "--rubric",
+      "One word that answers the question is best.",
+      "--warm-start",
+      "1",
+      "--steps",
+      "3",
+      "--validate-every",
+      "2",
+      "--judge-base-url",
+      judge.baseURL,
+      "--judge-model",
+      "judge",
+      "--group-size",
+      "3",
+      "--groups-per-step",
+      "2",
+      "--max-tokens",
+      "8",
+      // The embedded model knows only tic-tac-toe; hot sampling keeps a group's replies apart, so RULER sees each.
+      "--temperature",
+      "2",
+      "--runs",
+      runs,
+      "--name",
+      "mine",
+    ];
+    expect(await trainCommand(args)).toBe(0);
+    const dir = join(runs, "custom/models/mine");
+    // Step 1 supervised, steps 2 and 3 GRPO; a checkpoint each.
+    for (const s of ["0001", "0002", "0003"])
+      expect(existsSync(join(dir, "checkpoints", s, "adapter_model.safetensors"))).toBe(true);
+    const hist = read(join(dir, "history.jsonl"));
+    // Step 1 supervised; steps 2 and 3 GRPO, each validated (step 2: every 2; step 3: the last) in a row of its own.
+    expect(hist.map((h) => h.step)).toEqual([1, 2, 2, 3, 3]);
+    expect(hist[0]["train/sft_num_trajectories"]).toBe(2); // the two training scenarios with an answer
+    expect(hist[1]["train/num_groups_submitted"]).toBe(2);
+    const val = hist.filter((h) => "val/base_score" in h);
+    expect(val.map((h) => h.step)).toEqual([2, 3]);
+    const scores = read(join(dir, "scores.jsonl"));
+    for (const [i, step] of [2, 3].entries()) {
+      // Each held-out scenario is one group: the base model's conversation, then the checkpoint's, judged together.
+      const groups = read(join(dir, `trajectories/val/000${step}.jsonl`)) as {
+        trajectories: { reward: number; metadata: { policy: string } }[];
+      }[];
+      expect(groups.length).toBeGreaterThanOrEqual(1);
+      for (const g of groups) expect(g.trajectories.map((t) => t.metadata.policy)).toEqual(["base", "checkpoint"]);
+      const mean = (k: number) => groups.reduce((a, g) => a + g.trajectories[k].reward, 0) / groups.length;
+      expect(val[i]["val/base_score"]).toBeCloseTo(mean(0), 6);
+      expect(val[i]["val/checkpoint_score"]).toBeCloseTo(mean(1), 6);
+      // The chart's points are the same scores.
+      expect(scores[i]).toMatchObject({ step, score: val[i]["val/checkpoint_score"], base: val[i]["val/base_score"] });
+    }
+    expect(scores).toHaveLength(2);
+    // The judge was checked once, then saw every group with the task's rubric.
+    expect(judge.requests.length).toBeGreaterThanOrEqual(3);
+    const prompts = judge.requests.slice(1).map((r) => r.body.messages.map((m) => m.content).join("\n"));
+    for (const p of prompts) expect(p).toContain("One word that answers the question is best.");
+    const chart = readFileSync(join(dir, "chart.svg"), "utf8");
+    expect(chart).toContain("validation: checkpoint");
+    expect(chart).toContain("validation: base model");
+  }, 300_000);
+
+  it("refuses what it cannot run, naming the option or the file", async () => {
+    const base = ["--env", "custom", "--runs", runs, "--judge-base-url", judge.baseURL, "--judge-model", "judge"];
+    const prompt = ["--system-prompt", "Answer with one word."];
+    await expect(trainCommand([...base, ...prompt])).rejects.toThrow(/--env custom needs --data FILE/);
+    await expect(trainCommand([...base, ...prompt, "--data", join(runs, "none.jsonl")])).rejects.toThrow(
+      /--data .*none\.jsonl: cannot read it \(ENOENT\)/,
+    );
+    const bad = join(runs, "bad.jsonl");
+    writeFileSync(bad, '{"prompt": "a"}\n{"prompt": \n');
+    await expect(trainCommand([...base, ...prompt, "--data", bad])).rejects.toThrow(/bad\.jsonl: .*line 2/);
+    await expect(trainCommand([...base, "--data", data])).rejects.toThrow(/needs --system-prompt/);
+    await expect(trainCommand([...base, ...prompt, "--data", data, "--opponent", "random"])).rejects.toThrow(
+      /--opponent is not for --env custom/,
+    );
+    await expect(trainCommand(["--data", data])).rejects.toThrow(/--data is not for --env tictactoe/);
+    await expect(trainCommand([...base, ...prompt, "--data", data, "--reward", "env"])).rejects.toThrow(
+      /judged by RULER/,
+    );
+    await expect(trainCommand([...base, ...prompt, "--data", data, "--turns", "2"])).rejects.toThrow(
+      /--turns 2 needs --user-prompt/,
+    );
+    const plain = join(runs, "plain.txt");
+    writeFileSync(plain, "Name a colour.\nName an animal.\n");
+    await expect(trainCommand([...base, ...prompt, "--data", plain, "--warm-start", "2"])).rejects.toThrow(
+      /no training scenario in .*plain\.txt has one/,
+    );
+    const prose = await startJudge(() => ({ content: "I think the first one is better." }));
+    try {
+      const args = [...base, ...prompt, "--data", data, "--judge-base-url", prose.baseURL, "--name", "prose"];
+      await expect(trainCommand(args)).rejects.toThrow(/not in RULER's JSON schema/);
+    } finally {
+      await prose.close();
+    }
+    expect(existsSync(join(runs, "custom/models/prose"))).toBe(false);
+  }, 120_000);
+});
