@@ -82,10 +82,14 @@ export function customRun(a: Record<string, string | boolean | undefined>, seed:
   const userPrompt = textOrFile("user-prompt", a["user-prompt"] as string | undefined)?.trim();
   if (turns > 1 && !userPrompt)
     throw new UsageError(`--turns ${turns} needs --user-prompt TEXT (or @FILE): how the simulated user behaves`);
-  const validateEvery = num("validate-every", (a["validate-every"] as string | undefined) ?? "5", {
-    int: true,
-    min: 1,
-  });
+  const validateEvery = num(
+    "validate-every",
+    (a["validate-every"] as string | undefined) ?? String(CUSTOM_DEFAULTS.validateEvery),
+    {
+      int: true,
+      min: 1,
+    },
+  );
   const warmStart = num("warm-start", (a["warm-start"] as string | undefined) ?? "0", { int: true, min: 0 });
   const task: CustomTask = { systemPrompt, turns, ...(userPrompt ? { userPrompt } : {}) };
   const warmConversations = warmStart > 0 ? warmStartConversations(task, split.train) : [];

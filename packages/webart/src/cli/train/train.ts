@@ -163,7 +163,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   if (env === "custom" && reward !== "ruler")
     throw new UsageError("--env custom has no score of its own: it is judged by RULER (--reward ruler)");
   const custom = env === "custom" ? customRun(a, num("seed", a.seed, { int: true, min: 0 })) : undefined;
-  // A custom task takes its own defaults, and the tic-tac-toe entry's where nothing applies (base model, context).
+  // A custom task has defaults of its own, the embedded model as its base (as in the tab), the engine's context.
   const game =
     env === "custom"
       ? {
