@@ -5,6 +5,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
+import { evalCommand } from "./eval.ts";
 import { trainCommand } from "./train.ts";
 
 const runs = mkdtempSync(join(tmpdir(), "webart-custom-"));
@@ -112,6 +113,41 @@ describe("webart train --env custom", () => {
     const chart = readFileSync(join(dir, "chart.svg"), "utf8");
     expect(chart).toContain("validation: checkpoint");
     expect(chart).toContain("validation: base model");
+  }, 300_000);
+
+  it("eval --env custom: the checkpoint and its base model answer every scenario, each pair judged side by side", async () => {
+    const out = join(runs, "eval.jsonl");
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => lines.push(String(s));
+    try {
+      const args = ["--env", "custom", "--data", data, "--system-prompt", "Answer with one word.", "--name", "mine"];
+      const judging = ["--judge-base-url", judge.baseURL, "--judge-model", "judge"];
+      const sampling = ["--max-tokens", "8", "--temperature", "2", "--runs", runs, "--trajectories", out, "--json"];
+      expect(await evalCommand([...args, ...judging, ...sampling])).toBe(0);
+    } finally {
+      console.log = log;
+    }
+    type Row = { player: string; scenarios: number; meanScore: number; preferred: number; tied: number };
+    const rows = JSON.parse(lines[lines.length - 1]) as Row[];
+    expect(rows.map((r) => r.player)).toEqual(["base model (webart-tiny)", "checkpoint 3"]);
+    // Every scenario of the file, not only training's held-out one.
+    expect(rows.map((r) => r.scenarios)).toEqual([6, 6]);
+    const played = read(out) as { player: string; trajectory: { reward: number } }[];
+    expect(played).toHaveLength(12);
+    for (const [k, r] of rows.entries()) {
+      const mine = played.filter((p, i) => i % 2 === k).map((p) => p.trajectory.reward);
+      expect(played.filter((_, i) => i % 2 === k).every((p) => p.player === r.player)).toBe(true);
+      expect(r.meanScore).toBeCloseTo(mine.reduce((a, b) => a + b, 0) / 6, 6);
+    }
+    expect(rows[0].tied).toBe(rows[1].tied);
+    expect(rows[0].preferred + rows[1].preferred + rows[0].tied).toBeCloseTo(1, 9);
+    const base = ["--env", "custom", "--data", data, "--system-prompt", "x", "--runs", runs];
+    const judging = ["--judge-base-url", judge.baseURL, "--judge-model", "judge"];
+    await expect(evalCommand([...base, ...judging, "--checkpoint", "none"])).rejects.toThrow(/leaves no pair/);
+    await expect(evalCommand([...base, ...judging, "--games", "4"])).rejects.toThrow(/--games is not for --env custom/);
+    await expect(evalCommand([...base, ...judging, "--name", "nobody"])).rejects.toThrow(/no run custom\/nobody/);
+    await expect(evalCommand([...base, "--name", "mine"])).rejects.toThrow(/needs --judge-base-url and --judge-model/);
   }, 300_000);
 
   it("refuses what it cannot run, naming the option or the file", async () => {

@@ -2,6 +2,7 @@
 // a line, JSONL or CSV with a prompt field), a system prompt, RULER judging each group; held-out scenarios scored
 // every few steps, base model against the checkpoint; optionally a supervised warm start on the scenarios' answers.
 import { readFileSync } from "node:fs";
+import OpenAI from "openai";
 import {
   ANSWER_FIELD,
   parseScenarios,
@@ -13,7 +14,60 @@ import {
   type CustomTask,
   type Message,
 } from "@webart/envs";
-import { num, UsageError } from "../args.ts";
+import { checkJudge, JudgeCheckError, type CustomJudge } from "../../custom.ts";
+import { num, UsageError, type CommandSpec } from "../args.ts";
+
+/** The judge's options (train's --reward ruler, and a custom task's). */
+export const JUDGE_OPTIONS = {
+  "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
+  "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
+  "judge-api-key-env": {
+    arg: "VAR",
+    default: "OPENAI_API_KEY",
+    help: "RULER: environment variable holding the judge's API key",
+  },
+} satisfies CommandSpec["options"];
+
+/** A custom task's options (train's and eval's). */
+export const TASK_OPTIONS = {
+  data: {
+    arg: "FILE",
+    help: "custom: the scenarios, one prompt a line, or JSONL / CSV with a prompt field (other fields, such as\nan answer, go to the judge only); train holds a fifth (at least one) out for validation, eval scores all",
+  },
+  "system-prompt": {
+    arg: "TEXT|@FILE",
+    help: "custom: the system prompt, what the task is (the judge reads it too)",
+  },
+  rubric: { arg: "TEXT|@FILE", help: "custom: what a good conversation is, for the judge (default: RULER's rubric)" },
+  turns: { arg: "N", help: "custom: assistant turns a conversation, a simulated user between them (default 1)" },
+  "user-prompt": {
+    arg: "TEXT|@FILE",
+    help: "custom, --turns above 1: how the simulated user (the same model) behaves",
+  },
+} satisfies CommandSpec["options"];
+
+/** The judge the options name; `why` is the option that needs one. */
+export function judgeOf(
+  a: Record<string, string | boolean | undefined>,
+  why: string,
+): { client: OpenAI; model: string } {
+  const url = a["judge-base-url"];
+  const model = a["judge-model"];
+  if (typeof url !== "string" || typeof model !== "string")
+    throw new UsageError(`${why} needs --judge-base-url and --judge-model`);
+  const key = process.env[String(a["judge-api-key-env"])] ?? "none";
+  return { client: new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0 }), model };
+}
+
+/** Asks the judge once, as RULER will; one that does not answer in RULER's schema is a usage error naming it. */
+export async function checkJudgeOption(judge: CustomJudge): Promise<void> {
+  try {
+    await checkJudge(judge, { timeoutMs: 60_000 });
+  } catch (e) {
+    if (e instanceof JudgeCheckError) throw new UsageError(e.message.replace(/ and that it accepts.*CORS\)\./, "."));
+    throw e;
+  }
+}
 
 /** A custom task's defaults where a game's come from its registry entry. */
 export const CUSTOM_DEFAULTS = { steps: 20, groupSize: 8, groupsPerStep: 4, maxTokens: 128, validateEvery: 5 };
@@ -53,8 +107,16 @@ function textOrFile(flag: string, v: string | undefined): string | undefined {
   }
 }
 
-/** Reads and checks a custom task's options; every error names the option or the file's line. */
-export function customRun(a: Record<string, string | boolean | undefined>, seed: number): CustomRun {
+/** A custom task as its options give it: the task, every scenario of --data, the rubric. */
+export interface CustomTaskOptions {
+  task: CustomTask;
+  scenarios: CustomScenario[];
+  rubric?: string;
+  data: string;
+}
+
+/** Reads and checks the task's options (train's and eval's); every error names the option or the file's line. */
+export function customTaskOptions(a: Record<string, string | boolean | undefined>): CustomTaskOptions {
   const data = a.data as string | undefined;
   if (!data)
     throw new UsageError("--env custom needs --data FILE: one prompt a line, or JSONL or CSV with a prompt field");
@@ -65,10 +127,8 @@ export function customRun(a: Record<string, string | boolean | undefined>, seed:
     throw new UsageError(`--data ${data}: cannot read it (${(e as NodeJS.ErrnoException).code ?? e})`);
   }
   let scenarios: CustomScenario[];
-  let split: { train: CustomScenario[]; val: CustomScenario[] };
   try {
     scenarios = parseScenarios(text, scenarioFormatOf(data));
-    split = splitScenarios(scenarios, { seed });
   } catch (e) {
     if (e instanceof ScenarioError) throw new UsageError(`--data ${data}: ${e.message}`);
     throw e;
@@ -82,6 +142,21 @@ export function customRun(a: Record<string, string | boolean | undefined>, seed:
   const userPrompt = textOrFile("user-prompt", a["user-prompt"] as string | undefined)?.trim();
   if (turns > 1 && !userPrompt)
     throw new UsageError(`--turns ${turns} needs --user-prompt TEXT (or @FILE): how the simulated user behaves`);
+  const task: CustomTask = { systemPrompt, turns, ...(userPrompt ? { userPrompt } : {}) };
+  const rubric = textOrFile("rubric", a.rubric as string | undefined)?.trim();
+  return { task, scenarios, ...(rubric ? { rubric } : {}), data };
+}
+
+/** Train's custom task: the options above, the seeded split, validation's interval and the warm start. */
+export function customRun(a: Record<string, string | boolean | undefined>, seed: number): CustomRun {
+  const { task, scenarios, rubric, data } = customTaskOptions(a);
+  let split: { train: CustomScenario[]; val: CustomScenario[] };
+  try {
+    split = splitScenarios(scenarios, { seed });
+  } catch (e) {
+    if (e instanceof ScenarioError) throw new UsageError(`--data ${data}: ${e.message}`);
+    throw e;
+  }
   const validateEvery = num(
     "validate-every",
     (a["validate-every"] as string | undefined) ?? String(CUSTOM_DEFAULTS.validateEvery),
@@ -91,13 +166,11 @@ export function customRun(a: Record<string, string | boolean | undefined>, seed:
     },
   );
   const warmStart = num("warm-start", (a["warm-start"] as string | undefined) ?? "0", { int: true, min: 0 });
-  const task: CustomTask = { systemPrompt, turns, ...(userPrompt ? { userPrompt } : {}) };
   const warmConversations = warmStart > 0 ? warmStartConversations(task, split.train) : [];
   if (warmStart > 0 && !warmConversations.length)
     throw new UsageError(
       `--warm-start ${warmStart} trains on the scenarios' "${ANSWER_FIELD}" field, and no training scenario in ` +
         `${data} has one: give JSONL or CSV with an ${ANSWER_FIELD} for some prompts, or leave --warm-start out`,
     );
-  const rubric = textOrFile("rubric", a.rubric as string | undefined)?.trim();
   return { task, ...split, ...(rubric ? { rubric } : {}), validateEvery, warmStart, warmConversations };
 }

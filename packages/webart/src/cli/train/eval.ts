@@ -19,6 +19,16 @@ import {
   type ScriptedPolicy,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+import { validateCustomTask } from "../../custom.ts";
+import {
+  checkJudgeOption,
+  CUSTOM_DEFAULTS,
+  customTaskOptions,
+  JUDGE_OPTIONS,
+  judgeOf,
+  TASK_OPTIONS,
+  type CustomTaskOptions,
+} from "./custom.ts";
 import { ENVS, toolChoiceOption } from "./train.ts";
 
 export const EVAL = {
@@ -26,9 +36,10 @@ export const EVAL = {
   about:
     "N games each of the base model, a checkpoint of a run and the baselines (a random legal player; perfect minimax\n" +
     "for tic-tac-toe; perfect and naive scripted searchers for email, on its held-out questions), as one table.\n" +
-    "--seed seeds the games and their samples: the same command gives the same table.",
+    "--seed seeds the games and their samples: the same command gives the same table. Your own task (--env custom):\n" +
+    "the checkpoint and the base model answer every scenario of --data, each pair judged side by side by RULER.",
   options: {
-    env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048 or email" },
+    env: { arg: "NAME", default: "tictactoe", help: "tictactoe, 2048, email or custom (your own task: --data)" },
     games: { arg: "N", default: "100", help: "games per player" },
     checkpoint: { arg: "STEP", default: "latest", help: "a step number, latest, or none" },
     model: {
@@ -53,6 +64,8 @@ export const EVAL = {
     },
     "no-base": { flag: true, help: "leave out the base model's row" },
     "no-baselines": { flag: true, help: "leave out the baselines' rows" },
+    ...TASK_OPTIONS,
+    ...JUDGE_OPTIONS,
     json: { flag: true, help: "print the rows as one JSON array instead of a table" },
     trajectories: {
       arg: "FILE",
@@ -65,12 +78,32 @@ type Row = { player: string; [k: string]: unknown };
 
 export async function evalCommand(argv: string[]): Promise<number> {
   const a = parseOptions(EVAL, argv);
-  const env = oneOf("env", a.env, ENVS);
+  const env = oneOf("env", a.env, [...ENVS, "custom"] as const);
+  const given = (k: string) => argv.some((x) => x === `--${k}` || x.startsWith(`--${k}=`));
+  for (const k of env === "custom"
+    ? ["games", "legal-moves", "tool-choice", "no-base", "no-baselines"]
+    : Object.keys(TASK_OPTIONS))
+    if (given(k)) throw new UsageError(`--${k} is not for --env ${env}`);
+  let custom: (CustomTaskOptions & { judge: ReturnType<typeof judgeOf> }) | undefined;
+  if (env === "custom") {
+    if (a.checkpoint === "none")
+      throw new UsageError(
+        "--env custom judges the checkpoint against the base model: --checkpoint none leaves no pair",
+      );
+    custom = { ...customTaskOptions(a), judge: judgeOf(a, "--env custom") };
+    await checkJudgeOption(custom.judge);
+  }
+  // A game's registry entry (a custom task takes only the embedded base model from tic-tac-toe's).
+  const genv = env === "custom" ? "tictactoe" : env;
+  const game = GAMES[genv];
   const games = num("games", a.games, { int: true, min: 1 });
   const seed = num("seed", a.seed, { int: true, min: 0 });
   const temperature = num("temperature", a.temperature, { min: 0 });
-  const maxTokens = num("max-tokens", a["max-tokens"] ?? String(GAMES[env].maxTokens), { int: true, min: 1 });
-  const toolChoice = toolChoiceOption(a["tool-choice"] ?? GAMES[env].train.toolChoice ?? "auto", env);
+  const maxTokens = num("max-tokens", a["max-tokens"] ?? String(custom ? CUSTOM_DEFAULTS.maxTokens : game.maxTokens), {
+    int: true,
+    min: 1,
+  });
+  const toolChoice = toolChoiceOption(a["tool-choice"] ?? game.train.toolChoice ?? "auto", env);
   const legalMoves = a["legal-moves"];
   if (legalMoves && env !== "tictactoe") throw new UsageError("--legal-moves is for --env tictactoe only");
   const checkpoint = a.checkpoint === "latest" || a.checkpoint === "none" ? a.checkpoint : Number(a.checkpoint);
@@ -80,7 +113,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
   const rows: Row[] = [];
   // A checkpoint is an adapter of the base model its run was trained on (model.json), so that is the model played;
   // --model may only name the same one.
-  let baseModel = a.model ?? GAMES[env].model;
+  let baseModel = a.model ?? game.model;
   const files = checkpoint === "none" ? undefined : new RunFiles(await FsStore.open(a.runs), project, a.name);
   const runBase = (await files?.readJson<{ base_model?: string }>("model.json"))?.base_model;
   if (files && runBase !== undefined && !sameModel(runBase, baseModel)) {
@@ -92,8 +125,72 @@ export async function evalCommand(argv: string[]): Promise<number> {
       );
     baseModel = runBase;
   }
+  const step = checkpoint === "none" || !files ? null : checkpoint === "latest" ? await files.latestStep() : checkpoint;
+  if (custom && step === null)
+    throw new UsageError(
+      `no run ${project}/${a.name} in ${a.runs}: --env custom judges a checkpoint against its base model`,
+    );
   if (a.trajectories) await writeFile(a.trajectories, "");
-  const engine = await Engine.load(baseModel, { name: "eval", kvSlots: 64, maxContext: GAMES[env].maxContext });
+  const engine = await Engine.load(baseModel, {
+    name: "eval",
+    kvSlots: 64,
+    maxContext: custom ? undefined : game.maxContext,
+  });
+  /** The run's adapter at `step`, on the engine's model. */
+  const loadCheckpoint = async (step: number): Promise<LoraState> => {
+    const ck = await files!.readCheckpoint(step);
+    const lora = readAdapterConfig(
+      ck.adapterConfig,
+      `${files!.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`,
+    );
+    const state = new LoraState(engine.gpu, engine.config, lora);
+    await state.load(ck.adapter);
+    return state;
+  };
+  if (custom) {
+    const state = await loadCheckpoint(step!);
+    const label = { base: `base model (${baseModel.split("/").pop()})`, checkpoint: `checkpoint ${step}` };
+    engine.model.lora = state;
+    const v = await validateCustomTask(engine.openaiClient(), {
+      model: "eval",
+      temperature,
+      maxTokens,
+      task: custom.task,
+      val: custom.scenarios,
+      judge: custom.judge,
+      rubric: custom.rubric,
+      withBaseModel: async (fn) => {
+        engine.model.lora = undefined;
+        engine.scheduler.invalidateCache();
+        try {
+          return await fn();
+        } finally {
+          engine.model.lora = state;
+          engine.scheduler.invalidateCache();
+        }
+      },
+    });
+    await engine.close();
+    const n = v.groups.length;
+    const rewards = v.groups.map((g) => g.trajectories.map((t) => t.reward));
+    const row = (player: string, k: number, score: number): Row => ({
+      player,
+      scenarios: n,
+      meanScore: score,
+      preferred: rewards.filter((r) => r[k] > r[1 - k]).length / n,
+      tied: rewards.filter((r) => r[0] === r[1]).length / n,
+    });
+    rows.push(row(label.base, 0, v.base), row(label.checkpoint, 1, v.checkpoint));
+    if (a.trajectories)
+      await appendFile(
+        a.trajectories,
+        v.groups
+          .flatMap((g) => g.trajectories.map((t, k) => ({ player: k ? label.checkpoint : label.base, trajectory: t })))
+          .map((x) => JSON.stringify(x) + "\n")
+          .join(""),
+      );
+    return printRows(rows, ["scenarios", "meanScore", "preferred", "tied"], a.json);
+  }
   const play = async (label: string) => {
     const client = engine.openaiClient();
     const opts = { model: "eval", temperature, maxTokens, toolChoice };
@@ -106,13 +203,12 @@ export async function evalCommand(argv: string[]): Promise<number> {
             // The game's seed also seeds its samples, so the same command gives the same table on the same machine.
             // Email plays its held-out questions, never training's.
             const scenario = { seed: seed + i + k, split: "eval" as const, ...(legalMoves ? { legalMoves } : {}) };
-            const game = { ...opts, seed: seed + i + k, scenario };
-            return GAMES[env].rollout(client, game);
+            return game.rollout(client, { ...opts, seed: seed + i + k, scenario });
           }),
         )),
       );
     }
-    rows.push({ player: label, ...GAMES[env].summarize(trajs) });
+    rows.push({ player: label, ...game.summarize(trajs) });
     if (a.trajectories)
       await appendFile(
         a.trajectories,
@@ -121,19 +217,10 @@ export async function evalCommand(argv: string[]): Promise<number> {
   };
   if (!a["no-base"]) await play(`base model (${baseModel.split("/").pop()})`);
   if (files && checkpoint !== "none") {
-    const latest = await files.latestStep();
-    const step = checkpoint === "latest" ? latest : checkpoint;
     if (step === null) {
       console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);
     } else {
-      const ck = await files.readCheckpoint(step);
-      const lora = readAdapterConfig(
-        ck.adapterConfig,
-        `${files.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`,
-      );
-      const state = new LoraState(engine.gpu, engine.config, lora);
-      await state.load(ck.adapter);
-      engine.model.lora = state;
+      engine.model.lora = await loadCheckpoint(step);
       engine.scheduler.invalidateCache();
       await play(`checkpoint ${step}`);
       engine.model.lora = undefined;
@@ -168,10 +255,6 @@ export async function evalCommand(argv: string[]): Promise<number> {
     rows.push({ player: "random legal", ...(await evaluate2048(random2048Player(seed), baselineSeed)) } as Row);
   }
   await engine.close();
-  if (a.json) {
-    console.log(JSON.stringify(rows));
-    return 0;
-  }
   const cols = {
     tictactoe: [
       "games",
@@ -197,7 +280,16 @@ export async function evalCommand(argv: string[]): Promise<number> {
       "meanTurns",
       "meanReward",
     ],
-  }[env];
+  }[genv];
+  return printRows(rows, cols, a.json);
+}
+
+/** The rows as a table of `cols` (or, with `json`, one JSON array). */
+function printRows(rows: Row[], cols: string[], json: boolean): number {
+  if (json) {
+    console.log(JSON.stringify(rows));
+    return 0;
+  }
   const fmt = (v: unknown) => (typeof v === "number" ? (Number.isInteger(v) ? String(v) : v.toFixed(3)) : String(v));
   const w0 = Math.max(6, ...rows.map((r) => r.player.length));
   console.log(["player".padEnd(w0), ...cols.map((c) => c.padStart(Math.max(11, c.length)))].join(" "));

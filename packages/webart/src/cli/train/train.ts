@@ -3,7 +3,6 @@
 // chart in the run folder; Ctrl-C finishes nothing half-way (the last checkpoint stays) and exits.
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import OpenAI from "openai";
 import { LocalBackend, TrainableModel, type TrajectoryGroup } from "@webart/engine";
 import {
   GAME_NAMES,
@@ -14,8 +13,17 @@ import {
   type TicTacToeOpponentName,
 } from "@webart/envs";
 import { gameStepGroups } from "../../games.ts";
-import { checkJudge, customStepGroups, JudgeCheckError, validateCustomTask, withBaseModel } from "../../custom.ts";
-import { CUSTOM_DEFAULTS, CUSTOM_ONLY, customRun, GAME_ONLY } from "./custom.ts";
+import { customStepGroups, validateCustomTask, withBaseModel } from "../../custom.ts";
+import {
+  checkJudgeOption,
+  CUSTOM_DEFAULTS,
+  CUSTOM_ONLY,
+  customRun,
+  GAME_ONLY,
+  JUDGE_OPTIONS,
+  judgeOf,
+  TASK_OPTIONS,
+} from "./custom.ts";
 import { trainingChart } from "./chart.ts";
 import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 
@@ -66,13 +74,7 @@ export const TRAIN = {
       arg: "env|ruler",
       help: "env (the game's score) or ruler (an LLM judge) (default env; a custom task: ruler)",
     },
-    "judge-base-url": { arg: "URL", help: "RULER: the judge's OpenAI-compatible base URL" },
-    "judge-model": { arg: "NAME", help: "RULER: the judge's model name" },
-    "judge-api-key-env": {
-      arg: "VAR",
-      default: "OPENAI_API_KEY",
-      help: "RULER: environment variable holding the judge's API key",
-    },
+    ...JUDGE_OPTIONS,
     resume: { flag: true, help: "continue the run from its latest checkpoint" },
     seed: { arg: "N", default: "1", help: "seed for scenarios and the adapter's initialisation" },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
@@ -124,20 +126,7 @@ export const TRAIN = {
       default: "0",
       help: "train on at most this many moves per game, the last always kept\n(0: all, as ART does)",
     },
-    data: {
-      arg: "FILE",
-      help: "custom: the scenarios, one prompt a line, or JSONL / CSV with a prompt field (other fields, such as\nan answer, go to the judge only); a fifth of them (at least one) are held out for validation",
-    },
-    "system-prompt": {
-      arg: "TEXT|@FILE",
-      help: "custom: the system prompt, what the task is (the judge reads it too)",
-    },
-    rubric: { arg: "TEXT|@FILE", help: "custom: what a good conversation is, for the judge (default: RULER's rubric)" },
-    turns: { arg: "N", help: "custom: assistant turns a conversation, a simulated user between them (default 1)" },
-    "user-prompt": {
-      arg: "TEXT|@FILE",
-      help: "custom, --turns above 1: how the simulated user (the same model) behaves",
-    },
+    ...TASK_OPTIONS,
     "validate-every": {
       arg: "N",
       help: "custom: score the held-out scenarios every N steps and at the last, base model against the\ncheckpoint, judged side by side (default 5)",
@@ -213,25 +202,9 @@ export async function trainCommand(argv: string[]): Promise<number> {
       "none",
     ] as const) === "group";
   const lossType = oneOf("loss-type", a["loss-type"], ["sequence", "token", "dr_grpo"] as const);
-  let judge: { client: OpenAI; model: string } | undefined;
-  if (reward === "ruler") {
-    if (!a["judge-base-url"] || !a["judge-model"])
-      throw new UsageError("--reward ruler needs --judge-base-url and --judge-model");
-    const key = process.env[a["judge-api-key-env"]] ?? "none";
-    judge = {
-      client: new OpenAI({ baseURL: a["judge-base-url"], apiKey: key, maxRetries: 0 }),
-      model: a["judge-model"],
-    };
-  }
+  const judge = reward === "ruler" ? judgeOf(a, "--reward ruler") : undefined;
   // A judge that cannot answer in RULER's schema is named before anything loads.
-  if (custom && judge) {
-    try {
-      await checkJudge(judge, { timeoutMs: 60_000 });
-    } catch (e) {
-      if (e instanceof JudgeCheckError) throw new UsageError(e.message.replace(/ and that it accepts.*CORS\)\./, "."));
-      throw e;
-    }
-  }
+  if (custom) await checkJudgeOption(judge!);
   const project = a.project || env;
   const backend = new LocalBackend({
     path: a.runs,
