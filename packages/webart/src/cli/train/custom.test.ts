@@ -150,6 +150,63 @@ describe("webart train --env custom", () => {
     await expect(evalCommand([...base, "--name", "mine"])).rejects.toThrow(/needs --judge-base-url and --judge-model/);
   }, 300_000);
 
+  it("a judge that fails mid-run stops it at its last checkpoint, naming the judge's error; --resume goes on", async () => {
+    // Answers the check and step 1's group, then 503s (step 2's group gets no score in 3 attempts) until healthy.
+    let healthy = false;
+    const flaky = await startJudge((req, i) =>
+      !healthy && i >= 2
+        ? { status: 503, body: { error: { message: "judge overloaded" } } }
+        : {
+            content: JSON.stringify({
+              scores: requestedIds(req).map((id) => ({ trajectory_id: id, explanation: id, score: Number(id) / 10 })),
+            }),
+          },
+    );
+    const args = (steps: string, url: string) => [
+      "--env",
+      "custom",
+      "--data",
+      data,
+      "--system-prompt",
+      "Answer with one word.",
+      "--steps",
+      steps,
+      "--validate-every",
+      "100",
+      "--groups-per-step",
+      "1",
+      "--group-size",
+      "2",
+      "--max-tokens",
+      "8",
+      "--temperature",
+      "2",
+      "--judge-base-url",
+      url,
+      "--judge-model",
+      "judge",
+      "--runs",
+      runs,
+      "--name",
+      "flaky",
+    ];
+    const dir = join(runs, "custom/models/flaky");
+    try {
+      await expect(trainCommand(args("2", flaky.baseURL))).rejects.toThrow(
+        /ruler: judge judge at .* gave no usable answer in 3 attempts.*503.*judge overloaded/,
+      );
+      expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("1");
+      expect(existsSync(join(dir, "checkpoints/0002"))).toBe(false);
+      expect(read(join(dir, "history.jsonl")).map((h) => h.step)).toEqual([1]);
+      expect(flaky.requests.length).toBe(2 + 3);
+      healthy = true;
+      expect(await trainCommand([...args("2", flaky.baseURL), "--resume"])).toBe(0);
+      expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("2");
+    } finally {
+      await flaky.close();
+    }
+  }, 300_000);
+
   it("refuses what it cannot run, naming the option or the file", async () => {
     const base = ["--env", "custom", "--runs", runs, "--judge-base-url", judge.baseURL, "--judge-model", "judge"];
     const prompt = ["--system-prompt", "Answer with one word."];
