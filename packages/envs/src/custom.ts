@@ -4,6 +4,7 @@
 // model behind the same client, prompted with the user-simulator prompt: no second endpoint to set up.
 import type OpenAI from "openai";
 import { Rng } from "@webart/gpu";
+import { turnSeed } from "./rollout.ts";
 import { isChoice, type Message, type MessagesAndChoices, type SamplingOptions, type TrajectoryLike } from "./types.ts";
 
 export interface CustomScenario {
@@ -223,7 +224,8 @@ export async function rolloutCustom(
   client: OpenAI,
   opts: SamplingOptions & { task: CustomTask; scenario: CustomScenario },
 ): Promise<TrajectoryLike> {
-  const { task, scenario, model, temperature, maxTokens } = opts;
+  const { task, scenario, model, temperature, maxTokens, seed } = opts;
+  let k = 0; // a seed per request (the simulated user's too), as a game's turns take theirs
   const convo: MessagesAndChoices = [
     { role: "system", content: task.systemPrompt },
     { role: "user", content: scenario.prompt },
@@ -235,6 +237,7 @@ export async function rolloutCustom(
       temperature,
       max_completion_tokens: maxTokens,
       logprobs: true,
+      ...(seed === undefined ? {} : { seed: turnSeed(seed, k++) }),
     });
     const choice = r.choices[0];
     if (!choice) throw new Error(`chat completion from model "${model}" has no choices`);

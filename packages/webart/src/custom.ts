@@ -106,16 +106,24 @@ export async function validateCustomTask(
     val: readonly CustomScenario[];
     /** Runs `fn` with the adapter off (inference only; nothing else may generate meanwhile). */
     withBaseModel: <T>(fn: () => Promise<T>) => Promise<T>;
+    /** Seeds scenario i's samples with seed + i, the same for the base model and the checkpoint (default: none). */
+    seed?: number;
   },
 ): Promise<CustomValidation> {
   const sampling = { model: o.model, temperature: o.temperature, maxTokens: o.maxTokens };
-  const play = async (scenario: CustomScenario, policy: string) => {
+  const play = async (scenario: CustomScenario, policy: string, i: number) => {
     o.beforeRollout?.();
-    const t = await rolloutCustom(client, { ...sampling, task: o.task, scenario });
+    const seed = o.seed === undefined ? undefined : o.seed + i;
+    const t = await rolloutCustom(client, {
+      ...sampling,
+      task: o.task,
+      scenario,
+      ...(seed === undefined ? {} : { seed }),
+    });
     return new Trajectory({ ...t, metadata: { ...t.metadata, policy } });
   };
-  const base = await o.withBaseModel(() => Promise.all(o.val.map((s) => play(s, "base"))));
-  const mine = await Promise.all(o.val.map((s) => play(s, "checkpoint")));
+  const base = await o.withBaseModel(() => Promise.all(o.val.map((s, i) => play(s, "base", i))));
+  const mine = await Promise.all(o.val.map((s, i) => play(s, "checkpoint", i)));
   const groups: TrajectoryGroup[] = [];
   for (let i = 0; i < o.val.length; i++) {
     const g = await rulerScoreGroup(new TrajectoryGroup([base[i], mine[i]]), {

@@ -254,6 +254,7 @@ async function validate(s: Session, step: number, apiKey: string | undefined): P
     judge: judgeOf(st.reward, apiKey, s)!,
     rubric: c.rubric,
     withBaseModel: (fn) => withBaseModel(s.backend, s.model, fn),
+    seed: st.seed, // each validation replays the same draws, as webart train's
     beforeRollout: () => {
       if (control.stop) throw new StopSignal();
     },

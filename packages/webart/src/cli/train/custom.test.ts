@@ -142,6 +142,36 @@ describe("webart train --env custom", () => {
     }
     expect(rows[0].tied).toBe(rows[1].tied);
     expect(rows[0].preferred + rows[1].preferred + rows[0].tied).toBeCloseTo(1, 9);
+    // --seed replays the samples (scenario i drawn with seed + i, the same for both models); another seed draws anew.
+    const replies = async (seed: string) => {
+      const file = join(runs, `eval-${seed}.jsonl`);
+      const args = ["--env", "custom", "--data", data, "--system-prompt", "Answer with one word.", "--name", "mine"];
+      const more = ["--judge-base-url", judge.baseURL, "--judge-model", "judge", "--max-tokens", "8"];
+      const log = console.log;
+      console.log = () => {};
+      try {
+        await evalCommand([
+          ...args,
+          ...more,
+          "--temperature",
+          "2",
+          "--runs",
+          runs,
+          "--trajectories",
+          file,
+          "--seed",
+          seed,
+        ]);
+      } finally {
+        console.log = log;
+      }
+      return (read(file) as { trajectory: { messages_and_choices: { message?: { content: string } }[] } }[]).map((p) =>
+        p.trajectory.messages_and_choices.map((m) => m.message?.content ?? "").join("|"),
+      );
+    };
+    const first = await replies("7");
+    expect(await replies("7")).toEqual(first);
+    expect(await replies("8")).not.toEqual(first);
     const base = ["--env", "custom", "--data", data, "--system-prompt", "x", "--runs", runs];
     const judging = ["--judge-base-url", judge.baseURL, "--judge-model", "judge"];
     await expect(evalCommand([...base, ...judging, "--checkpoint", "none"])).rejects.toThrow(/leaves no pair/);

@@ -159,6 +159,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
       val: custom.scenarios,
       judge: custom.judge,
       rubric: custom.rubric,
+      seed, // the same command replays the same samples; base and checkpoint draw alike
       withBaseModel: async (fn) => {
         engine.model.lora = undefined;
         engine.scheduler.invalidateCache();

@@ -322,6 +322,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
           judge: judge!,
           rubric: custom.rubric,
           withBaseModel: (fn) => withBaseModel(backend, model, fn),
+          seed, // each validation replays the same samples' draws: steps compare on common random numbers
         });
         await model.log(v.groups, {
           split: "val",
