@@ -202,7 +202,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
       "none",
     ] as const) === "group";
   const lossType = oneOf("loss-type", a["loss-type"], ["sequence", "token", "dr_grpo"] as const);
-  const judge = reward === "ruler" ? judgeOf(a, "--reward ruler") : undefined;
+  const judge = reward === "ruler" ? judgeOf(a, custom ? "--env custom" : "--reward ruler") : undefined;
   // A judge that cannot answer in RULER's schema is named before anything loads.
   if (custom) await checkJudgeOption(judge!);
   const project = a.project || env;
