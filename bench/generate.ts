@@ -554,6 +554,14 @@ export const generateSuite: Suite = async (ctx: BenchContext): Promise<BenchResu
     model.dispose();
     gpu.pool.trim();
   }
+  {
+    // Gemma 3 1B's 26 layers and structure (q/k norms, a norm on each branch before its residual add) at narrow widths.
+    const c = parseConfig(narrowConfig("gemma-3-1b", 1024));
+    const model = new Model(gpu, c, await uploadWeights(gpu, c, randomTensors(c, false)));
+    out.push(...(await dispatchCounts(gpu, model, "gemma3_layers")));
+    model.dispose();
+    gpu.pool.trim();
+  }
   if (!ctx.quick) {
     // Qwen2.5-0.5B shape, random bf16 weights: load, decode, and the memory the engine accounts for.
     const c = QWEN25_05B;

@@ -260,8 +260,9 @@ function inferencePeak(
 ): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
-  // Gemma: the o_proj / down_proj output, its normed form and rstd, and the new residual beside the old one.
-  const sandwich = c.sandwichNorms ? 3 * f(N * C) + f(N) : 0;
+  // Gemma: the o_proj / down_proj output and its rstd, and the new residual (the old one plus the normed output, one
+  // pass) beside the old one.
+  const sandwich = c.sandwichNorms ? 2 * f(N * C) + f(N) : 0;
   const t = (projections: number) => (rank ? f(N * projections * rank) : 0); // LoRA x·Aᵀ
   let layer: number;
   if (N <= decodeRows) {

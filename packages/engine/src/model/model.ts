@@ -10,7 +10,6 @@ import { isCpuDevice, sizeOf, type Binding, type Gpu, type Recorder } from "@web
 import {
   ABSMAX_BYTES,
   absMax,
-  add,
   attentionBackward,
   attentionDecode,
   attentionForward,
@@ -652,12 +651,9 @@ export class Model {
       ao = buf(N * C, "ao");
       this.linear(rec, o, L.o, ao, N, L.oBias);
       to = this.loraFwdGroup(rec, l, ["o"], o, [ao], N, save);
-      const hA = buf(N * C, "hA");
       rstdA = buf(N, "rstdA");
-      this.rmsnorm(rec, { x: ao, w: L.attnOutNorm!, y: hA, rstd: rstdA }, N);
       xMid = buf(N * C, "xMid");
-      add(gpu, rec, { a: x, b: hA, y: xMid }, { n: N * C });
-      gpu.release(hA);
+      this.rmsnorm(rec, { x: ao, w: L.attnOutNorm!, y: xMid, rstd: rstdA, add: x }, N); // x + norm(ao), one pass
       if (mode === "inplace") gpu.release(x);
       if (!save) {
         gpu.release(ao, rstdA);
@@ -702,12 +698,9 @@ export class Model {
       mo = buf(N * C, "mo");
       this.linear(rec, a, L.down, mo, N);
       td = this.loraFwdGroup(rec, l, ["down"], a, [mo], N, save);
-      const hM = buf(N * C, "hM");
       rstdM = buf(N, "rstdM");
-      this.rmsnorm(rec, { x: mo, w: L.mlpOutNorm!, y: hM, rstd: rstdM }, N);
       xOut = buf(N * C, "xOut");
-      add(gpu, rec, { a: xMid, b: hM, y: xOut }, { n: N * C });
-      gpu.release(hM);
+      this.rmsnorm(rec, { x: mo, w: L.mlpOutNorm!, y: xOut, rstd: rstdM, add: xMid }, N);
       if (!save) {
         gpu.release(xMid, mo, rstdM);
         mo = rstdM = undefined;
@@ -964,15 +957,13 @@ export class Model {
     return xOut;
   }
 
-  /** x + norm(b) on a new buffer (Gemma's branch outputs reach the residual through their norm). */
+  /** x + norm(b) on a new buffer, in one pass (Gemma's branch outputs reach the residual through their norm). */
   private addNormed(rec: Recorder, x: GPUBuffer, b: GPUBuffer, w: GPUBuffer, N: number): GPUBuffer {
     const C = this.config.hiddenSize;
-    const h = this.gpu.buffer(N * C * 4, "activations", "normed branch");
     const rstd = this.gpu.buffer(N * 4, "activations", "branch rstd");
-    this.rmsnorm(rec, { x: b, w, y: h, rstd }, N);
     const out = this.gpu.buffer(N * C * 4, "activations", "residual");
-    add(this.gpu, rec, { a: x, b: h, y: out }, { n: N * C });
-    this.gpu.release(h, rstd);
+    this.rmsnorm(rec, { x: b, w, y: out, rstd, add: x }, N);
+    this.gpu.release(rstd);
     return out;
   }
 

@@ -1,4 +1,5 @@
-// RMSNorm over rows of length C: y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), saving rstd.
+// RMSNorm over rows of length C: y = x * rstd * w with rstd = 1 / sqrt(mean(x^2) + eps), saving rstd; with put_add.wgsl
+// after it, y = add + x * rstd * w (Gemma's branch norm and the residual add in one pass).
 // TPR threads share a row (WG / TPR rows per workgroup), so short rows (per-head D) fill the workgroup too.
 struct Params { rows: u32, C: u32, eps: f32 }
 @group(0) @binding(0) var<uniform> p: Params;
@@ -44,7 +45,7 @@ fn rmsnorm_forward(
   if (!live) { return; }
   let r = inverseSqrt(total / f32(p.C) + p.eps);
   for (var c = lane; c < p.C; c += TPR) {
-    y[base + c] = x[base + c] * r * w[c];
+    put(base + c, x[base + c] * r * w[c]);
   }
   if (lane == 0u) { rstd[row] = r; }
 }

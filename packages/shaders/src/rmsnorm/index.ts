@@ -2,6 +2,8 @@
 // also used per head for Qwen3's q_norm/k_norm as rows (N*H, D) with weight (D).
 import { kernelSpec, Params, type Binding, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import forward from "./forward.wgsl";
+import put from "./put.wgsl";
+import putAdd from "./put_add.wgsl";
 import backward from "./backward.wgsl";
 import backwardDw from "./backward_dw.wgsl";
 import backwardDwReduce from "./backward_dw_reduce.wgsl";
@@ -9,8 +11,12 @@ import { isCpuDevice } from "@webart/gpu";
 
 const WG = 256;
 
-export const rmsnormForwardSpec = (tpr: number, wg = WG): KernelSpec =>
-  kernelSpec("rmsnorm_forward", forward, { WG: wg, TPR: tpr });
+const forwardCode = forward + put;
+const forwardAddCode = forward + putAdd;
+export const rmsnormForwardSpec = (tpr: number, wg = WG, add = false): KernelSpec =>
+  add
+    ? kernelSpec("rmsnorm_forward_add", forwardAddCode, { WG: wg, TPR: tpr }, "rmsnorm_forward")
+    : kernelSpec("rmsnorm_forward", forwardCode, { WG: wg, TPR: tpr });
 export const rmsnormBackwardSpec = (tpr: number, wg = WG): KernelSpec =>
   kernelSpec("rmsnorm_backward", backward, { WG: wg, TPR: tpr });
 export const rmsnormBackwardDwSpec: KernelSpec = { name: "rmsnorm_backward_dw", code: backwardDw, overrides: { WG } };
@@ -66,6 +72,8 @@ export interface RmsnormBuffers {
   w: Binding; // (C)
   y: Binding; // (rows, C) out
   rstd: Binding; // (rows) out, for the backward
+  /** (rows, C): when given, y = add + x * rstd * w (a residual plus its normed branch, as Gemma's); not y itself. */
+  add?: Binding;
 }
 
 export interface RmsnormDims {
@@ -73,11 +81,11 @@ export interface RmsnormDims {
   C: number;
 }
 
-/** y = x * rstd * w for x (rows, C), w (C); writes y (rows, C) and rstd (rows) for the backward. */
+/** y = x * rstd * w (+ add) for x (rows, C), w (C); writes y (rows, C) and rstd (rows) for the backward. */
 export function rmsnormForward(
   gpu: Gpu,
   rec: Recorder,
-  { x, w, y, rstd }: RmsnormBuffers,
+  { x, w, y, rstd, add }: RmsnormBuffers,
   { rows, C, eps }: RmsnormDims & { eps: number },
   opts: RmsnormOptions = {},
 ): void {
@@ -87,8 +95,10 @@ export function rmsnormForward(
   need("w", w, C * 4);
   need("y", y, rows * C * 4);
   need("rstd", rstd, rows * 4);
+  if (add) need("add", add, rows * C * 4);
   const groups = Math.ceil(rows / (wg / tpr));
-  rec.dispatch(rmsnormForwardSpec(tpr, wg), [x, w, y, rstd], gpu.grid(groups), new Params().u32(rows, C).f32(eps));
+  const bindings = add ? [x, w, y, rstd, add] : [x, w, y, rstd];
+  rec.dispatch(rmsnormForwardSpec(tpr, wg, !!add), bindings, gpu.grid(groups), new Params().u32(rows, C).f32(eps));
 }
 
 export interface RmsnormBackwardBuffers {

@@ -61,6 +61,35 @@ it.each([
   [200, 64, undefined, undefined, false],
 ])("rmsnorm rows=%i C=%i tpr=%s wg=%s accumulate=%s matches the CPU reference", check);
 
+// The residual add in the same pass (Gemma's x + norm(branch)): every layout, against the reference plus the residual.
+it.each([
+  [1, 1, 1, 256],
+  [37, 13, 1, 64],
+  [5, 897, 64, 128],
+  [9, 900, undefined, undefined],
+])("rmsnorm with add: rows=%i C=%i tpr=%s wg=%s gives add + norm(x) w and the same rstd", async (rows, C, tpr, wg) => {
+  const rng = new Rng(rows * 7 + C);
+  const [x, w, res] = [rng.f32(rows * C, -2, 2), rng.f32(C, 0.5, 1.5), rng.f32(rows * C, -3, 3)];
+  const [bx, bw, badd] = [gpu.upload(x), gpu.upload(w), gpu.upload(res)];
+  const [by, brstd] = [gpu.buffer(rows * C * 4), gpu.buffer(rows * 4)];
+  const rec = gpu.recorder();
+  const opts = { threadsPerRow: tpr, workgroupSize: wg };
+  rmsnormForward(gpu, rec, { x: bx, w: bw, y: by, rstd: brstd, add: badd }, { rows, C, eps: EPS }, opts);
+  const reads = [rec.read(by, rows * C * 4), rec.read(brstd, rows * 4)];
+  await rec.submit();
+  const [y, rstd] = (await Promise.all(reads)).map((a) => new Float32Array(a));
+  const ref = rmsnormReference(x, w, rows, C, EPS);
+  assertClose(
+    "y",
+    y,
+    ref.y.map((v, i) => v + res[i]),
+    Y_TOL,
+  );
+  assertClose("rstd", rstd, ref.rstd, Y_TOL);
+  gpu.release(bx, bw, badd, by, brstd);
+  expect(gpu.errors).toEqual([]);
+});
+
 it("rmsnorm variants: one thread per row on SwiftShader, ~4 elements per thread elsewhere; bad shapes throw", () => {
   const v = rmsnormVariant(gpu, 900);
   if (gpu.kind.architecture === "swiftshader") expect(v).toEqual({ tpr: 1, wg: 64 });
