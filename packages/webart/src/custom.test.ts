@@ -103,6 +103,16 @@ describe("custom task", () => {
     await expect(checkJudge({ client: server(() => [404, "model j not found"]).client, model: "j" })).rejects.toThrow(
       /refused the request: HTTP 404/,
     );
+    // In the schema, but scores no judge means: a model too weak to judge (webart serve's webart-tools did this).
+    const wild = JSON.stringify({
+      scores: [
+        { trajectory_id: "2", explanation: "", score: 3.5e72 },
+        { trajectory_id: "2", explanation: "", score: 0 },
+      ],
+    });
+    await expect(checkJudge({ client: server(() => wild).client, model: "j" })).rejects.toThrow(
+      /answered in RULER's JSON schema, but with scores RULER cannot use \(.*outside \[0, 1\].*\): .*Pick a stronger model/,
+    );
     const down = new OpenAI({ apiKey: "x", baseURL: "http://127.0.0.1:9/v1", maxRetries: 0 });
     const e = await checkJudge({ client: down, model: "j" }).catch((x: unknown) => x);
     expect(e).toBeInstanceOf(JudgeCheckError);

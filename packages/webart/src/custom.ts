@@ -173,9 +173,24 @@ export async function checkJudge(judge: CustomJudge, opts: { timeoutMs?: number 
       );
     if (last?.status !== undefined)
       throw new JudgeCheckError(`The judge ${name}${where} refused the request: ${why}. Check the model name and key.`);
+    if (followsSchema(last?.reply))
+      throw new JudgeCheckError(
+        `The judge ${name}${where} answered in RULER's JSON schema, but with scores RULER cannot use (${why}): ` +
+          `asked to score two answers to "What is 2 + 2?", it could not. Pick a stronger model as the judge.`,
+      );
     throw new JudgeCheckError(
       `The judge ${name}${where} answered, but not in RULER's JSON schema (${why}); it seems not to support ` +
         `response_format json_schema. Pick a model or server that does.`,
     );
+  }
+}
+
+/** Whether a judge's reply is JSON shaped as RULER's answer (an object with a scores array), whatever its values. */
+function followsSchema(reply: string | undefined): boolean {
+  try {
+    const v = JSON.parse(reply ?? "") as { scores?: unknown };
+    return typeof v === "object" && v !== null && Array.isArray(v.scores);
+  } catch {
+    return false;
   }
 }

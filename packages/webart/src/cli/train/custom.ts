@@ -59,12 +59,14 @@ export function judgeOf(
   return { client: new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0 }), model };
 }
 
-/** Asks the judge once, as RULER will; one that does not answer in RULER's schema is a usage error naming it. */
+/** Asks the judge once, as RULER will: a JudgeCheckError names a judge that cannot be used, and why. */
 export async function checkJudgeOption(judge: CustomJudge): Promise<void> {
   try {
     await checkJudge(judge, { timeoutMs: 60_000 });
   } catch (e) {
-    if (e instanceof JudgeCheckError) throw new UsageError(e.message.replace(/ and that it accepts.*CORS\)\./, "."));
+    // Not a browser here: a page's CORS is no cause.
+    if (e instanceof JudgeCheckError)
+      throw new JudgeCheckError(e.message.replace(/ and that it accepts.*CORS\)\./, "."));
     throw e;
   }
 }
