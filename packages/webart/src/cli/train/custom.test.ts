@@ -3,7 +3,7 @@
 import { existsSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
 import { evalCommand } from "./eval.ts";
 import { trainCommand } from "./train.ts";
@@ -25,6 +25,18 @@ writeFileSync(
     .join("\n"),
 );
 let judge: ScriptedJudge;
+beforeAll(async () => {
+  // The judge scores trajectory "1" high and the rest low: a group whose conversations differ has something to learn.
+  judge = await startJudge((req) => ({
+    content: JSON.stringify({
+      scores: requestedIds(req).map((id) => ({
+        trajectory_id: id,
+        explanation: `judged ${id}`,
+        score: id === "1" ? 0.9 : 0.2,
+      })),
+    }),
+  }));
+});
 afterAll(() => judge?.close());
 
 const read = (path: string) =>
@@ -35,17 +47,6 @@ const read = (path: string) =>
 
 describe("webart train --env custom", () => {
   it("a warm start, GRPO steps judged by RULER, and validation of the base model against the checkpoint", async () => {
-    // The judge scores trajectory "1" high and the rest low: every group has something to learn, and in validation
-    // (the base model's conversation first, the checkpoint's second) the checkpoint gets 0.2 and the base 0.9.
-    judge = await startJudge((req) => ({
-      content: JSON.stringify({
-        scores: requestedIds(req).map((id) => ({
-          trajectory_id: id,
-          explanation: `judged ${id}`,
-          score: id === "1" ? 0.9 : 0.2,
-        })),
-      }),
-    }));
     const args = [
       "--env",
       "custom",
