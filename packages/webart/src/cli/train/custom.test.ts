@@ -238,6 +238,26 @@ describe("webart train --env custom", () => {
     }
   }, 300_000);
 
+  it("--turns 2: each conversation has two replies with the simulated user's message between them", async () => {
+    const args = ["--env", "custom", "--data", data, "--system-prompt", "Answer with one word.", "--turns", "2"];
+    const user = ["--user-prompt", "@" + join(runs, "user.txt")];
+    writeFileSync(join(runs, "user.txt"), "You are curious; ask a short follow-up question.");
+    const judging = ["--judge-base-url", judge.baseURL, "--judge-model", "judge", "--validate-every", "100"];
+    const small = ["--steps", "1", "--groups-per-step", "1", "--group-size", "2", "--max-tokens", "6"];
+    expect(await trainCommand([...args, ...user, ...judging, ...small, "--runs", runs, "--name", "talk"])).toBe(0);
+    const [group] = read(join(runs, "custom/models/talk/trajectories/train/0001.jsonl")) as {
+      trajectories: { messages_and_choices: { role?: string; message?: unknown }[] }[];
+    }[];
+    for (const t of group.trajectories)
+      expect(t.messages_and_choices.map((m) => m.role ?? (m.message ? "choice" : "?"))).toEqual([
+        "system",
+        "user",
+        "choice",
+        "user",
+        "choice",
+      ]);
+  }, 120_000);
+
   it("refuses what it cannot run, naming the option or the file", async () => {
     const base = ["--env", "custom", "--runs", runs, "--judge-base-url", judge.baseURL, "--judge-model", "judge"];
     const prompt = ["--system-prompt", "Answer with one word."];
