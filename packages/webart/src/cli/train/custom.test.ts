@@ -243,8 +243,19 @@ describe("webart train --env custom", () => {
     const user = ["--user-prompt", "@" + join(runs, "user.txt")];
     writeFileSync(join(runs, "user.txt"), "You are curious; ask a short follow-up question.");
     const judging = ["--judge-base-url", judge.baseURL, "--judge-model", "judge", "--validate-every", "100"];
-    const small = ["--steps", "1", "--groups-per-step", "1", "--group-size", "2", "--max-tokens", "6"];
-    expect(await trainCommand([...args, ...user, ...judging, ...small, "--runs", runs, "--name", "talk"])).toBe(0);
+    const small = [
+      "--groups-per-step",
+      "1",
+      "--group-size",
+      "2",
+      "--max-tokens",
+      "6",
+      "--runs",
+      runs,
+      "--name",
+      "talk",
+    ];
+    expect(await trainCommand([...args, ...user, ...judging, ...small, "--steps", "1"])).toBe(0);
     const [group] = read(join(runs, "custom/models/talk/trajectories/train/0001.jsonl")) as {
       trajectories: { messages_and_choices: { role?: string; message?: unknown }[] }[];
     }[];
@@ -256,7 +267,24 @@ describe("webart train --env custom", () => {
         "user",
         "choice",
       ]);
-  }, 120_000);
+    // The run keeps its task; resumed with another system prompt, it says so (and goes on with the new one).
+    const kept = JSON.parse(readFileSync(join(runs, "custom/models/talk/custom.json"), "utf8")) as Record<
+      string,
+      unknown
+    >;
+    expect(kept).toMatchObject({ data, systemPrompt: "Answer with one word.", turns: 2 });
+    const notes: string[] = [];
+    const error = console.error;
+    console.error = (m: string) => notes.push(String(m));
+    try {
+      const other = ["--env", "custom", "--data", data, "--system-prompt", "Answer briefly.", "--turns", "2"];
+      const resume = [...user, ...judging, ...small, "--steps", "2", "--resume"];
+      expect(await trainCommand([...other, ...resume])).toBe(0);
+    } finally {
+      console.error = error;
+    }
+    expect(notes.join("\n")).toMatch(/was trained until step 1 on another task: the system prompt changed/);
+  }, 180_000);
 
   it("refuses what it cannot run, naming the option or the file", async () => {
     const base = ["--env", "custom", "--runs", runs, "--judge-base-url", judge.baseURL, "--judge-model", "judge"];

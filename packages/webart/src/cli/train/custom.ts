@@ -1,7 +1,9 @@
 // `webart train --env custom`: your own task, as the web app's custom task runs it. Scenarios from a file (one prompt
 // a line, JSONL or CSV with a prompt field), a system prompt, RULER judging each group; held-out scenarios scored
 // every few steps, base model against the checkpoint; optionally a supervised warm start on the scenarios' answers.
-import { readFileSync } from "node:fs";
+import { createHash } from "node:crypto";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 import OpenAI from "openai";
 import {
   ANSWER_FIELD,
@@ -96,6 +98,8 @@ export interface CustomRun {
   /** Supervised epochs on the training scenarios' answers before the first GRPO step, a step each. */
   warmStart: number;
   warmConversations: Message[][];
+  data: string;
+  dataHash: string;
 }
 
 /** A text option's value, or a file's contents when it starts with @. */
@@ -115,6 +119,8 @@ export interface CustomTaskOptions {
   scenarios: CustomScenario[];
   rubric?: string;
   data: string;
+  /** sha256 of the scenarios as read (the split and the steps' scenarios follow from them and the seed). */
+  dataHash: string;
 }
 
 /** Reads and checks the task's options (train's and eval's); every error names the option or the file's line. */
@@ -146,12 +152,13 @@ export function customTaskOptions(a: Record<string, string | boolean | undefined
     throw new UsageError(`--turns ${turns} needs --user-prompt TEXT (or @FILE): how the simulated user behaves`);
   const task: CustomTask = { systemPrompt, turns, ...(userPrompt ? { userPrompt } : {}) };
   const rubric = textOrFile("rubric", a.rubric as string | undefined)?.trim();
-  return { task, scenarios, ...(rubric ? { rubric } : {}), data };
+  const dataHash = createHash("sha256").update(JSON.stringify(scenarios)).digest("hex");
+  return { task, scenarios, ...(rubric ? { rubric } : {}), data, dataHash };
 }
 
 /** Train's custom task: the options above, the seeded split, validation's interval and the warm start. */
 export function customRun(a: Record<string, string | boolean | undefined>, seed: number): CustomRun {
-  const { task, scenarios, rubric, data } = customTaskOptions(a);
+  const { task, scenarios, rubric, data, dataHash } = customTaskOptions(a);
   let split: { train: CustomScenario[]; val: CustomScenario[] };
   try {
     split = splitScenarios(scenarios, { seed });
@@ -174,5 +181,28 @@ export function customRun(a: Record<string, string | boolean | undefined>, seed:
       `--warm-start ${warmStart} trains on the scenarios' "${ANSWER_FIELD}" field, and no training scenario in ` +
         `${data} has one: give JSONL or CSV with an ${ANSWER_FIELD} for some prompts, or leave --warm-start out`,
     );
-  return { task, ...split, ...(rubric ? { rubric } : {}), validateEvery, warmStart, warmConversations };
+  return { task, ...split, ...(rubric ? { rubric } : {}), validateEvery, warmStart, warmConversations, data, dataHash };
+}
+
+/**
+ * The task a run was trained on, kept in its folder (custom.json) when it starts; a resumed run told another task
+ * (other scenarios, system prompt, turns, user prompt or rubric) is named the differences, since its held-out split
+ * and its steps' scenarios follow from them.
+ */
+export function keepCustomTask(runDir: string, run: CustomRun, resumed: boolean): string[] {
+  const file = join(runDir, "custom.json");
+  const now = { data: run.data, dataHash: run.dataHash, ...run.task, rubric: run.rubric ?? "" };
+  if (!resumed || !existsSync(file)) {
+    writeFileSync(file, JSON.stringify(now, null, 2) + "\n");
+    return [];
+  }
+  const was = JSON.parse(readFileSync(file, "utf8")) as Record<string, unknown>;
+  const fields: [keyof typeof now, string][] = [
+    ["dataHash", `the scenarios (${String(was.data)} then, ${run.data} now)`],
+    ["systemPrompt", "the system prompt"],
+    ["turns", "the turns"],
+    ["userPrompt", "the user prompt"],
+    ["rubric", "the rubric"],
+  ];
+  return fields.filter(([k]) => (was[k] ?? "") !== (now[k] ?? "")).map(([, what]) => what);
 }

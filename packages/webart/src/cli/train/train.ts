@@ -22,6 +22,7 @@ import {
   GAME_ONLY,
   JUDGE_OPTIONS,
   judgeOf,
+  keepCustomTask,
   TASK_OPTIONS,
 } from "./custom.ts";
 import { trainingChart } from "./chart.ts";
@@ -219,6 +220,14 @@ export async function trainCommand(argv: string[]): Promise<number> {
     );
   }
   const runDir = join(a.runs, project, "models", a.name);
+  if (custom) {
+    const changed = keepCustomTask(runDir, custom, step > 0);
+    if (changed.length)
+      console.error(
+        `note: run ${project}/${a.name} was trained until step ${step} on another task: ${changed.join(", ")} changed ` +
+          `(${join(runDir, "custom.json")}). It goes on with this one, its held-out split made anew from it.`,
+      );
+  }
   const client = model.openaiClient();
   let stopping = false;
   const onSignal = () => {
