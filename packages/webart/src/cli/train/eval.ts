@@ -53,7 +53,10 @@ export const EVAL = {
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
     seed: { arg: "N", default: "12345", help: "seed of the evaluation games (different from training's)" },
     temperature: { arg: "X", default: "1", help: "sampling temperature" },
-    "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
+    "max-tokens": {
+      arg: "N",
+      help: "max tokens per model turn (default 12 for the games, 200 for email, 128 for a custom task)",
+    },
     "tool-choice": {
       arg: "auto|required|guided",
       help: "email: required forces a tool call every turn, constrained to a tool's schema; guided also\nlimits its values to what the episode has shown (as train's; default guided for email, else auto)",

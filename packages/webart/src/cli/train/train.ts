@@ -81,7 +81,10 @@ export const TRAIN = {
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
     project: { arg: "NAME", help: "project (default: the env)" },
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
-    "max-tokens": { arg: "N", help: "max tokens per model turn (default 12 for the games, 200 for email)" },
+    "max-tokens": {
+      arg: "N",
+      help: "max tokens per model turn (default 12 for the games, 200 for email, 128 for a custom task)",
+    },
     temperature: { arg: "X", help: "sampling temperature for rollouts (default 1; 1.5 for email)" },
     opponent: {
       arg: "LIST",
