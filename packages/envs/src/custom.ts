@@ -24,6 +24,10 @@ export interface CustomTask {
   userPrompt?: string;
 }
 
+/** A custom task's defaults, in the tab and in `webart train --env custom`: a reply in words takes more tokens than a
+ *  game's move. */
+export const CUSTOM_DEFAULTS = { steps: 20, groupSize: 8, groupsPerStep: 4, maxTokens: 128, validateEvery: 5 } as const;
+
 /** Scenarios that cannot be read; the message says where and what to do. */
 export class ScenarioError extends Error {
   constructor(message: string) {

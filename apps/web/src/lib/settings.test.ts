@@ -1,6 +1,6 @@
 // The training form's defaults are `npm run train`'s recipe, and its fields are checked by name.
 import { expect, it } from "vitest";
-import { GAMES } from "webart/envs";
+import { CUSTOM_DEFAULTS, GAMES } from "webart/envs";
 import { defaultDraft, draftFrom, switchEnv, validate } from "./settings.ts";
 
 it("defaults to the CLI's tic-tac-toe recipe, and round-trips through a saved run's settings", () => {
@@ -94,6 +94,20 @@ it("picking the email env takes its training defaults (guided calls at 1.5), kee
   expect(switchEnv(email, "tictactoe")).toEqual(defaultDraft());
   const mine = switchEnv(switchEnv({ ...defaultDraft(), temperature: "0.7" }, "email"), "tictactoe");
   expect(mine.temperature).toBe("0.7");
+});
+
+it("picking a custom task takes its defaults (replies in words: 128 tokens, 20 steps), as webart train --env custom", () => {
+  const custom = switchEnv(defaultDraft(), "custom");
+  expect(custom).toMatchObject({
+    steps: String(CUSTOM_DEFAULTS.steps),
+    groupSize: String(CUSTOM_DEFAULTS.groupSize),
+    groupsPerStep: String(CUSTOM_DEFAULTS.groupsPerStep),
+    maxTokens: "128",
+    valEvery: "5",
+    reward: "ruler",
+  });
+  // Back to tic-tac-toe: its defaults again (the judge stays picked, as a game can be judged too).
+  expect({ ...switchEnv(custom, "tictactoe"), reward: "env" }).toEqual(defaultDraft());
 });
 
 it("takes a custom task's warm start only when training scenarios have an answer, and round-trips it", () => {

@@ -10,6 +10,7 @@ import {
   parseStarts,
   warmStartConversations,
   ANSWER_FIELD,
+  CUSTOM_DEFAULTS,
   type CustomScenario,
   type ScenarioFormat,
 } from "webart/envs";
@@ -83,8 +84,9 @@ export const ENV_LABELS: Record<EnvName, string> = {
 };
 
 /** The form's reply budget for an env, as text: the game registry's tokens per turn (a move is a few tokens, a tool
- *  call a hundred or more); a custom task starts from the form's default, as tic-tac-toe. */
-export const defaultMaxTokens = (env: EnvName): string => String(GAMES[env === "custom" ? "tictactoe" : env].maxTokens);
+ *  call a hundred or more); a custom task's reply in words, CUSTOM_DEFAULTS' (as `webart train --env custom`). */
+export const defaultMaxTokens = (env: EnvName): string =>
+  String(env === "custom" ? CUSTOM_DEFAULTS.maxTokens : GAMES[env].maxTokens);
 
 /** The settings an env's `npm run train` defaults set (the email env's guided calls at temperature 1.5, ...). */
 function envDefaults(
@@ -93,11 +95,13 @@ function envDefaults(
   SettingsDraft,
   "steps" | "groupSize" | "groupsPerStep" | "maxGroups" | "temperature" | "toolChoice" | "maxTokens" | "explore"
 > {
+  // A custom task: CUSTOM_DEFAULTS' steps and groups, tic-tac-toe's sampling (temperature 1, no tools).
   const t = GAMES[env === "custom" ? "tictactoe" : env].train;
+  const c = env === "custom" ? CUSTOM_DEFAULTS : t;
   return {
-    steps: String(t.steps),
-    groupSize: String(t.groupSize),
-    groupsPerStep: String(t.groupsPerStep),
+    steps: String(c.steps),
+    groupSize: String(c.groupSize),
+    groupsPerStep: String(c.groupsPerStep),
     maxGroups: t.maxGroups ? String(t.maxGroups) : "",
     temperature: String(t.temperature ?? 1),
     toolChoice: t.toolChoice ?? "auto",
@@ -156,7 +160,7 @@ export function defaultDraft(): SettingsDraft {
     rubric: "",
     turns: "1",
     userPrompt: "You are a user who asked the assistant for help. Reply in one or two sentences, as that user would.",
-    valEvery: "5",
+    valEvery: String(CUSTOM_DEFAULTS.validateEvery),
     warmStart: "0",
     // npm run train's defaults: the recipe measured to teach tic-tac-toe (models/README.md).
     steps: String(GAMES.tictactoe.train.steps),

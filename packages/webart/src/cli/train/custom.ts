@@ -7,6 +7,7 @@ import { join } from "node:path";
 import OpenAI from "openai";
 import {
   ANSWER_FIELD,
+  CUSTOM_DEFAULTS,
   parseScenarios,
   scenarioFormatOf,
   ScenarioError,
@@ -72,9 +73,6 @@ export async function checkJudgeOption(judge: CustomJudge): Promise<void> {
     throw e;
   }
 }
-
-/** A custom task's defaults where a game's come from its registry entry. */
-export const CUSTOM_DEFAULTS = { steps: 20, groupSize: 8, groupsPerStep: 4, maxTokens: 128, validateEvery: 5 };
 
 /** The options only a custom task takes, and the game options it does not. */
 export const CUSTOM_ONLY = ["data", "system-prompt", "rubric", "turns", "user-prompt", "validate-every", "warm-start"];

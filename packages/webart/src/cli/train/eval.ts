@@ -17,12 +17,12 @@ import {
   summarizeEmail,
   GAMES,
   type ScriptedPolicy,
+  CUSTOM_DEFAULTS,
 } from "@webart/envs";
 import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
 import { validateCustomTask } from "../../custom.ts";
 import {
   checkJudgeOption,
-  CUSTOM_DEFAULTS,
   customTaskOptions,
   JUDGE_OPTIONS,
   judgeOf,

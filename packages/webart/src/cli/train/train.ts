@@ -11,12 +11,12 @@ import {
   TICTACTOE_STARTS,
   type GameName,
   type TicTacToeOpponentName,
+  CUSTOM_DEFAULTS,
 } from "@webart/envs";
 import { gameStepGroups } from "../../games.ts";
 import { customStepGroups, validateCustomTask, withBaseModel } from "../../custom.ts";
 import {
   checkJudgeOption,
-  CUSTOM_DEFAULTS,
   CUSTOM_ONLY,
   customRun,
   GAME_ONLY,
