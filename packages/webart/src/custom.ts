@@ -3,14 +3,7 @@
 // scores the base model (adapter off) against the current checkpoint on held-out scenarios with the same judge,
 // and a check that a judge answers in RULER's JSON schema before a run starts.
 import type OpenAI from "openai";
-import {
-  gatherTrajectoryGroups,
-  Trajectory,
-  TrajectoryGroup,
-  type GatherOptions,
-  type LocalBackend,
-  type ModelSpec,
-} from "@webart/engine";
+import { gatherTrajectoryGroups, Trajectory, TrajectoryGroup, type GatherOptions, type Engine } from "@webart/engine";
 import {
   customStepScenarios,
   rolloutCustom,
@@ -68,15 +61,10 @@ export async function customStepGroups(client: OpenAI, step: number, o: CustomSt
 }
 
 /**
- * Runs `fn` with a run's adapter off (its base model), as validation needs; its engine's cached KV, computed with the
- * adapter, is dropped before and after. Nothing else may generate on that engine meanwhile.
+ * Runs `fn` with an engine's adapter off (its base model), as validation needs (a run's engine: `backend.engine(spec)`);
+ * the cached KV, computed with the adapter, is dropped before and after. Nothing else may generate on it meanwhile.
  */
-export async function withBaseModel<T>(
-  backend: LocalBackend,
-  model: { spec: ModelSpec },
-  fn: () => Promise<T>,
-): Promise<T> {
-  const engine = backend.engine(model.spec);
+export async function withBaseModel<T>(engine: Engine, fn: () => Promise<T>): Promise<T> {
   const lora = engine.model.lora!;
   lora.enabled = false;
   engine.scheduler.invalidateCache();

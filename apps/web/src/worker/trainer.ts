@@ -253,7 +253,7 @@ async function validate(s: Session, step: number, apiKey: string | undefined): P
     maxTokens: st.maxTokens,
     judge: judgeOf(st.reward, apiKey, s)!,
     rubric: c.rubric,
-    withBaseModel: (fn) => withBaseModel(s.backend, s.model, fn),
+    withBaseModel: (fn) => withBaseModel(s.backend.engine(s.model.spec), fn),
     seed: st.seed, // each validation replays the same draws, as webart train's
     beforeRollout: () => {
       if (control.stop) throw new StopSignal();
@@ -472,7 +472,7 @@ export async function reply(
         temperature: s.meta.settings.temperature,
       })
     ).choices[0]?.message.content ?? "";
-  return opts.base ? withBaseModel(s.backend, s.model, ask) : ask();
+  return opts.base ? withBaseModel(s.backend.engine(s.model.spec), ask) : ask();
 }
 
 /**
@@ -499,7 +499,7 @@ export async function askEmail(
       maxTokens: s.meta.settings.maxTokens,
       toolChoice: s.meta.settings.toolChoice ?? "auto",
     });
-  const t = await (opts.base ? withBaseModel(s.backend, s.model, play) : play());
+  const t = await (opts.base ? withBaseModel(s.backend.engine(s.model.spec), play) : play());
   const m = t.metrics as Record<string, number | boolean>;
   const ending = m.answered ? null : (t.logs.find((l) => !l.startsWith("answer ")) ?? "no answer");
   return {

@@ -32,6 +32,12 @@ export type Values<S extends Spec> = {
 };
 
 /** A command line the command cannot run (code 2: message and usage on stderr), or --help (code 0). */
+/** Refuses each of `keys` given on the command line (as --key or --key=...): they are not for `what`. */
+export function refuseGiven(argv: readonly string[], keys: readonly string[], what: string): void {
+  for (const k of keys)
+    if (argv.some((x) => x === `--${k}` || x.startsWith(`--${k}=`))) throw new UsageError(`--${k} is not for ${what}`);
+}
+
 export class UsageError extends Error {
   override name = "UsageError";
   constructor(

@@ -19,8 +19,8 @@ import {
   type ScriptedPolicy,
   CUSTOM_DEFAULTS,
 } from "@webart/envs";
-import { num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
-import { validateCustomTask } from "../../custom.ts";
+import { num, oneOf, parseOptions, refuseGiven, UsageError, type CommandSpec } from "../args.ts";
+import { validateCustomTask, withBaseModel } from "../../custom.ts";
 import {
   checkJudgeOption,
   customTaskOptions,
@@ -82,11 +82,8 @@ type Row = { player: string; [k: string]: unknown };
 export async function evalCommand(argv: string[]): Promise<number> {
   const a = parseOptions(EVAL, argv);
   const env = oneOf("env", a.env, [...ENVS, "custom"] as const);
-  const given = (k: string) => argv.some((x) => x === `--${k}` || x.startsWith(`--${k}=`));
-  for (const k of env === "custom"
-    ? ["games", "legal-moves", "tool-choice", "no-base", "no-baselines"]
-    : Object.keys(TASK_OPTIONS))
-    if (given(k)) throw new UsageError(`--${k} is not for --env ${env}`);
+  const gameOnly = ["games", "legal-moves", "tool-choice", "no-base", "no-baselines"];
+  refuseGiven(argv, env === "custom" ? gameOnly : Object.keys(TASK_OPTIONS), `--env ${env}`);
   let custom: (CustomTaskOptions & { judge: ReturnType<typeof judgeOf> }) | undefined;
   if (env === "custom") {
     if (a.checkpoint === "none")
@@ -163,16 +160,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
       judge: custom.judge,
       rubric: custom.rubric,
       seed, // the same command replays the same samples; base and checkpoint draw alike
-      withBaseModel: async (fn) => {
-        engine.model.lora = undefined;
-        engine.scheduler.invalidateCache();
-        try {
-          return await fn();
-        } finally {
-          engine.model.lora = state;
-          engine.scheduler.invalidateCache();
-        }
-      },
+      withBaseModel: (fn) => withBaseModel(engine, fn),
     });
     await engine.close();
     const n = v.groups.length;

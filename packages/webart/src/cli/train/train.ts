@@ -26,7 +26,7 @@ import {
   TASK_OPTIONS,
 } from "./custom.ts";
 import { trainingChart } from "./chart.ts";
-import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+import { bytes, num, oneOf, parseOptions, refuseGiven, UsageError, type CommandSpec } from "../args.ts";
 
 export const ENVS = GAME_NAMES;
 const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
@@ -149,9 +149,7 @@ export const TRAIN = {
 export async function trainCommand(argv: string[]): Promise<number> {
   const a = parseOptions(TRAIN, argv);
   const env = oneOf("env", a.env, [...ENVS, "custom"] as const);
-  const given = (k: string) => argv.some((x) => x === `--${k}` || x.startsWith(`--${k}=`));
-  for (const k of env === "custom" ? GAME_ONLY : CUSTOM_ONLY)
-    if (given(k)) throw new UsageError(`--${k} is not for --env ${env}`);
+  refuseGiven(argv, env === "custom" ? GAME_ONLY : CUSTOM_ONLY, `--env ${env}`);
   const reward = oneOf("reward", a.reward ?? (env === "custom" ? "ruler" : "env"), ["env", "ruler"] as const);
   if (env === "custom" && reward !== "ruler")
     throw new UsageError("--env custom has no score of its own: it is judged by RULER (--reward ruler)");
@@ -242,7 +240,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   process.on("SIGTERM", onSignal);
   // The chart's points, kept beside the checkpoints so a resumed run draws its whole history.
   const scoreFile = join(runDir, "scores.jsonl");
-  // A custom task's score is its checkpoint's validation score, with the base model's (NaN between validations).
+  // A custom task's score is its checkpoint's validation score, with the base model's (absent between validations).
   type Point = { step: number; reward: number; score?: number; base?: number };
   const history: Point[] = existsSync(scoreFile)
     ? readFileSync(scoreFile, "utf8")
@@ -333,7 +331,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
           val: custom.val,
           judge: judge!,
           rubric: custom.rubric,
-          withBaseModel: (fn) => withBaseModel(backend, model, fn),
+          withBaseModel: (fn) => withBaseModel(backend.engine(model.spec), fn),
           seed, // each validation replays the same samples' draws: steps compare on common random numbers
         });
         await model.log(v.groups, {
