@@ -20,11 +20,12 @@ import {
   planMemory,
   planDroppingMerge,
   planTraining,
+  weightBytes as planWeightBytes,
   type LoraTarget,
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { coopConfig, loraGradChunk, tuneKernels, type KernelTuning } from "@webart/shaders";
+import { coopConfig, loraGradChunk, tuneKernels, tuneScratchBytes, type KernelTuning } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -220,6 +221,16 @@ export class Engine {
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
+    const tuneShape = {
+      vocab: c.vocabSize,
+      hidden: c.hiddenSize,
+      heads: c.numHeads,
+      kvHeads: c.numKvHeads,
+      headDim: c.headDim,
+      intermediate: c.intermediateSize,
+      qkNorm: c.qkNorm,
+      tensorCores: opts.tensorCores ?? true,
+    };
     const makePlan = (): MemoryPlan => {
       if (opts.train) {
         const t = opts.train;
@@ -235,22 +246,25 @@ export class Engine {
       return p;
     };
     let plan = planDroppingMerge(setup, makePlan, opts.mergeLora !== undefined);
+    if (opts.tune !== false) {
+      // Start-up tuning's buffers (what its largest problem holds; measuring whether this device is a GPU first) are
+      // planned beside the weights: at most what the budget leaves beside them, so they never refuse a load that fits
+      // (tuneKernels then leaves out the problems that need more).
+      const need = await tuneScratchBytes(gpu, { weights: weightBytes === 4 ? "f32" : "bf16", ...tuneShape });
+      const weightsHere = base.weightsShared ? 0 : planWeightBytes(c, weightBytes).bytes;
+      setup.tuning = Math.max(0, Math.min(need, budget - inUse - weightsHere));
+      plan = makePlan();
+    }
     const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
     let tuning: KernelTuning = {};
     if (opts.tune !== false) {
-      const shape = {
-        vocab: c.vocabSize,
-        hidden: c.hiddenSize,
-        heads: c.numHeads,
-        kvHeads: c.numKvHeads,
-        headDim: c.headDim,
-        intermediate: c.intermediateSize,
-        qkNorm: c.qkNorm,
-        tensorCores: opts.tensorCores ?? true,
-      };
-      tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...shape });
-      // Tuning's scratch (up to 64 MiB a problem on GPUs) goes back to the device, not into the pool's free lists.
+      // Its buffers stay within the plan: at most the plan's total less what this load holds so far (the weights),
+      // which is at least the planned tuning line.
+      const scratchBytes = Math.max(0, plan.total - (gpu.pool.stats.liveBytes - inUse));
+      const shape = { weights: weights.layers[0]?.q.dtype ?? "f32", ...tuneShape };
+      tuning = await tuneKernels(gpu, shape, { scratchBytes });
+      // Tuning's scratch goes back to the device, not into the pool's free lists.
       gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
       const rope = ropeInMatvec(gpu, tuning);
@@ -261,6 +275,8 @@ export class Engine {
         setup.ropeInMatvec = rope;
         plan = makePlan();
       }
+      // Done: the load's plan keeps its tuning line, the plans of later steps have none.
+      delete setup.tuning;
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;

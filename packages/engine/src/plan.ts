@@ -59,6 +59,9 @@ export interface PlanSetup {
   /** With an adapter, inference runs on an f32 copy of the layers' weights with it merged in (model.ts mergeLora;
    *  a 16-bit model's decode steps): counted with the adapter. Default false. */
   mergeLora?: boolean;
+  /** Start-up tuning's buffers (tuneScratchBytes of @webart/shaders; 0 or none: no tuning): held at load, after the
+   *  weights and before anything else, and given back before the first step. */
+  tuning?: number;
 }
 
 export interface MemoryPlan {
@@ -74,7 +77,10 @@ export interface MemoryPlan {
   training: number;
   /** The training part that grows with depth (per layer, times layers), for extrapolating from fewer layers. */
   trainingPerLayer: number;
-  /** weights + lora + optimizer + kvCache + the larger of inference and training (they never run at once). */
+  /** Start-up tuning's buffers, beside the weights alone (PlanSetup.tuning). */
+  tuning: number;
+  /** weights + lora + optimizer + kvCache + the larger of inference and training (they never run at once); or, where
+   *  more, the weights and start-up tuning. */
   total: number;
   /** The device's live bytes at the peak of an inference step, and of a training step. */
   peakInference: number;
@@ -110,7 +116,8 @@ export function loraParameterCount(c: ModelConfig, rank: number, targets: readon
 }
 
 /** Bytes of the frozen weights as uploaded: 16-bit or f32 matrices, f32 norms and biases, RoPE frequencies. */
-function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
+/** The weights on the GPU (the plan's weights line) and their largest buffer. */
+export function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
   let bytes = (c.localRope ? 2 : 1) * exact((c.headDim / 2) * F32); // RoPE tables
   let largest = 0;
   const shapes = tensorShapes(c);
@@ -368,7 +375,8 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
   }
   const held = weights + lora + optimizer + kvCache;
-  const total = held + Math.max(inference, training);
+  const tuning = s.tuning ?? 0;
+  const total = Math.max(held + Math.max(inference, training), weights + tuning);
   const mb = (b: number) => `${(b / MiB).toFixed(1)} MiB`;
   const lines = [
     `weights     ${mb(weights)} (${s.weightBytes === 2 ? "16-bit" : "f32"} matrices${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
@@ -377,6 +385,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     `kv cache    ${mb(kvCache)} (${s.kvSlots} sequences x ${s.kvContext} tokens)`,
     `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows)`,
     `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch${s.train.stepTokens ? ` of a ${s.train.stepTokens}-token step` : ""}, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
+    ...(tuning ? [`tuning      ${mb(tuning)} (at start-up, beside the weights alone)`] : []),
     `total       ${mb(total)}`,
   ];
   return {
@@ -387,6 +396,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     inference,
     training,
     trainingPerLayer,
+    tuning,
     total,
     peakInference: held + inference,
     peakTraining: held + training,

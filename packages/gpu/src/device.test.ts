@@ -121,6 +121,29 @@ describe("device layer on Dawn", () => {
     expect(gpu.memory.allocatedBytes).toBeLessThanOrEqual(alloc - (1 << 20));
   });
 
+  it("a cap on the pool: free buffers are destroyed to make room, and a buffer past it is refused by name", () => {
+    gpu.pool.trim();
+    const start = gpu.memory.allocatedBytes;
+    gpu.pool.cap = start + (5 << 20);
+    try {
+      const a = gpu.buffer(2 << 20, "test");
+      gpu.release(a); // free in the pool, still on the device
+      const b = gpu.buffer(3 << 20, "test");
+      expect(gpu.memory.allocatedBytes - start).toBe(5 << 20);
+      // 1 MiB more: the free 2 MiB buffer goes back to the device first.
+      const c = gpu.buffer(1 << 20, "test", "c");
+      expect(gpu.memory.allocatedBytes - start).toBe(4 << 20);
+      expect(() => gpu.buffer(2 << 20, "test", "d")).toThrow(
+        /^a 2\.0 MiB buffer \(d\) would take the device's buffers to .* MiB, past the .* MiB this work may use$/,
+      );
+      expect(gpu.memory.allocatedBytes - start).toBe(4 << 20);
+      gpu.release(b, c);
+    } finally {
+      gpu.pool.cap = undefined;
+    }
+    gpu.release(gpu.buffer(8 << 20, "test")); // no cap: no limit but the device's
+  });
+
   it("hands out the oldest free buffer of a size, whatever order they were released in", () => {
     const size = 3 << 20; // a bucket no other test uses
     const bufs = [0, 1, 2, 3].map(() => gpu.buffer(size, "test"));

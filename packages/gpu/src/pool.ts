@@ -13,6 +13,14 @@ export function bucketSize(bytes: number): number {
 
 const EXACT_TAGS = new Set(["weights", "kv", "lora", "optimizer"]);
 
+/** A buffer the pool would have to create past its `cap`: the work asked more memory than it was given. */
+export class PoolCapError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "PoolCapError";
+  }
+}
+
 export interface MemoryStats {
   /** Bytes of buffers handed out and not yet released. */
   liveBytes: number;
@@ -51,6 +59,13 @@ export class BufferPool {
   /** Bytes of the buffers waiting in pendingRelease. */
   pendingBytes = 0;
 
+  /**
+   * The most bytes the pool may hold on the device (live and free, stats.allocatedBytes) while set: a buffer that
+   * would take it past this is made only after the free ones are destroyed, and where that is not enough acquire
+   * throws a PoolCapError. For work that must stay inside memory planned for something else (start-up tuning).
+   */
+  cap?: number;
+
   constructor(
     private device: GPUDevice,
     private maxBufferSize: number,
@@ -74,6 +89,16 @@ export class BufferPool {
       m.tag = tag;
       m.live = true;
     } else {
+      if (this.cap !== undefined && this.stats.allocatedBytes + size > this.cap) {
+        this.trim();
+        if (this.stats.allocatedBytes + size > this.cap) {
+          const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
+          throw new PoolCapError(
+            `a ${mib(size)} buffer (${label ?? tag}) would take the device's buffers to ` +
+              `${mib(this.stats.allocatedBytes + size)}, past the ${mib(this.cap)} this work may use`,
+          );
+        }
+      }
       buf = this.device.createBuffer({ size, usage, label: label ?? tag });
       const id = this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;

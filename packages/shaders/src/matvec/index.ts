@@ -313,8 +313,8 @@ export async function tuneMatvec(
   return out;
 }
 
-/** The most of W a per-problem measurement uploads. */
-const TUNE_BYTES = 64 * 2 ** 20;
+/** The most of W a per-problem measurement uploads (start-up tuning keeps its other problems' weights within it). */
+export const TUNE_BYTES = 64 * 2 ** 20;
 
 async function tuneShapes(
   gpu: Gpu,

@@ -6,7 +6,14 @@
 import type { Gpu, Recorder } from "@webart/gpu";
 import { defaultMatmulVariant, matmul, tuneMatmul, type MatmulTuning, type WeightDtype } from "../matmul/index.ts";
 import { coopConfig } from "../matmul/coop.ts";
-import { matvec, matvecRopeFits, tuneMatvec, type MatvecShape, type MatvecTuning } from "../matvec/index.ts";
+import {
+  matvec,
+  matvecRopeFits,
+  tuneMatvec,
+  TUNE_BYTES,
+  type MatvecShape,
+  type MatvecTuning,
+} from "../matvec/index.ts";
 import { swigluForwardPacked } from "../swiglu/index.ts";
 import { packSampleRows, sample, SAMPLE_SPLITS, type SampleTuning } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
@@ -24,7 +31,7 @@ import { LORA_LAYOUTS, loraBackward, loraForward, type LoraTuning } from "../lor
 import { RMSNORM_LAYOUTS, rmsnormBackward, rmsnormForward, type RmsnormTuning } from "../rmsnorm/index.ts";
 import { DECODE_LAYOUT_ROWS, ROPE_QKV_LAYOUTS, ropeInvFreq, ropeQkv, type RopeTuning } from "../rope/index.ts";
 import { ROW_THREADS, type RowTuning } from "../util/row-threads.ts";
-import { isCpuDevice } from "@webart/gpu";
+import { bucketSize, isCpuDevice, PoolCapError } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
 import { tune, type TuneOptions } from "./index.ts";
 import { relMaxDiff } from "../util/diff.ts";
@@ -539,8 +546,7 @@ export async function tuneDecodeRows(
   const { hidden: C, weights } = shape;
   if (!shape.intermediate) return { rows: DECODE_ROWS_MAX };
   const wBytes = weights === "f32" ? 4 : 2;
-  // A multiple of 8, so the stream matvec's rows stay on 16 bytes.
-  const F = Math.max(8, Math.floor(Math.min(shape.intermediate, (64 << 20) / (3 * C * wBytes)) / 8) * 8);
+  const F = decodeRowsWidth(shape);
   let columnsAbove: number | undefined;
   const steps = columns ? [8, ...DECODE_ROW_STEPS] : DECODE_ROW_STEPS;
   for (const [i, M] of steps.entries()) {
@@ -595,12 +601,130 @@ export async function tuneDecodeRows(
 }
 
 /**
+ * The most bytes tuneKernels holds on the device at once for a model of this shape (the memory plan's tuning line):
+ * the largest problem's buffers, each rounded as the pool rounds it, and 256 KiB for uniforms and readbacks. It mirrors
+ * the problems above buffer by buffer; a problem it undercounts is not measured (tuneKernels' scratchBytes), and
+ * memory.test's loads say so.
+ */
+export async function tuneScratchBytes(gpu: Gpu, shape: TuneShape): Promise<number> {
+  const z = (await calibrate(gpu)) ? FAST_SIZES : CPU_SIZES;
+  const fast = z === FAST_SIZES;
+  const sum = (...bytes: number[]) => bytes.reduce((t, b) => t + bucketSize(b), 0);
+  const { vocab: V, hidden: C, heads: h, kvHeads: kv, headDim: d } = shape;
+  const wb = shape.weights === "f32" ? 4 : 2;
+  const S = z.matmul;
+  const [mvN, mvK] = z.matvec;
+  const mvBytes = matvecDtypes(gpu, shape.weights).map((t) => (t === "f32" ? 4 : 2));
+  const problems = [
+    sum(128 * 128 * 4, 128 * 128 * 4), // calibration
+    sum(S * S * 4, S * S * 4, S * S * 4), // matmul: A, C, and B (f32 at worst)
+    ...mvBytes.map((b) => sum(mvK * 4, mvN * 4, mvN * mvK * b)), // the matvec problem, each dtype tuneAll gives it
+    ...decodeShapes(shape, z).flatMap(({ N, K, gated }) =>
+      mvBytes.map((b) => {
+        const n = Math.max(1, Math.min(N, Math.floor(TUNE_BYTES / ((gated ? 2 : 1) * K * b))));
+        return sum(Math.ceil(((gated ? 2 : 1) * n * K * b) / 4) * 4, K * 4, n * 4);
+      }),
+    ),
+    sum(z.sampleRows * V * 4, z.sampleRows * 24, z.sampleRows * 4, z.sampleRows * 4),
+    sum(V * 4, 24, 4, 4), // the split sampler (GPUs)
+    sum(z.logprobRows * Math.min(V, 8192) * 4, z.logprobRows * 4, logprobsStatsBytes(z.logprobRows)),
+  ];
+  if (shape.intermediate) {
+    const F = decodeRowsWidth(shape);
+    const M = DECODE_ROWS_MAX;
+    problems.push(
+      sum(2 * F * C * wb, C * F * wb, M * C * 4, C * 4, M * F * 4, M * C * 4, M * C * 4, M * 4, M * 2 * F * 4),
+    );
+  }
+  const n = z.tokens;
+  const [qs, ks] = [n * h * d * 4, n * kv * d * 4];
+  problems.push(sum(qs, ks, ks, qs, qs, qs, ks, ks, n * 8, n * h * 4)); // attention, training
+  const [B, T] = [z.decodeB, z.decodeLen];
+  problems.push(sum(B * h * d * 4, B * T * kv * d * 4, B * T * kv * d * 4, B * h * d * 4, B * h * 4, B * 8));
+  if (fast) {
+    // lanesAgree: 2 sequences of 45, a decode step of 4, both families' outputs and their readbacks.
+    const [nq, nk] = [90 * h * d * 4, 90 * kv * d * 4];
+    const outs = [nq, 90 * h * 4, nq, nk, nk, 4 * h * d * 4, 4 * h * 4];
+    problems.push(sum(nq, nk, nk, nq, 90 * 8, 4 * 8, ...outs, ...outs, ...outs, ...outs));
+  }
+  const R = LORA_RANK;
+  problems.push(sum(R * C * 8, R * C * 8, n * C * 4, n * R * 4, n * C * 4, n * C * 4, n * C * 4));
+  problems.push(sum(n * C * 4, C * 4, n * C * 4, n * 4, n * C * 4, n * C * 4, C * 4)); // RMSNorm
+  const ldq = (h + 2 * kv) * d;
+  const rope = (rows: number, slots: number, tmax: number) => [
+    rows * ldq * 4,
+    rows * 8,
+    (d / 2) * 4,
+    rows * h * d * 4,
+    slots * tmax * kv * d * 4,
+    slots * tmax * kv * d * 4,
+  ];
+  problems.push(sum(...rope(B, B, 4), d * 4, d * 4));
+  const Tp = Math.max(n, DECODE_LAYOUT_ROWS + 1);
+  problems.push(sum(...rope(Tp, 1, Tp), d * 4, d * 4));
+  problems.push(sum(...rope(B, B, 4), B * C * 4, C * 4, Math.ceil((ldq * C * wb) / 4) * 4));
+  return Math.max(...problems) + 256 * 1024;
+}
+
+/** The weight dtypes of the decode matvec's problems. On a GPU a 16-bit model's decode steps run on f32 weights too,
+ *  with an adapter merged in (the engine's defaultMergeLora); on a CPU device they do not unless asked, and then run
+ *  untuned. */
+function matvecDtypes(gpu: Gpu, weights: WeightDtype): WeightDtype[] {
+  return weights === "f32" || isCpuDevice(gpu) ? [weights] : [weights, "f32"];
+}
+
+/** The MLP width of tuneDecodeRows' problem: the model's, cut so that its weights fit in 64 MiB (a multiple of 8, so
+ *  the stream matvec's rows stay on 16 bytes). */
+function decodeRowsWidth(shape: TuneShape): number {
+  const wBytes = shape.weights === "f32" ? 4 : 2;
+  const F = shape.intermediate ?? 0;
+  return Math.max(8, Math.floor(Math.min(F, TUNE_BYTES / (3 * shape.hidden * wBytes)) / 8) * 8);
+}
+
+/** What tuneKernels may use besides what the device already holds. */
+export interface TuneKernelsOptions {
+  /**
+   * The most bytes tuning's problems may hold on the device at once, past what its buffers held when tuning began
+   * (the pool's `cap` meanwhile): the engine gives it the memory its plan counts for what it has not allocated yet.
+   * A problem that needs more is not measured (a warning says which, and its kernels keep their defaults).
+   */
+  scratchBytes?: number;
+}
+
+/**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA, RMSNorm and RoPE.
  * Each problem is measured once per device and shape (a second model of the same shape, or a loaded table, reuses
  * the results); models of other shapes on the device measure their own.
  */
-export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTuning> {
+export async function tuneKernels(gpu: Gpu, shape: TuneShape, opts: TuneKernelsOptions = {}): Promise<KernelTuning> {
+  const pool = gpu.pool;
+  const before = pool.cap;
+  if (opts.scratchBytes !== undefined) {
+    pool.trim(); // free buffers left from loading are not tuning's to spend
+    pool.cap = pool.stats.allocatedBytes + opts.scratchBytes;
+  }
+  try {
+    return await tuneAll(gpu, shape);
+  } finally {
+    pool.cap = before;
+  }
+}
+
+/** `f()`, or undefined where its problem does not fit the memory tuning was given (PoolCapError): said once. */
+async function fitting<T>(gpu: Gpu, what: string, f: () => Promise<T>): Promise<T | undefined> {
+  try {
+    return await f();
+  } catch (e) {
+    if (!(e instanceof PoolCapError)) throw e;
+    const note = `tuning: ${what} is not measured, and keeps its default: ${e.message}`;
+    gpu.notes.push(note);
+    console.warn(`webart: ${note}`);
+    return undefined;
+  }
+}
+
+async function tuneAll(gpu: Gpu, shape: TuneShape): Promise<KernelTuning> {
   const { weights } = shape;
   const z = (await calibrate(gpu)) ? FAST_SIZES : CPU_SIZES;
   const cases = [
@@ -608,29 +732,31 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
     { mode: "nn" as const, bDtype: weights },
     ...(weights === "f32" ? [] : [{ mode: "nn" as const, bDtype: "f32" as const }]),
   ];
-  const mm = await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 });
-  // On a GPU a 16-bit model's decode steps run on f32 weights too, with an adapter merged in (the engine's
-  // defaultMergeLora); on a CPU device they do not unless asked, and then run untuned.
-  const mvDtypes: WeightDtype[] = weights === "f32" || isCpuDevice(gpu) ? [weights] : [weights, "f32"];
-  const mv = await tuneMatvec(gpu, mvDtypes, z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z));
+  const mm = await fitting(gpu, "matmul", () => tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 }));
+  const mv = await fitting(gpu, "matvec", () =>
+    tuneMatvec(gpu, matvecDtypes(gpu, weights), z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z)),
+  );
   // The columns variant is for GPUs' many-row decode steps; on SwiftShader it ran 5-11x slower than subgroup at 8
   // and 32 rows (`npm run bench -- gpu --quick`, matvec part), so tuning there does not spend time on it.
-  const rows = await tuneDecodeRows(
-    gpu,
-    shape,
-    { matmul: mm, matvec: mv },
-    (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
-    !isCpuDevice(gpu),
+  const rows = await fitting(gpu, "decode rows", () =>
+    tuneDecodeRows(
+      gpu,
+      shape,
+      { matmul: mm, matvec: mv },
+      (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
+      !isCpuDevice(gpu),
+    ),
   );
-  if (rows.columnsAbove !== undefined) mv.columnsAbove = rows.columnsAbove;
+  if (mv && rows?.columnsAbove !== undefined) mv.columnsAbove = rows.columnsAbove;
+  const rowThreads = await fitting(gpu, "sampling and logprobs threads", () => tuneRowThreads(gpu, shape.vocab, z));
   return {
     matmul: mm,
     matvec: mv,
-    decodeRows: rows.rows,
-    ...(await tuneRowThreads(gpu, shape.vocab, z)),
-    attention: await tuneAttention(gpu, shape, z),
-    lora: await tuneLora(gpu, shape.hidden, z),
-    rmsnorm: await tuneRmsnorm(gpu, shape.hidden, z),
-    rope: await tuneRope(gpu, shape, z, mv),
+    decodeRows: rows?.rows,
+    ...rowThreads,
+    attention: await fitting(gpu, "attention", () => tuneAttention(gpu, shape, z)),
+    lora: await fitting(gpu, "LoRA", () => tuneLora(gpu, shape.hidden, z)),
+    rmsnorm: await fitting(gpu, "RMSNorm", () => tuneRmsnorm(gpu, shape.hidden, z)),
+    rope: await fitting(gpu, "RoPE", () => tuneRope(gpu, shape, z, mv)),
   };
 }
