@@ -15,7 +15,7 @@ export interface GameStepOptions extends StepScenarios {
   /** Tool-using games (email): "required" forces a tool call every turn, "guided" also limits its values (default "auto"). */
   toolChoice?: SamplingOptions["toolChoice"];
   /** Score each group with a RULER judge instead of the game's reward. */
-  judge?: { client: OpenAI; model: string; swallowExceptions?: boolean };
+  judge?: { client: OpenAI; model: string; requestParams?: Record<string, unknown>; swallowExceptions?: boolean };
   /** Called before each rollout starts; throw to stop the step. */
   beforeRollout?: () => void;
   gather?: Omit<GatherOptions, "afterEach">;
@@ -54,6 +54,7 @@ export async function gameStepGroups(client: OpenAI, step: number, o: GameStepOp
               rulerScoreGroup(g, {
                 client: judge.client,
                 model: judge.model,
+                requestParams: judge.requestParams,
                 swallowExceptions: judge.swallowExceptions,
               })
           : undefined,

@@ -124,8 +124,14 @@ describe("webart train --env custom", () => {
     try {
       const args = ["--env", "custom", "--data", data, "--system-prompt", "Answer with one word.", "--name", "mine"];
       const judging = ["--judge-base-url", judge.baseURL, "--judge-model", "judge"];
+      const repeatable = ["--judge-temperature", "0", "--judge-seed", "5"];
       const sampling = ["--max-tokens", "8", "--temperature", "2", "--runs", runs, "--trajectories", out, "--json"];
-      expect(await evalCommand([...args, ...judging, ...sampling])).toBe(0);
+      const asked = judge.requests.length;
+      expect(await evalCommand([...args, ...judging, ...repeatable, ...sampling])).toBe(0);
+      // Every request to the judge, its check before loading included, carries the sampling asked for.
+      const sent = judge.requests.slice(asked).map((r) => [r.body.temperature, r.body.seed]);
+      expect(sent.length).toBeGreaterThanOrEqual(2);
+      expect(sent.every(([t, seed]) => t === 0 && seed === 5)).toBe(true);
     } finally {
       console.log = log;
     }
@@ -179,6 +185,9 @@ describe("webart train --env custom", () => {
     await expect(evalCommand([...base, ...judging, "--games", "4"])).rejects.toThrow(/--games is not for --env custom/);
     await expect(evalCommand([...base, ...judging, "--name", "nobody"])).rejects.toThrow(/no run custom\/nobody/);
     await expect(evalCommand([...base, "--name", "mine"])).rejects.toThrow(/needs --judge-base-url and --judge-model/);
+    await expect(evalCommand([...base, ...judging, "--name", "mine", "--judge-temperature", "hot"])).rejects.toThrow(
+      /^--judge-temperature "hot": expected a number in \[0, 2\]$/,
+    );
   }, 300_000);
 
   it("a judge that fails mid-run stops it at its last checkpoint, naming the judge's error; --resume goes on", async () => {

@@ -29,6 +29,11 @@ export const JUDGE_OPTIONS = {
     default: "OPENAI_API_KEY",
     help: "RULER: environment variable holding the judge's API key",
   },
+  "judge-temperature": {
+    arg: "T",
+    help: "RULER: the judge's sampling temperature (default: the provider's); 0 for scores that repeat",
+  },
+  "judge-seed": { arg: "N", help: "RULER: a seed sent with each judge request, for providers that honour one" },
 } satisfies CommandSpec["options"];
 
 /** A custom task's options (train's and eval's). */
@@ -53,13 +58,22 @@ export const TASK_OPTIONS = {
 export function judgeOf(
   a: Record<string, string | boolean | undefined>,
   why: string,
-): { client: OpenAI; model: string } {
+): { client: OpenAI; model: string; requestParams?: Record<string, unknown> } {
   const url = a["judge-base-url"];
   const model = a["judge-model"];
   if (typeof url !== "string" || typeof model !== "string")
     throw new UsageError(`${why} needs --judge-base-url and --judge-model`);
   const key = process.env[String(a["judge-api-key-env"])] ?? "none";
-  return { client: new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0 }), model };
+  const requestParams: Record<string, number> = {};
+  const t = a["judge-temperature"];
+  if (typeof t === "string") requestParams.temperature = num("judge-temperature", t, { min: 0, max: 2 });
+  const seed = a["judge-seed"];
+  if (typeof seed === "string") requestParams.seed = num("judge-seed", seed, { int: true, min: 0 });
+  return {
+    client: new OpenAI({ baseURL: url, apiKey: key, maxRetries: 0 }),
+    model,
+    ...(Object.keys(requestParams).length ? { requestParams } : {}),
+  };
 }
 
 /** Asks the judge once, as RULER will: a JudgeCheckError names a judge that cannot be used, and why. */

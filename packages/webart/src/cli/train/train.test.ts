@@ -97,6 +97,8 @@ describe("webart train / eval", () => {
       "judge",
       "--judge-api-key-env",
       "WEBART_TEST_JUDGE_KEY",
+      "--judge-temperature",
+      "0",
       ...tiny,
       // The embedded model plays almost deterministically, and a group's games share their seed (the agent's
       // symbol, the opponent's moves), so its games can come out the same: RULER then judges one and copies its
@@ -115,6 +117,7 @@ describe("webart train / eval", () => {
     expect(code).toBe(0);
     expect(judge.requests.length).toBeGreaterThanOrEqual(4);
     expect(judge.requests[0].headers.authorization).toBe("Bearer test-key-123456");
+    expect(judge.requests.every((r) => r.body.temperature === 0 && !("seed" in r.body))).toBe(true);
     const hist = readFileSync(join(runs, "tictactoe/models/r/history.jsonl"), "utf8")
       .trim()
       .split("\n")
