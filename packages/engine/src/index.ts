@@ -46,3 +46,4 @@ export * from "./model/embedded.ts";
 // Start-up kernel tuning results, which the browser keeps between visits.
 export { deviceKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
 export * from "./model/peft.ts";
+export * from "./model/merge.ts";

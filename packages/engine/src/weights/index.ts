@@ -21,6 +21,7 @@ export {
   readSafetensorsHeader,
   parseSafetensorsHeader,
   writeSafetensors,
+  safetensorsPrefix,
   tensorToF32,
 } from "./safetensors.ts";
 export { type Tensor, type LoadProgress, type StreamOptions, WeightReader, INDEX_FILE, SINGLE_FILE } from "./reader.ts";

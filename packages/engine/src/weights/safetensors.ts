@@ -167,23 +167,25 @@ export interface TensorData {
   data: Float32Array | Uint16Array | Uint8Array;
 }
 
-/** Serializes tensors (in the given order) into a .safetensors file; the header is padded so data is 8-aligned. */
-export function writeSafetensors(tensors: TensorData[], metadata?: Record<string, string>): Uint8Array<ArrayBuffer> {
+/**
+ * The start of a .safetensors file holding tensors of these names, dtypes and shapes in this order: the header's length
+ * (8 bytes) and the header, padded so the data is 8-aligned. The tensors' bytes follow it back to back, `dataBytes` in
+ * all, so a large file can be written a tensor at a time.
+ */
+export function safetensorsPrefix(
+  tensors: readonly { name: string; dtype: Dtype; shape: readonly number[] }[],
+  metadata?: Record<string, string>,
+  where = "writeSafetensors",
+): { prefix: Uint8Array<ArrayBuffer>; dataBytes: number } {
   const header: Record<string, unknown> = {};
   if (metadata && Object.keys(metadata).length) header.__metadata__ = metadata;
   let pos = 0;
   for (const t of tensors) {
     if (!t.name || t.name === "__metadata__" || Object.hasOwn(header, t.name))
-      throw new WeightsError("writeSafetensors", t.name, "has an empty, reserved or duplicate name");
+      throw new WeightsError(where, t.name, "has an empty, reserved or duplicate name");
     if (!Object.hasOwn(DTYPE_BYTES, t.dtype))
-      throw new WeightsError("writeSafetensors", t.name, `has dtype "${t.dtype}" (supported: ${SUPPORTED})`);
+      throw new WeightsError(where, t.name, `has dtype "${t.dtype}" (supported: ${SUPPORTED})`);
     const bytes = t.shape.reduce((a, b) => a * b, 1) * DTYPE_BYTES[t.dtype];
-    if (t.data.byteLength !== bytes)
-      throw new WeightsError(
-        "writeSafetensors",
-        t.name,
-        `has ${t.data.byteLength} bytes of data, but shape [${t.shape.join(", ")}] of ${t.dtype} needs ${bytes}`,
-      );
     header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [pos, pos + bytes] };
     pos += bytes;
   }
@@ -191,10 +193,27 @@ export function writeSafetensors(tensors: TensorData[], metadata?: Record<string
   const padded = Math.ceil(json.byteLength / 8) * 8;
   if (padded !== json.byteLength)
     json = new TextEncoder().encode(JSON.stringify(header) + " ".repeat(padded - json.byteLength));
-  const out = new Uint8Array(8 + padded + pos);
-  new DataView(out.buffer).setBigUint64(0, BigInt(padded), true);
-  out.set(json, 8);
-  let at = 8 + padded;
+  const prefix = new Uint8Array(8 + padded);
+  new DataView(prefix.buffer).setBigUint64(0, BigInt(padded), true);
+  prefix.set(json, 8);
+  return { prefix, dataBytes: pos };
+}
+
+/** Serializes tensors (in the given order) into a .safetensors file; the header is padded so data is 8-aligned. */
+export function writeSafetensors(tensors: TensorData[], metadata?: Record<string, string>): Uint8Array<ArrayBuffer> {
+  const { prefix, dataBytes } = safetensorsPrefix(tensors, metadata);
+  for (const t of tensors) {
+    const bytes = t.shape.reduce((a, b) => a * b, 1) * DTYPE_BYTES[t.dtype];
+    if (t.data.byteLength !== bytes)
+      throw new WeightsError(
+        "writeSafetensors",
+        t.name,
+        `has ${t.data.byteLength} bytes of data, but shape [${t.shape.join(", ")}] of ${t.dtype} needs ${bytes}`,
+      );
+  }
+  const out = new Uint8Array(prefix.byteLength + dataBytes);
+  out.set(prefix, 0);
+  let at = prefix.byteLength;
   for (const t of tensors) {
     out.set(new Uint8Array(t.data.buffer, t.data.byteOffset, t.data.byteLength), at);
     at += t.data.byteLength;

@@ -3,12 +3,13 @@
 // the token sequence ART would rebuild from it equal to the one webart trained on. With python3, pydantic and openai
 // present, scripts/art_validate.py (ART's models) validates the files too.
 import { spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import {
   EMBEDDED_MODEL,
+  Engine,
   LocalBackend,
   openTokenizer,
   tokenizeHistory,
@@ -213,5 +214,82 @@ describe("webart export --format art", () => {
     await expect(exportCommand(["--runs", runs, "--out", runs, "--project", "ttt"])).rejects.toThrow(
       "--out: must differ from --runs",
     );
+  });
+});
+
+describe("webart export --format merged", () => {
+  it("writes the checkpoint merged into its base as a model folder that answers as base + adapter does", async () => {
+    const dir = join(mkdtempSync(join(tmpdir(), "webart-merged-")), "agent-merged");
+    const logs: string[] = [];
+    const log = console.log;
+    console.log = (...a: unknown[]) => void logs.push(a.join(" "));
+    try {
+      const args = ["--format", "merged", "--runs", runs, "--project", "ttt", "--name", "agent", "--out", dir];
+      expect(await exportCommand(args)).toBe(0);
+    } finally {
+      console.log = log;
+    }
+    expect(logs.join("\n")).toMatch(/^merged ttt\/agent checkpoint 1 into webart-tiny: \d+ projections; wrote /);
+    // The embedded model's own files, and the merged weights.
+    expect(readdirSync(dir).sort()).toEqual([
+      "config.json",
+      "generation_config.json",
+      "model.safetensors",
+      "tokenizer.json",
+      "tokenizer_config.json",
+    ]);
+    // The merged model alone answers with the logprobs the base model gives with the run's adapter.
+    const merged = await Engine.load(dir, { name: "merged", kvSlots: 2, maxContext: 256 });
+    try {
+      const ask = async (client: ReturnType<Engine["openaiClient"]>, name: string) =>
+        (
+          await client.chat.completions.create({
+            model: name,
+            messages,
+            max_tokens: 3,
+            temperature: 0,
+            logprobs: true,
+            top_logprobs: 5,
+          })
+        ).choices[0].logprobs!.content!;
+      const want = await ask(model.openaiClient(), model.getInferenceName());
+      const got = await ask(merged.openaiClient(), "merged");
+      expect(got.map((t) => t.token)).toEqual(want.map((t) => t.token));
+      for (const [i, t] of got.entries()) {
+        expect(t.top_logprobs.map((x) => x.token)).toEqual(want[i].top_logprobs.map((x) => x.token));
+        for (const [j, x] of t.top_logprobs.entries())
+          expect(x.logprob).toBeCloseTo(want[i].top_logprobs[j].logprob, 4);
+      }
+      // The base model without the adapter answers otherwise: the agreement above is the adapter's.
+      const plain = await Engine.load(EMBEDDED_MODEL, { name: "plain", kvSlots: 2, maxContext: 256 });
+      try {
+        const base = await ask(plain.openaiClient(), "plain");
+        const moved = Math.max(
+          ...base[0].top_logprobs.map((x, j) => Math.abs(x.logprob - want[0].top_logprobs[j].logprob)),
+        );
+        expect(moved).toBeGreaterThan(1e-3);
+      } finally {
+        await plain.close();
+      }
+    } finally {
+      await merged.close();
+    }
+  }, 120_000);
+
+  it("refuses what it cannot merge, by name, and never writes into a folder that has files", async () => {
+    const base = ["--format", "merged", "--runs", runs, "--project", "ttt", "--name", "agent"];
+    const full = mkdtempSync(join(tmpdir(), "webart-merged-full-"));
+    writeFileSync(join(full, "keep.txt"), "mine");
+    await expect(exportCommand([...base, "--out", full])).rejects.toThrow(/--out .* is not empty/);
+    expect(readdirSync(full)).toEqual(["keep.txt"]);
+    const fresh = join(full, "new");
+    await expect(exportCommand([...base, "--out", fresh, "--checkpoint", "7"])).rejects.toThrow(
+      "run ttt/agent has no checkpoint 7 (it has 0, 1)",
+    );
+    await expect(exportCommand([...base, "--out", fresh, "--checkpoints", "all"])).rejects.toThrow(
+      "--checkpoints is not for --format merged",
+    );
+    await expect(exportCommand([...base, "--name", "nope", "--out", fresh])).rejects.toThrow(/^no run ttt\/nope in /);
+    expect(existsSync(fresh)).toBe(false);
   });
 });

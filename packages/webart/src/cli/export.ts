@@ -1,25 +1,34 @@
 // `webart export --format art`: a run copied into a folder in OpenPipe ART's layout and JSON, with the Python that
-// continues it there (ART's LocalBackend(path=...) resumes at the exported checkpoint).
+// continues it there (ART's LocalBackend(path=...) resumes at the exported checkpoint). `--format merged`: a
+// checkpoint merged into its base model, as a model folder (merged.ts).
 import { exportRunForArt, FsStore } from "@webart/engine";
-import { oneOf, parseOptions, UsageError, type CommandSpec } from "./args.ts";
+import { oneOf, parseOptions, refuseGiven, UsageError, type CommandSpec } from "./args.ts";
+import { exportMerged } from "./merged.ts";
 
 export const EXPORT = {
   name: "export",
   about:
     "Writes a run in another trainer's format. --format art: OUT/{project}/models/{name}/ as OpenPipe ART keeps a run\n" +
     "(model.json, history.jsonl, checkpoints/{step}/ with the PEFT adapter, trajectories/{split}/{step}.jsonl whose\n" +
-    "Choices carry vLLM-style logprobs and token ids), and prints the Python that continues it with ART.",
+    "Choices carry vLLM-style logprobs and token ids), and prints the Python that continues it with ART.\n" +
+    "--format merged: a checkpoint merged into the run's base model (W + scale·B·A in each adapted projection), as a\n" +
+    "Hugging Face model folder (model.safetensors in the base's dtype, its config and tokenizer files) that loads\n" +
+    "without PEFT: transformers, vLLM, llama.cpp's converter, or webart --model OUT.",
   options: {
-    format: { arg: "NAME", default: "art", help: "art (the only one so far)" },
+    format: { arg: "NAME", default: "art", help: "art or merged" },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
     project: { arg: "NAME", default: "tictactoe", help: "project" },
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
-    out: { arg: "DIR", default: "art-export", help: "folder to write (ART's LocalBackend path)" },
+    out: {
+      arg: "DIR",
+      help: "folder to write: ART's LocalBackend path (default art-export); merged: a new or empty folder\n(default NAME-merged)",
+    },
     "base-model": {
       arg: "ID",
       help: "the base model ART loads, a Hugging Face id vLLM can serve (default: the run's base model)",
     },
-    checkpoints: { arg: "WHICH", default: "latest", help: "latest or all" },
+    checkpoints: { arg: "WHICH", help: "art: latest or all (default latest)" },
+    checkpoint: { arg: "STEP", help: "merged: the checkpoint, a step number or latest (default latest)" },
   },
 } satisfies CommandSpec;
 
@@ -59,10 +68,33 @@ asyncio.run(main())
 
 export async function exportCommand(argv: string[]): Promise<number> {
   const a = parseOptions(EXPORT, argv);
-  oneOf("format", a.format, ["art"] as const);
-  const checkpoints = oneOf("checkpoints", a.checkpoints, ["latest", "all"] as const);
-  if (a.out === a.runs) throw new UsageError("--out: must differ from --runs (the run would be overwritten)");
-  const r = await exportRunForArt(await FsStore.open(a.runs), a.project, a.name, await FsStore.open(a.out), {
+  const format = oneOf("format", a.format, ["art", "merged"] as const);
+  if (format === "merged") {
+    refuseGiven(argv, ["checkpoints", "base-model"], "--format merged");
+    const c = a.checkpoint ?? "latest";
+    if (c !== "latest" && !/^\d+$/.test(c))
+      throw new UsageError(`--checkpoint ${JSON.stringify(c)}: expected a step number or latest`);
+    const out = a.out ?? `${a.name}-merged`;
+    if (out === a.runs) throw new UsageError("--out: must differ from --runs (the run would be overwritten)");
+    const r = await exportMerged({
+      runs: a.runs,
+      project: a.project,
+      name: a.name,
+      out,
+      checkpoint: c === "latest" ? c : Number(c),
+    });
+    console.log(
+      `merged ${a.project}/${a.name} checkpoint ${r.step} into ${r.baseModel}: ${r.merged} projections; wrote ${r.out} ` +
+        `(${r.files.join(", ")}; ${(r.bytes / 2 ** 20).toFixed(1)} MiB of weights). Load it as the base model ` +
+        `itself: transformers' from_pretrained, vLLM, or webart --model ${r.out}`,
+    );
+    return 0;
+  }
+  refuseGiven(argv, ["checkpoint"], "--format art");
+  const checkpoints = oneOf("checkpoints", a.checkpoints ?? "latest", ["latest", "all"] as const);
+  const outDir = a.out ?? "art-export";
+  if (outDir === a.runs) throw new UsageError("--out: must differ from --runs (the run would be overwritten)");
+  const r = await exportRunForArt(await FsStore.open(a.runs), a.project, a.name, await FsStore.open(outDir), {
     baseModel: a["base-model"],
     checkpoints,
   });
@@ -80,7 +112,7 @@ export async function exportCommand(argv: string[]): Promise<number> {
     );
   console.log(`\ncontinue with ART (pip install openpipe-art[backend]) on a machine with a GPU:\n`);
   console.log(
-    artContinueScript({ name: a.name, project: a.project, out: a.out, baseModel: r.baseModel, peftArgs: r.peftArgs }),
+    artContinueScript({ name: a.name, project: a.project, out: outDir, baseModel: r.baseModel, peftArgs: r.peftArgs }),
   );
   return 0;
 }

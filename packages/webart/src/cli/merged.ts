@@ -1,0 +1,92 @@
+// `webart export --format merged`: a run's checkpoint merged into its base model's weights (mergeAdapter), written as
+// a Hugging Face model folder: model.safetensors in the base's dtype, and the base's config, generation config and
+// tokenizer files. It loads wherever the base model does, without PEFT.
+import { mkdir, open, readdir, writeFile } from "node:fs/promises";
+import { join } from "node:path";
+import {
+  FsStore,
+  mergeAdapter,
+  modelFiles,
+  parseConfig,
+  readAdapterConfig,
+  readJson,
+  RunFiles,
+  stepDir,
+  WeightReader,
+} from "@webart/engine";
+import { UsageError } from "./args.ts";
+
+/** The base model's files besides its weights that a model folder carries, copied where the base has them. */
+const MODEL_FILES = [
+  "config.json",
+  "generation_config.json",
+  "tokenizer.json",
+  "tokenizer_config.json",
+  "special_tokens_map.json",
+  "added_tokens.json",
+  "chat_template.jinja",
+  "vocab.json",
+  "merges.txt",
+  "tokenizer.model",
+];
+
+export interface MergedExport {
+  out: string;
+  step: number;
+  baseModel: string;
+  merged: number;
+  bytes: number;
+  files: string[];
+}
+
+export async function exportMerged(o: {
+  runs: string;
+  project: string;
+  name: string;
+  out: string;
+  checkpoint: number | "latest";
+}): Promise<MergedExport> {
+  const run = new RunFiles(await FsStore.open(o.runs), o.project, o.name);
+  const baseModel = (await run.readJson<{ base_model?: string }>("model.json"))?.base_model;
+  if (baseModel === undefined)
+    throw new UsageError(`no run ${o.project}/${o.name} in ${o.runs} (${run.path("model.json")} is missing)`);
+  const step = o.checkpoint === "latest" ? await run.latestStep() : o.checkpoint;
+  if (step === null) throw new UsageError(`run ${o.project}/${o.name} has no checkpoint yet`);
+  const steps = await run.listCheckpoints();
+  if (!steps.includes(step))
+    throw new UsageError(`run ${o.project}/${o.name} has no checkpoint ${step} (it has ${steps.join(", ") || "none"})`);
+  const entries = await readdir(o.out).catch(() => [] as string[]);
+  if (entries.length)
+    throw new UsageError(`--out ${o.out} is not empty: give a new or empty folder (nothing there is overwritten)`);
+  const ck = await run.readCheckpoint(step);
+  const lora = readAdapterConfig(ck.adapterConfig, `${run.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`);
+  const files = await modelFiles(baseModel);
+  const config = parseConfig((await readJson(files, "config.json")) ?? {});
+  const base = await WeightReader.open(files);
+  try {
+    const m = await mergeAdapter(config, base, lora, ck.adapter, {
+      webart_merged: `${o.project}/${o.name} checkpoint ${step} into ${baseModel}`,
+    });
+    await mkdir(o.out, { recursive: true });
+    const written: string[] = [];
+    for (const f of MODEL_FILES) {
+      const src = await files.open(f);
+      if (!src) continue;
+      await writeFile(join(o.out, f), await src.read(0, src.size));
+      await src.close?.();
+      written.push(f);
+    }
+    // Written a tensor at a time: a model of billions of weights is never held whole.
+    const h = await open(join(o.out, "model.safetensors"), "w");
+    try {
+      await h.write(m.prefix);
+      for await (const t of m.tensors()) await h.write(t);
+    } finally {
+      await h.close();
+    }
+    written.push("model.safetensors");
+    return { out: o.out, step, baseModel, merged: m.merged, bytes: m.prefix.byteLength + m.dataBytes, files: written };
+  } finally {
+    await base.close();
+  }
+}
