@@ -121,10 +121,11 @@ describe("device layer on Dawn", () => {
     expect(gpu.memory.allocatedBytes).toBeLessThanOrEqual(alloc - (1 << 20));
   });
 
-  it("a cap on the pool: free buffers are destroyed to make room, and a buffer past it is refused by name", () => {
+  it("a cap on the pool: free buffers are destroyed to make room, a buffer of its tag past it is refused by name", () => {
     gpu.pool.trim();
     const start = gpu.memory.allocatedBytes;
-    gpu.pool.cap = start + (5 << 20);
+    const cap = { tag: "test", bytes: start + (5 << 20) };
+    gpu.pool.caps.add(cap);
     try {
       const a = gpu.buffer(2 << 20, "test");
       gpu.release(a); // free in the pool, still on the device
@@ -137,9 +138,11 @@ describe("device layer on Dawn", () => {
         /^a 2\.0 MiB buffer \(d\) would take the device's buffers to .* MiB, past the .* MiB this work may use$/,
       );
       expect(gpu.memory.allocatedBytes - start).toBe(4 << 20);
-      gpu.release(b, c);
+      // Another tag's buffer (another engine's work meanwhile) is not refused.
+      const other = gpu.buffer(2 << 20, "activations");
+      gpu.release(b, c, other);
     } finally {
-      gpu.pool.cap = undefined;
+      gpu.pool.caps.delete(cap);
     }
     gpu.release(gpu.buffer(8 << 20, "test")); // no cap: no limit but the device's
   });

@@ -13,7 +13,7 @@ export function bucketSize(bytes: number): number {
 
 const EXACT_TAGS = new Set(["weights", "kv", "lora", "optimizer"]);
 
-/** A buffer the pool would have to create past its `cap`: the work asked more memory than it was given. */
+/** A buffer the pool would have to create past one of its `caps`: the work asked more memory than it was given. */
 export class PoolCapError extends Error {
   constructor(message: string) {
     super(message);
@@ -60,11 +60,12 @@ export class BufferPool {
   pendingBytes = 0;
 
   /**
-   * The most bytes the pool may hold on the device (live and free, stats.allocatedBytes) while set: a buffer that
-   * would take it past this is made only after the free ones are destroyed, and where that is not enough acquire
-   * throws a PoolCapError. For work that must stay inside memory planned for something else (start-up tuning).
+   * Limits for work that must stay inside memory planned for something else (start-up tuning): while one is held
+   * here, a buffer of its `tag` is made only if the device's buffers (stats.allocatedBytes, live and free) stay
+   * within its `bytes`, after the free ones are destroyed if need be; otherwise acquire throws a PoolCapError.
+   * Buffers of other tags (another engine's steps meanwhile) are never refused.
    */
-  cap?: number;
+  readonly caps = new Set<{ tag: string; bytes: number }>();
 
   constructor(
     private device: GPUDevice,
@@ -89,13 +90,14 @@ export class BufferPool {
       m.tag = tag;
       m.live = true;
     } else {
-      if (this.cap !== undefined && this.stats.allocatedBytes + size > this.cap) {
+      for (const cap of this.caps) {
+        if (cap.tag !== tag || this.stats.allocatedBytes + size <= cap.bytes) continue;
         this.trim();
-        if (this.stats.allocatedBytes + size > this.cap) {
+        if (this.stats.allocatedBytes + size > cap.bytes) {
           const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
           throw new PoolCapError(
             `a ${mib(size)} buffer (${label ?? tag}) would take the device's buffers to ` +
-              `${mib(this.stats.allocatedBytes + size)}, past the ${mib(this.cap)} this work may use`,
+              `${mib(this.stats.allocatedBytes + size)}, past the ${mib(cap.bytes)} this work may use`,
           );
         }
       }

@@ -685,7 +685,8 @@ function decodeRowsWidth(shape: TuneShape): number {
 export interface TuneKernelsOptions {
   /**
    * The most bytes tuning's problems may hold on the device at once, past what its buffers held when tuning began
-   * (the pool's `cap` meanwhile): the engine gives it the memory its plan counts for what it has not allocated yet.
+   * (a cap on its "tune" buffers in the pool's `caps` meanwhile): the engine gives it the memory its plan counts for
+   * what it has not allocated yet.
    * A problem that needs more is not measured (a warning says which, and its kernels keep their defaults).
    */
   scratchBytes?: number;
@@ -699,15 +700,15 @@ export interface TuneKernelsOptions {
  */
 export async function tuneKernels(gpu: Gpu, shape: TuneShape, opts: TuneKernelsOptions = {}): Promise<KernelTuning> {
   const pool = gpu.pool;
-  const before = pool.cap;
+  let cap: { tag: string; bytes: number } | undefined;
   if (opts.scratchBytes !== undefined) {
     pool.trim(); // free buffers left from loading are not tuning's to spend
-    pool.cap = pool.stats.allocatedBytes + opts.scratchBytes;
+    pool.caps.add((cap = { tag: "tune", bytes: pool.stats.allocatedBytes + opts.scratchBytes }));
   }
   try {
     return await tuneAll(gpu, shape);
   } finally {
-    pool.cap = before;
+    if (cap) pool.caps.delete(cap);
   }
 }
 
