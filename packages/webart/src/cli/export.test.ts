@@ -282,6 +282,7 @@ describe("webart export --format merged", () => {
     writeFileSync(join(full, "keep.txt"), "mine");
     await expect(exportCommand([...base, "--out", full])).rejects.toThrow(/--out .* is not empty/);
     expect(readdirSync(full)).toEqual(["keep.txt"]);
+    await expect(exportCommand([...base, "--out", join(full, "keep.txt")])).rejects.toThrow(/keep\.txt is a file/);
     const fresh = join(full, "new");
     await expect(exportCommand([...base, "--out", fresh, "--checkpoint", "7"])).rejects.toThrow(
       "run ttt/agent has no checkpoint 7 (it has 0, 1)",

@@ -1,7 +1,7 @@
 // `webart export --format merged`: a run's checkpoint merged into its base model's weights (mergeAdapter), written as
 // a Hugging Face model folder: model.safetensors in the base's dtype, and the base's config, generation config and
 // tokenizer files. It loads wherever the base model does, without PEFT.
-import { mkdir, open, readdir, writeFile } from "node:fs/promises";
+import { mkdir, open, readdir, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import {
   FsStore,
@@ -55,8 +55,12 @@ export async function exportMerged(o: {
   const steps = await run.listCheckpoints();
   if (!steps.includes(step))
     throw new UsageError(`run ${o.project}/${o.name} has no checkpoint ${step} (it has ${steps.join(", ") || "none"})`);
-  const entries = await readdir(o.out).catch(() => [] as string[]);
-  if (entries.length)
+  const kind = await stat(o.out).then(
+    (s) => (s.isDirectory() ? "folder" : "file"),
+    () => "none",
+  );
+  if (kind === "file") throw new UsageError(`--out ${o.out} is a file: give a new or empty folder`);
+  if (kind === "folder" && (await readdir(o.out)).length)
     throw new UsageError(`--out ${o.out} is not empty: give a new or empty folder (nothing there is overwritten)`);
   const ck = await run.readCheckpoint(step);
   const lora = readAdapterConfig(ck.adapterConfig, `${run.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`);
