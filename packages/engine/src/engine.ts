@@ -20,7 +20,6 @@ import {
   planMemory,
   planDroppingMerge,
   planTraining,
-  weightBytes as planWeightBytes,
   type LoraTarget,
   type MemoryPlan,
   type PlanSetup,
@@ -248,23 +247,16 @@ export class Engine {
     let plan = planDroppingMerge(setup, makePlan, opts.mergeLora !== undefined);
     if (opts.tune !== false) {
       // Start-up tuning's buffers (what its largest problem holds; measuring whether this device is a GPU first) are
-      // planned beside the weights: at most what the budget leaves beside them, so they never refuse a load that fits
-      // (tuneKernels then leaves out the problems that need more).
-      const need = await tuneScratchBytes(gpu, { weights: weightBytes === 4 ? "f32" : "bf16", ...tuneShape });
-      const weightsHere = base.weightsShared ? 0 : planWeightBytes(c, weightBytes).bytes;
-      setup.tuning = Math.max(0, Math.min(need, budget - inUse - weightsHere));
+      // planned beside the weights, after the rest of the plan was checked (nothing is allocated for a load refused).
+      setup.tuning = await tuneScratchBytes(gpu, { weights: weightBytes === 4 ? "f32" : "bf16", ...tuneShape });
       plan = makePlan();
     }
     const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
     let tuning: KernelTuning = {};
     if (opts.tune !== false) {
-      // Its buffers stay within the plan: at most the plan's total less what this load holds so far (the weights),
-      // which is at least the planned tuning line.
-      const scratchBytes = Math.max(0, plan.total - (gpu.pool.stats.liveBytes - inUse));
-      const shape = { weights: weights.layers[0]?.q.dtype ?? "f32", ...tuneShape };
-      tuning = await tuneKernels(gpu, shape, { scratchBytes });
-      // Tuning's scratch goes back to the device, not into the pool's free lists.
+      tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...tuneShape });
+      // Its uniform and readback buffers go back to the device too, not into the pool's free lists.
       gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
       const rope = ropeInMatvec(gpu, tuning);

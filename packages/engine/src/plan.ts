@@ -116,8 +116,7 @@ export function loraParameterCount(c: ModelConfig, rank: number, targets: readon
 }
 
 /** Bytes of the frozen weights as uploaded: 16-bit or f32 matrices, f32 norms and biases, RoPE frequencies. */
-/** The weights on the GPU (the plan's weights line) and their largest buffer. */
-export function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
+function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
   let bytes = (c.localRope ? 2 : 1) * exact((c.headDim / 2) * F32); // RoPE tables
   let largest = 0;
   const shapes = tensorShapes(c);
@@ -436,6 +435,7 @@ function largestParts(p: MemoryPlan): string {
     ["optimizer state", p.optimizer],
     ["KV cache", p.kvCache],
     [p.training > p.inference ? "training activations" : "inference working set", Math.max(p.training, p.inference)],
+    ["start-up tuning", p.tuning],
   ];
   return parts
     .filter(([, b]) => b > 0)

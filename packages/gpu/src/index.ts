@@ -5,7 +5,7 @@
 export * from "./device.ts";
 export * from "./navigator.ts";
 export * from "./device-kind.ts";
-export { BufferPool, PoolCapError, bucketSize, type MemoryStats } from "./pool.ts";
+export { BufferPool, bucketSize, type MemoryStats } from "./pool.ts";
 export * from "./random.ts";
 export * from "./half.ts";
 export { setDawnPolling, dawnPolling, type DawnPolling } from "./polling.ts";

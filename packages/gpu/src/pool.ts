@@ -13,13 +13,9 @@ export function bucketSize(bytes: number): number {
 
 const EXACT_TAGS = new Set(["weights", "kv", "lora", "optimizer"]);
 
-/** A buffer the pool would have to create past one of its `caps`: the work asked more memory than it was given. */
-export class PoolCapError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "PoolCapError";
-  }
-}
+/** Tags whose buffers go back to the device when released, not into the free lists: start-up tuning's problems, each
+ *  of its own sizes, which would otherwise stay on the device beside the model's buffers (its plan counts them live). */
+const TRANSIENT_TAGS = new Set(["tune"]);
 
 export interface MemoryStats {
   /** Bytes of buffers handed out and not yet released. */
@@ -59,14 +55,6 @@ export class BufferPool {
   /** Bytes of the buffers waiting in pendingRelease. */
   pendingBytes = 0;
 
-  /**
-   * Limits for work that must stay inside memory planned for something else (start-up tuning): while one is held
-   * here, a buffer of its `tag` is made only if the device's buffers (stats.allocatedBytes, live and free) stay
-   * within its `bytes`, after the free ones are destroyed if need be; otherwise acquire throws a PoolCapError.
-   * Buffers of other tags (another engine's steps meanwhile) are never refused.
-   */
-  readonly caps = new Set<{ tag: string; bytes: number }>();
-
   constructor(
     private device: GPUDevice,
     private maxBufferSize: number,
@@ -90,17 +78,6 @@ export class BufferPool {
       m.tag = tag;
       m.live = true;
     } else {
-      for (const cap of this.caps) {
-        if (cap.tag !== tag || this.stats.allocatedBytes + size <= cap.bytes) continue;
-        this.trim();
-        if (this.stats.allocatedBytes + size > cap.bytes) {
-          const mib = (b: number) => `${(b / 2 ** 20).toFixed(1)} MiB`;
-          throw new PoolCapError(
-            `a ${mib(size)} buffer (${label ?? tag}) would take the device's buffers to ` +
-              `${mib(this.stats.allocatedBytes + size)}, past the ${mib(cap.bytes)} this work may use`,
-          );
-        }
-      }
       buf = this.device.createBuffer({ size, usage, label: label ?? tag });
       const id = this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;
@@ -131,6 +108,12 @@ export class BufferPool {
   flushReleases(): void {
     for (const buf of this.pendingRelease) {
       const m = this.meta.get(buf)!;
+      if (TRANSIENT_TAGS.has(m.tag)) {
+        this.stats.allocatedBytes -= m.size;
+        this.meta.delete(buf);
+        buf.destroy();
+        continue;
+      }
       let list = this.free.get(m.key);
       if (!list) this.free.set(m.key, (list = []));
       // Kept in order of creation, oldest last: acquire() hands out the oldest free buffer of a size, whatever order

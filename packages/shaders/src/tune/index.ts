@@ -1,6 +1,6 @@
 // Kernel variant choice by measurement: times each candidate once per device and problem key, keeps the winner
 // with the device (Gpu.tuning), and turns a device's results into a table that can be persisted and loaded again.
-import { PoolCapError, type Gpu, type Recorder, type TuneEntry } from "@webart/gpu";
+import type { Gpu, Recorder, TuneEntry } from "@webart/gpu";
 
 export type { TuneEntry } from "@webart/gpu";
 
@@ -102,8 +102,7 @@ async function measure<C extends string>(
         const t = await once(c);
         copies = Math.max(1, Math.min(MAX_COPIES, Math.ceil(minSubmitMs / Math.max(t, 1e-3))));
         break;
-      } catch (e) {
-        if (e instanceof PoolCapError) throw e; // the problem does not fit its memory: not the candidate's fault
+      } catch {
         continue;
       }
     }
@@ -121,7 +120,6 @@ async function measure<C extends string>(
       for (let i = 0; i < warmup; i++) await once(c);
       t = await once(c);
     } catch (e) {
-      if (e instanceof PoolCapError) throw e;
       firstError ??= e;
       console.warn(`webart: tuning ${key}: "${c}" failed on this device and is left out: ${(e as Error).message}`);
       continue;

@@ -31,7 +31,7 @@ import { LORA_LAYOUTS, loraBackward, loraForward, type LoraTuning } from "../lor
 import { RMSNORM_LAYOUTS, rmsnormBackward, rmsnormForward, type RmsnormTuning } from "../rmsnorm/index.ts";
 import { DECODE_LAYOUT_ROWS, ROPE_QKV_LAYOUTS, ropeInvFreq, ropeQkv, type RopeTuning } from "../rope/index.ts";
 import { ROW_THREADS, type RowTuning } from "../util/row-threads.ts";
-import { bucketSize, isCpuDevice, PoolCapError } from "@webart/gpu";
+import { bucketSize, isCpuDevice } from "@webart/gpu";
 import { Rng } from "@webart/gpu";
 import { tune, type TuneOptions } from "./index.ts";
 import { relMaxDiff } from "../util/diff.ts";
@@ -603,8 +603,7 @@ export async function tuneDecodeRows(
 /**
  * The most bytes tuneKernels holds on the device at once for a model of this shape (the memory plan's tuning line):
  * the largest problem's buffers, each rounded as the pool rounds it, and 256 KiB for uniforms and readbacks. It mirrors
- * the problems above buffer by buffer; a problem it undercounts is not measured (tuneKernels' scratchBytes), and
- * memory.test's loads say so.
+ * the problems above buffer by buffer (memory.test's loads check it against the measured peak).
  */
 export async function tuneScratchBytes(gpu: Gpu, shape: TuneShape): Promise<number> {
   const z = (await calibrate(gpu)) ? FAST_SIZES : CPU_SIZES;
@@ -681,51 +680,14 @@ function decodeRowsWidth(shape: TuneShape): number {
   return Math.max(8, Math.floor(Math.min(F, TUNE_BYTES / (3 * shape.hidden * wBytes)) / 8) * 8);
 }
 
-/** What tuneKernels may use besides what the device already holds. */
-export interface TuneKernelsOptions {
-  /**
-   * The most bytes tuning's problems may hold on the device at once, past what its buffers held when tuning began
-   * (a cap on its "tune" buffers in the pool's `caps` meanwhile): the engine gives it the memory its plan counts for
-   * what it has not allocated yet.
-   * A problem that needs more is not measured (a warning says which, and its kernels keep their defaults).
-   */
-  scratchBytes?: number;
-}
-
 /**
  * Tunes everything a model of this shape runs: linear layers (nt) and their input gradients (nn) against its
  * weights, activation products (nn, f32), the decode matvec, the row kernels, attention, LoRA, RMSNorm and RoPE.
  * Each problem is measured once per device and shape (a second model of the same shape, or a loaded table, reuses
- * the results); models of other shapes on the device measure their own.
+ * the results); models of other shapes on the device measure their own. Its buffers ("tune") go back to the device
+ * as each problem ends: at most tuneScratchBytes are on it at once.
  */
-export async function tuneKernels(gpu: Gpu, shape: TuneShape, opts: TuneKernelsOptions = {}): Promise<KernelTuning> {
-  const pool = gpu.pool;
-  let cap: { tag: string; bytes: number } | undefined;
-  if (opts.scratchBytes !== undefined) {
-    pool.trim(); // free buffers left from loading are not tuning's to spend
-    pool.caps.add((cap = { tag: "tune", bytes: pool.stats.allocatedBytes + opts.scratchBytes }));
-  }
-  try {
-    return await tuneAll(gpu, shape);
-  } finally {
-    if (cap) pool.caps.delete(cap);
-  }
-}
-
-/** `f()`, or undefined where its problem does not fit the memory tuning was given (PoolCapError): said once. */
-async function fitting<T>(gpu: Gpu, what: string, f: () => Promise<T>): Promise<T | undefined> {
-  try {
-    return await f();
-  } catch (e) {
-    if (!(e instanceof PoolCapError)) throw e;
-    const note = `tuning: ${what} is not measured, and keeps its default: ${e.message}`;
-    gpu.notes.push(note);
-    console.warn(`webart: ${note}`);
-    return undefined;
-  }
-}
-
-async function tuneAll(gpu: Gpu, shape: TuneShape): Promise<KernelTuning> {
+export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTuning> {
   const { weights } = shape;
   const z = (await calibrate(gpu)) ? FAST_SIZES : CPU_SIZES;
   const cases = [
@@ -733,31 +695,32 @@ async function tuneAll(gpu: Gpu, shape: TuneShape): Promise<KernelTuning> {
     { mode: "nn" as const, bDtype: weights },
     ...(weights === "f32" ? [] : [{ mode: "nn" as const, bDtype: "f32" as const }]),
   ];
-  const mm = await fitting(gpu, "matmul", () => tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 }));
-  const mv = await fitting(gpu, "matvec", () =>
-    tuneMatvec(gpu, matvecDtypes(gpu, weights), z.matvec, { ...QUICK, minReps: 3 }, decodeShapes(shape, z)),
+  const mm = await tuneMatmul(gpu, cases, z.matmul, { ...QUICK, minReps: 3 });
+  const mv = await tuneMatvec(
+    gpu,
+    matvecDtypes(gpu, weights),
+    z.matvec,
+    { ...QUICK, minReps: 3 },
+    decodeShapes(shape, z),
   );
   // The columns variant is for GPUs' many-row decode steps; on SwiftShader it ran 5-11x slower than subgroup at 8
   // and 32 rows (`npm run bench -- gpu --quick`, matvec part), so tuning there does not spend time on it.
-  const rows = await fitting(gpu, "decode rows", () =>
-    tuneDecodeRows(
-      gpu,
-      shape,
-      { matmul: mm, matvec: mv },
-      (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
-      !isCpuDevice(gpu),
-    ),
+  const rows = await tuneDecodeRows(
+    gpu,
+    shape,
+    { matmul: mm, matvec: mv },
+    (shape.tensorCores ?? true) && coopConfig(gpu) !== undefined,
+    !isCpuDevice(gpu),
   );
-  if (mv && rows?.columnsAbove !== undefined) mv.columnsAbove = rows.columnsAbove;
-  const rowThreads = await fitting(gpu, "sampling and logprobs threads", () => tuneRowThreads(gpu, shape.vocab, z));
+  if (rows.columnsAbove !== undefined) mv.columnsAbove = rows.columnsAbove;
   return {
     matmul: mm,
     matvec: mv,
-    decodeRows: rows?.rows,
-    ...rowThreads,
-    attention: await fitting(gpu, "attention", () => tuneAttention(gpu, shape, z)),
-    lora: await fitting(gpu, "LoRA", () => tuneLora(gpu, shape.hidden, z)),
-    rmsnorm: await fitting(gpu, "RMSNorm", () => tuneRmsnorm(gpu, shape.hidden, z)),
-    rope: await fitting(gpu, "RoPE", () => tuneRope(gpu, shape, z, mv)),
+    decodeRows: rows.rows,
+    ...(await tuneRowThreads(gpu, shape.vocab, z)),
+    attention: await tuneAttention(gpu, shape, z),
+    lora: await tuneLora(gpu, shape.hidden, z),
+    rmsnorm: await tuneRmsnorm(gpu, shape.hidden, z),
+    rope: await tuneRope(gpu, shape, z, mv),
   };
 }
