@@ -9,10 +9,10 @@ import { assertClose } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes, type ModelConfig } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, tensorToF32, WeightReader, writeSafetensors } from "../weights/index.ts";
 import { randomTensors, tinyConfigJson } from "../weights/testing.ts";
-import { KvCache } from "./kv.ts";
 import { LoraState, validateLoraConfig, type LoraConfig } from "./lora.ts";
 import { mergeAdapter, type MergedCheckpoint } from "./merge.ts";
 import { Model } from "./model.ts";
+import { prefillLogits } from "./testing.ts";
 import { moduleLora, readAdapterConfig } from "./peft.ts";
 import { uploadWeights } from "./weights.ts";
 
@@ -39,25 +39,7 @@ async function modelOf(config: ModelConfig, file: Uint8Array): Promise<Model> {
   return new Model(gpu, config, await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore })));
 }
 
-/** Prefill logits (T, V) of `ids`, with whatever adapter the model holds. */
-async function logits(model: Model, ids: number[]): Promise<Float32Array> {
-  const N = ids.length;
-  const V = model.config.vocabSize;
-  const kv = new KvCache(gpu, model.config, 1, 32);
-  const rec = gpu.recorder();
-  kv.flush(rec);
-  const idBuf = gpu.upload(Uint32Array.from(ids));
-  const slotPos = gpu.upload(Uint32Array.from(ids.flatMap((_, pos) => [0, pos])));
-  const { x } = model.forward(rec, idBuf, N, { kind: "cache", kv, slotPos, decode: false, maxLen: N }, false);
-  const rows = gpu.upload(Uint32Array.from(ids.map((_, i) => i)));
-  const out = gpu.buffer(N * V * 4);
-  model.logits(rec, x, N, rows, N, out);
-  const read = rec.read(out, N * V * 4);
-  gpu.release(idBuf, slotPos, x, rows, out);
-  await rec.submit();
-  kv.dispose();
-  return new Float32Array(await read);
-}
+const logits = (model: Model, ids: number[]) => prefillLogits(gpu, model, ids);
 
 describe("mergeAdapter", () => {
   it("PEFT's adapter (rank_pattern, alpha_pattern, rsLoRA) merged into its base gives PEFT's logits", async () => {

@@ -14,9 +14,9 @@ import { assertClose } from "@webart/gpu/check";
 import { isIgnorableTensor, parseConfig, tensorShapes } from "../config/index.ts";
 import { LORA_TARGETS } from "../plan.ts";
 import { memorySource, modelFiles, readJson, tensorToF32, WeightReader } from "../weights/index.ts";
-import { KvCache } from "./kv.ts";
 import { LoraState, validateLoraConfig, type LoraConfig } from "./lora.ts";
 import { Model } from "./model.ts";
+import { prefillLogits } from "./testing.ts";
 import { readAdapterConfig } from "./peft.ts";
 import { uploadWeights } from "./weights.ts";
 
@@ -52,25 +52,7 @@ async function load(name: string): Promise<Model> {
   return new Model(gpu, config, w);
 }
 
-/** Prefill logits (T, V) of `ids`, with whatever adapter the model holds. */
-async function logits(model: Model, ids: number[]): Promise<Float32Array> {
-  const N = ids.length;
-  const V = model.config.vocabSize;
-  const kv = new KvCache(gpu, model.config, 1, 32);
-  const rec = gpu.recorder();
-  kv.flush(rec);
-  const idBuf = gpu.upload(Uint32Array.from(ids));
-  const slotPos = gpu.upload(Uint32Array.from(ids.flatMap((_, pos) => [0, pos])));
-  const { x } = model.forward(rec, idBuf, N, { kind: "cache", kv, slotPos, decode: false, maxLen: N }, false);
-  const rows = gpu.upload(Uint32Array.from(ids.map((_, i) => i)));
-  const out = gpu.buffer(N * V * 4);
-  model.logits(rec, x, N, rows, N, out);
-  const read = rec.read(out, N * V * 4);
-  gpu.release(idBuf, slotPos, x, rows, out);
-  await rec.submit();
-  kv.dispose();
-  return new Float32Array(await read);
-}
+const logits = (model: Model, ids: number[]) => prefillLogits(gpu, model, ids);
 
 const readF32 = (p: string) => {
   const b = readFileSync(p);
