@@ -12,8 +12,8 @@ export const EXPORT = {
     "(model.json, history.jsonl, checkpoints/{step}/ with the PEFT adapter, trajectories/{split}/{step}.jsonl whose\n" +
     "Choices carry vLLM-style logprobs and token ids), and prints the Python that continues it with ART.\n" +
     "--format merged: a checkpoint merged into the run's base model (W + scale·B·A in each adapted projection), as a\n" +
-    "Hugging Face model folder (model.safetensors in the base's dtype, its config and tokenizer files) that loads\n" +
-    "without PEFT: transformers, vLLM, llama.cpp's converter, or webart --model OUT.",
+    "Hugging Face model folder (model.safetensors in the base's dtype, its config and tokenizer files) in the base's\n" +
+    "layout, loaded without PEFT (webart --model OUT; tools that load the base model should load it too).",
   options: {
     format: { arg: "NAME", default: "art", help: "art or merged" },
     name: { arg: "NAME", default: "agent", help: "run (model) name" },
@@ -85,8 +85,8 @@ export async function exportCommand(argv: string[]): Promise<number> {
     });
     console.log(
       `merged ${a.project}/${a.name} checkpoint ${r.step} into ${r.baseModel}: ${r.merged} projections; wrote ${r.out} ` +
-        `(${r.files.join(", ")}; ${(r.bytes / 2 ** 20).toFixed(1)} MiB of weights). Load it as the base model ` +
-        `itself: transformers' from_pretrained, vLLM, or webart --model ${r.out}`,
+        `(${r.files.join(", ")}; ${(r.bytes / 2 ** 20).toFixed(1)} MiB of weights). It has the base model's ` +
+        `layout: webart --model ${r.out}, or the tools that load the base model`,
     );
     return 0;
   }

@@ -3,17 +3,7 @@
 // tokenizer files. It loads wherever the base model does, without PEFT.
 import { mkdir, open, readdir, stat, writeFile } from "node:fs/promises";
 import { join } from "node:path";
-import {
-  FsStore,
-  mergeAdapter,
-  modelFiles,
-  parseConfig,
-  readAdapterConfig,
-  readJson,
-  RunFiles,
-  stepDir,
-  WeightReader,
-} from "@webart/engine";
+import { FsStore, mergeAdapter, openModel, readAdapterConfig, RunFiles, stepDir } from "@webart/engine";
 import { UsageError } from "./args.ts";
 
 /** The base model's files besides its weights that a model folder carries, copied where the base has them. */
@@ -64,11 +54,11 @@ export async function exportMerged(o: {
     throw new UsageError(`--out ${o.out} is not empty: give a new or empty folder (nothing there is overwritten)`);
   const ck = await run.readCheckpoint(step);
   const lora = readAdapterConfig(ck.adapterConfig, `${run.path(`checkpoints/${stepDir(step)}`)}/adapter_config.json`);
-  const files = await modelFiles(baseModel);
-  const config = parseConfig((await readJson(files, "config.json")) ?? {});
-  const base = await WeightReader.open(files);
+  // The base as the engine opens it: its config parsed, its tensors checked against it.
+  const base = await openModel(baseModel);
+  const files = base.files;
   try {
-    const m = await mergeAdapter(config, base, lora, ck.adapter, {
+    const m = await mergeAdapter(base.config, base.weights, lora, ck.adapter, {
       webart_merged: `${o.project}/${o.name} checkpoint ${step} into ${baseModel}`,
     });
     await mkdir(o.out, { recursive: true });
