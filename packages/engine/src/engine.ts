@@ -58,6 +58,13 @@ export interface EngineOptions extends OpenModelOptions {
   decodeAhead?: number;
   /** Keep 16-bit weights as f32 on the GPU (default false: frozen weights stay in their file's form). */
   weightsF32?: boolean;
+  /**
+   * "q4": quantize the layers' projections to 4 bits as they load (groups of 32 with a bf16 scale: 4.5 bits a weight;
+   * the embedding and LM head keep their form), for a base model in about a third of its 16-bit bytes. Products read
+   * an f16 copy of one projection at a time, made as they run; inference and training compute with the same q4 values.
+   * Default: off (the file's weights as they are).
+   */
+  quantize?: "q4";
   /** Bytes webart may hold on this GPU, all runs on the device together: a plan over it is refused before
    *  anything is allocated (default: defaultMemoryBudget, 4 GiB in a browser, 16 GiB in Node on a GPU). */
   memoryBudget?: number;
@@ -205,8 +212,13 @@ export class Engine {
     // The plan comes first: nothing is allocated for a model that does not fit.
     const budget = opts.memoryBudget ?? defaultMemoryBudget({ browser: !isNode(), cpuDevice: isCpuDevice(gpu) });
     const weightBytes = opts.weightsF32 || c.torchDtype === "float32" || !c.torchDtype ? 4 : 2;
+    if (opts.quantize !== undefined && opts.quantize !== "q4")
+      throw new Error(`EngineOptions.quantize: "${String(opts.quantize)}" is not a quantization webart has (q4)`);
+    if (opts.quantize && opts.weightsF32)
+      throw new Error("EngineOptions: quantize and weightsF32 exclude each other (q4 weights or f32 ones)");
     const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
       weightBytes,
+      ...(opts.quantize ? { quantize: opts.quantize } : {}),
       kvSlots,
       kvContext: maxContext,
       prefillChunk: opts.prefillChunk ?? 256,
@@ -216,7 +228,8 @@ export class Engine {
       // The device kind's LoRA layout until tuning below says which one runs.
       loraGradChunk: loraGradChunk(gpu),
       ropeInMatvec: ropeInMatvec(gpu, {}),
-      mergeLora: opts.mergeLora ?? defaultMergeLora(gpu, weightBytes),
+      // q4 weights have no merged copy (an f32 one would be 7x their bytes).
+      mergeLora: !opts.quantize && (opts.mergeLora ?? defaultMergeLora(gpu, weightBytes)),
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
@@ -248,14 +261,17 @@ export class Engine {
     if (opts.tune !== false) {
       // Start-up tuning's buffers (what its largest problem holds; measuring whether this device is a GPU first) are
       // planned beside the weights, after the rest of the plan was checked (nothing is allocated for a load refused).
-      setup.tuning = await tuneScratchBytes(gpu, { weights: weightBytes === 4 ? "f32" : "bf16", ...tuneShape });
+      // q4 products read f16 copies of their weights, so their kernels are tuned on f16.
+      const tuned = opts.quantize ? "f16" : weightBytes === 4 ? "f32" : "bf16";
+      setup.tuning = await tuneScratchBytes(gpu, { weights: tuned, ...tuneShape });
       plan = makePlan();
     }
     const weights = await base.weights(opts.onProgress);
     // Measure the kernels' variants for this model's shapes on this device (once per device and shape).
     let tuning: KernelTuning = {};
     if (opts.tune !== false) {
-      tuning = await tuneKernels(gpu, { weights: weights.layers[0]?.q.dtype ?? "f32", ...tuneShape });
+      const dtype = weights.layers[0]?.q.dtype ?? "f32";
+      tuning = await tuneKernels(gpu, { weights: dtype === "q4" ? "f16" : dtype, ...tuneShape });
       // Its uniform and readback buffers go back to the device too, not into the pool's free lists.
       gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);

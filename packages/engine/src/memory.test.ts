@@ -56,19 +56,24 @@ describe.each([
   ["Gemma 3 (four norms a layer, sliding window, bf16)", () => modelFiles("gemma3"), undefined],
   // A GPU's default for 16-bit weights: decode on an f32 copy with the adapter merged in.
   ["Qwen3 (bf16), the adapter merged into an f32 copy", () => modelFiles("qwen3"), true],
-] as const)("%s: measured peak = planned peak", (_, source, mergeLora) => {
+  // q4 projections: nibbles and scales, and the f16 copy of the product that runs.
+  ["webart-tiny, q4 projections", () => TINY, undefined, "q4"],
+  ["Qwen3, q4 projections", () => modelFiles("qwen3"), undefined, "q4"],
+] as const)("%s: measured peak = planned peak", (_, source, mergeLora, quantize?: "q4") => {
   const kvSlots = 4;
   const maxContext = 128;
   const prefillChunk = 48;
   let engine: Engine;
   let setup: PlanSetup;
   beforeAll(async () => {
-    engine = await Engine.load(source(), { gpu, kvSlots, maxContext, prefillChunk, tune: false, mergeLora });
+    engine = await Engine.load(source(), { gpu, kvSlots, maxContext, prefillChunk, tune: false, mergeLora, quantize });
+    expect(engine.model.quantized).toBe(!!quantize);
     engine.attachLora({ rank: 4, targets: [...LORA_TARGETS] });
     if (mergeLora) expect(engine.model.mergedBytes).toBeGreaterThan(0);
     const c = engine.config;
     setup = {
       weightBytes: c.torchDtype === "float32" ? 4 : 2,
+      quantize,
       kvSlots,
       kvContext: maxContext,
       prefillChunk,
@@ -218,7 +223,9 @@ describe.each([
     expect(loraLayout(gpu, model.tuning.lora)).toBe("cpu"); // SwiftShader: no split sums, 4 LoRA dispatches a target
     // gate|up: a layer's forward (twice: recompute) and backward each lose one matmul. Their LoRA terms run as a group
     // either way; as one product, t·Bᵀ is one dispatch instead of 2 (twice), and backward's dt and dB one each.
-    expect(apart.dispatches - gateUp.dispatches).toBe((3 + 2 * 1 + 2) * layers);
+    // With q4 weights each matmul also reads an f16 copy made by its own dispatch (Model.dense): one fewer each.
+    const dq = model.quantized ? 1 : 0;
+    expect(apart.dispatches - gateUp.dispatches).toBe((3 * (1 + dq) + 2 * 1 + 2) * layers);
     // (Biases fuse only back to back: each starts on 256 bytes, so a k bias of 32 floats leaves a gap before v's.)
     const biases =
       !L.qBias ||
@@ -227,7 +234,7 @@ describe.each([
     // one dispatch instead of 3 (twice), backward's dt and dB one each instead of 3. Per-head q/k norms run in ropeQkv
     // too (two fewer in each forward), and their two backwards in one.
     const norms = model.config.qkNorm ? 2 * 2 + 1 : 0;
-    expect(gateUp.dispatches - both.dispatches).toBe(biases ? (9 + 2 * 2 + 4 + norms) * layers : 0);
+    expect(gateUp.dispatches - both.dispatches).toBe(biases ? (9 + 6 * dq + 2 * 2 + 4 + norms) * layers : 0);
     for (const got of [gateUp, both]) {
       let [diff, norm] = [0, 0];
       for (let i = 0; i < got.grads.length; i++) {

@@ -3,7 +3,7 @@
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
 import { bucketSize } from "@webart/gpu";
-import { adamwPartsBytes, adamwStatsBytes, grpoTotalsBytes } from "@webart/shaders";
+import { adamwPartsBytes, adamwStatsBytes, grpoTotalsBytes, q4Bytes, q4DequantBytes } from "@webart/shaders";
 import {
   EMBED,
   LM_HEAD,
@@ -23,6 +23,9 @@ export type LoraTarget = (typeof LORA_TARGETS)[number];
 export interface PlanSetup {
   /** Bytes per frozen base weight element on the GPU: 2 (bf16/f16 kept packed) or 4 (f32). */
   weightBytes: 2 | 4;
+  /** The layers' projections as q4 (EngineOptions.quantize): nibbles and scales, and an f16 copy of the product
+   *  being computed (model.ts `dense`) in each step's working set; the embedding and LM head keep weightBytes. */
+  quantize?: "q4";
   /** KV cache: sequences held at once and their context length. */
   kvSlots: number;
   kvContext: number;
@@ -115,8 +118,12 @@ export function loraParameterCount(c: ModelConfig, rank: number, targets: readon
   return c.numLayers * targets.reduce((n, t) => n + rank * (s[t][0] + s[t][1]), 0);
 }
 
-/** Bytes of the frozen weights as uploaded: 16-bit or f32 matrices, f32 norms and biases, RoPE frequencies. */
-function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: number } {
+/** Bytes of q4 weights of n elements (nibbles and scales, each a buffer's worth). */
+const q4 = (n: number) => exact(q4Bytes(n).nibbles) + exact(q4Bytes(n).scales);
+
+/** Bytes of the frozen weights as uploaded: 16-bit or f32 matrices (q4 projections with `quantized`), f32 norms and
+ *  biases, RoPE frequencies. */
+function weightBytes(c: ModelConfig, wb: 2 | 4, quantized = false): { bytes: number; largest: number } {
   let bytes = (c.localRope ? 2 : 1) * exact((c.headDim / 2) * F32); // RoPE tables
   let largest = 0;
   const shapes = tensorShapes(c);
@@ -125,18 +132,20 @@ function weightBytes(c: ModelConfig, wb: 2 | 4): { bytes: number; largest: numbe
   // A layer's q, k, v (and their biases), and its gate and up, share a buffer (model/weights.ts; one buffer each
   // where the group would not fit a binding, so a binding still holds the largest single tensor).
   for (const names of weightGroups(c)) {
-    const e = names[0].endsWith(".bias") ? F32 : wb;
+    const bias = names[0].endsWith(".bias");
+    const e = bias ? F32 : quantized ? 0.5 : wb;
     const { elements } = groupLayout(names.map(size), e);
-    bytes += exact(e === 2 ? Math.ceil(elements / 2) * 4 : elements * e);
+    bytes += e === 0.5 ? q4(elements) : exact(e === 2 ? Math.ceil(elements / 2) * 4 : elements * e);
     for (const n of names) {
-      largest = Math.max(largest, exact(size(n) * e));
+      largest = Math.max(largest, exact(Math.ceil(size(n) * e)));
       grouped.add(n);
     }
   }
   for (const [name, shape] of shapes) {
     if (grouped.has(name)) continue;
     const n = shape.reduce((a, b) => a * b, 1);
-    const b = exact(shape.length === 1 ? n * F32 : n * wb);
+    const b =
+      shape.length === 1 ? exact(n * F32) : quantized && name !== EMBED && name !== LM_HEAD ? q4(n) : exact(n * wb);
     bytes += b;
     // Embedding / LM head rows are split across bindings; other matrices are one binding each.
     if (name !== EMBED && name !== LM_HEAD) largest = Math.max(largest, b);
@@ -190,6 +199,15 @@ function qkvFused(c: ModelConfig, weightBytes: number): boolean {
   const whole = (bytes: number) => bytes % SEGMENT_ALIGN === 0;
   const biases = !c.qkvBias || (whole(H * D * 4) && whole(KV * D * 4));
   return whole(H * D * C * weightBytes) && whole(KV * D * C * weightBytes) && biases;
+}
+
+/** q4 weights: the f16 copy of the largest product read at once (model.ts `dense`: q|k|v or gate|up where they run as
+ *  one product, else one projection), live beside a step's temporaries. */
+function q4Scratch(c: ModelConfig): number {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
+  const qkv = qkvFused(c, 0.5) ? (H + 2 * KV) * D * C : H * D * C;
+  const gu = gateUpFused(c, 0.5) ? 2 * F * C : F * C;
+  return bucketSize(q4DequantBytes(Math.max(qkv, gu, C * H * D, C * F)));
 }
 
 /** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
@@ -333,13 +351,16 @@ function trainingPeak(
 
 export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const { hiddenSize: C, intermediateSize: F, numKvHeads: KV, headDim: D, numLayers: L, vocabSize: V } = c;
-  const w = weightBytes(c, s.weightBytes);
+  const w = weightBytes(c, s.weightBytes, s.quantize === "q4");
   const weights = s.sharedWeights ? 0 : w.bytes;
+  // Bytes an element of the projections' buffers (the loader's layout, which decides what runs as one product).
+  const wb = s.quantize === "q4" ? 0.5 : s.weightBytes;
+  const scratch = s.quantize === "q4" ? q4Scratch(c) : 0;
   let largest = w.largest;
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
-  const merged = s.lora && s.mergeLora ? mergedWeightBytes(c, s.weightBytes) : { bytes: 0, largest: 0 };
+  const merged = s.lora && s.mergeLora && !s.quantize ? mergedWeightBytes(c, s.weightBytes) : { bytes: 0, largest: 0 };
   const lora = s.lora ? exact(loraParams * F32) + merged.bytes : 0;
   largest = Math.max(largest, merged.largest);
   // Gradients and both AdamW moments (LoraState.ensureOptimizer).
@@ -348,7 +369,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
   const N = s.prefillChunk + s.kvSlots;
-  const inference = inferencePeak(c, N, s.kvSlots, rank, s.weightBytes, s.decodeRows, s.ropeInMatvec);
+  const inference = inferencePeak(c, N, s.kvSlots, rank, wb, s.decodeRows, s.ropeInMatvec) + scratch;
   largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
   let training = 0;
   let trainingPerLayer = 0;
@@ -363,26 +384,27 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
       s.train.recompute,
       s.train.allowedSets,
       s.loraGradChunk,
-      s.weightBytes,
+      wb,
     );
     // Through the gradient: the loss totals and a row per token of the whole step (its entropy, and its logprob
     // when asked), read at the end (grpo.ts startStep). Then the optimizer's partial sums, alone (optimizerStep).
     const rows = exact((s.train.stepTokens ?? N) * F32);
     const step = exact(grpoTotalsBytes) + (s.train.logprobs ? 2 : 1) * rows;
-    training = Math.max(t.peak + step, exact(adamwPartsBytes) + exact(adamwStatsBytes) + UNIFORMS);
+    training = Math.max(t.peak + scratch + step, exact(adamwPartsBytes) + exact(adamwStatsBytes) + UNIFORMS);
     trainingPerLayer = t.perLayer;
     largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
   }
+  largest = Math.max(largest, scratch);
   const held = weights + lora + optimizer + kvCache;
   const tuning = s.tuning ?? 0;
   const total = Math.max(held + Math.max(inference, training), weights + tuning);
   const mb = (b: number) => `${(b / MiB).toFixed(1)} MiB`;
   const lines = [
-    `weights     ${mb(weights)} (${s.weightBytes === 2 ? "16-bit" : "f32"} matrices${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
+    `weights     ${mb(weights)} (${s.quantize ? `q4 projections, ${s.weightBytes === 2 ? "16-bit" : "f32"} embedding` : s.weightBytes === 2 ? "16-bit matrices" : "f32 matrices"}${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
     `lora        ${mb(lora)}${s.lora ? ` (rank ${rank}, ${targets.join(",")}, ${loraParams} params)` : ""}`,
     `optimizer   ${mb(optimizer)} (gradients + AdamW moments)`,
     `kv cache    ${mb(kvCache)} (${s.kvSlots} sequences x ${s.kvContext} tokens)`,
-    `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows)`,
+    `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows${scratch ? `; with the f16 copy of q4 weights, ${mb(scratch)}` : ""})`,
     `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch${s.train.stepTokens ? ` of a ${s.train.stepTokens}-token step` : ""}, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
     ...(tuning ? [`tuning      ${mb(tuning)} (at start-up, beside the weights alone)`] : []),
     `total       ${mb(total)}`,

@@ -17,3 +17,4 @@ export * from "./grpo/index.ts";
 export * from "./tune/index.ts";
 export * from "./tune/kernels.ts";
 export * from "./util/row-threads.ts";
+export * from "./quant/index.ts";

@@ -13,3 +13,4 @@ export * from "./rmsnorm/reference.ts";
 export * from "./rope/reference.ts";
 export * from "./sample/reference.ts";
 export * from "./swiglu/reference.ts";
+export * from "./quant/reference.ts";

@@ -91,7 +91,11 @@ export class LocalBackend implements Backend {
     const existing = this.runs.get(this.key(spec));
     if (existing) return { step: existing.step };
     const files = new RunFiles(await this.getStore(), spec.project, spec.name);
-    const saved = await files.readJson<{ base_model: string; lora: ModelSpec["lora"] }>("model.json");
+    const saved = await files.readJson<{ base_model: string; lora: ModelSpec["lora"]; quantize?: string }>(
+      "model.json",
+    );
+    // An adapter is trained against the base weights it ran on: a run on q4 weights goes on with q4 weights.
+    const quantize = this.engineOpts.quantize;
     if (saved) {
       const same = saved.base_model === spec.baseModel && JSON.stringify(saved.lora) === JSON.stringify(spec.lora);
       if (!same) {
@@ -100,11 +104,21 @@ export class LocalBackend implements Backend {
             `register it with the same settings, or use another model name`,
         );
       }
+      if (saved.quantize !== quantize) {
+        const was = saved.quantize ? `${saved.quantize} weights` : "the base model's own weights";
+        const now = quantize ? `${quantize} weights` : "its own weights";
+        throw new Error(
+          `${files.path("model.json")}: this run was trained on ${was}, and this backend loads ${now}; ` +
+            `load it as it was trained (engine option quantize: ${saved.quantize ? `"${saved.quantize}"` : "none"}), ` +
+            `or use another model name`,
+        );
+      }
     } else {
       await files.writeJson("model.json", {
         name: spec.name,
         project: spec.project,
         base_model: spec.baseModel,
+        ...(quantize ? { quantize } : {}),
         lora: spec.lora,
         seed: spec.seed,
         trainable: true,

@@ -17,12 +17,15 @@ import { freeWeights, uploadWeights, type GpuWeights } from "./weights.ts";
 export interface BaseOptions extends OpenModelOptions {
   /** Keep 16-bit weights as f32 on the GPU (a separate copy from the 16-bit one). */
   weightsF32?: boolean;
+  /** The layers' projections as q4 (a separate copy from the file's form). */
+  quantize?: "q4";
 }
 
 interface Entry {
   gpu: Gpu;
   key: string;
   f32: boolean;
+  quantize?: "q4";
   /** Engines holding it (and loads waiting for it). */
   users: number;
   opening: Promise<{ opened: OpenedModel; tokenizer: Tokenizer }>;
@@ -57,7 +60,10 @@ export class BaseModel {
     if (this.released) throw new Error("BaseModel.weights: this hold on the base model was released");
     const e = this.entry;
     if (!e.weights) {
-      const p = uploadWeights(e.gpu, this.config, this.opened.tensors(onProgress), { toF32: e.f32 });
+      const p = uploadWeights(e.gpu, this.config, this.opened.tensors(onProgress), {
+        toF32: e.f32,
+        quantize: e.quantize,
+      });
       // A failed upload keeps nothing on the GPU (uploadWeights) and the next engine may try again.
       p.then(
         (w) => (e.weightBytes = w.buffers.reduce((s, b) => s + b.size, 0)),
@@ -94,7 +100,15 @@ export class BaseModels {
     if (!byKey) this.entries.set(gpu, (byKey = new Map()));
     let e = byKey.get(key);
     if (!e) {
-      const entry: Entry = { gpu, key, f32: !!opts.weightsF32, users: 0, opening: open(files, opts), weightBytes: 0 };
+      const entry: Entry = {
+        gpu,
+        key,
+        f32: !!opts.weightsF32,
+        quantize: opts.quantize,
+        users: 0,
+        opening: open(files, opts),
+        weightBytes: 0,
+      };
       entry.opening.catch(() => this.forget(entry));
       byKey.set(key, (e = entry));
     }
@@ -135,7 +149,7 @@ export class BaseModels {
 }
 
 async function resolve(source: ModelSource, opts: BaseOptions): Promise<{ key: string; files: ModelSource }> {
-  const dtype = opts.weightsF32 ? " (f32)" : "";
+  const dtype = (opts.weightsF32 ? " (f32)" : "") + (opts.quantize ? ` (${opts.quantize})` : "");
   const named =
     typeof source === "string" ||
     source instanceof URL ||

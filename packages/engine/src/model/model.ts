@@ -30,6 +30,8 @@ import {
   ropeForward,
   ropeInvFreq,
   ropeQkv,
+  q4Dequant,
+  q4DequantBytes,
   swigluBackward,
   swigluBackwardPacked,
   swigluForward,
@@ -274,7 +276,13 @@ export class Model {
   /** Whether inference now runs on merged weights (mergeLora, an adapter on, each copy within a storage binding): an
    *  f32 model's steps, a 16-bit one's of up to decodeRows rows (runsMergedAt). */
   get runsMerged(): boolean {
-    return this.mergeLora && this.useLora && this.mergeFits;
+    return this.mergeLora && this.useLora && this.mergeFits && !this.quantized;
+  }
+
+  /** Whether the layers' projections are q4 (EngineOptions.quantize): no merged copy, whose f32 would be 7x their
+   *  bytes. */
+  get quantized(): boolean {
+    return this.weights.layers[0]?.q.dtype === "q4";
   }
 
   /** Elements of the f32 copy of each buffer that holds a target's weight: an f32 buffer whole, a 16-bit one up to
@@ -330,6 +338,7 @@ export class Model {
     const m = this.mergedState();
     if (m.version === lora.version) return m.weights;
     const merge = (W: Matrix, merged: GPUBuffer, e?: LoraEntry) => {
+      if (W.dtype === "q4") throw new Error("Model: inference on merged weights is not for q4 weights (runsMerged)");
       const d = { rows: W.rows, cols: W.cols, offsetW: W.offset, wDtype: W.dtype };
       const ab = e ? { rank: e.rank, a: e.a, b: e.b, scale: e.scale } : { rank: 0, a: 0, b: 0, scale: 0 };
       loraMerge(gpu, rec, { w: W.buffer, params: lora.params, merged }, { ...d, ...ab });
@@ -372,6 +381,36 @@ export class Model {
     return !!this.lora && this.lora.enabled && !this.inMerged;
   }
 
+  /**
+   * Ws (q4, in one buffer) as the f16 matrices every product reads: the span of elements they cover dequantized into
+   * a temporary, in `rec` before the products (release `temp` once they are recorded). Each q4 value is exact in f16,
+   * so these are the weights the q4 matvec computes with. Other dtypes are returned as they are.
+   */
+  private dense(rec: Recorder, Ws: Matrix[]): { Ws: Matrix[]; temp?: GPUBuffer } {
+    const W0 = Ws[0];
+    if (W0.dtype !== "q4") return { Ws };
+    if (!Ws.every((W) => W.dtype === "q4" && W.buffer === W0.buffer && W.scales === W0.scales))
+      throw new Error("Model: q4 matrices read together must share their buffers");
+    const first = Math.min(...Ws.map((W) => W.offset));
+    const n = Math.max(...Ws.map((W) => W.offset + W.rows * W.cols)) - first;
+    const bytes = q4DequantBytes(n);
+    if (bytes > this.gpu.maxStorageBinding)
+      throw new Error(
+        `Model: the f16 copy of q4 weights (${Ws.map((W) => `${W.rows}x${W.cols}`).join(", ")}: ${bytes} bytes) ` +
+          `exceeds this device's storage binding (${this.gpu.maxStorageBinding} bytes)`,
+      );
+    const temp = this.gpu.buffer(bytes, "activations", "q4 weights as f16");
+    q4Dequant(this.gpu, rec, { q: W0.buffer, s: W0.scales!, out: temp }, { n, first });
+    const out = Ws.map((W) => ({
+      buffer: temp,
+      dtype: "f16" as const,
+      rows: W.rows,
+      cols: W.cols,
+      offset: W.offset - first,
+    }));
+    return { Ws: out, temp };
+  }
+
   /** y (=|+=) x·Wᵀ (+ bias) for x (M, in): matvec for few rows, else the tiled matmul. */
   private linear(
     rec: Recorder,
@@ -382,6 +421,12 @@ export class Model {
     bias?: Vector,
     accumulate = false,
   ): void {
+    if (W.dtype === "q4") {
+      const d = this.dense(rec, [W]);
+      this.linear(rec, x, d.Ws[0], y, M, bias, accumulate);
+      this.gpu.release(d.temp);
+      return;
+    }
     if (!accumulate && M <= this.decodeRows) {
       const o = { wDtype: W.dtype, offsetW: W.offset, offsetBias: bias?.offset, tuning: this.tuning.matvec };
       matvec(this.gpu, rec, { x, w: W.buffer, y, bias: bias?.buffer }, { M, N: W.rows, K: W.cols }, o);
@@ -405,6 +450,12 @@ export class Model {
 
   /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
+    if (W.dtype === "q4") {
+      const d = this.dense(rec, [W]);
+      this.linearBack(rec, dy, d.Ws[0], dx, M, accumulate);
+      this.gpu.release(d.temp);
+      return;
+    }
     const o = { mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate, tuning: this.tuning.matmul };
     const scaleA = this.gradScale(rec, dy, M * W.rows);
     const b = { a: dy, b: W.buffer, c: dx, scaleA };
@@ -813,6 +864,12 @@ export class Model {
       rope?: { buffers: NonNullable<MatvecBuffers["rope"]>; dims: NonNullable<MatvecOptions["rope"]> };
     },
   ): void {
+    if (Ws[0].dtype === "q4") {
+      const d = this.dense(rec, Ws);
+      this.decodeLinear(rec, x, N, d.Ws, biases, entries, y, o);
+      this.gpu.release(d.temp);
+      return;
+    }
     const gpu = this.gpu;
     const K = Ws[0].cols;
     const norm = o.norm;

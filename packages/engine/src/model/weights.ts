@@ -2,9 +2,11 @@
 // f32; norm weights and biases become f32 (Gemma's norm weights stored as w - 1 become 1 + w, so every norm is
 // x·rstd·w on the GPU). A layer's q, k, v (and their biases) share one buffer, as do gate and up, each at a 256-byte
 // aligned offset, so decode reads them in one dispatch. The embedding (and an untied LM head) are split in row
-// shards when they exceed one storage binding. Tensors are streamed one at a time from the reader.
+// shards when they exceed one storage binding. Tensors are streamed one at a time from the reader. With `quantize:
+// "q4"` the layers' projections are quantized to 4 bits as they arrive (@webart/shaders quant: nibbles in the group's
+// buffer at the same element offsets, their scales in a buffer beside it); the embedding and LM head keep their form.
 import type { Gpu } from "@webart/gpu";
-import { uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
+import { q4Bytes, quantizeQ4, uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
 import {
   EMBED,
@@ -22,15 +24,28 @@ import { tensorToF32, type Dtype } from "../weights/index.ts";
 import type { LoadProgress, Tensor } from "../weights/index.ts";
 
 export type WDtype = "f32" | "bf16" | "f16";
+/** A projection's weight dtype: a file's, or q4 (4-bit, quantized at load: EngineOptions.quantize). */
+export type MatrixDtype = WDtype | "q4";
 
 export interface Matrix {
   buffer: GPUBuffer;
-  dtype: WDtype;
+  dtype: MatrixDtype;
   /** (rows, cols) = (out, in), as nn.Linear. */
   rows: number;
   cols: number;
-  /** Element offset of row 0 in `buffer` (16-bit elements when packed); a multiple of 256 bytes. */
+  /** Element offset of row 0 in `buffer` (16-bit elements when packed, nibbles for q4); a multiple of 256 bytes. */
   offset: number;
+  /** q4: the groups' scales (the same element offsets; quant/reference.ts). */
+  scales?: GPUBuffer;
+}
+
+/** What uploadWeights can do to the checkpoint's matrices on the way. */
+export interface UploadOptions {
+  /** Every matrix as f32 (e.g. when training the base weights). */
+  toF32?: boolean;
+  /** The layers' projections as q4. */
+  quantize?: "q4";
+  onProgress?: (p: LoadProgress) => void;
 }
 
 /** An f32 vector at an element offset of its buffer (a multiple of 256 bytes): a bias. */
@@ -111,13 +126,16 @@ export function tableShards(t: EmbeddingTable): WeightShard[] {
   }));
 }
 
-/** Streams tensors to the GPU; `toF32` forces f32 matrices (e.g. when training the base weights). */
+/** Streams tensors to the GPU; `toF32` forces f32 matrices (e.g. when training the base weights), `quantize` q4
+ *  projections. */
 export async function uploadWeights(
   gpu: Gpu,
   config: ModelConfig,
   tensors: AsyncIterable<Tensor>,
-  opts: { toF32?: boolean; onProgress?: (p: LoadProgress) => void } = {},
+  opts: UploadOptions = {},
 ): Promise<GpuWeights> {
+  if (opts.toF32 && opts.quantize)
+    throw new Error("weights: f32 weights (for full fine-tuning) and quantize q4 exclude each other");
   const buffers: GPUBuffer[] = [];
   try {
     return await upload(gpu, config, tensors, opts, buffers);
@@ -131,7 +149,7 @@ async function upload(
   gpu: Gpu,
   config: ModelConfig,
   tensors: AsyncIterable<Tensor>,
-  opts: { toF32?: boolean; onProgress?: (p: LoadProgress) => void },
+  opts: UploadOptions,
   buffers: GPUBuffer[],
 ): Promise<GpuWeights> {
   const up = (data: ArrayBufferView, name: string) => {
@@ -148,6 +166,35 @@ async function upload(
   const groupOf = new Map<string, { names: string[]; index: number }>();
   for (const names of weightGroups(config)) names.forEach((n, index) => groupOf.set(n, { names, index }));
   const groupBufs = new Map<string[], { buffer?: GPUBuffer; dtype: WDtype; offsets: number[] }>();
+  const q4Bufs = new Map<string[], { buffer: GPUBuffer; scales: GPUBuffer; offsets: number[] } | null>();
+  // q4: the nibbles at the group's element offsets (256-byte aligned: multiples of 512 nibbles), the scales in a
+  // buffer beside them at offset / 32; a group past one binding stays apart as above.
+  const placeQ4 = (name: string, values: Float32Array): { buffer: GPUBuffer; offset: number; scales: GPUBuffer } => {
+    const q = quantizeQ4(values, name);
+    const g = groupOf.get(name);
+    let gb = g && q4Bufs.get(g.names);
+    if (g && gb === undefined) {
+      const sizes = g.names.map((n) => shapes.get(n)!.reduce((a, b) => a * b, 1));
+      const { offsets, elements } = groupLayout(sizes, 0.5);
+      const bytes = q4Bytes(elements);
+      const label = g.names[0].replace(/\.[a-z_]+\.(weight|bias)$/, ".*");
+      gb =
+        bytes.nibbles <= gpu.maxStorageBinding
+          ? {
+              buffer: gpu.buffer(bytes.nibbles, "weights", label),
+              scales: gpu.buffer(bytes.scales, "weights", label + " scales"),
+              offsets,
+            }
+          : null;
+      if (gb) buffers.push(gb.buffer, gb.scales);
+      q4Bufs.set(g.names, gb);
+    }
+    if (!g || !gb) return { buffer: up(q.nibbles, name), scales: up(q.scales, name + " scales"), offset: 0 };
+    const offset = gb.offsets[g.index];
+    gpu.write(gb.buffer, q.nibbles, offset / 2);
+    gpu.write(gb.scales, q.scales, (offset / 32) * 2);
+    return { buffer: gb.buffer, scales: gb.scales, offset };
+  };
   const place = (name: string, dtype: WDtype, data: Uint8Array): { buffer: GPUBuffer; offset: number } => {
     const g = groupOf.get(name);
     if (!g) return { buffer: up(data, name), offset: 0 };
@@ -199,6 +246,12 @@ async function upload(
       for (const sh of tableShards(table)) if (!buffers.includes(sh.buffer)) buffers.push(sh.buffer);
       if (name === LM_HEAD) head = table;
       else embed = table;
+    } else if (opts.quantize) {
+      const q = placeQ4(name, tensorToF32({ dtype: t.dtype, bytes: t.bytes }));
+      mats.set(name, { ...q, dtype: "q4", rows, cols });
+      const qb = q4Bytes(rows * cols);
+      bytes += qb.nibbles + qb.scales;
+      continue;
     } else {
       mats.set(name, { ...place(name, dtype, pad4(data)), dtype, rows, cols });
     }

@@ -149,3 +149,16 @@ export function bytes(name: string, v: string | undefined): number | undefined {
     throw new UsageError((e as Error).message);
   }
 }
+
+/** The --quantize option of the commands that load a base model for a run or a server. */
+export const QUANTIZE_OPTION = {
+  quantize: {
+    arg: "q4",
+    help: "load the layers' projections as 4-bit weights (groups of 32 with a bf16 scale: about a third of\n16-bit bytes); a run trained so goes on and is evaluated so",
+  },
+} as const;
+
+/** --quantize's value: q4, or undefined when not given. */
+export function quantizeOption(v: string | undefined): "q4" | undefined {
+  return v === undefined ? undefined : oneOf("quantize", v, ["q4"] as const);
+}

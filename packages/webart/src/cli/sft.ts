@@ -5,7 +5,16 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { iterateDataset, LocalBackend, TrainableModel, Trajectory } from "@webart/engine";
 import { GAME_NAMES, GAMES } from "@webart/envs";
-import { bytes, num, oneOf, parseOptions, UsageError, type CommandSpec } from "./args.ts";
+import {
+  bytes,
+  num,
+  oneOf,
+  parseOptions,
+  QUANTIZE_OPTION,
+  quantizeOption,
+  UsageError,
+  type CommandSpec,
+} from "./args.ts";
 
 export const SFT = {
   name: "sft",
@@ -43,6 +52,7 @@ export const SFT = {
     runs: { arg: "DIR", default: ".art", help: "folder holding the runs" },
     "lora-rank": { arg: "N", default: "8", help: "LoRA rank" },
     "memory-budget": { arg: "SIZE", help: "GPU memory the engine may plan for, e.g. 6GB" },
+    ...QUANTIZE_OPTION,
   },
 } satisfies CommandSpec;
 
@@ -110,7 +120,8 @@ export async function sftCommand(argv: string[]): Promise<number> {
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
   const { trajectories, lines } = readConversations(a.data);
   const project = a.project || env;
-  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: 1, maxContext, memoryBudget } });
+  const quantize = quantizeOption(a.quantize);
+  const backend = new LocalBackend({ path: a.runs, engine: { kvSlots: 1, maxContext, memoryBudget, quantize } });
   const model = new TrainableModel({ name: a.name, project, baseModel: a.model ?? game.model, seed, lora: { rank } });
   try {
     await model.register(backend);

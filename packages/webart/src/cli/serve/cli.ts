@@ -1,7 +1,7 @@
 // `webart serve` on the command line: flags -> ServeOptions; SIGINT/SIGTERM -> finish the running step
 // (its checkpoint is written) and open requests, then exit 0. A second signal exits at once.
 import { EMBEDDED_MODEL } from "@webart/engine";
-import { bytes, num, parseOptions, UsageError, type CommandSpec } from "../args.ts";
+import { bytes, num, parseOptions, QUANTIZE_OPTION, quantizeOption, UsageError, type CommandSpec } from "../args.ts";
 import { ServeConfigError, startServer, type ServeOptions } from "./server.ts";
 
 export { EMBEDDED_MODEL };
@@ -38,6 +38,7 @@ export const SERVE = {
         "GPU memory for the base model and every run, e.g. 6GB or 4096MiB; a load or run registration\n" +
         "over it is refused before allocating (default 16 GiB on a GPU, 8 GiB on a CPU device: webart info)",
     },
+    ...QUANTIZE_OPTION,
     "max-wait": {
       arg: "SECONDS",
       default: "300",
@@ -72,6 +73,7 @@ export function parseServeArgs(argv: string[], env: Record<string, string | unde
     maxContext: int("max-context", 8, 1 << 20),
     maxWaitMs: num("max-wait", a["max-wait"], { min: 0 }) * 1000,
     memoryBudget: bytes("memory-budget", a["memory-budget"]),
+    quantize: quantizeOption(a.quantize),
   };
 }
 

@@ -43,6 +43,8 @@ export interface ServeOptions {
   maxContext?: number;
   /** Bytes the server may hold on the GPU (base model and every run); plans over it are refused before allocating. */
   memoryBudget?: number;
+  /** The served base model and every run's as q4 weights (EngineOptions.quantize). */
+  quantize?: "q4";
   /** Longest a chat request waits for its model's training step before a 503 with Retry-After (ms, default 300 000). */
   maxWaitMs?: number;
   /** Body size limits in bytes: chat 4 MiB, train/log 32 MiB, other routes 1 MiB. */
@@ -125,6 +127,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
     kvSlots: o.kvSlots,
     maxContext: o.maxContext,
     memoryBudget: o.memoryBudget,
+    quantize: o.quantize,
     bases: new BaseModels(),
   };
   const engine = await Engine.load(o.model, engineOpts);

@@ -19,7 +19,7 @@ import {
   type ScriptedPolicy,
   CUSTOM_DEFAULTS,
 } from "@webart/envs";
-import { num, oneOf, parseOptions, refuseGiven, UsageError, type CommandSpec } from "../args.ts";
+import { num, oneOf, parseOptions, quantizeOption, refuseGiven, UsageError, type CommandSpec } from "../args.ts";
 import { validateCustomTask, withBaseModel } from "../../custom.ts";
 import {
   checkJudgeOption,
@@ -64,6 +64,10 @@ export const EVAL = {
     "legal-moves": {
       flag: true,
       help: "tic-tac-toe: every model's moves sampled among the legal ones (guided_choice of the empty\ncells, as train's --legal-moves), so no game ends on an illegal reply",
+    },
+    quantize: {
+      arg: "q4",
+      help: "the base model's projections as 4-bit weights (default: as the run was trained, from its\nmodel.json; with --checkpoint none, off)",
     },
     "no-base": { flag: true, help: "leave out the base model's row" },
     "no-baselines": { flag: true, help: "leave out the baselines' rows" },
@@ -115,7 +119,8 @@ export async function evalCommand(argv: string[]): Promise<number> {
   // --model may only name the same one.
   let baseModel = a.model ?? game.model;
   const files = checkpoint === "none" ? undefined : new RunFiles(await FsStore.open(a.runs), project, a.name);
-  const runBase = (await files?.readJson<{ base_model?: string }>("model.json"))?.base_model;
+  const saved = await files?.readJson<{ base_model?: string; quantize?: "q4" }>("model.json");
+  const runBase = saved?.base_model;
   if (files && runBase !== undefined && !sameModel(runBase, baseModel)) {
     if (a.model !== undefined)
       throw new UsageError(
@@ -131,8 +136,20 @@ export async function evalCommand(argv: string[]): Promise<number> {
       `no run ${project}/${a.name} in ${a.runs}: --env custom judges a checkpoint against its base model`,
     );
   if (a.trajectories) await writeFile(a.trajectories, "");
+  // The run's checkpoints are adapters of the weights it trained on: q4 if it was trained so.
+  let quantize = quantizeOption(a.quantize);
+  if (files && saved && runBase !== undefined) {
+    if (a.quantize !== undefined && quantize !== saved.quantize)
+      throw new UsageError(
+        `--quantize ${a.quantize}: run ${project}/${a.name} was trained on ${saved.quantize ? `${saved.quantize} weights` : "the base model's own weights"} ` +
+          `(${files.path("model.json")}); leave --quantize out to play it as it was trained`,
+      );
+    quantize = saved.quantize;
+  }
+  const baseLabel = `base model (${baseModel.split("/").pop()}${quantize ? `, ${quantize}` : ""})`;
   const engine = await Engine.load(baseModel, {
     name: "eval",
+    quantize,
     kvSlots: 64,
     maxContext: custom ? undefined : game.maxContext,
   });
@@ -149,7 +166,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
   };
   if (custom) {
     const state = await loadCheckpoint(step!);
-    const label = { base: `base model (${baseModel.split("/").pop()})`, checkpoint: `checkpoint ${step}` };
+    const label = { base: baseLabel, checkpoint: `checkpoint ${step}` };
     engine.model.lora = state;
     const v = await validateCustomTask(engine.openaiClient(), {
       model: "eval",
@@ -207,7 +224,7 @@ export async function evalCommand(argv: string[]): Promise<number> {
         trajs.map((t) => JSON.stringify({ player: label, trajectory: t }) + "\n").join(""),
       );
   };
-  if (!a["no-base"]) await play(`base model (${baseModel.split("/").pop()})`);
+  if (!a["no-base"]) await play(baseLabel);
   if (files && checkpoint !== "none") {
     if (step === null) {
       console.log(`(no run ${project}/${a.name} in ${a.runs}: checkpoint row skipped)`);

@@ -210,6 +210,34 @@ describe("webart train / eval", () => {
     await expect(wrong).rejects.toThrow(/run tictactoe\/a was trained on base model webart-tiny .*Leave --model out/);
   }, 300_000);
 
+  it("--quantize q4: the run records it, resumes and is evaluated on q4 weights; another setting is refused", async () => {
+    expect(await trainCommand(["--steps", "1", "--name", "q4", "--quantize", "q4", ...tiny])).toBe(0);
+    const dir = join(runs, "tictactoe/models/q4");
+    expect(JSON.parse(readFileSync(join(dir, "model.json"), "utf8")).quantize).toBe("q4");
+    // Resumed without --quantize, the run would go on against other weights than it trained on.
+    const resume = ["--steps", "2", "--name", "q4", "--resume", ...tiny];
+    await expect(trainCommand(resume)).rejects.toThrow(/trained on q4 weights, and this backend loads its own weights/);
+    expect(await trainCommand([...resume, "--quantize", "q4"])).toBe(0);
+    expect(readFileSync(join(dir, "latest"), "utf8").trim()).toBe("2");
+    const lines: string[] = [];
+    const log = console.log;
+    console.log = (s: string) => lines.push(String(s));
+    try {
+      // Eval plays it on q4 weights without being told (model.json).
+      expect(await evalCommand(["--games", "2", "--name", "q4", "--runs", runs, "--no-baselines"])).toBe(0);
+    } finally {
+      console.log = log;
+    }
+    expect(lines.join("\n")).toContain("base model (webart-tiny, q4)");
+    expect(lines.join("\n")).toContain("checkpoint 2");
+    await expect(trainCommand(["--steps", "1", "--name", "x", "--quantize", "q8", ...tiny])).rejects.toThrow(
+      /--quantize "q8": expected q4/,
+    );
+    // Run "a" was trained on the file's weights: --quantize q4 would play its adapter on other weights.
+    const wrong = evalCommand(["--games", "2", "--name", "a", "--runs", runs, "--quantize", "q4"]);
+    await expect(wrong).rejects.toThrow(/run tictactoe\/a was trained on the base model's own weights/);
+  }, 300_000);
+
   it("--env email: 2 steps on the embedded webart-tools by default, then eval's table with both scripted searchers", async () => {
     const args = ["--env", "email", "--name", "mail", "--group-size", "2", "--groups-per-step", "1", "--runs", runs];
     args.push("--max-groups", "1");

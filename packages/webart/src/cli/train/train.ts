@@ -26,7 +26,17 @@ import {
   TASK_OPTIONS,
 } from "./custom.ts";
 import { trainingChart } from "./chart.ts";
-import { bytes, num, oneOf, parseOptions, refuseGiven, UsageError, type CommandSpec } from "../args.ts";
+import {
+  bytes,
+  num,
+  oneOf,
+  parseOptions,
+  QUANTIZE_OPTION,
+  quantizeOption,
+  refuseGiven,
+  UsageError,
+  type CommandSpec,
+} from "../args.ts";
 
 export const ENVS = GAME_NAMES;
 const OPPONENT_NAMES = Object.keys(TICTACTOE_OPPONENTS) as TicTacToeOpponentName[];
@@ -143,6 +153,7 @@ export const TRAIN = {
       arg: "SIZE",
       help: "GPU memory webart may use, e.g. 6GB or 4096MiB; plans over it are refused before loading\n(default 16 GiB on a GPU, 8 GiB on a CPU device: webart info)",
     },
+    ...QUANTIZE_OPTION,
   },
 } satisfies CommandSpec;
 
@@ -181,6 +192,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const maxHistories = num("max-histories", a["max-histories"], { int: true, min: 0 });
   const rank = num("lora-rank", a["lora-rank"], { int: true, min: 1 });
   const memoryBudget = bytes("memory-budget", a["memory-budget"]);
+  const quantize = quantizeOption(a.quantize);
   const opponent = a.opponent ?? (game.train.opponents ?? ["random"]).join(",");
   const start = a.start ?? (game.train.starts ?? ["empty"]).join(",");
   const opponents = opponent.split(",").map((o) => oneOf("opponent", o.trim(), OPPONENT_NAMES));
@@ -210,7 +222,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   const project = a.project || env;
   const backend = new LocalBackend({
     path: a.runs,
-    engine: { kvSlots: Math.min(64, G * K), maxContext: game.maxContext, memoryBudget },
+    engine: { kvSlots: Math.min(64, G * K), maxContext: game.maxContext, memoryBudget, quantize },
   });
   const model = new TrainableModel({ name: a.name, project, baseModel: a.model ?? game.model, seed, lora: { rank } });
   await model.register(backend);

@@ -1,0 +1,150 @@
+// q4 base weights (uploadWeights' quantize, EngineOptions.quantize) against the same model with each projection
+// replaced by its q4 values in f32 (quantizeQ4 then dequantizeQ4 on the CPU): prefill logits through the matmuls and
+// through decodeLayer's matvecs, decode steps through the KV cache, and LoRA GRPO gradients; and the weights' bytes.
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { beforeAll, describe, expect, it } from "vitest";
+import { getDevice, type Gpu } from "@webart/gpu";
+import { assertClose } from "@webart/gpu/check";
+import { dequantizeQ4, quantizeQ4 } from "@webart/shaders";
+import { isIgnorableTensor, parseConfig, tensorShapes, type ModelConfig } from "../config/index.ts";
+import { memorySource, modelFiles, readJson, tensorToF32, WeightReader, type Tensor } from "../weights/index.ts";
+import { accumulateGradients } from "../train/grpo.ts";
+import { LoraState } from "./lora.ts";
+import { Model } from "./model.ts";
+import { prefillLogits } from "./testing.ts";
+import { freeWeights, uploadWeights } from "./weights.ts";
+import type { LoraTarget } from "../plan.ts";
+
+const FIX = join(import.meta.dirname, "../../fixtures");
+let gpu: Gpu;
+beforeAll(async () => void (gpu = await getDevice()));
+
+/** A layer's projection (what q4 quantizes): the embedding, LM head, norms and biases stay as they are. */
+const isProjection = (t: Tensor) => t.shape.length === 2 && t.name.startsWith("model.layers.");
+
+/** The tensors with each projection as its q4 values in f32. */
+async function* asQ4Values(tensors: AsyncIterable<Tensor>): AsyncIterable<Tensor> {
+  for await (const t of tensors) {
+    if (!isProjection(t)) {
+      yield t;
+      continue;
+    }
+    const f = tensorToF32({ dtype: t.dtype, bytes: t.bytes });
+    const q = quantizeQ4(f, t.name);
+    const d = dequantizeQ4(q.nibbles, q.scales, f.length);
+    yield { name: t.name, dtype: "F32", shape: t.shape, bytes: new Uint8Array(d.buffer as ArrayBuffer) };
+  }
+}
+
+/** A fixture's model: its projections quantized on upload, (reference) their q4 values uploaded as f32, or as the
+ *  file has them. */
+async function load(name: string, how: "q4" | "reference" | "file"): Promise<Model> {
+  const files = await modelFiles(join(FIX, name));
+  const config: ModelConfig = parseConfig((await readJson(files, "config.json"))!);
+  const reader = await WeightReader.open(files);
+  const tensors = reader.tensors(tensorShapes(config), { ignore: (n) => isIgnorableTensor(config, n) });
+  const w =
+    how === "q4"
+      ? await uploadWeights(gpu, config, tensors, { quantize: "q4" })
+      : await uploadWeights(gpu, config, how === "file" ? tensors : asQ4Values(tensors));
+  await reader.close();
+  return new Model(gpu, config, w);
+}
+
+describe.each(["qwen2-tiny", "qwen3-tiny-bf16", "gemma3-tiny", "llama32-tiny"])("%s with q4 weights", (fixture) => {
+  let q4: Model;
+  let ref: Model;
+  beforeAll(async () => {
+    q4 = await load(fixture, "q4");
+    ref = await load(fixture, "reference");
+    return () => {
+      freeWeights(gpu, q4.weights);
+      freeWeights(gpu, ref.weights);
+    };
+  });
+
+  it("holds its projections as q4 and computes the same logits as their values in f32", async () => {
+    expect(q4.quantized).toBe(true);
+    expect(
+      q4.weights.layers.every((L) => [L.q, L.k, L.v, L.o, L.gate, L.up, L.down].every((W) => W.dtype === "q4")),
+    ).toBe(true);
+    const V = q4.config.vocabSize;
+    const ids = Array.from({ length: 20 }, (_, i) => (i * 7 + 3) % V);
+    for (const decodeRows of [0, 64]) {
+      // 0: every projection a matmul over the f16 copy; 64: decodeLayer's matvecs
+      q4.decodeRows = ref.decodeRows = decodeRows;
+      const got = await prefillLogits(gpu, q4, ids);
+      const want = await prefillLogits(gpu, ref, ids);
+      assertClose(`${fixture} logits, decodeRows ${decodeRows}`, got, want, { atol: 2e-4, rtol: 2e-4 });
+    }
+    // The file's own weights give other logits: the check above would see a q4 value gone astray.
+    const file = await load(fixture, "file");
+    const a = await prefillLogits(gpu, file, ids);
+    const b = await prefillLogits(gpu, q4, ids);
+    freeWeights(gpu, file.weights);
+    expect(a.reduce((m, v, i) => Math.max(m, Math.abs(v - b[i])), 0)).toBeGreaterThan(2e-3);
+    expect(gpu.errors).toEqual([]);
+  });
+});
+
+it("q4 weights take 4.5 bits a projection weight; the rest as the file has it", async () => {
+  const q4 = await load("qwen3-tiny-bf16", "q4");
+  const files = await modelFiles(join(FIX, "qwen3-tiny-bf16"));
+  const config = parseConfig((await readJson(files, "config.json"))!);
+  const reader = await WeightReader.open(files);
+  const w = await uploadWeights(gpu, config, reader.tensors(tensorShapes(config), { ignore: () => false }));
+  await reader.close();
+  let proj = 0;
+  for (const [name, shape] of tensorShapes(config))
+    if (shape.length === 2 && name.startsWith("model.layers.")) proj += shape[0] * shape[1];
+  expect(w.bytes - q4.weights.bytes).toBe(proj * 2 - proj * (4.5 / 8));
+  freeWeights(gpu, q4.weights);
+  freeWeights(gpu, w);
+});
+
+describe("LoRA GRPO on a q4 base (grpo-qwen3's batch)", () => {
+  it("gives the gradients of the same step on the q4 values in f32", async () => {
+    const inputs = JSON.parse(readFileSync(join(FIX, "grpo-qwen3", "inputs.json"), "utf8"));
+    const targets = (inputs.lora.target_modules as string[]).map((m) => m.replace("_proj", "") as LoraTarget);
+    const adapter = await WeightReader.fromSource(
+      memorySource(
+        new Uint8Array(readFileSync(join(FIX, "grpo-qwen3", "adapter_model.safetensors"))),
+        "adapter_model.safetensors",
+      ),
+    );
+    const grads: Float32Array[] = [];
+    const losses: number[] = [];
+    for (const how of ["q4", "reference"] as const) {
+      const model = await load(inputs.base_model, how);
+      model.lora = new LoraState(gpu, model.config, { rank: inputs.lora.r, alpha: inputs.lora.alpha, targets });
+      await model.lora.load(adapter);
+      const seqs = (
+        inputs.groups as {
+          advantages: number[];
+          trajectories: { ids: number[]; mask: number[]; old_logprobs: number[] }[];
+        }[]
+      )
+        .flatMap((g) => g.trajectories.map((t, i) => ({ t, a: g.advantages[i] })))
+        .filter((x) => x.a !== 0)
+        .map(({ t, a }) => ({ ids: t.ids, mask: t.mask, oldLogprobs: t.old_logprobs, advantage: a, coef: 1 / 16 }));
+      const r = await accumulateGradients(model, seqs, {
+        loss: "ppo",
+        level: "token",
+        epsilon: 0.2,
+        epsilonHigh: 0.2,
+        beta: 0,
+        microBatchTokens: 4096,
+      });
+      losses.push(r.loss);
+      grads.push(await gpu.readF32(model.lora.grads!, model.lora.size));
+      model.lora.dispose();
+      freeWeights(gpu, model.weights);
+    }
+    expect(Math.abs(losses[0] - losses[1])).toBeLessThan(1e-5 + 1e-4 * Math.abs(losses[1]));
+    const max = grads[1].reduce((m, v) => Math.max(m, Math.abs(v)), 0);
+    expect(max).toBeGreaterThan(0);
+    assertClose("LoRA gradients on q4", grads[0], grads[1], { atol: 1e-4 * max, rtol: 1e-3 });
+    expect(gpu.errors).toEqual([]);
+  });
+});
