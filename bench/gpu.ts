@@ -592,6 +592,11 @@ async function modelPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
     } catch (e) {
       ctx.log(`${name}: failed: ${(e as Error).stack ?? e}`);
     }
+    try {
+      await q4Model(ctx, out, name, json, small, B, T);
+    } catch (e) {
+      ctx.log(`${name} q4: failed: ${(e as Error).stack ?? e}`);
+    }
   }
 }
 
@@ -848,6 +853,112 @@ async function oneModel(
       await engine.close();
       gpu.pool.trim();
     }
+  }
+}
+
+/**
+ * The same shape with q4 projections (EngineOptions.quantize): its weights' bytes, decode at batch 1, 8 and 32 and
+ * prefill against the 16-bit model's figures of this run (`out`), the q4 stream matvec against the f16 copy
+ * (q4MatvecRows 0) in whole decode steps at batch 1 and 8, alternating, and a LoRA GRPO step.
+ */
+async function q4Model(
+  ctx: BenchContext,
+  out: BenchResult[],
+  name: string,
+  json: Record<string, unknown>,
+  small: boolean,
+  B: number,
+  T: number,
+): Promise<void> {
+  const gpu = ctx.gpu;
+  const at = `gpu.${name}.q4`;
+  const engine = await Engine.load(randomModelFiles(json), {
+    gpu,
+    kvSlots: 1,
+    maxContext: 1024,
+    prefillChunk: 512,
+    name,
+    quantize: "q4",
+  });
+  const bf16 = (id: string) => out.find((r) => r.id === id)?.value;
+  const vs16 = (id: string, value: number, higher = true) => {
+    const v = bf16(id);
+    return v ? { vs: { id, ratio: higher ? value / v : v / value } } : {};
+  };
+  try {
+    const model = engine.model;
+    const wb = engine.plan.weights;
+    const wb16 = planMemory(engine.config, {
+      weightBytes: 2,
+      kvSlots: 1,
+      kvContext: 1024,
+      prefillChunk: 512,
+      vocabChunk: 8192,
+    }).weights;
+    out.push({
+      id: `${at}.weights`,
+      value: wb / GiB,
+      unit: "GiB",
+      vs: { id: "16-bit weights", ratio: wb / wb16 },
+      note: `q4 projections (4.5 bits a weight), the embedding and LM head 16-bit; ${(wb16 / GiB).toFixed(2)} GiB in 16 bits`,
+    });
+    ctx.log(`${name} q4: ${(wb / GiB).toFixed(2)} GiB of weights (16-bit: ${(wb16 / GiB).toFixed(2)} GiB)`);
+    const steps = small ? 3 : 16;
+    for (const b of [1, 8, 32]) {
+      const r = await decodeRun(gpu, model, b, 16, steps, 0, small ? 1 : 4);
+      const a = r.ahead!;
+      out.push({
+        id: `${at}.decode.b${b}`,
+        value: a.run,
+        unit: "tok/s",
+        ...vs16(`gpu.${name}.decode.b${b}.ahead`, a.run),
+        note: `in runs of ${AHEAD} steps (one step at a time: ${a.single.toFixed(1)} tok/s; ${r.dispatches} dispatches a step); ratio: over the 16-bit model's runs in this suite`,
+      });
+      ctx.log(
+        `${name} q4 decode b${b}: ${a.run.toFixed(1)} tok/s in runs of ${AHEAD}, ${a.single.toFixed(1)} a step at a time`,
+      );
+    }
+    const rows = model.q4MatvecRows;
+    for (const b of [1, 8]) {
+      const toggle = (on: boolean) => (model.q4MatvecRows = on ? rows : 0);
+      const ab = (await decodeRun(gpu, model, b, 16, 0, steps, 0, toggle)).ab!;
+      model.q4MatvecRows = rows;
+      out.push({
+        id: `${at}.decode.b${b}.f16_copy`,
+        value: ab.perOp,
+        unit: "tok/s",
+        vs: { id: `${at}.decode.b${b}.q4_matvec`, ratio: ab.fused / ab.perOp },
+        note: `every projection a matvec over its f16 copy (q4MatvecRows 0); ratio: the q4 stream matvec on the nibbles (${ab.fused.toFixed(1)} tok/s) over this, steps alternating`,
+      });
+      ctx.log(
+        `${name} q4 decode b${b}: q4 matvec ${ab.fused.toFixed(1)} tok/s, over the f16 copy ${ab.perOp.toFixed(1)}`,
+      );
+    }
+    const [PB, PT] = small ? [2, 32] : [8, 512];
+    const prefill = (await decodeRun(gpu, model, PB, PT, 0)).prefill;
+    out.push({
+      id: `${at}.prefill`,
+      value: prefill,
+      unit: "tok/s",
+      ...vs16(`gpu.${name}.prefill`, prefill),
+      note: `${PB} prompts of ${PT} tokens in one step (each product over its f16 copy); ratio: over the 16-bit model's`,
+    });
+    ctx.log(`${name} q4 prefill: ${prefill.toFixed(0)} tok/s`);
+    engine.attachLora({ rank: 8, targets: [...LORA_TARGETS] });
+    const o = { batch: B, length: T, microBatchTokens: B * T, recompute: false, vocabChunk: 8192 };
+    await measureGrpoStep(engine, o); // allocates the optimizer state, compiles
+    const m = await measureGrpoStep(engine, o);
+    out.push({
+      id: `${at}.grpo_${B}x${T}`,
+      value: m.ms / 1000,
+      unit: "s",
+      ...vs16(`gpu.${name}.grpo_${B}x${T}`, m.ms / 1000, false),
+      note: `${((B * T) / (m.ms / 1000)).toFixed(0)} training tok/s, peak ${(m.peak / GiB).toFixed(2)} GiB; ratio: the 16-bit model's step time over this`,
+    });
+    ctx.log(`${name} q4 GRPO ${B}x${T}: ${(m.ms / 1000).toFixed(2)} s, peak ${(m.peak / GiB).toFixed(2)} GiB`);
+  } finally {
+    await engine.close();
+    gpu.pool.trim();
   }
 }
 

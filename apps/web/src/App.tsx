@@ -165,7 +165,7 @@ export function App() {
 
   // The memory plan follows the model and the settings that change it (rank, concurrent games, budget).
   const planKey = settings
-    ? `${settings.loraRank}/${settings.groupSize * settings.groupsPerStep}/${settings.memoryBudgetGiB}`
+    ? `${settings.loraRank}/${settings.groupSize * settings.groupsPerStep}/${settings.memoryBudgetGiB}/${settings.quantize}`
     : null;
   useEffect(() => {
     if (!device || !settings) return;

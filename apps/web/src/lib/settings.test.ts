@@ -140,3 +140,14 @@ it("takes a custom task's warm start only when training scenarios have an answer
   );
   expect(validate({ ...noAnswers, warmStart: "0" }).errors).toEqual({});
 });
+
+it("loads the base model's projections as q4 only when asked, for every env; old runs do not", () => {
+  expect(validate(defaultDraft()).settings!.quantize).toBeUndefined();
+  const on = validate({ ...defaultDraft(), q4: true }).settings!;
+  expect(on.quantize).toBe("q4");
+  expect(draftFrom("on", on, defaultDraft()).q4).toBe(true);
+  const email = { ...defaultDraft(), env: "email" as const, maxTokens: "200", q4: true };
+  expect(validate(email).settings!.quantize).toBe("q4");
+  const { quantize: _, ...old } = on;
+  expect(draftFrom("old", old, defaultDraft()).q4).toBe(false);
+});

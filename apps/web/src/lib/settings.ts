@@ -65,6 +65,8 @@ export interface SettingsDraft {
   toolChoice: "auto" | "required" | "guided";
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
+  /** The base model's projections as 4-bit weights (q4). */
+  q4: boolean;
 }
 
 export type DraftErrors = Partial<Record<keyof SettingsDraft, string>>;
@@ -180,6 +182,7 @@ export function defaultDraft(): SettingsDraft {
     legalMoves: false,
     toolChoice: "auto",
     memoryBudget: String(DEFAULT_BUDGET_GIB),
+    q4: false,
   };
 }
 
@@ -288,6 +291,7 @@ export function validate(d: SettingsDraft): { settings: TrainSettings | null; er
       ...(d.env === "tictactoe" && d.legalMoves ? { legalMoves: true } : {}),
       ...(d.env === "email" && d.toolChoice !== "auto" ? { toolChoice: d.toolChoice } : {}),
       memoryBudgetGiB,
+      ...(d.q4 ? { quantize: "q4" as const } : {}),
       reward:
         d.reward === "env"
           ? { kind: "env" }
@@ -384,5 +388,6 @@ export function draftFrom(name: string, s: TrainSettings, current: SettingsDraft
     legalMoves: s.legalMoves ?? false,
     toolChoice: s.toolChoice ?? "auto",
     memoryBudget: String(s.memoryBudgetGiB ?? DEFAULT_BUDGET_GIB),
+    q4: s.quantize === "q4",
   };
 }

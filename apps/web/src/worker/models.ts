@@ -199,6 +199,7 @@ function engineSizes(s: TrainSettings, c: ModelConfig) {
     kvSlots: kvSlotsFor(s),
     maxContext: maxContextFor(c, s.env),
     prefillChunk: 256,
+    quantize: s.quantize,
     memoryBudget:
       s.memoryBudgetGiB !== undefined
         ? Math.floor(s.memoryBudgetGiB * 2 ** 30)
@@ -263,11 +264,12 @@ export async function inspectModel(m: ModelChoice, s: TrainSettings): Promise<Mo
   const weightBytes = c.torchDtype === "float32" || !c.torchDtype ? 4 : 2;
   const setup: Omit<PlanSetup, "train" | "vocabChunk"> = {
     weightBytes,
+    ...(e.quantize ? { quantize: e.quantize } : {}),
     kvSlots: e.kvSlots,
     kvContext: e.maxContext,
     prefillChunk: e.prefillChunk,
     lora: { rank: lora.rank, targets: lora.targets },
-    mergeLora: defaultMergeLora(gpu, weightBytes),
+    mergeLora: !e.quantize && defaultMergeLora(gpu, weightBytes),
   };
   const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
   let plan: MemoryPlan | undefined;

@@ -22,6 +22,8 @@ import {
   matmul,
   matvec,
   matvecRopeFits,
+  matvecRopePairs,
+  q4Streamable,
   rmsnormForward,
   rmsnormBackward,
   ropeBackward,
@@ -234,6 +236,9 @@ export class Model {
     const c = config;
     this.decodeRows = Math.min(DECODE_ROWS, tuning.decodeRows ?? DECODE_ROWS);
     this.submitLayers = isCpuDevice(gpu) ? 0 : 4;
+    // On SwiftShader the q4 stream matvec ran 3.5-7x slower than the f16 copy with the CPU's tuned variant (Qwen2.5-0.5B's
+    // widths, 4 layers, batch 1 and 8): the copy there; the nibbles themselves on a GPU, where bytes bound a matvec.
+    this.q4MatvecRows = isCpuDevice(gpu) ? 0 : 16;
     this.f32Targets = weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"));
     this.mergeFits = [...this.mergedEnds().values()].every((end) => end * 4 <= gpu.maxStorageBinding);
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
@@ -382,6 +387,29 @@ export class Model {
   }
 
   /**
+   * Rows up to which a q4 projection runs as a matvec on the nibbles themselves (the stream variant); above it, and
+   * where that variant cannot run it, on an f16 copy (dense). The stream variant reads W once per 4 rows, 0.56 bytes
+   * a weight each time, against the copy's 0.56 + 2 written + 2 read per pass of the f16 matvec. Default: 16 on a
+   * GPU (not yet measured there: `npm run bench -- gpu`, gpu.<model>.q4.decode.b<B>.f16_copy), 0 on a CPU device.
+   */
+  q4MatvecRows: number;
+
+  /** Whether Ws (q4, one buffer, of K columns) run as a q4 matvec over N rows: within q4MatvecRows, streamable (K and
+   *  the offsets multiples of 32), and with RoPE in its epilogue (`headDim`) where the device binds its 12 buffers. */
+  private q4Matvec(N: number, Ws: Matrix[], headDim?: number): boolean {
+    const K = Ws[0].cols;
+    if (
+      N > this.q4MatvecRows ||
+      !q4Streamable(
+        K,
+        Ws.map((W) => W.offset),
+      )
+    )
+      return false;
+    return headDim === undefined || (matvecRopeFits(this.gpu, "q4") && matvecRopePairs("stream", "q4", K, headDim) > 0);
+  }
+
+  /**
    * Ws (q4, in one buffer) as the f16 matrices every product reads: the span of elements they cover dequantized into
    * a temporary, in `rec` before the products (release `temp` once they are recorded). Each q4 value is exact in f16,
    * so these are the weights the q4 matvec computes with. Other dtypes are returned as they are.
@@ -421,25 +449,28 @@ export class Model {
     bias?: Vector,
     accumulate = false,
   ): void {
-    if (W.dtype === "q4") {
+    const matvecRows = !accumulate && M <= this.decodeRows;
+    if (W.dtype === "q4" && !(matvecRows && this.q4Matvec(M, [W]))) {
       const d = this.dense(rec, [W]);
       this.linear(rec, x, d.Ws[0], y, M, bias, accumulate);
       this.gpu.release(d.temp);
       return;
     }
-    if (!accumulate && M <= this.decodeRows) {
+    if (matvecRows) {
       const o = { wDtype: W.dtype, offsetW: W.offset, offsetBias: bias?.offset, tuning: this.tuning.matvec };
-      matvec(this.gpu, rec, { x, w: W.buffer, y, bias: bias?.buffer }, { M, N: W.rows, K: W.cols }, o);
-    } else {
-      const o = { mode: "nt" as const, bDtype: W.dtype, offsetB: W.offset, offsetBias: bias?.offset, accumulate };
-      matmul(
-        this.gpu,
-        rec,
-        { a: x, b: W.buffer, c: y, bias: bias?.buffer },
-        { M, N: W.rows, K: W.cols },
-        { ...o, tuning: this.tuning.matmul, variant: this.tensorCores ? "coop" : undefined },
-      );
+      const b = { x, w: W.buffer, scales: W.scales, y, bias: bias?.buffer };
+      matvec(this.gpu, rec, b, { M, N: W.rows, K: W.cols }, o);
+      return;
     }
+    if (W.dtype === "q4") throw new Error("Model.linear: q4 weights reach a matmul only as their f16 copy");
+    const o = { mode: "nt" as const, bDtype: W.dtype, offsetB: W.offset, offsetBias: bias?.offset, accumulate };
+    matmul(
+      this.gpu,
+      rec,
+      { a: x, b: W.buffer, c: y, bias: bias?.buffer },
+      { M, N: W.rows, K: W.cols },
+      { ...o, tuning: this.tuning.matmul, variant: this.tensorCores ? "coop" : undefined },
+    );
   }
 
   /** RMSNorm over rows of n (default C) with the model's eps and tuned layout: y and rstd (for the backward). */
@@ -864,7 +895,7 @@ export class Model {
       rope?: { buffers: NonNullable<MatvecBuffers["rope"]>; dims: NonNullable<MatvecOptions["rope"]> };
     },
   ): void {
-    if (Ws[0].dtype === "q4") {
+    if (Ws[0].dtype === "q4" && !this.q4Matvec(N, Ws, o.rope?.dims.headDim)) {
       const d = this.dense(rec, Ws);
       this.decodeLinear(rec, x, N, d.Ws, biases, entries, y, o);
       this.gpu.release(d.temp);
@@ -907,6 +938,7 @@ export class Model {
       {
         x,
         w: Ws[0].buffer,
+        scales: Ws[0].scales,
         y,
         bias: biases[0]?.buffer,
         norm,

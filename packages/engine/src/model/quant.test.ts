@@ -5,8 +5,8 @@ import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu } from "@webart/gpu";
-import { assertClose } from "@webart/gpu/check";
-import { dequantizeQ4, quantizeQ4 } from "@webart/shaders";
+import { assertClose, kernelsDispatched } from "@webart/gpu/check";
+import { dequantizeQ4, matvecRopePairs, quantizeQ4 } from "@webart/shaders";
 import { isIgnorableTensor, parseConfig, tensorShapes, type ModelConfig } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, tensorToF32, WeightReader, type Tensor } from "../weights/index.ts";
 import { accumulateGradients } from "../train/grpo.ts";
@@ -71,13 +71,32 @@ describe.each(["qwen2-tiny", "qwen3-tiny-bf16", "gemma3-tiny", "llama32-tiny"])(
     ).toBe(true);
     const V = q4.config.vocabSize;
     const ids = Array.from({ length: 20 }, (_, i) => (i * 7 + 3) % V);
-    for (const decodeRows of [0, 64]) {
-      // 0: every projection a matmul over the f16 copy; 64: decodeLayer's matvecs
+    // Every projection a matmul over the f16 copy (decodeRows 0); decodeLayer's matvecs over the copy (q4MatvecRows
+    // 0); and the q4 stream matvec on the nibbles, where K and the offsets allow it (32-element groups).
+    for (const [decodeRows, q4MatvecRows] of [
+      [0, 0],
+      [64, 0],
+      [64, 64],
+    ]) {
       q4.decodeRows = ref.decodeRows = decodeRows;
-      const got = await prefillLogits(gpu, q4, ids);
+      q4.q4MatvecRows = q4MatvecRows;
+      const { result: got, names } = await kernelsDispatched(() => prefillLogits(gpu, q4, ids));
       const want = await prefillLogits(gpu, ref, ids);
-      assertClose(`${fixture} logits, decodeRows ${decodeRows}`, got, want, { atol: 2e-4, rtol: 2e-4 });
+      const how = `decodeRows ${decodeRows}, q4MatvecRows ${q4MatvecRows}`;
+      assertClose(`${fixture} logits, ${how}`, got, want, { atol: 2e-4, rtol: 2e-4 });
+      // Gemma's hidden size (48) is no whole number of groups: its projections from x read the f16 copy, the down
+      // projection (K = 96) the nibbles.
+      const c = q4.config;
+      const Ks = [c.hiddenSize, c.numHeads * c.headDim, c.intermediateSize];
+      const direct = q4MatvecRows > 0 ? Ks.filter((K) => K % 32 === 0).length : 0;
+      // The q|k|v matvec with RoPE in its epilogue pairs columns 16 apart at these widths: head dims under 32 read
+      // the copy there.
+      const ropeCopy = !c.qkNorm && matvecRopePairs("stream", "q4", c.hiddenSize, c.headDim) === 0;
+      expect(names.has("q4_dequant"), how).toBe(direct < Ks.length || (direct > 0 && ropeCopy));
+      expect(names.has("matvec_forward_stream"), how).toBe(direct > 0);
     }
+    q4.decodeRows = ref.decodeRows = 64;
+    q4.q4MatvecRows = 16;
     // The file's own weights give other logits: the check above would see a q4 value gone astray.
     const file = await load(fixture, "file");
     const a = await prefillLogits(gpu, file, ids);

@@ -1,25 +1,33 @@
-// Decode matvec y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias) for M = 1..64 rows, W in f32 or packed
-// bf16/f16: memory-bound, so W is streamed once per call (larger M: use matmul). What decode runs around a
-// projection can ride along in the same dispatch: the RMSNorm of x, several weights side by side (q, k, v),
-// each one's LoRA term, the gated activation of gate and up, and the residual add.
+// Decode matvec y[M, N] = x[M, K] · W[N, K]ᵀ (+ bias) for M = 1..64 rows, W in f32, packed bf16/f16, or 4-bit q4
+// (quant/reference.ts; the stream variant only): memory-bound, so W is streamed once per call (larger M: use
+// matmul). What decode runs around a projection can ride along in the same dispatch: the RMSNorm of x, several
+// weights side by side (q, k, v), each one's LoRA term, the gated activation of gate and up, and the residual add.
 import { isCpuDevice, Params, sizeOf, type Gpu, type KernelSpec, type Recorder, Rng, packHalf } from "@webart/gpu";
 import type { WeightDtype } from "../matmul/index.ts";
 import type { GatedActivation } from "../swiglu/index.ts";
+import { Q4_GROUP } from "../quant/reference.ts";
 import { tune, type TuneOptions } from "../tune/index.ts";
 import cosSin from "../rope/cossin.wgsl";
 import columns from "./columns.wgsl";
 import common from "./common.wgsl";
 import forward from "./forward.wgsl";
 import half4 from "./half4.wgsl";
+import q4 from "./q4.wgsl";
+import q4None from "./q4_none.wgsl";
 import rope from "./rope.wgsl";
 import ropeNone from "./rope_none.wgsl";
 import stream from "./stream.wgsl";
 import subgroup from "./subgroup.wgsl";
 
+/** W's dtype in a matvec: matmul's, or q4 (4-bit, quant/reference.ts: nibbles in `w`, bf16 scales in `scales`). */
+export type MatvecDtype = WeightDtype | "q4";
+
 export interface MatvecBuffers {
   x: GPUBuffer; // (M, ldx)
-  /** W (N, K), f32 or packed 16-bit. */
+  /** W (N, K), f32, packed 16-bit, or q4's nibbles (8 a u32). */
   w: GPUBuffer;
+  /** q4 only (required): the scales of W's groups of 32 elements, bf16 two a u32, over the same element offsets. */
+  scales?: GPUBuffer;
   y: GPUBuffer; // (M, ldy) out
   /** [N] f32 added to every row. */
   bias?: GPUBuffer;
@@ -49,16 +57,19 @@ export type MatvecTuning = Partial<Record<WeightDtype, MatvecVariant>> & {
 };
 
 /** A problem's key in MatvecTuning.shapes: its dtype, outputs N (gated: of each half), K and whether it is gated. */
-export function matvecShapeKey(wDtype: WeightDtype, N: number, K: number, gated: boolean): number {
+export function matvecShapeKey(wDtype: MatvecDtype, N: number, K: number, gated: boolean): number {
   return ((N * 2 + (gated ? 1 : 0)) * 4 + W_KIND[wDtype]) * 2 ** 20 + K;
 }
 
 export interface MatvecOptions {
-  wDtype?: WeightDtype;
+  /** q4 runs the stream variant whatever `variant` and `tuning` say: K and W's offsets must be multiples of 32 (one
+   *  group a 16-byte vector), x's rows start on 16 bytes (q4Streamable); it throws otherwise. */
+  wDtype?: MatvecDtype;
   /** Row strides of x and y in elements (defaults K and N); ldy > N with offsetY writes a column range. */
   ldx?: number;
   ldy?: number;
-  /** Element offsets (W's counts 16-bit elements when packed, so a shard may start mid-word). */
+  /** Element offsets (W's counts 16-bit elements when packed, so a shard may start mid-word; q4 elements, nibbles,
+   *  for q4). */
   offsetX?: number;
   offsetW?: number;
   offsetY?: number;
@@ -89,28 +100,31 @@ export interface MatvecOptions {
    * The q|k|v projection with what follows it (ropeQkv, without per-head q/k norms) in its epilogue: the 3 segments
    * are q (H·D rows), k and v (KV·D each); q is rotated and written to y (M, H·D), k rotated and v copied into the
    * caches at each row's (slot, pos) (buffers.rope); a row outside the caches writes q only. Needs 11 storage
-   * buffers a dispatch (matvecRopeFits).
+   * buffers a dispatch, 12 with q4 W (matvecRopeFits).
    */
   rope?: { heads: number; kvHeads: number; headDim: number; slots: number; tmax: number };
 }
 
-/** Storage buffers a matvec with RoPE binds. */
+/** Storage buffers a matvec with RoPE binds (q4 W: one more, its scales). */
 const ROPE_STORAGE_BUFFERS = 11;
+function ropeStorageBuffers(wDtype: MatvecDtype): number {
+  return ROPE_STORAGE_BUFFERS + (wDtype === "q4" ? 1 : 0);
+}
 
-/** Whether this device can run the matvec with RoPE (its storage buffers a dispatch). */
-export function matvecRopeFits(gpu: Gpu): boolean {
-  return gpu.limits.maxStorageBuffersPerShaderStage >= ROPE_STORAGE_BUFFERS;
+/** Whether this device can run the matvec with RoPE on W of this dtype (its storage buffers a dispatch). */
+export function matvecRopeFits(gpu: Gpu, wDtype: MatvecDtype = "f32"): boolean {
+  return gpu.limits.maxStorageBuffersPerShaderStage >= ropeStorageBuffers(wDtype);
 }
 
 /**
  * The columns between the two of a RoPE pair in a variant's runs (its ROPE_P), or 0 where it cannot pair them: a
  * run must hold whole pairs of one head, so D/2 must be a multiple of it. workgroup: runs of 4 columns; subgroup and
  * columns: 16;
- * stream: the workgroup's 256 / T.
+ * stream: the workgroup's 256 / T. q4 W runs the stream variant whatever `variant` is, so its pairs are stream's.
  */
-export function matvecRopePairs(variant: MatvecVariant, wDtype: WeightDtype, K: number, headDim: number): number {
+export function matvecRopePairs(variant: MatvecVariant, wDtype: MatvecDtype, K: number, headDim: number): number {
   const run =
-    variant === "stream"
+    variant === "stream" || wDtype === "q4"
       ? STREAM_WG / streamThreads(wDtype, K)
       : variant === "subgroup" || variant === "columns"
         ? 16
@@ -122,7 +136,7 @@ export function matvecRopePairs(variant: MatvecVariant, wDtype: WeightDtype, K: 
 /** Rows of W at one offset, their bias, and optionally their LoRA term y += scale · t[:, tCol : tCol + rank] · Bᵀ. */
 export interface MatvecSegment {
   rows: number;
-  /** Element offset of the first row (16-bit elements when packed). */
+  /** Element offset of the first row (16-bit elements when packed, 4-bit ones for q4). */
   offsetW: number;
   /** Element offset of the first row's bias in `bias`. */
   offsetBias?: number;
@@ -130,12 +144,12 @@ export interface MatvecSegment {
   lora?: { rank: number; scale: number; b: number; tCol: number };
 }
 
-const W_KIND: Record<WeightDtype, number> = { f32: 0, bf16: 1, f16: 2 };
+const W_KIND: Record<MatvecDtype, number> = { f32: 0, bf16: 1, f16: 2, q4: 3 };
 export const MATVEC_VARIANTS = ["subgroup", "workgroup", "stream", "columns"] as const;
 /** subgroup: lanes split K and subgroupAdd reduces, no barriers (needs the subgroups feature);
  * workgroup: threads split K and reduce through workgroup memory (works everywhere);
  * stream: 16-byte loads of W, four in flight a thread, 32-256 threads a column by K, for GPUs' bandwidth (works everywhere;
- * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead);
+ * on a problem whose rows of W do not start on 16 bytes, the workgroup variant runs instead); the only one for q4 W;
  * columns: a lane a column, up to 32 rows of x a pass, for decode steps of many rows (works everywhere;
  * needs the same 16-byte rows as stream). */
 export type MatvecVariant = (typeof MATVEC_VARIANTS)[number];
@@ -150,10 +164,19 @@ const STREAM_WG = 256;
  * Threads a column in the stream variant (a power of two, 32 to 256; the workgroup owns 256 / T columns): enough
  * that each thread has about four of the row's 16-byte vectors, the four it loads at once. So a long K (the MLP's
  * down projection, K = 4864 in Qwen2.5-0.5B: T = 256) spreads over more threads than a short one (K = 896: T = 32).
+ * A q4 vector holds 32 elements: K / 32 vectors a row.
  */
-export function streamThreads(wDtype: WeightDtype, K: number): number {
-  const vectors = Math.ceil(K / (wDtype === "f32" ? 4 : 8));
-  return Math.min(STREAM_WG, Math.max(32, 2 ** Math.ceil(Math.log2(vectors / 4))));
+export function streamThreads(wDtype: MatvecDtype, K: number): number {
+  const vectors = Math.ceil(K / vectorElements(wDtype));
+  // q4 rows are a quarter as many vectors as 16-bit ones: at 32 threads a column, most of a thread's four loads at
+  // K = 896 would be clamped repeats whose unpacking is wasted (on SwiftShader the q4 matvec ran at a tenth of the
+  // f16 copy's speed), so q4 goes down to 8 threads a column (32 columns a workgroup).
+  const least = wDtype === "q4" ? 8 : 32;
+  return Math.min(STREAM_WG, Math.max(least, 2 ** Math.ceil(Math.log2(vectors / 4))));
+}
+/** Elements in one of the stream variant's 16-byte vectors of W (q4: one group). */
+function vectorElements(wDtype: MatvecDtype): number {
+  return wDtype === "f32" ? 4 : wDtype === "q4" ? Q4_GROUP : 8;
 }
 /** Rows of x per pass (threads keep MT × 4 sums in the workgroup variant, MT × 16 in the subgroup one, MT × 2
  * vectors in the stream one). */
@@ -183,25 +206,27 @@ const GATE: Record<GatedActivation, number> = { silu: 1, gelu_tanh: 2 };
 const specs = new Map<number, KernelSpec>();
 const VARIANT_KIND: Record<MatvecVariant, number> = { subgroup: 0, workgroup: 1, stream: 2, columns: 3 };
 
-/** A variant's kernel; `T` is the stream variant's threads a column (streamThreads). */
+/** A variant's kernel; `T` is the stream variant's threads a column (streamThreads). q4 W: the stream variant only. */
 export function matvecSpec(
   variant: MatvecVariant,
-  wDtype: WeightDtype,
+  wDtype: MatvecDtype,
   MT: number,
   norm = false,
   gated?: GatedActivation,
   T = 32,
   ropeP = 0,
 ): KernelSpec {
-  // A number, not a string: a decode step looks up ~100 of these.
+  // A number, not a string: a decode step looks up ~100 of these. W_KIND takes 4 values (q4: 3).
   const key =
-    (((((VARIANT_KIND[variant] * 3 + W_KIND[wDtype]) * 64 + MT) * 2 + (norm ? 1 : 0)) * 3 + (gated ? GATE[gated] : 0)) *
+    (((((VARIANT_KIND[variant] * 4 + W_KIND[wDtype]) * 64 + MT) * 2 + (norm ? 1 : 0)) * 3 + (gated ? GATE[gated] : 0)) *
       512 +
       (variant === "stream" ? T : 0)) *
       256 +
     ropeP;
   let s = specs.get(key);
   if (!s) {
+    if (wDtype === "q4" && variant !== "stream")
+      throw new Error(`matvec: q4 W runs the stream variant only (not ${variant})`);
     const o = {
       W_KIND: W_KIND[wDtype],
       MT,
@@ -212,7 +237,11 @@ export function matvecSpec(
     const tail = common + (ropeP ? rope + cosSin : ropeNone);
     s =
       variant === "stream"
-        ? { name: "matvec_forward_stream", code: stream + half4 + tail, overrides: { ...o, T, G: STREAM_WG / T } }
+        ? {
+            name: "matvec_forward_stream",
+            code: stream + half4 + (wDtype === "q4" ? q4Scales(ropeP > 0) : q4None) + tail,
+            overrides: { ...o, T, G: STREAM_WG / T },
+          }
         : variant === "subgroup"
           ? { name: "matvec_forward_subgroup", code: subgroup + tail, overrides: { ...o, WG: WG.subgroup, CG } }
           : variant === "columns"
@@ -227,16 +256,36 @@ export function matvecSpec(
   return s;
 }
 
-/** Whether the stream variant can run a problem: every row of W starts on 16 bytes (8 halves or 4 floats), and so
- *  does every row of x (its offset and stride in floats, multiples of 4). */
+/** q4.wgsl, its scales bound after RoPE's 4 buffers (binding 12) when the kernel has RoPE's epilogue. */
+function q4Scales(rope: boolean): string {
+  const [from, to] = [
+    "@group(0) @binding(8) var<storage, read> scales",
+    "@group(0) @binding(12) var<storage, read> scales",
+  ];
+  if (!q4.includes(from)) throw new Error(`matvec: q4.wgsl no longer declares "${from}"`);
+  return rope ? q4.replace(from, to) : q4;
+}
+
+/** Whether the stream variant can run a problem: every row of W starts on 16 bytes (8 halves or 4 floats; for q4,
+ *  32 elements, one group), and so does every row of x (its offset and stride in floats, multiples of 4). */
 export function streamable(
-  wDtype: WeightDtype,
+  wDtype: MatvecDtype,
   K: number,
   offsetsW: number[],
   x: { offset: number; ld: number } = { offset: 0, ld: K },
 ): boolean {
-  const e = wDtype === "f32" ? 4 : 8;
+  const e = vectorElements(wDtype);
   return K % e === 0 && offsetsW.every((o) => o % e === 0) && x.offset % 4 === 0 && x.ld % 4 === 0;
+}
+
+/** Whether matvec() can run a q4 problem (it has only the stream variant): K and every offset of W multiples of 32,
+ *  x's offset and stride multiples of 4. Where not, the caller dequantizes W (q4Dequant) and runs the f16 matvec. */
+export function q4Streamable(
+  K: number,
+  offsetsW: number[],
+  x: { offset: number; ld: number } = { offset: 0, ld: K },
+): boolean {
+  return streamable("q4", K, offsetsW, x);
 }
 
 /** The variants this device can run. */
@@ -244,15 +293,16 @@ export function matvecVariants(gpu: Gpu): MatvecVariant[] {
   return MATVEC_VARIANTS.filter((v) => v !== "subgroup" || gpu.features.has("subgroups"));
 }
 
-/** The variant matvec() uses: columns past tuning's columnsAbove rows, else tuned for this problem (`shape`, a
- *  matvecShapeKey), else for this dtype, else subgroup when the device has it. */
+/** The variant matvec() uses: stream for q4 W (its only one); else columns past tuning's columnsAbove rows, else
+ *  tuned for this problem (`shape`, a matvecShapeKey), else for this dtype, else subgroup when the device has it. */
 export function matvecVariant(
   gpu: Gpu,
-  wDtype: WeightDtype = "f32",
+  wDtype: MatvecDtype = "f32",
   tuning?: MatvecTuning,
   shape?: number,
   M = 1,
 ): MatvecVariant {
+  if (wDtype === "q4") return "stream";
   if (tuning?.columnsAbove !== undefined && M > tuning.columnsAbove) return "columns";
   const t = (shape !== undefined && tuning?.shapes?.get(shape)) || tuning?.[wDtype];
   const subgroups = gpu.features.has("subgroups");
@@ -381,16 +431,19 @@ export function matvec(
   positive("N", N);
   positive("K", K);
   for (let i = 0; i < segs.length; i++) positive(`rows${i}`, segs[i].rows);
-  if (!(wDtype in W_KIND)) throw new Error(`matvec: wDtype "${wDtype}" is not supported (f32, bf16, f16)`);
+  if (!(wDtype in W_KIND)) throw new Error(`matvec: wDtype "${wDtype}" is not supported (f32, bf16, f16, q4)`);
+  const isQ4 = wDtype === "q4";
   const ldx = o.ldx ?? K;
   const rp = o.rope;
   const yCols = rp ? rp.heads * rp.headDim : N;
   const ldy = o.ldy ?? yCols;
   const [offX, offY] = [o.offsetX ?? 0, o.offsetY ?? 0];
+  if (isQ4) checkQ4(b, K, segs, !!o.segments, offX, ldx);
+  else if (b.scales) throw new Error(`matvec: buffers.scales is for q4 W (wDtype is ${wDtype})`);
   check("x", -1, x, 4, offX, M, ldx, K);
   check("y", -1, y, 4, offY, M, ldy, yCols);
   if (!!rp !== !!b.rope) throw new Error("matvec: RoPE needs both options.rope and buffers.rope");
-  if (rp && b.rope) checkRope(gpu, rp, b.rope, segs, M, !!o.gated || !!o.accumulate);
+  if (rp && b.rope) checkRope(gpu, rp, b.rope, segs, M, !!o.gated || !!o.accumulate, wDtype);
   if (norm) {
     check("norm weight", -1, norm, 4, 0, 1, K, K);
     if (o.eps === undefined) throw new Error("matvec: a norm weight needs options.eps");
@@ -401,7 +454,9 @@ export function matvec(
   for (let i = 0; i < segs.length; i++) {
     const s = segs[i];
     const seg = o.segments ? i : -1;
-    check("W", seg, w, wDtype === "f32" ? 4 : 2, s.offsetW, s.rows, K, K);
+    check("W", seg, w, wDtype === "f32" ? 4 : isQ4 ? 0.5 : 2, s.offsetW, s.rows, K, K);
+    // q4Bytes's scales: a bf16 (2 bytes) a group of 32 elements.
+    if (isQ4) check("scales", seg, b.scales!, 2 / Q4_GROUP, s.offsetW, s.rows, K, K);
     if (bias) check("bias", seg, bias, 4, s.offsetBias ?? 0, 1, s.rows, s.rows);
     const l = s.lora;
     if (!l) continue;
@@ -411,11 +466,11 @@ export function matvec(
     check("LoRA B", i, lora.params, 4, l.b, 1, s.rows * l.rank, s.rows * l.rank);
   }
   const outs = [y, b.rope?.kc, b.rope?.vc].filter((u) => u !== undefined);
-  const ins = [x, w, bias, norm, lora?.t, lora?.params, b.rope?.slotPos, b.rope?.invFreq];
+  const ins = [x, w, bias, norm, lora?.t, lora?.params, b.rope?.slotPos, b.rope?.invFreq, b.scales];
   if (outs.some((u, i) => ins.includes(u) || outs.indexOf(u) !== i))
     throw new Error("matvec: y (and the KV caches) must not alias each other or any input");
-  const shape = o.tuning?.shapes && matvecShapeKey(wDtype, N, K, !!o.gated);
-  let variant = o.variant ?? matvecVariant(gpu, wDtype, o.tuning, shape, M);
+  const shape = !isQ4 && o.tuning?.shapes ? matvecShapeKey(wDtype, N, K, !!o.gated) : undefined;
+  let variant = isQ4 ? "stream" : (o.variant ?? matvecVariant(gpu, wDtype, o.tuning, shape, M));
   if (!(variant in MAX_MT) || (variant === "subgroup" && !gpu.features.has("subgroups"))) {
     throw new Error(`matvec: variant "${variant}" is not available here (${matvecVariants(gpu).join(", ")})`);
   }
@@ -432,6 +487,15 @@ export function matvec(
   let ropeP = 0;
   if (rp) {
     ropeP = matvecRopePairs(variant, wDtype, K, rp.headDim);
+    if (!ropeP && isQ4) {
+      const G = STREAM_WG / streamThreads(wDtype, K);
+      const need =
+        G < 2 ? "at least 2 to pair RoPE's columns" : `RoPE needs D/2 (${rp.headDim / 2}) to be a multiple of ${G / 2}`;
+      throw new Error(
+        `matvec: q4 W runs the stream variant, whose workgroups own ${G} columns at K = ${K}: ${need} ` +
+          "(check matvecRopePairs first)",
+      );
+    }
     if (!ropeP) variant = "workgroup";
     ropeP = matvecRopePairs(variant, wDtype, K, rp.headDim);
     if (!ropeP) throw new Error(`matvec: RoPE needs D/2 (${rp.headDim / 2}) to be even`);
@@ -472,6 +536,7 @@ export function matvec(
   // Unused inputs are bound to x (never read; all are read-only storage).
   const bindings = [x, w, bias ?? x, norm ?? x, lora?.t ?? x, lora?.params ?? x, y];
   if (b.rope) bindings.push(b.rope.slotPos, b.rope.invFreq, b.rope.kc, b.rope.vc);
+  if (isQ4) bindings.push(b.scales!); // binding 8, or 12 after RoPE's (q4Scales)
   const grid = gpu.grid(Math.ceil(N / perGroup));
   if (o.rowBlocks !== undefined) grid[2] = Math.min(o.rowBlocks, Math.ceil(M / MT));
   rec.dispatch(matvecSpec(variant, wDtype, MT, !!norm, o.gated, T, ropeP), bindings, grid, params);
@@ -486,6 +551,7 @@ function checkRope(
   segs: MatvecSegment[],
   M: number,
   gatedOrAccumulate: boolean,
+  wDtype: MatvecDtype,
 ): void {
   const { heads: H, kvHeads: KV, headDim: D, slots, tmax } = rp;
   positive("rope.heads", H);
@@ -499,9 +565,9 @@ function checkRope(
     const rows = segs.map((s) => s.rows).join(", ");
     throw new Error(`matvec: RoPE needs segments q, k, v of ${H * D}, ${KV * D}, ${KV * D} rows (got ${rows})`);
   }
-  if (!matvecRopeFits(gpu))
+  if (!matvecRopeFits(gpu, wDtype))
     throw new Error(
-      `matvec: RoPE binds ${ROPE_STORAGE_BUFFERS} storage buffers; this device allows ` +
+      `matvec: RoPE binds ${ropeStorageBuffers(wDtype)} storage buffers (${wDtype} W); this device allows ` +
         `${gpu.limits.maxStorageBuffersPerShaderStage} (check matvecRopeFits first)`,
     );
   check("slotPos", -1, rb.slotPos, 4, 0, 1, 2 * M, 2 * M);
@@ -511,12 +577,38 @@ function checkRope(
   check("v cache", -1, rb.vc, 4, 0, 1, cache, cache);
 }
 
+/** The checks of a q4 matvec beyond the buffers' sizes: its scales are given, and the stream variant can run it. */
+function checkQ4(
+  b: MatvecBuffers,
+  K: number,
+  segs: MatvecSegment[],
+  segmented: boolean,
+  offX: number,
+  ldx: number,
+): void {
+  if (!b.scales) throw new Error("matvec: q4 W needs buffers.scales (its groups' bf16 scales)");
+  const offsets = segs.map((s) => s.offsetW);
+  if (q4Streamable(K, offsets, { offset: offX, ld: ldx })) return;
+  const how = "(check q4Streamable first; otherwise dequantize W to f16)";
+  if (K % Q4_GROUP !== 0)
+    throw new Error(`matvec: q4 W needs K (${K}) to be a multiple of ${Q4_GROUP}, one group a 16-byte vector ${how}`);
+  const i = segs.findIndex((s) => s.offsetW % Q4_GROUP !== 0);
+  if (i >= 0) {
+    const what = segmented ? `segment ${i}'s offsetW` : "offsetW";
+    throw new Error(`matvec: q4 W needs ${what} (${segs[i].offsetW}) to be a multiple of ${Q4_GROUP} ${how}`);
+  }
+  throw new Error(
+    `matvec: q4 W needs x's rows to start on 16 bytes: offsetX (${offX}) and ldx (${ldx}) multiples of 4 ${how}`,
+  );
+}
+
 /** Throws unless `v` is a positive integer. */
 function positive(name: string, v: number): void {
   if (!Number.isInteger(v) || v < 1) throw new Error(`matvec: ${name} = ${v} must be a positive integer`);
 }
 
-/** Checks that `rows` rows of `cols` elements, `ld` apart from element `offset`, fit in `buf` (and u32 indexing).
+/** Checks that `rows` rows of `cols` elements, `ld` apart from element `offset`, fit in `buf` (and u32 indexing), at
+ * `bytesPerElement` (4 f32, 2 packed 16-bit, 0.5 q4's nibbles, 1/16 q4's scales), rounded up to whole u32 words.
  * `seg` >= 0 names the segment in the error. Runs for every binding of every matvec, so the message is built only
  * when it throws. */
 function check(
@@ -530,7 +622,7 @@ function check(
   cols: number,
 ) {
   const end = offset + (rows - 1) * ld + cols;
-  const bytes = bytesPerElement === 2 ? Math.ceil(end / 2) * 4 : end * 4;
+  const bytes = Math.ceil((end * bytesPerElement) / 4) * 4; // whole u32 words (16-bit and q4 elements packed)
   const ok = Number.isInteger(offset) && offset >= 0 && Number.isInteger(ld) && ld >= cols;
   if (ok && end <= 0xffffffff && bytes <= sizeOf(buf)) return;
   const name = seg >= 0 ? `${what} segment ${seg}` : what;

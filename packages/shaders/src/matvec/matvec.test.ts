@@ -1,9 +1,11 @@
 // The decode matvec against the CPU reference: f32 and 16-bit W, odd sizes, M from 1 to 64,
 // odd element offsets (shards starting mid-word), strided x and y, bias, and the argument checks; its fused
-// forms (RMSNorm, segments, LoRA terms, gated activation, accumulate) against the composed references.
+// forms (RMSNorm, segments, LoRA terms, gated activation, accumulate) against the composed references; q4 W (stream
+// variant only) against the same references on its dequantized values.
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { getDevice, type Gpu, Rng, packHalf, roundHalf } from "@webart/gpu";
 import { assertClose, type Tolerance } from "@webart/gpu/check";
+import { dequantizeQ4, q4Bytes, quantizeQ4 } from "../quant/reference.ts";
 import { ropeInvFreq } from "../rope/index.ts";
 import { ropeQkvReference } from "../rope/reference.ts";
 import {
@@ -11,10 +13,15 @@ import {
   matvec,
   matvecRopeFits,
   matvecRopePairs,
+  matvecShapeKey,
+  matvecSpec,
+  matvecVariant,
   matvecVariants,
+  q4Streamable,
   streamable,
   streamThreads,
   type MatvecDims,
+  type MatvecDtype,
   type MatvecOptions,
 } from "./index.ts";
 import { matvecFusedReference, matvecReference } from "./reference.ts";
@@ -44,6 +51,17 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 afterAll(() => expect(gpu.errors).toEqual([]));
 
+/** W uploaded as `wDtype`, and the values the kernel computes with (16-bit: rounded; q4: the whole array quantized
+ *  in groups from element 0, its scales uploaded too, and dequantized). */
+function uploadW(g: Gpu, vals: Float32Array, wDtype: MatvecDtype) {
+  if (wDtype === "q4") {
+    const { nibbles, scales } = quantizeQ4(vals);
+    return { w: g.upload(nibbles), scales: g.upload(scales), ref: dequantizeQ4(nibbles, scales, vals.length) };
+  }
+  if (wDtype === "f32") return { w: g.upload(vals), scales: undefined, ref: vals };
+  return { w: g.upload(packHalf(vals, wDtype)), scales: undefined, ref: roundHalf(vals, wDtype) };
+}
+
 async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias = false, tol = TOL) {
   const rng = new Rng(seed);
   const { M, N, K, wDtype = "f32" } = o;
@@ -52,17 +70,17 @@ async function check(g: Gpu, o: MatvecDims & MatvecOptions, seed: number, bias =
   const wVals = rng.f32((o.offsetW ?? 0) + N * K + 1);
   const yInit = rng.f32((o.offsetY ?? 0) + M * ldy + 2);
   const biasVals = rng.f32((o.offsetBias ?? 0) + N);
-  const [bx, bw, by] = [g.upload(xVals), g.upload(wDtype === "f32" ? wVals : packHalf(wVals, wDtype)), g.upload(yInit)];
+  const W = uploadW(g, wVals, wDtype);
+  const [bx, bw, by] = [g.upload(xVals), W.w, g.upload(yInit)];
   const bb = bias ? g.upload(biasVals) : undefined;
   const rec = g.recorder();
   const { M: _M, N: _N, K: _K, ...opts } = o;
-  ran.push(matvec(g, rec, { x: bx, w: bw, y: by, bias: bb }, { M, N, K }, opts));
+  ran.push(matvec(g, rec, { x: bx, w: bw, y: by, bias: bb, scales: W.scales }, { M, N, K }, opts));
   const out = rec.read(by, yInit.byteLength);
   await rec.submit();
   const got = new Float32Array(await out);
-  g.release(bx, bw, by, bb);
-  const wRef = wDtype === "f32" ? wVals : roundHalf(wVals, wDtype);
-  const want = matvecReference(xVals, wRef, yInit.slice(), o, bias ? biasVals : undefined, o.offsetBias);
+  g.release(bx, bw, by, bb, W.scales);
+  const want = matvecReference(xVals, W.ref, yInit.slice(), o, bias ? biasVals : undefined, o.offsetBias);
   assertClose(`matvec ${wDtype} ${M}x${N}x${K}`, got, want, tol);
 }
 
@@ -144,7 +162,8 @@ async function checkFused(
   const tVals = rng.f32(M * ldt);
   const params = rng.f32(Math.max(1, ...segs.map((s) => (s.lora ? s.lora.b + s.rows * s.lora.rank : 0))));
   const up = (a: Float32Array) => g.upload(a);
-  const [bx, bw, by] = [up(xVals), g.upload(wDtype === "f32" ? wVals : packHalf(wVals, wDtype)), up(yInit)];
+  const W = uploadW(g, wVals, wDtype);
+  const [bx, bw, by] = [up(xVals), W.w, up(yInit)];
   const bb = o.bias ? up(biasVals) : undefined;
   const bn = opts.norm ? up(nw) : undefined;
   const [bt, bp] = R ? [up(tVals), up(params)] : [undefined, undefined];
@@ -154,7 +173,7 @@ async function checkFused(
     matvec(
       g,
       rec,
-      { x: bx, w: bw, y: by, bias: bb, norm: bn, loraT: bt, loraParams: bp },
+      { x: bx, w: bw, y: by, bias: bb, norm: bn, loraT: bt, loraParams: bp, scales: W.scales },
       { M, N: o.N, K },
       { ...rest, eps: 1e-5, ldt },
     ),
@@ -162,8 +181,8 @@ async function checkFused(
   const out = rec.read(by, yInit.byteLength);
   await rec.submit();
   const got = new Float32Array(await out);
-  g.release(bx, bw, by, bb, bn, bt, bp);
-  const want = matvecFusedReference(xVals, wDtype === "f32" ? wVals : roundHalf(wVals, wDtype), yInit.slice(), {
+  g.release(bx, bw, by, bb, bn, bt, bp, W.scales);
+  const want = matvecFusedReference(xVals, W.ref, yInit.slice(), {
     ...o,
     segments: segs,
     norm: opts.norm ? { weight: nw, eps: 1e-5 } : undefined,
@@ -173,7 +192,7 @@ async function checkFused(
   assertClose(`fused matvec ${wDtype} ${M}x${N}x${K} ${o.gated ?? ""}`, got, want, tol);
 }
 
-/** The segments of a q/k/v-like layout: rows at 16-element-aligned offsets, LoRA on the ones marked. */
+/** The segments of a q/k/v-like layout: rows at `gap`-element-aligned offsets (q4: 32), LoRA on the ones marked. */
 function segments(rows: number[], K: number, lora: boolean[], R: number, gap = 16) {
   let off = 0;
   let b = 1;
@@ -275,14 +294,14 @@ describe.each(MATVEC_VARIANTS)("matvec %s with the rows split over workgroups (r
 async function checkRope(
   g: Gpu,
   variant: (typeof MATVEC_VARIANTS)[number],
-  wDtype: "f32" | "bf16",
+  wDtype: "f32" | "bf16" | "q4",
   dims: { M: number; H: number; KV: number; D: number; K: number },
   seed: number,
 ): Promise<string> {
   const { M, H, KV, D, K } = dims;
   const [slots, tmax] = [3, 7];
   const rng = new Rng(seed);
-  const segs = segments([H * D, KV * D, KV * D], K, [true, false, true], 2);
+  const segs = segments([H * D, KV * D, KV * D], K, [true, false, true], 2, wDtype === "q4" ? 32 : 16);
   const N = (H + 2 * KV) * D;
   const xVals = rng.f32(M * K);
   const wVals = rng.f32(segs[2].offsetW + KV * D * K + 16);
@@ -298,7 +317,8 @@ async function checkRope(
   const cache = slots * tmax * KV * D;
   const [kc0, vc0, q0] = [rng.f32(cache), rng.f32(cache), rng.f32(M * H * D)];
   const up = (a: Float32Array | Uint32Array) => g.upload(a);
-  const bw = g.upload(wDtype === "f32" ? wVals : packHalf(wVals, wDtype));
+  const W = uploadW(g, wVals, wDtype);
+  const bw = W.w;
   const [bx, bb, bn, bt, bp, bq, bkc, bvc, bsp, bif] = [
     up(xVals),
     up(biasVals),
@@ -324,6 +344,7 @@ async function checkRope(
       loraT: bt,
       loraParams: bp,
       rope: { slotPos: bsp, invFreq: bif, kc: bkc, vc: bvc },
+      scales: W.scales,
     },
     { M, N, K },
     { wDtype, variant, segments: segs, eps: 1e-5, ldt, rope: { heads: H, kvHeads: KV, headDim: D, slots, tmax } },
@@ -331,20 +352,15 @@ async function checkRope(
   const reads = [bq, bkc, bvc].map((b) => rec.read(b, b.size));
   await rec.submit();
   const [q, kc, vc] = (await Promise.all(reads)).map((r) => new Float32Array(r));
-  g.release(bx, bw, bb, bn, bt, bp, bq, bkc, bvc, bsp, bif);
-  const qkv = matvecFusedReference(
-    xVals,
-    wDtype === "f32" ? wVals : roundHalf(wVals, wDtype),
-    new Float32Array(M * N),
-    {
-      M,
-      K,
-      segments: segs,
-      norm: { weight: nw, eps: 1e-5 },
-      bias: biasVals,
-      lora: { t: tVals, ldt, params },
-    },
-  );
+  g.release(bx, bw, bb, bn, bt, bp, bq, bkc, bvc, bsp, bif, W.scales);
+  const qkv = matvecFusedReference(xVals, W.ref, new Float32Array(M * N), {
+    M,
+    K,
+    segments: segs,
+    norm: { weight: nw, eps: 1e-5 },
+    bias: biasVals,
+    lora: { t: tVals, ldt, params },
+  });
   const want = ropeQkvReference(qkv, slotPos, invFreq, kc0, vc0, { n: M, h: H, kv: KV, d: D, ldq: N, slots, tmax });
   const what = `matvec+RoPE ${variant} ${wDtype} M=${M} H=${H} KV=${KV} D=${D} K=${K}`;
   assertClose(`${what}: q`, q.subarray(0, M * H * D), want.q, TOL);
@@ -511,4 +527,191 @@ it("refuses inconsistent fused options", () => {
   expect(rec.dispatches).toBe(0);
   rec.abandon();
   gpu.release(x, w, y);
+});
+
+describe("q4 W (4-bit, the stream variant only)", () => {
+  // Against the references on the dequantized values (what the kernel computes with), so the same tolerances as the
+  // other dtypes: TOL up to K = 96, the stream variant's long-K one past it.
+  const LONG: Tolerance = { atol: 1e-3, rtol: 1e-3 };
+  const q4 = { wDtype: "q4" as const };
+
+  it("plain with bias, M = 1..64, from an offset into a column range, whatever variant is asked for", async () => {
+    for (const [i, [M, N, K]] of [
+      [1, 7, 64],
+      [5, 33, 96],
+      [33, 9, 32],
+      [64, 5, 64],
+    ].entries())
+      await check(gpu, { M, N, K, ...q4 }, 600 + i, i % 2 === 0);
+    const strided = { ...q4, offsetW: 96, ldx: 68, offsetX: 4, ldy: 31, offsetY: 7, offsetBias: 3 };
+    await check(gpu, { M: 3, N: 10, K: 64, ...strided, variant: "workgroup" }, 604, true);
+    await check(gpu, { M: 2, N: 12, K: 64, ...q4, variant: "columns", tuning: { columnsAbove: 0 } }, 605);
+    expect(ran.slice(-6)).toEqual(Array(6).fill("stream"));
+  });
+
+  it.each([
+    [896, 8], // Qwen2.5-0.5B's hidden size: 28 vectors a row, about four a thread
+    [4864, 64], // its intermediate size: 152 vectors, the last trip partial
+    [8224, 128],
+    [16416, 256],
+  ])("K = %i (%i threads a column)", async (K, T) => {
+    expect(streamThreads("q4", K)).toBe(T);
+    await check(gpu, { M: 5, N: 7, K, ...q4 }, 610 + T, true, LONG);
+    if (T > 64) return;
+    const segs = segments([9, 9], K, [true, false], 2, 32);
+    const o = { M: 2, N: 9, K, ...q4, segments: segs, gated: "silu" as const };
+    await checkFused(gpu, o, 620 + T, { norm: true, R: 2 }, LONG);
+  });
+
+  it("RMSNorm of x, M = 1..64", async () => {
+    for (const [i, [M, N, K]] of [
+      [1, 7, 64],
+      [5, 33, 96],
+      [33, 8, 32],
+      [64, 5, 64],
+    ].entries()) {
+      const segs = segments([N], K, [false], 0, 32);
+      await checkFused(gpu, { M, N, K, ...q4, segments: segs }, 630 + i, { norm: true });
+    }
+  });
+
+  it.each(["silu", "gelu_tanh"] as const)("gate and up as act(gate)·up (%s), RMSNorm, LoRA on both", async (gated) => {
+    for (const [i, [M, F, K]] of [
+      [1, 21, 32],
+      [5, 37, 64],
+      [64, 8, 96],
+    ].entries()) {
+      const segs = segments([F, F], K, [true, true], 2, 32);
+      await checkFused(gpu, { M, N: F, K, ...q4, segments: segs, gated }, 640 + i, { norm: true, R: 2 });
+    }
+  });
+
+  it("q, k, v as 3 segments with bias, RMSNorm and LoRA on two", async () => {
+    for (const [i, [M, K]] of [
+      [1, 32],
+      [5, 64],
+      [33, 96],
+    ].entries()) {
+      const segs = segments([24, 8, 9], K, [true, false, true], 3, 32);
+      await checkFused(gpu, { M, N: 41, K, ...q4, segments: segs, bias: true }, 650 + i, { norm: true, R: 3 });
+    }
+  });
+
+  it("y += x·Wᵀ + bias + LoRA (the residual add), into a column range", async () => {
+    const segs = segments([70], 64, [true], 4, 32);
+    const o = { M: 6, N: 70, K: 64, ...q4, segments: segs, accumulate: true, bias: true, ldy: 90, offsetY: 7 };
+    await checkFused(gpu, o, 660, { R: 4 });
+    await checkFused(gpu, { ...o, M: 1, offsetX: 4, ldx: 68 }, 661, { R: 4 });
+  });
+
+  it("rows split over workgroups (rowBlocks): plain, RMSNorm and LoRA, gated", async () => {
+    for (const [i, [M, rowBlocks]] of [
+      [13, 2],
+      [64, 8],
+      [33, 100],
+    ].entries()) {
+      await check(gpu, { M, N: 21, K: 32, ...q4, rowBlocks }, 670 + i, true);
+      const segs = segments([24, 8], 64, [true, true], 3, 32);
+      await checkFused(gpu, { M, N: 32, K: 64, ...q4, segments: segs, bias: true, rowBlocks }, 674 + i, {
+        norm: true,
+        R: 3,
+      });
+      const gated = { M, N: 9, K: 32, ...q4, segments: segments([9, 9], 32, [true, false], 2, 32), rowBlocks };
+      await checkFused(gpu, { ...gated, gated: "gelu_tanh" }, 678 + i, { norm: true, R: 2 });
+    }
+  });
+
+  it("RoPE and the cache write (12 storage buffers), RMSNorm, bias, LoRA, a padding row", async () => {
+    expect(matvecRopeFits(gpu, "q4")).toBe(true); // SwiftShader allows 12 storage buffers a stage
+    // At these K a column has 8 threads, a workgroup 32 columns: pairs 16 apart, so D/2 a multiple of 16.
+    expect(await checkRope(gpu, "workgroup", "q4", { M: 1, H: 4, KV: 2, D: 32, K: 32 }, 690)).toBe("stream");
+    expect(await checkRope(gpu, "stream", "q4", { M: 5, H: 2, KV: 1, D: 32, K: 64 }, 691)).toBe("stream");
+    expect(await checkRope(gpu, "stream", "q4", { M: 21, H: 2, KV: 2, D: 64, K: 96 }, 692)).toBe("stream");
+  });
+
+  it("counts its storage buffers, threads, pairs and pipelines apart from the other dtypes", () => {
+    const limit = (n: number) => ({ limits: { maxStorageBuffersPerShaderStage: n } }) as unknown as Gpu;
+    expect([matvecRopeFits(limit(11)), matvecRopeFits(limit(11), "bf16"), matvecRopeFits(limit(11), "q4")]).toEqual([
+      true,
+      true,
+      false,
+    ]);
+    expect(matvecRopeFits(limit(12), "q4")).toBe(true);
+    // q4 runs the stream variant whatever is asked: its pairs are stream's (T = 8 at K = 896: pairs 16 apart).
+    expect(matvecRopePairs("subgroup", "q4", 896, 64)).toBe(16);
+    expect(matvecRopePairs("stream", "q4", 8224, 64)).toBe(1);
+    expect(matvecVariant(gpu, "q4", { bf16: "workgroup", columnsAbove: 0 }, undefined, 8)).toBe("stream");
+    const keys = (["f32", "bf16", "f16", "q4"] as const).map((d) => matvecShapeKey(d, 896, 4864, true));
+    expect(new Set(keys).size).toBe(4);
+    const spec = matvecSpec("stream", "q4", 4);
+    expect(spec).not.toBe(matvecSpec("stream", "f16", 4));
+    expect(spec).not.toBe(matvecSpec("columns", "f32", 4, false, undefined, 0));
+    expect(spec.overrides?.W_KIND).toBe(3);
+    expect(spec.code).toContain("@binding(8) var<storage, read> scales");
+    expect(matvecSpec("stream", "q4", 4, false, undefined, 32, 4).code).toContain(
+      "@binding(12) var<storage, read> scales",
+    );
+    expect(matvecSpec("stream", "bf16", 4).code).not.toContain("var<storage, read> scales");
+    expect(() => matvecSpec("workgroup", "q4", 4)).toThrow(/stream variant only/);
+    expect(q4Streamable(64, [0, 96, 32 * 1000])).toBe(true);
+    expect(q4Streamable(48, [0])).toBe(false);
+    expect(q4Streamable(64, [0, 16])).toBe(false);
+    expect(q4Streamable(64, [0], { offset: 2, ld: 64 })).toBe(false);
+    expect(q4Streamable(64, [0], { offset: 4, ld: 68 })).toBe(true);
+    expect(streamable("q4", 64, [32])).toBe(true);
+  });
+
+  it("refuses a problem it cannot stream, missing or stray scales, and buffers too small", () => {
+    const [x, y] = [gpu.buffer(128 * 4), gpu.buffer(128 * 4)];
+    // Exact sizes ("weights": rounded to 16 bytes): W 96 bytes (3 rows of 64), scales 16 (12 needed, 20 for 5 rows).
+    const [w, w5] = [gpu.buffer(q4Bytes(3 * 64).nibbles, "weights"), gpu.buffer(q4Bytes(5 * 64).nibbles, "weights")];
+    const scales = gpu.buffer(q4Bytes(3 * 64).scales, "weights");
+    const rec = gpu.recorder();
+    const go = (dims: MatvecDims, o: MatvecOptions = {}, b: object = {}) =>
+      matvec(gpu, rec, { x, w, y, scales, ...b }, dims, { wDtype: "q4", ...o });
+    expect(() => go({ M: 1, N: 2, K: 48 })).toThrow(/q4 W needs K \(48\) to be a multiple of 32.*q4Streamable/);
+    expect(() => go({ M: 1, N: 2, K: 64 }, { offsetW: 16 })).toThrow(
+      /q4 W needs offsetW \(16\) to be a multiple of 32/,
+    );
+    const segs = [
+      { rows: 1, offsetW: 0 },
+      { rows: 1, offsetW: 80 },
+    ];
+    expect(() => go({ M: 1, N: 2, K: 64 }, { segments: segs })).toThrow(/segment 1's offsetW \(80\)/);
+    expect(() => go({ M: 1, N: 2, K: 64 }, { offsetX: 2 })).toThrow(/offsetX \(2\) and ldx \(64\) multiples of 4/);
+    expect(() => go({ M: 1, N: 2, K: 64 }, {}, { scales: undefined })).toThrow(/q4 W needs buffers.scales/);
+    expect(() => go({ M: 1, N: 2, K: 64 }, { wDtype: "bf16" })).toThrow(/buffers.scales is for q4 W/);
+    expect(() => go({ M: 1, N: 4, K: 64 })).toThrow(/W needs 128 bytes .* has 96/);
+    expect(() => go({ M: 1, N: 3, K: 64 }, { offsetW: 64 })).toThrow(/W needs 128 bytes/);
+    expect(() => go({ M: 1, N: 5, K: 64 }, {}, { w: w5 })).toThrow(/scales needs 20 bytes .* has 16/);
+    expect(() => go({ M: 1, N: 2, K: 64 }, {}, { scales: y })).toThrow(/must not alias/);
+    go({ M: 1, N: 3, K: 64 }); // 192 nibbles in 96 bytes, 6 scales in 12
+    expect(rec.dispatches).toBe(1);
+    rec.abandon();
+    gpu.release(x, y, w, w5, scales);
+  });
+
+  it("refuses RoPE whose head dim the stream variant cannot pair", () => {
+    const [x, y, w, s] = [gpu.buffer(64 * 4), gpu.buffer(64 * 4), gpu.buffer(48 * 64), gpu.buffer(48 * 4)];
+    const [sp, inv, kc, vc] = [
+      gpu.buffer(8),
+      gpu.buffer(8 * 4),
+      gpu.buffer(3 * 7 * 12 * 4),
+      gpu.buffer(3 * 7 * 12 * 4),
+    ];
+    const segs = [12, 6, 6].map((rows, i) => ({ rows, offsetW: i * 12 * 64 }));
+    const rec = gpu.recorder();
+    expect(() =>
+      matvec(
+        gpu,
+        rec,
+        { x, w, y, scales: s, rope: { slotPos: sp, invFreq: inv, kc, vc } },
+        { M: 1, N: 24, K: 64 },
+        { wDtype: "q4", segments: segs, rope: { heads: 2, kvHeads: 1, headDim: 6, slots: 3, tmax: 7 } },
+      ),
+    ).toThrow(/own 32 columns at K = 64: RoPE needs D\/2 \(3\) to be a multiple of 16/);
+    expect(rec.dispatches).toBe(0);
+    rec.abandon();
+    gpu.release(x, y, w, s, sp, inv, kc, vc);
+  });
 });
