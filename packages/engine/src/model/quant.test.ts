@@ -155,6 +155,7 @@ describe("LoRA GRPO on a q4 base (grpo-qwen3's batch)", () => {
         beta: 0,
         microBatchTokens: 4096,
       });
+      gpu.release(r.totals, r.entropyAll);
       losses.push(r.loss);
       grads.push(await gpu.readF32(model.lora.grads!, model.lora.size));
       model.lora.dispose();
