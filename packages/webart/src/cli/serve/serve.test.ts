@@ -537,6 +537,27 @@ describe("one copy of the base model", () => {
   });
 });
 
+describe("--quantize q4", () => {
+  it("serves the base model from q4 weights; runs registered there share them and record it", async () => {
+    const qruns = tmp("q4runs");
+    const q = await startServer({ model: BASE, port: 0, runs: qruns, quantize: "q4", ...ENGINE });
+    try {
+      expect(q.engine.model.quantized).toBe(true);
+      const c = new OpenAI({ baseURL: `${q.url}/v1`, apiKey: "unused", maxRetries: 0 });
+      const r = await c.chat.completions.create({ model: "webart-tiny", messages, max_tokens: 3, seed: 1 });
+      expect((r.choices[0] as SampledChoice).token_ids!.length).toBeGreaterThan(0);
+      const m = new TrainableModel({ name: "q4-run", project: "serve-test", baseModel: "webart-tiny" });
+      await m.register(new RemoteBackend(q.url));
+      // The run shares the served q4 weights, and its folder says what it trains on.
+      expect(q.backend.engine({ ...m.spec, baseModel: BASE }).model.weights).toBe(q.engine.model.weights);
+      const saved = JSON.parse(readFileSync(join(qruns, "serve-test/models/q4-run/model.json"), "utf8"));
+      expect(saved.quantize).toBe("q4");
+    } finally {
+      await q.close();
+    }
+  });
+});
+
 describe("shutdown", () => {
   it("SIGTERM during a step: the step finishes and checkpoints, the client gets its answer, exit 0", async () => {
     const runs = tmp("runs-sigterm");
