@@ -900,7 +900,7 @@ async function q4Model(
       value: wb / GiB,
       unit: "GiB",
       vs: { id: "16-bit weights", ratio: wb / wb16 },
-      note: `q4 projections (4.5 bits a weight), the embedding and LM head 16-bit; ${(wb16 / GiB).toFixed(2)} GiB in 16 bits`,
+      note: `q4 matrices (4.5 bits a weight); ${(wb16 / GiB).toFixed(2)} GiB in 16 bits`,
     });
     ctx.log(`${name} q4: ${(wb / GiB).toFixed(2)} GiB of weights (16-bit: ${(wb16 / GiB).toFixed(2)} GiB)`);
     const steps = small ? 3 : 16;

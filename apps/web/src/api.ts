@@ -80,7 +80,7 @@ export interface TrainSettings {
   /** GiB of GPU memory the run's engine may plan for; a plan over it is refused before loading. Runs saved
    *  before this setting lack it and get the engine's browser default. */
   memoryBudgetGiB?: number;
-  /** The base model's projections as 4-bit weights (EngineOptions.quantize "q4"); runs saved before this setting
+  /** The base model's weights as 4-bit ones (EngineOptions.quantize "q4"); runs saved before this setting
    *  lack it: the model's own weights. */
   quantize?: "q4";
   reward: RewardSettings;

@@ -56,9 +56,9 @@ describe.each([
   ["Gemma 3 (four norms a layer, sliding window, bf16)", () => modelFiles("gemma3"), undefined],
   // A GPU's default for 16-bit weights: decode on an f32 copy with the adapter merged in.
   ["Qwen3 (bf16), the adapter merged into an f32 copy", () => modelFiles("qwen3"), true],
-  // q4 projections: nibbles and scales, and the f16 copy of the product that runs.
-  ["webart-tiny, q4 projections", () => TINY, undefined, "q4"],
-  ["Qwen3, q4 projections", () => modelFiles("qwen3"), undefined, "q4"],
+  // q4 weights (projections, embedding, LM head): nibbles and scales, and the f16 copy of the product that runs.
+  ["webart-tiny, q4 weights", () => TINY, undefined, "q4"],
+  ["Qwen3, q4 weights", () => modelFiles("qwen3"), undefined, "q4"],
 ] as const)("%s: measured peak = planned peak", (_, source, mergeLora, quantize?: "q4") => {
   const kvSlots = 4;
   const maxContext = 128;

@@ -16,6 +16,7 @@ import {
   type ModelConfig,
 } from "./config/index.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
+import { Q4_HEAD_ROWS } from "./model/weights.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
@@ -23,8 +24,9 @@ export type LoraTarget = (typeof LORA_TARGETS)[number];
 export interface PlanSetup {
   /** Bytes per frozen base weight element on the GPU: 2 (bf16/f16 kept packed) or 4 (f32). */
   weightBytes: 2 | 4;
-  /** The layers' projections as q4 (EngineOptions.quantize): nibbles and scales, and an f16 copy of the product
-   *  being computed (model.ts `dense`) in each step's working set; the embedding and LM head keep weightBytes. */
+  /** The model's matrices as q4 (EngineOptions.quantize): nibbles and scales, and the f16 copy of the product being
+   *  computed (model.ts `dense`, headShard) in each step's working set; an embedding or LM head whose rows are not
+   *  whole groups of 32 keeps weightBytes. */
   quantize?: "q4";
   /** KV cache: sequences held at once and their context length. */
   kvSlots: number;
@@ -144,8 +146,11 @@ function weightBytes(c: ModelConfig, wb: 2 | 4, quantized = false): { bytes: num
   for (const [name, shape] of shapes) {
     if (grouped.has(name)) continue;
     const n = shape.reduce((a, b) => a * b, 1);
-    const b =
-      shape.length === 1 ? exact(n * F32) : quantized && name !== EMBED && name !== LM_HEAD ? q4(n) : exact(n * wb);
+    // q4: the projections, and the embedding and LM head where their rows are whole groups (one binding each).
+    const table = name === EMBED || name === LM_HEAD;
+    const q = quantized && shape.length === 2 && (!table || shape[1] % 32 === 0);
+    const b = shape.length === 1 ? exact(n * F32) : q ? q4(n) : exact(n * wb);
+    if (q && table) largest = Math.max(largest, exact(n / 2));
     bytes += b;
     // Embedding / LM head rows are split across bindings; other matrices are one binding each.
     if (name !== EMBED && name !== LM_HEAD) largest = Math.max(largest, b);
@@ -203,12 +208,24 @@ function qkvFused(c: ModelConfig, weightBytes: number): boolean {
 
 /** q4 weights: the f16 copy of the largest product read at once (model.ts `dense`: q|k|v or gate|up where they run as
  *  one product, else one projection), live beside a step's temporaries. */
-function q4Scratch(c: ModelConfig): number {
-  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
+function q4Scratch(c: ModelConfig): Q4Scratch {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const qkv = qkvFused(c, 0.5) ? (H + 2 * KV) * D * C : H * D * C;
   const gu = gateUpFused(c, 0.5) ? 2 * F * C : F * C;
-  return bucketSize(q4DequantBytes(Math.max(qkv, gu, C * H * D, C * F)));
+  const copy = (n: number) => (n ? bucketSize(q4DequantBytes(n)) : 0);
+  // A q4 LM head's products read Q4_HEAD_ROWS of its rows at a time (model.ts headShard).
+  return {
+    layer: copy(Math.max(qkv, gu, C * H * D, C * F)),
+    head: C % 32 === 0 ? copy(Math.min(V, Q4_HEAD_ROWS) * C) : 0,
+  };
 }
+
+/** The f16 copies of q4 weights a step holds at once: in a layer's phase, and in the LM head's. */
+interface Q4Scratch {
+  layer: number;
+  head: number;
+}
+const NO_Q4: Q4Scratch = { layer: 0, head: 0 };
 
 /** What one layer's forward keeps for backward over N tokens, besides its input x (model.ts `Saved`). */
 function layerSaved(c: ModelConfig, N: number, rank: number, nTargets: number, weightBytes: number): number {
@@ -281,6 +298,7 @@ function inferencePeak(
   weightBytes: number,
   decodeRows = DECODE_ROWS,
   ropeInMatvec = false,
+  q4: Q4Scratch = NO_Q4,
 ): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V } = c;
   const inputs = f(N) + f(2 * N) + f(N * C); // ids, (slot, pos), x
@@ -313,7 +331,7 @@ function inferencePeak(
   // Rows, their gathered states (normed apart above decodeRows rows), logits, sampling's params, mask and outputs.
   const normed = S > decodeRows ? f(S * C) + f(S) : 0;
   const head = f(S) + f(S * V) + f(S * C) + normed + f(6 * S) + f(S * Math.ceil(V / 32)) + 2 * f(S);
-  return inputs + Math.max(layer, head) + UNIFORMS;
+  return inputs + Math.max(layer + q4.layer, head + q4.head) + UNIFORMS;
 }
 
 /** One training micro-batch of N tokens: the peak of the head phase and of the top layer's backward. */
@@ -327,6 +345,7 @@ function trainingPeak(
   allowedSets = false,
   loraGradChunk?: number,
   weightBytes = 2,
+  q4: Q4Scratch = NO_Q4,
 ): { peak: number; perLayer: number } {
   const { hiddenSize: C, numLayers: L } = c;
   const Vc = Math.min(vocabChunk, c.vocabSize);
@@ -338,13 +357,14 @@ function trainingPeak(
   const kept = L * x + (recompute ? 0 : L * saved) + x;
   const final = f(N * C) + f(N); // hN, rstdN
   // Head: logprobs (lp, entropy, lse, dloss, per-token terms), dhN and one logits chunk, during its backward.
-  const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc) + f(513); // + dlogits' scale (see layerGrads)
+  const head = kept + final + 4 * f(N) + f(4 * N) + f(N * C) + f(N * Vc) + f(513) + q4.head; // + dlogits' scale (see layerGrads)
   // Top layer's backward: the kept inputs, dx, dhN, the layer's saved set (recomputed or kept) and its gradients.
   const back =
     L * x +
     (recompute ? saved : L * saved) +
     2 * f(N * C) +
-    layerGrads(c, N, rank, targets, loraGradChunk, weightBytes);
+    layerGrads(c, N, rank, targets, loraGradChunk, weightBytes) +
+    q4.layer;
   const perLayer = x + (recompute ? 0 : saved);
   return { peak: inputs + Math.max(head, back) + UNIFORMS, perLayer };
 }
@@ -355,7 +375,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const weights = s.sharedWeights ? 0 : w.bytes;
   // Bytes an element of the projections' buffers (the loader's layout, which decides what runs as one product).
   const wb = s.quantize === "q4" ? 0.5 : s.weightBytes;
-  const scratch = s.quantize === "q4" ? q4Scratch(c) : 0;
+  const scratch = s.quantize === "q4" ? q4Scratch(c) : NO_Q4;
   let largest = w.largest;
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
@@ -369,7 +389,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const kvCache = 2 * L * kvLayer;
   largest = Math.max(largest, kvLayer);
   const N = s.prefillChunk + s.kvSlots;
-  const inference = inferencePeak(c, N, s.kvSlots, rank, wb, s.decodeRows, s.ropeInMatvec) + scratch;
+  const inference = inferencePeak(c, N, s.kvSlots, rank, wb, s.decodeRows, s.ropeInMatvec, scratch);
   largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
   let training = 0;
   let trainingPerLayer = 0;
@@ -385,16 +405,17 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
       s.train.allowedSets,
       s.loraGradChunk,
       wb,
+      scratch,
     );
     // Through the gradient: the loss totals and a row per token of the whole step (its entropy, and its logprob
     // when asked), read at the end (grpo.ts startStep). Then the optimizer's partial sums, alone (optimizerStep).
     const rows = exact((s.train.stepTokens ?? N) * F32);
     const step = exact(grpoTotalsBytes) + (s.train.logprobs ? 2 : 1) * rows;
-    training = Math.max(t.peak + scratch + step, exact(adamwPartsBytes) + exact(adamwStatsBytes) + UNIFORMS);
+    training = Math.max(t.peak + step, exact(adamwPartsBytes) + exact(adamwStatsBytes) + UNIFORMS);
     trainingPerLayer = t.perLayer;
     largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
   }
-  largest = Math.max(largest, scratch);
+  largest = Math.max(largest, scratch.layer, scratch.head);
   const held = weights + lora + optimizer + kvCache;
   const tuning = s.tuning ?? 0;
   const total = Math.max(held + Math.max(inference, training), weights + tuning);
@@ -404,7 +425,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     `lora        ${mb(lora)}${s.lora ? ` (rank ${rank}, ${targets.join(",")}, ${loraParams} params)` : ""}`,
     `optimizer   ${mb(optimizer)} (gradients + AdamW moments)`,
     `kv cache    ${mb(kvCache)} (${s.kvSlots} sequences x ${s.kvContext} tokens)`,
-    `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows${scratch ? `; with the f16 copy of q4 weights, ${mb(scratch)}` : ""})`,
+    `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows${s.quantize ? `; with f16 copies of q4 weights: ${mb(scratch.layer)} in a layer, ${mb(scratch.head)} in the LM head` : ""})`,
     `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch${s.train.stepTokens ? ` of a ${s.train.stepTokens}-token step` : ""}, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
     ...(tuning ? [`tuning      ${mb(tuning)} (at start-up, beside the weights alone)`] : []),
     `total       ${mb(total)}`,

@@ -225,8 +225,8 @@ export function SettingsForm(props: {
         </div>
         <label className="check">
           <input type="checkbox" checked={d.q4} onChange={(x) => set("q4", x.target.checked)} data-testid="q4" />
-          4-bit base weights (q4: the model's projections in about a third of their 16-bit memory; the run keeps
-          training and is evaluated on them)
+          4-bit base weights (q4: the model's weights in about 0.28 of their 16-bit memory; the run keeps training and
+          is evaluated on them)
         </label>
       </fieldset>
     </section>

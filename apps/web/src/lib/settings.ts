@@ -65,7 +65,7 @@ export interface SettingsDraft {
   toolChoice: "auto" | "required" | "guided";
   /** GiB of GPU memory the run may plan for. */
   memoryBudget: string;
-  /** The base model's projections as 4-bit weights (q4). */
+  /** The base model's weights as 4-bit ones (q4). */
   q4: boolean;
 }
 

@@ -17,7 +17,7 @@ import { freeWeights, uploadWeights, type GpuWeights } from "./weights.ts";
 export interface BaseOptions extends OpenModelOptions {
   /** Keep 16-bit weights as f32 on the GPU (a separate copy from the 16-bit one). */
   weightsF32?: boolean;
-  /** The layers' projections as q4 (a separate copy from the file's form). */
+  /** The model's matrices as q4 (a separate copy from the file's form). */
   quantize?: "q4";
 }
 

@@ -34,6 +34,7 @@ import {
   ropeQkv,
   q4Dequant,
   q4DequantBytes,
+  q4Gather,
   swigluBackward,
   swigluBackwardPacked,
   swigluForward,
@@ -45,6 +46,7 @@ import {
   type MatvecOptions,
   type MatvecSegment,
   type RmsnormBuffers,
+  type WeightShard,
 } from "@webart/shaders";
 import { FINAL_NORM, NORMS, layerTensor, type ModelConfig } from "../config/index.ts";
 import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
@@ -577,7 +579,10 @@ export class Model {
     const c = this.config;
     const C = c.hiddenSize;
     let x = gpu.buffer(N * C * 4, "activations", "x"); // (N, C)
-    embeddingForward(gpu, rec, { W: this.weights.embed, ids, out: x }, { N }, { scale: c.embedScale });
+    const E = this.weights.embed;
+    if (E.dtype === "q4") {
+      q4Gather(gpu, rec, { ids, q: E.nibbles, s: E.scales, out: x }, { N, C, V: E.V, scale: c.embedScale });
+    } else embeddingForward(gpu, rec, { W: E, ids, out: x }, { N }, { scale: c.embedScale });
     const layers: (Saved | LayerInput)[] = [];
     for (let l = 0; l < c.numLayers; l++) {
       if (save && !recompute) {
@@ -1080,6 +1085,29 @@ export class Model {
     if (sel !== x) gpu.release(sel);
   }
 
+  /** Rows v0..v1 of a q4 head as one q4 matrix (its one buffer of nibbles). */
+  private headRows(v0: number, v1: number): Matrix {
+    const [C, s] = [this.config.hiddenSize, this.weights.head[0]];
+    const q4 = { buffer: s.buffer, scales: this.weights.headScales, dtype: "q4" as const };
+    return { ...q4, rows: v1 - v0, cols: C, offset: (s.offset ?? 0) + v0 * C };
+  }
+
+  /** Rows a..b of head shard `s` (its first row r0) as a matrix the products read: the shard itself at their
+   *  offset, or for q4 their f16 copy (release `temp` once the product is recorded). */
+  private headShard(rec: Recorder, s: WeightShard, a: number, b: number, r0: number): { W: Matrix; temp?: GPUBuffer } {
+    const C = this.config.hiddenSize;
+    const W: Matrix = {
+      buffer: s.buffer,
+      dtype: this.weights.headDtype,
+      rows: b - a,
+      cols: C,
+      offset: (s.offset ?? 0) + (a - r0) * C,
+    };
+    if (W.dtype !== "q4") return { W };
+    const d = this.dense(rec, [{ ...W, scales: this.weights.headScales }]);
+    return { W: d.Ws[0], temp: d.temp };
+  }
+
   /**
    * out[:, 0:(v1-v0)] (row stride ld) = h (M, C) · W_head[v0:v1]ᵀ, walking the head's row shards; with `norm` (up to
    * decodeRows rows), h's rows RMS-normed with that weight first.
@@ -1095,27 +1123,36 @@ export class Model {
     norm?: GPUBuffer,
   ): void {
     const C = this.config.hiddenSize;
-    const dt = this.weights.headDtype;
     if (norm && M > this.decodeRows)
       throw new Error(`head: the norm rides in the matvec only up to ${this.decodeRows} rows`);
+    const eps = this.config.rmsNormEps;
+    const q4 = this.weights.headDtype === "q4" ? this.headRows(v0, v1) : undefined;
+    if (q4 && M <= this.decodeRows && this.q4Matvec(M, [q4])) {
+      // Every row at once on the nibbles.
+      const b = { x: h, w: q4.buffer, scales: q4.scales, y: out, norm };
+      const o = { wDtype: "q4" as const, offsetW: q4.offset, ldy: ld, eps };
+      matvec(this.gpu, rec, b, { M, N: v1 - v0, K: C }, o);
+      return;
+    }
     let r0 = 0;
     for (const s of this.weights.head) {
       const a = Math.max(v0, r0);
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
-        const offW = (s.offset ?? 0) + (a - r0) * C;
+        const { W, temp } = this.headShard(rec, s, a, b, r0);
+        const [dt, offW] = [W.dtype as Exclude<Matrix["dtype"], "q4">, W.offset];
         if (M <= this.decodeRows)
           matvec(
             this.gpu,
             rec,
-            { x: h, w: s.buffer, y: out, norm },
+            { x: h, w: W.buffer, y: out, norm },
             { M, N: b - a, K: C },
             {
               wDtype: dt,
               offsetW: offW,
               ldy: ld,
               offsetY: a - v0,
-              eps: this.config.rmsNormEps,
+              eps,
               tuning: this.tuning.matvec,
             },
           );
@@ -1123,7 +1160,7 @@ export class Model {
           matmul(
             this.gpu,
             rec,
-            { a: h, b: s.buffer, c: out },
+            { a: h, b: W.buffer, c: out },
             { M, N: b - a, K: C },
             {
               mode: "nt",
@@ -1135,6 +1172,7 @@ export class Model {
               variant: this.tensorCores ? "coop" : undefined,
             },
           );
+        this.gpu.release(temp);
       }
       r0 += s.rows;
     }
@@ -1150,24 +1188,26 @@ export class Model {
       const a = Math.max(v0, r0);
       const b = Math.min(v1, r0 + s.rows);
       if (a < b) {
+        const { W, temp } = this.headShard(rec, s, a, b, r0);
         matmul(
           this.gpu,
           rec,
-          { a: dlogits, b: s.buffer, c: dh, scaleA },
+          { a: dlogits, b: W.buffer, c: dh, scaleA },
           { M, N: C, K: b - a },
           this.backOptions(
             {
               mode: "nn",
-              bDtype: this.weights.headDtype,
+              bDtype: W.dtype as Exclude<Matrix["dtype"], "q4">,
               lda: v1 - v0,
               offsetA: a - v0,
-              offsetB: (s.offset ?? 0) + (a - r0) * C,
+              offsetB: W.offset,
               accumulate: true,
               tuning: this.tuning.matmul,
             },
             scaleA,
           ),
         );
+        this.gpu.release(temp);
       }
       r0 += s.rows;
     }

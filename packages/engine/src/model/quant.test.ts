@@ -9,19 +9,22 @@ import { assertClose, kernelsDispatched } from "@webart/gpu/check";
 import { dequantizeQ4, matvecRopePairs, quantizeQ4 } from "@webart/shaders";
 import { isIgnorableTensor, parseConfig, tensorShapes, type ModelConfig } from "../config/index.ts";
 import { memorySource, modelFiles, readJson, tensorToF32, WeightReader, type Tensor } from "../weights/index.ts";
+import { randomTensors, tinyConfigJson } from "../weights/testing.ts";
 import { accumulateGradients } from "../train/grpo.ts";
 import { LoraState } from "./lora.ts";
 import { Model } from "./model.ts";
 import { prefillLogits } from "./testing.ts";
-import { freeWeights, uploadWeights } from "./weights.ts";
+import { freeWeights, Q4_HEAD_ROWS, uploadWeights } from "./weights.ts";
 import type { LoraTarget } from "../plan.ts";
 
 const FIX = join(import.meta.dirname, "../../fixtures");
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
-/** A layer's projection (what q4 quantizes): the embedding, LM head, norms and biases stay as they are. */
-const isProjection = (t: Tensor) => t.shape.length === 2 && t.name.startsWith("model.layers.");
+/** What q4 quantizes: every matrix (the layers' projections, and the embedding and LM head where their rows are whole
+ *  groups of 32); norms and biases stay as they are. */
+const isProjection = (t: Tensor) =>
+  t.shape.length === 2 && (t.name.startsWith("model.layers.") || t.shape[1] % 32 === 0);
 
 /** The tensors with each projection as its q4 values in f32. */
 async function* asQ4Values(tensors: AsyncIterable<Tensor>): AsyncIterable<Tensor> {
@@ -107,7 +110,48 @@ describe.each(["qwen2-tiny", "qwen3-tiny-bf16", "gemma3-tiny", "llama32-tiny"])(
   });
 });
 
-it("q4 weights take 4.5 bits a projection weight; the rest as the file has it", async () => {
+it("a q4 LM head of more rows than one f16 copy holds (Q4_HEAD_ROWS) gives the same logits, shard by shard", async () => {
+  // Untied, 8300 rows: shards of 8192 and 108 where a product reads the f16 copy; one q4 matvec reads them all.
+  const json = tinyConfigJson("qwen2", {
+    vocab_size: 8300,
+    num_hidden_layers: 1,
+    hidden_size: 64,
+    intermediate_size: 128,
+  });
+  const config = parseConfig(json);
+  const tensors = randomTensors(json, "BF16", 5);
+  async function* stream(): AsyncIterable<Tensor> {
+    for (const t of tensors) {
+      const d = t.data as Uint16Array;
+      yield { name: t.name, dtype: t.dtype, shape: t.shape, bytes: new Uint8Array(d.buffer.slice(0) as ArrayBuffer) };
+    }
+  }
+  const q4 = new Model(gpu, config, await uploadWeights(gpu, config, stream(), { quantize: "q4" }));
+  const ref = new Model(gpu, config, await uploadWeights(gpu, config, asQ4Values(stream())));
+  expect(q4.weights.head.length).toBe(Math.ceil(8300 / Q4_HEAD_ROWS));
+  const ids = [5, 8299, 17, 4000, 8200, 1];
+  for (const [decodeRows, q4MatvecRows] of [
+    [0, 0],
+    [64, 0],
+    [64, 64],
+  ]) {
+    q4.decodeRows = ref.decodeRows = decodeRows;
+    q4.q4MatvecRows = q4MatvecRows;
+    const got = await prefillLogits(gpu, q4, ids);
+    const want = await prefillLogits(gpu, ref, ids);
+    assertClose(`head shards, decodeRows ${decodeRows}, q4MatvecRows ${q4MatvecRows}`, got, want, {
+      atol: 2e-4,
+      rtol: 2e-4,
+    });
+  }
+  freeWeights(gpu, q4.weights);
+  freeWeights(gpu, ref.weights);
+  q4.releaseTables();
+  ref.releaseTables();
+  expect(gpu.errors).toEqual([]);
+});
+
+it("q4 weights take 4.5 bits a weight of every matrix (the embedding too); norms as the file has them", async () => {
   const q4 = await load("qwen3-tiny-bf16", "q4");
   const files = await modelFiles(join(FIX, "qwen3-tiny-bf16"));
   const config = parseConfig((await readJson(files, "config.json"))!);
@@ -116,7 +160,9 @@ it("q4 weights take 4.5 bits a projection weight; the rest as the file has it", 
   await reader.close();
   let proj = 0;
   for (const [name, shape] of tensorShapes(config))
-    if (shape.length === 2 && name.startsWith("model.layers.")) proj += shape[0] * shape[1];
+    if (isProjection({ name, shape } as Tensor)) proj += shape[0] * shape[1];
+  expect(proj).toBeGreaterThan(0);
+  expect(q4.weights.embed.dtype).toBe("q4");
   expect(w.bytes - q4.weights.bytes).toBe(proj * 2 - proj * (4.5 / 8));
   freeWeights(gpu, q4.weights);
   freeWeights(gpu, w);

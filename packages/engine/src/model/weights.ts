@@ -4,7 +4,8 @@
 // aligned offset, so decode reads them in one dispatch. The embedding (and an untied LM head) are split in row
 // shards when they exceed one storage binding. Tensors are streamed one at a time from the reader. With `quantize:
 // "q4"` the layers' projections are quantized to 4 bits as they arrive (@webart/shaders quant: nibbles in the group's
-// buffer at the same element offsets, their scales in a buffer beside it); the embedding and LM head keep their form.
+// buffer at the same element offsets, their scales in a buffer beside it), and so are the embedding and an untied LM
+// head whose rows are whole groups of 32 (one buffer of nibbles each, a Q4Table).
 import type { Gpu } from "@webart/gpu";
 import { q4Bytes, quantizeQ4, uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
@@ -43,7 +44,7 @@ export interface Matrix {
 export interface UploadOptions {
   /** Every matrix as f32 (e.g. when training the base weights). */
   toF32?: boolean;
-  /** The layers' projections as q4. */
+  /** The model's matrices as q4 (the embedding and LM head where their rows are whole groups of 32). */
   quantize?: "q4";
   onProgress?: (p: LoadProgress) => void;
 }
@@ -78,11 +79,21 @@ export interface LayerWeights {
   down: Matrix; // (C, F)
 }
 
+/** A q4 table (the embedding, an untied LM head): one buffer of nibbles and one of scales, from element 0. */
+export interface Q4Table {
+  dtype: "q4";
+  V: number;
+  C: number;
+  nibbles: GPUBuffer;
+  scales: GPUBuffer;
+}
+
 export interface GpuWeights {
-  embed: EmbeddingTable; // (V, C)
-  /** The LM head as row shards (the embedding's when tied). */
+  embed: EmbeddingTable | Q4Table; // (V, C)
+  /** The LM head as row shards (the embedding's when tied); a q4 head is one shard, its scales in headScales. */
   head: WeightShard[];
-  headDtype: WDtype;
+  headDtype: MatrixDtype;
+  headScales?: GPUBuffer;
   layers: LayerWeights[];
   finalNorm: GPUBuffer; // (C)
   bytes: number;
@@ -102,6 +113,18 @@ export function bindingOf(x: Matrix | Vector): { buffer: GPUBuffer; offset: numb
   return f32
     ? { buffer: x.buffer, offset: x.offset * 4, size: n * 4 }
     : { buffer: x.buffer, offset: x.offset * 2, size: Math.ceil(n / 2) * 4 };
+}
+
+/** Rows of a q4 LM head a product reads at once where it reads an f16 copy (model.ts head, headBack): its shards'
+ *  size, so the copy stays within one vocabulary chunk's rows. */
+export const Q4_HEAD_ROWS = 8192;
+
+/** A q4 head as shards of Q4_HEAD_ROWS rows over its one buffer of nibbles. */
+function q4HeadShards(t: Q4Table): WeightShard[] {
+  const out: WeightShard[] = [];
+  for (let r0 = 0; r0 < t.V; r0 += Q4_HEAD_ROWS)
+    out.push({ buffer: t.nibbles, rows: Math.min(Q4_HEAD_ROWS, t.V - r0), offset: r0 * t.C });
+  return out;
 }
 
 /** Returns the weights' buffers to the pool. */
@@ -216,8 +239,8 @@ async function upload(
     gpu.write(gb.buffer, data, offset * (dtype === "f32" ? 4 : 2));
     return { buffer: gb.buffer, offset };
   };
-  let embed: EmbeddingTable | undefined;
-  let head: EmbeddingTable | undefined;
+  let embed: EmbeddingTable | Q4Table | undefined;
+  let head: EmbeddingTable | Q4Table | undefined;
   let bytes = 0;
   for await (const t of tensors) {
     const name = t.name;
@@ -237,6 +260,27 @@ async function upload(
       dtype = "f32";
     }
     const [rows, cols] = t.shape;
+    if ((name === EMBED || name === LM_HEAD) && opts.quantize && cols % 32 === 0) {
+      // q4 rows of whole groups: the table's nibbles in one binding (a quarter of its 16-bit bytes), gathered by
+      // q4Gather and read by the head's products as the projections are.
+      const q = quantizeQ4(tensorToF32({ dtype: t.dtype, bytes: t.bytes }), name);
+      if (q.nibbles.byteLength > gpu.maxStorageBinding)
+        throw new Error(
+          `weights: ${name} as q4 (${q.nibbles.byteLength} bytes) exceeds this device's storage binding ` +
+            `(${gpu.maxStorageBinding} bytes); load it without quantize`,
+        );
+      const table: Q4Table = {
+        dtype: "q4",
+        V: rows,
+        C: cols,
+        nibbles: up(q.nibbles, name),
+        scales: up(q.scales, name + " scales"),
+      };
+      if (name === LM_HEAD) head = table;
+      else embed = table;
+      bytes += q.nibbles.byteLength + q.scales.byteLength;
+      continue;
+    }
     if (name === EMBED || name === LM_HEAD) {
       const words =
         dtype === "f32"
@@ -296,7 +340,9 @@ async function upload(
   if (!headTable) throw new Error(`weights: ${LM_HEAD} is missing and tie_word_embeddings is false`);
   return {
     embed,
-    head: tableShards(headTable),
+    ...(headTable.dtype === "q4"
+      ? { head: q4HeadShards(headTable), headScales: headTable.scales }
+      : { head: tableShards(headTable) }),
     headDtype: headTable.dtype,
     layers,
     finalNorm: need(vecs, FINAL_NORM),

@@ -1,7 +1,7 @@
 // q4 weights: the CPU quantizer's error bound and exactness in f16, and the GPU's f16 copy against the CPU's values.
 import { beforeAll, expect, it } from "vitest";
 import { fromF16, getDevice, roundHalf, Rng, type Gpu } from "@webart/gpu";
-import { Q4_GROUP, Q4_MIN_SCALE, dequantizeQ4, q4Bytes, q4Dequant, quantizeQ4 } from "./index.ts";
+import { Q4_GROUP, Q4_MIN_SCALE, dequantizeQ4, q4Bytes, q4Dequant, q4Gather, quantizeQ4 } from "./index.ts";
 
 let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
@@ -68,5 +68,38 @@ it.each([
   expect(() => q4Dequant(gpu, bad, { q, s, out }, { n: n + 2 ** 20, first })).toThrow(/needs \d+ bytes but its/);
   bad.abandon();
   gpu.release(q, s, out);
+  expect(gpu.errors).toEqual([]);
+});
+
+it.each([
+  [5, 64, 1],
+  [40, 96, Math.sqrt(1152)], // Gemma scales its embedding by sqrt(hidden)
+])("q4_gather reads %i rows of a (V, %i) q4 table as the CPU's values times the scale", async (N, C, scale) => {
+  const V = 37;
+  const w = weights(V * C, 11);
+  const { nibbles, scales } = quantizeQ4(w);
+  const table = dequantizeQ4(nibbles, scales, V * C);
+  const rng = new Rng(N);
+  const idList = Array.from({ length: N }, () => rng.int(V));
+  const [q, s, ids, out] = [
+    gpu.upload(nibbles),
+    gpu.upload(scales),
+    gpu.upload(Uint32Array.from(idList)),
+    gpu.buffer(N * C * 4),
+  ];
+  const rec = gpu.recorder();
+  q4Gather(gpu, rec, { ids, q, s, out }, { N, C, V, scale });
+  const read = rec.read(out, N * C * 4);
+  await rec.submit();
+  const got = new Float32Array(await read);
+  const want = new Float32Array(N * C);
+  idList.forEach((id, n) => {
+    for (let c = 0; c < C; c++) want[n * C + c] = Math.fround(table[id * C + c] * Math.fround(scale));
+  });
+  expect(Array.from(got)).toEqual(Array.from(want));
+  const bad = gpu.recorder();
+  expect(() => q4Gather(gpu, bad, { ids, q, s, out }, { N, C: 48, V, scale })).toThrow(/multiple of 32/);
+  bad.abandon();
+  gpu.release(q, s, ids, out);
   expect(gpu.errors).toEqual([]);
 });

@@ -154,7 +154,7 @@ export function bytes(name: string, v: string | undefined): number | undefined {
 export const QUANTIZE_OPTION = {
   quantize: {
     arg: "q4",
-    help: "load the layers' projections as 4-bit weights (groups of 32 with a bf16 scale: about a third of\n16-bit bytes); a run trained so goes on and is evaluated so",
+    help: "load the model's weights as 4-bit ones (groups of 32 with a bf16 scale: about 0.28 of their\n16-bit bytes); a run trained so goes on and is evaluated so",
   },
 } as const;
 

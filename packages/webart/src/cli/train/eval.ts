@@ -67,7 +67,7 @@ export const EVAL = {
     },
     quantize: {
       arg: "q4",
-      help: "the base model's projections as 4-bit weights (default: as the run was trained, from its\nmodel.json; with --checkpoint none, off)",
+      help: "the base model's weights as 4-bit ones (default: as the run was trained, from its\nmodel.json; with --checkpoint none, off)",
     },
     "no-base": { flag: true, help: "leave out the base model's row" },
     "no-baselines": { flag: true, help: "leave out the baselines' rows" },
