@@ -88,6 +88,12 @@ export async function exportCommand(argv: string[]): Promise<number> {
         `(${r.files.join(", ")}; ${(r.bytes / 2 ** 20).toFixed(1)} MiB of weights). It has the base model's ` +
         `layout: webart --model ${r.out}, or the tools that load the base model`,
     );
+    if (r.trainedOn)
+      console.log(
+        `note: the run trained on ${r.trainedOn} weights (--quantize ${r.trainedOn}); its adapter is merged into the ` +
+          `base model's own weights, as QLoRA adapters are, so the merged model differs from the trained one by the ` +
+          `quantization`,
+      );
     return 0;
   }
   refuseGiven(argv, ["checkpoint"], "--format art");

@@ -27,6 +27,8 @@ export interface MergedExport {
   merged: number;
   bytes: number;
   files: string[];
+  /** The run trained on q4 weights (its model.json): merged into the file's own weights all the same. */
+  trainedOn?: "q4";
 }
 
 export async function exportMerged(o: {
@@ -37,7 +39,8 @@ export async function exportMerged(o: {
   checkpoint: number | "latest";
 }): Promise<MergedExport> {
   const run = new RunFiles(await FsStore.open(o.runs), o.project, o.name);
-  const baseModel = (await run.readJson<{ base_model?: string }>("model.json"))?.base_model;
+  const saved = await run.readJson<{ base_model?: string; quantize?: "q4" }>("model.json");
+  const baseModel = saved?.base_model;
   if (baseModel === undefined)
     throw new UsageError(`no run ${o.project}/${o.name} in ${o.runs} (${run.path("model.json")} is missing)`);
   const step = o.checkpoint === "latest" ? await run.latestStep() : o.checkpoint;
@@ -79,7 +82,9 @@ export async function exportMerged(o: {
       await h.close();
     }
     written.push("model.safetensors");
-    return { out: o.out, step, baseModel, merged: m.merged, bytes: m.prefix.byteLength + m.dataBytes, files: written };
+    const bytes = m.prefix.byteLength + m.dataBytes;
+    const q4 = saved?.quantize ? { trainedOn: saved.quantize } : {};
+    return { out: o.out, step, baseModel, merged: m.merged, bytes, files: written, ...q4 };
   } finally {
     await base.close();
   }

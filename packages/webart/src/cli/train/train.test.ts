@@ -6,6 +6,7 @@ import { join, relative } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { requestedIds, startJudge, type ScriptedJudge } from "@webart/ruler/testing";
 import { UsageError } from "../args.ts";
+import { exportMerged } from "../merged.ts";
 import { evalCommand } from "./eval.ts";
 import { trainCommand } from "./train.ts";
 
@@ -230,6 +231,15 @@ describe("webart train / eval", () => {
     }
     expect(lines.join("\n")).toContain("base model (webart-tiny, q4)");
     expect(lines.join("\n")).toContain("checkpoint 2");
+    // A merged export goes into the file's own weights, and says the run trained on q4 ones.
+    const merged = await exportMerged({
+      runs,
+      project: "tictactoe",
+      name: "q4",
+      out: join(runs, "q4-merged"),
+      checkpoint: "latest",
+    });
+    expect(merged.trainedOn).toBe("q4");
     await expect(trainCommand(["--steps", "1", "--name", "x", "--quantize", "q8", ...tiny])).rejects.toThrow(
       /--quantize "q8": expected q4/,
     );
