@@ -587,16 +587,21 @@ async function modelPart(ctx: BenchContext, out: BenchResult[]): Promise<void> {
   const [B, T] = small ? [2, 32] : [8, 512];
   for (const name of names) {
     const json = configJson(name, small ? 2 : undefined);
-    try {
-      await oneModel(ctx, out, name, json, small, B, T);
-    } catch (e) {
-      ctx.log(`${name}: failed: ${(e as Error).stack ?? e}`);
-    }
-    try {
-      await q4Model(ctx, out, name, json, small, B, T);
-    } catch (e) {
-      ctx.log(`${name} q4: failed: ${(e as Error).stack ?? e}`);
-    }
+    // WEBART_BENCH_Q4: "off" leaves out the q4 figures, "only" the 16-bit ones (the q4 ratios then have no 16-bit
+    // figure to compare with).
+    const q4 = process.env.WEBART_BENCH_Q4 ?? "on";
+    if (q4 !== "only")
+      try {
+        await oneModel(ctx, out, name, json, small, B, T);
+      } catch (e) {
+        ctx.log(`${name}: failed: ${(e as Error).stack ?? e}`);
+      }
+    if (q4 !== "off")
+      try {
+        await q4Model(ctx, out, name, json, small, B, T);
+      } catch (e) {
+        ctx.log(`${name} q4: failed: ${(e as Error).stack ?? e}`);
+      }
   }
 }
 
@@ -918,9 +923,10 @@ async function q4Model(
         `${name} q4 decode b${b}: ${a.run.toFixed(1)} tok/s in runs of ${AHEAD}, ${a.single.toFixed(1)} a step at a time`,
       );
     }
+    // The device's default (16 on a GPU, 0 on a CPU device), restored after; the A/B runs the q4 matvec up to 16 rows.
     const rows = model.q4MatvecRows;
     for (const b of [1, 8]) {
-      const toggle = (on: boolean) => (model.q4MatvecRows = on ? rows : 0);
+      const toggle = (on: boolean) => (model.q4MatvecRows = on ? 16 : 0);
       const ab = (await decodeRun(gpu, model, b, 16, 0, steps, 0, toggle)).ab!;
       model.q4MatvecRows = rows;
       out.push({
