@@ -20,7 +20,9 @@ step() {
 step matmul WEBART_BENCH_PARTS=matmul
 step matvec-0.5b WEBART_BENCH_PARTS=overhead,matvec,models WEBART_BENCH_MODELS=qwen2.5-0.5b
 step profile-0.5b WEBART_BENCH_PARTS=profile WEBART_BENCH_MODELS=qwen2.5-0.5b
-step models-rest WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen3-0.6b,qwen2.5-1.5b
+step models-rest WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen3-0.6b,qwen2.5-1.5b WEBART_BENCH_Q4=off
+# q4 weights (0.5B's were timed in its step above): the largest shape, where decode is most bound by bytes.
+step q4-1.5b WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen2.5-1.5b WEBART_BENCH_Q4=only
 # Then the kernels suite: its attention part times prefill attention per family (tiled, rows, lanes) in GFLOP/s.
 echo "=== kernels ($(date +%T))" | tee -a "$out/gpu-run.txt"
 bash scripts/gpu/run.sh kernels 2>&1 | tee -a "$out/gpu-run.txt"
