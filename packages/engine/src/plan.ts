@@ -16,7 +16,7 @@ import {
   type ModelConfig,
 } from "./config/index.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
-import { Q4_HEAD_ROWS } from "./model/weights.ts";
+import { Q4_HEAD_ROWS, q4Rows } from "./model/weights.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
@@ -148,7 +148,7 @@ function weightBytes(c: ModelConfig, wb: 2 | 4, quantized = false): { bytes: num
     const n = shape.reduce((a, b) => a * b, 1);
     // q4: the projections, and the embedding and LM head where their rows are whole groups (one binding each).
     const table = name === EMBED || name === LM_HEAD;
-    const q = quantized && shape.length === 2 && (!table || shape[1] % 32 === 0);
+    const q = quantized && shape.length === 2 && (!table || q4Rows(shape[1]));
     const b = shape.length === 1 ? exact(n * F32) : q ? q4(n) : exact(n * wb);
     if (q && table) largest = Math.max(largest, exact(n / 2));
     bytes += b;
@@ -216,7 +216,7 @@ function q4Scratch(c: ModelConfig): Q4Scratch {
   // A q4 LM head's products read Q4_HEAD_ROWS of its rows at a time (model.ts headShard).
   return {
     layer: copy(Math.max(qkv, gu, C * H * D, C * F)),
-    head: C % 32 === 0 ? copy(Math.min(V, Q4_HEAD_ROWS) * C) : 0,
+    head: q4Rows(C) ? copy(Math.min(V, Q4_HEAD_ROWS) * C) : 0,
   };
 }
 
@@ -421,7 +421,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const total = Math.max(held + Math.max(inference, training), weights + tuning);
   const mb = (b: number) => `${(b / MiB).toFixed(1)} MiB`;
   const lines = [
-    `weights     ${mb(weights)} (${s.quantize ? `q4 projections, ${s.weightBytes === 2 ? "16-bit" : "f32"} embedding` : s.weightBytes === 2 ? "16-bit matrices" : "f32 matrices"}${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
+    `weights     ${mb(weights)} (${s.quantize ? (q4Rows(C) ? "q4 matrices" : `q4 projections, ${s.weightBytes === 2 ? "16-bit" : "f32"} embedding`) : s.weightBytes === 2 ? "16-bit matrices" : "f32 matrices"}${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
     `lora        ${mb(lora)}${s.lora ? ` (rank ${rank}, ${targets.join(",")}, ${loraParams} params)` : ""}`,
     `optimizer   ${mb(optimizer)} (gradients + AdamW moments)`,
     `kv cache    ${mb(kvCache)} (${s.kvSlots} sequences x ${s.kvContext} tokens)`,

@@ -441,6 +441,13 @@ export class Model {
     return { Ws: out, temp };
   }
 
+  /** Records `f` over the f16 copies of Ws (dense), then releases them. */
+  private onCopy(rec: Recorder, Ws: Matrix[], f: (copies: Matrix[]) => void): void {
+    const d = this.dense(rec, Ws);
+    f(d.Ws);
+    this.gpu.release(d.temp);
+  }
+
   /** y (=|+=) x·Wᵀ (+ bias) for x (M, in): matvec for few rows, else the tiled matmul. */
   private linear(
     rec: Recorder,
@@ -452,12 +459,8 @@ export class Model {
     accumulate = false,
   ): void {
     const matvecRows = !accumulate && M <= this.decodeRows;
-    if (W.dtype === "q4" && !(matvecRows && this.q4Matvec(M, [W]))) {
-      const d = this.dense(rec, [W]);
-      this.linear(rec, x, d.Ws[0], y, M, bias, accumulate);
-      this.gpu.release(d.temp);
-      return;
-    }
+    if (W.dtype === "q4" && !(matvecRows && this.q4Matvec(M, [W])))
+      return this.onCopy(rec, [W], ([D]) => this.linear(rec, x, D, y, M, bias, accumulate));
     if (matvecRows) {
       const o = { wDtype: W.dtype, offsetW: W.offset, offsetBias: bias?.offset, tuning: this.tuning.matvec };
       const b = { x, w: W.buffer, scales: W.scales, y, bias: bias?.buffer };
@@ -483,12 +486,7 @@ export class Model {
 
   /** dx (=|+=) dy·W for dy (M, out): the input gradient of a linear layer. */
   private linearBack(rec: Recorder, dy: GPUBuffer, W: Matrix, dx: GPUBuffer, M: number, accumulate: boolean): void {
-    if (W.dtype === "q4") {
-      const d = this.dense(rec, [W]);
-      this.linearBack(rec, dy, d.Ws[0], dx, M, accumulate);
-      this.gpu.release(d.temp);
-      return;
-    }
+    if (W.dtype === "q4") return this.onCopy(rec, [W], ([D]) => this.linearBack(rec, dy, D, dx, M, accumulate));
     const o = { mode: "nn" as const, bDtype: W.dtype, offsetB: W.offset, accumulate, tuning: this.tuning.matmul };
     const scaleA = this.gradScale(rec, dy, M * W.rows);
     const b = { a: dy, b: W.buffer, c: dx, scaleA };
@@ -900,12 +898,8 @@ export class Model {
       rope?: { buffers: NonNullable<MatvecBuffers["rope"]>; dims: NonNullable<MatvecOptions["rope"]> };
     },
   ): void {
-    if (Ws[0].dtype === "q4" && !this.q4Matvec(N, Ws, o.rope?.dims.headDim)) {
-      const d = this.dense(rec, Ws);
-      this.decodeLinear(rec, x, N, d.Ws, biases, entries, y, o);
-      this.gpu.release(d.temp);
-      return;
-    }
+    if (Ws[0].dtype === "q4" && !this.q4Matvec(N, Ws, o.rope?.dims.headDim))
+      return this.onCopy(rec, Ws, (Ds) => this.decodeLinear(rec, x, N, Ds, biases, entries, y, o));
     const gpu = this.gpu;
     const K = Ws[0].cols;
     const norm = o.norm;

@@ -7,7 +7,7 @@
 // buffer at the same element offsets, their scales in a buffer beside it), and so are the embedding and an untied LM
 // head whose rows are whole groups of 32 (one buffer of nibbles each, a Q4Table).
 import type { Gpu } from "@webart/gpu";
-import { q4Bytes, quantizeQ4, uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
+import { Q4_GROUP, q4Bytes, quantizeQ4, uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
 import {
   EMBED,
@@ -90,7 +90,8 @@ export interface Q4Table {
 
 export interface GpuWeights {
   embed: EmbeddingTable | Q4Table; // (V, C)
-  /** The LM head as row shards (the embedding's when tied); a q4 head is one shard, its scales in headScales. */
+  /** The LM head as row shards (the embedding's when tied); a q4 head's shards (Q4_HEAD_ROWS rows each) share one
+   *  buffer of nibbles, their scales in headScales. */
   head: WeightShard[];
   headDtype: MatrixDtype;
   headScales?: GPUBuffer;
@@ -113,6 +114,11 @@ export function bindingOf(x: Matrix | Vector): { buffer: GPUBuffer; offset: numb
   return f32
     ? { buffer: x.buffer, offset: x.offset * 4, size: n * 4 }
     : { buffer: x.buffer, offset: x.offset * 2, size: Math.ceil(n / 2) * 4 };
+}
+
+/** Whether a table of rows this long (the embedding, the LM head) is q4 under quantize: its rows are whole groups. */
+export function q4Rows(cols: number): boolean {
+  return cols % Q4_GROUP === 0;
 }
 
 /** Rows of a q4 LM head a product reads at once where it reads an f16 copy (model.ts head, headBack): its shards'
@@ -190,6 +196,14 @@ async function upload(
   for (const names of weightGroups(config)) names.forEach((n, index) => groupOf.set(n, { names, index }));
   const groupBufs = new Map<string[], { buffer?: GPUBuffer; dtype: WDtype; offsets: number[] }>();
   const q4Bufs = new Map<string[], { buffer: GPUBuffer; scales: GPUBuffer; offsets: number[] } | null>();
+  // A group's element offsets and span at this element size, and its buffers' label.
+  const layoutOf = (names: string[], bytesPerElement: number) => ({
+    ...groupLayout(
+      names.map((n) => shapes.get(n)!.reduce((a, b) => a * b, 1)),
+      bytesPerElement,
+    ),
+    label: names[0].replace(/\.[a-z_]+\.(weight|bias)$/, ".*"),
+  });
   // q4: the nibbles at the group's element offsets (256-byte aligned: multiples of 512 nibbles), the scales in a
   // buffer beside them at offset / 32; a group past one binding stays apart as above.
   const placeQ4 = (name: string, values: Float32Array): { buffer: GPUBuffer; offset: number; scales: GPUBuffer } => {
@@ -197,10 +211,8 @@ async function upload(
     const g = groupOf.get(name);
     let gb = g && q4Bufs.get(g.names);
     if (g && gb === undefined) {
-      const sizes = g.names.map((n) => shapes.get(n)!.reduce((a, b) => a * b, 1));
-      const { offsets, elements } = groupLayout(sizes, 0.5);
+      const { offsets, elements, label } = layoutOf(g.names, 0.5);
       const bytes = q4Bytes(elements);
-      const label = g.names[0].replace(/\.[a-z_]+\.(weight|bias)$/, ".*");
       gb =
         bytes.nibbles <= gpu.maxStorageBinding
           ? {
@@ -223,14 +235,10 @@ async function upload(
     if (!g) return { buffer: up(data, name), offset: 0 };
     let gb = groupBufs.get(g.names);
     if (!gb) {
-      const sizes = g.names.map((n) => shapes.get(n)!.reduce((a, b) => a * b, 1));
-      const { offsets, elements } = groupLayout(sizes, dtype === "f32" ? 4 : 2);
+      const { offsets, elements, label } = layoutOf(g.names, dtype === "f32" ? 4 : 2);
       const bytes = dtype === "f32" ? elements * 4 : Math.ceil(elements / 2) * 4;
       // A group past one storage binding stays apart (it is read whole); decode then runs per op.
-      const buffer =
-        bytes <= gpu.maxStorageBinding
-          ? gpu.buffer(bytes, "weights", g.names[0].replace(/\.[a-z_]+\.(weight|bias)$/, ".*"))
-          : undefined;
+      const buffer = bytes <= gpu.maxStorageBinding ? gpu.buffer(bytes, "weights", label) : undefined;
       if (buffer) buffers.push(buffer);
       groupBufs.set(g.names, (gb = { buffer, dtype, offsets }));
     }
@@ -260,7 +268,7 @@ async function upload(
       dtype = "f32";
     }
     const [rows, cols] = t.shape;
-    if ((name === EMBED || name === LM_HEAD) && opts.quantize && cols % 32 === 0) {
+    if ((name === EMBED || name === LM_HEAD) && opts.quantize && q4Rows(cols)) {
       // q4 rows of whole groups: the table's nibbles in one binding (a quarter of its 16-bit bytes), gathered by
       // q4Gather and read by the head's products as the projections are.
       const q = quantizeQ4(tensorToF32({ dtype: t.dtype, bytes: t.bytes }), name);
