@@ -167,7 +167,7 @@ async function overlapRun(
     const tokens = B * OVERLAP_STEPS * rounds * 1000;
     return { lazy: tokens / t.lazy, eager: tokens / t.eager };
   } finally {
-    runner.kv.dispose();
+    runner.dispose();
     model.dispose();
     gpu.pool.trim();
   }

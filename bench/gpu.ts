@@ -564,7 +564,7 @@ async function tensorCoreLogprobs(model: Model): Promise<number> {
       );
       return r.top!;
     } finally {
-      runner.kv.dispose();
+      runner.dispose();
       model.tensorCores = before;
     }
   };

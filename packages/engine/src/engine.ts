@@ -191,7 +191,7 @@ export class Engine {
       return await Engine.build(gpu, base, opts, own);
     } catch (e) {
       // A refused or failed load keeps nothing: this engine's buffers, and the base model unless others use it.
-      own.runner?.kv.dispose();
+      own.runner?.dispose();
       own.model?.releaseTables();
       await base.release();
       throw e;
@@ -338,7 +338,7 @@ export class Engine {
   close(): Promise<void> {
     return (this.closing ??= (async () => {
       await this.scheduler.close();
-      this.runner.kv.dispose();
+      this.runner.dispose();
       // This engine's part of the Model (adapter, RoPE table); the base weights go with their last engine.
       this.model.lora?.dispose();
       this.model.lora = undefined;

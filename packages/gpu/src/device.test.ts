@@ -326,3 +326,107 @@ describe("device layer on Dawn", () => {
 afterAll(() => {
   expect(gpu.errors).toEqual([]);
 });
+
+describe("tapes (Recorder.capture, replay)", () => {
+  it("replay the captured work on new inputs, and hold the buffers it used, reused within the capture", async () => {
+    const n = 300;
+    const wg = Math.ceil(n / 64);
+    const live0 = gpu.memory.liveBytes;
+    // The work: t = 2x + 0 (a temporary), u = 3t + 0 (another, made after t is released, so it reuses t's buffer
+    // within the capture), y = u, then y = 0.5x + y.
+    const record = (rec: ReturnType<Gpu["recorder"]>, x: GPUBuffer, y: GPUBuffer) => {
+      const t = gpu.buffer(n * 4);
+      rec.clear(t);
+      rec.dispatch(scale, [x, t], wg, new Params().u32(n).f32(2));
+      const u = gpu.buffer(n * 4);
+      rec.clear(u);
+      rec.dispatch(scale, [t, u], wg, new Params().u32(n).f32(3));
+      gpu.release(t);
+      const v = gpu.buffer(n * 4); // t's buffer again, within the capture
+      rec.copy(u, 0, v, 0, n * 4);
+      gpu.release(u);
+      rec.copy(v, 0, y, 0, n * 4);
+      rec.dispatch(scale, [x, y], wg, new Params().u32(n).f32(0.5));
+      return v;
+    };
+    const input = gpu.buffer(n * 4);
+    const y = gpu.buffer(n * 4);
+    const x0 = Float32Array.from({ length: n }, (_, i) => i - 7);
+    const src0 = gpu.upload(x0);
+    let rec = gpu.recorder();
+    rec.copy(src0, 0, input, 0, n * 4);
+    rec.capture([{ buffer: input, bytes: n * 4 }]);
+    const v = record(rec, input, y);
+    const tape = rec.endCapture();
+    expect(tape.live).toBe(true);
+    expect(tape.dispatches).toBe(3);
+    expect(tape.ops.map((o) => o.kind)).toEqual(["clear", "dispatch", "clear", "dispatch", "copy", "copy", "dispatch"]);
+    const t0 = tape.ops[0].kind === "clear" ? tape.ops[0].buf : undefined;
+    expect(v).toBe(t0); // released within the capture, handed out again in it
+    let read = rec.read(y, n * 4);
+    gpu.release(src0);
+    await rec.submit();
+    const want = (x: Float32Array) => x.map((a) => 6 * a + 0.5 * a);
+    expect(new Float32Array(await read)).toEqual(want(x0));
+    // Replays on other inputs: the work again, by its native calls, in new recorders.
+    for (const k of [1, 2]) {
+      const xk = Float32Array.from({ length: n }, (_, i) => (i % 13) * k);
+      const src = gpu.upload(xk);
+      rec = gpu.recorder();
+      rec.replay(tape, [src]);
+      expect(rec.dispatches).toBe(3);
+      read = rec.read(y, n * 4);
+      gpu.release(src);
+      await rec.submit();
+      expect(new Float32Array(await read)).toEqual(want(xk));
+    }
+    // The tape holds its input, its temporaries (t and u) and its uniforms until disposed.
+    gpu.release(y);
+    expect(gpu.memory.liveBytes).toBeGreaterThan(live0);
+    tape.dispose();
+    tape.dispose(); // twice is safe
+    expect(gpu.memory.liveBytes).toBe(live0);
+    const other = gpu.recorder();
+    expect(() => other.replay(tape, [input])).toThrow("disposed");
+    other.abandon();
+    expect(gpu.errors).toEqual([]);
+  });
+
+  it("are invalid with a host write or a readback within the capture, and refuse a write to a buffer reused in it", async () => {
+    const n = 64;
+    const x = gpu.upload(new Float32Array(n).fill(1));
+    const y = gpu.buffer(n * 4);
+    const live0 = gpu.memory.liveBytes;
+    let rec = gpu.recorder();
+    rec.capture([]);
+    const t = gpu.buffer(n * 4);
+    rec.dispatch(scale, [x, t], 1, new Params().u32(n).f32(1));
+    gpu.release(t);
+    const reused = gpu.buffer(n * 4);
+    expect(reused).toBe(t);
+    expect(() => gpu.write(reused, new Float32Array(n))).toThrow("reused within a capture");
+    const fresh = gpu.upload(new Float32Array(n).fill(2)); // never a buffer released within the capture
+    expect(fresh).not.toBe(t);
+    rec.dispatch(scale, [fresh, y], 1, new Params().u32(n).f32(1));
+    let tape = rec.endCapture();
+    expect(tape.invalid).toMatch(/host write/);
+    expect(tape.live).toBe(false);
+    const other = gpu.recorder();
+    expect(() => other.replay(tape, [])).toThrow("invalid");
+    other.abandon();
+    rec.abandon(); // the recorder does not run: the tape goes with it
+    gpu.release(fresh); // the caller's, not the tape's
+    expect(gpu.memory.liveBytes).toBe(live0);
+    rec = gpu.recorder();
+    rec.capture([]);
+    rec.dispatch(scale, [x, y], 1, new Params().u32(n).f32(1));
+    const read = rec.read(y);
+    tape = rec.endCapture();
+    expect(tape.invalid).toMatch(/readback/);
+    await rec.submit();
+    await read;
+    tape.dispose();
+    gpu.release(x, y);
+    expect(gpu.errors).toEqual([]);
+  });
+});

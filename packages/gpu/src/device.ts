@@ -305,10 +305,11 @@ export class Gpu {
   }
 
   /** A storage buffer (tagged for memory accounting). Release it with `release()`. */
-  buffer(bytes: number, tag = "activations", label?: string, usage = STORAGE): GPUBuffer {
+  buffer(bytes: number, tag = "activations", label?: string, usage = STORAGE, fresh = false): GPUBuffer {
     this.checkAlive();
-    const buf = this.pool.acquire(bytes, usage, tag, label);
-    for (const s of this.scopes) s.buffers.add(buf);
+    const buf = this.pool.acquire(bytes, usage, tag, label, fresh);
+    // A tape's buffers are its own, held past the work a scope covers (Recorder.capture).
+    if (!this.pool.capturing) for (const s of this.scopes) s.buffers.add(buf);
     return buf;
   }
 
@@ -349,13 +350,19 @@ export class Gpu {
 
   /** Uploads a typed array into a new storage buffer. */
   upload(data: ArrayBufferView, tag = "activations", label?: string): GPUBuffer {
-    const buf = this.buffer(data.byteLength, tag, label);
+    const buf = this.buffer(data.byteLength, tag, label, STORAGE, true);
     this.write(buf, data);
     return buf;
   }
 
   write(buf: GPUBuffer, data: ArrayBufferView, offset = 0): void {
     this.checkAlive();
+    if (this.pool.capturing) {
+      if (this.pool.reusedInCapture(buf)) {
+        throw new Error(`Gpu.write: "${buf.label}" was reused within a capture; the write would overtake its use`);
+      }
+      this.pool.captureWrites++;
+    }
     const bytes = new Uint8Array(data.buffer as ArrayBuffer, data.byteOffset, data.byteLength);
     const n = bytes.byteLength & ~3;
     if (n) this.device.queue.writeBuffer(buf, offset, bytes, 0, n);
@@ -551,11 +558,78 @@ export class GpuScope {
   }
 }
 
+/** One command of a Tape. */
+export type TapeOp =
+  | { kind: "dispatch"; pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; x: number; y: number; z: number }
+  | { kind: "copy"; src: GPUBuffer; srcOffset: number; dst: GPUBuffer; dstOffset: number; size: number }
+  | { kind: "clear"; buf: GPUBuffer; offset: number; size?: number };
+
+/** A tape's input: `bytes` copied into `buffer` ahead of each replay. */
+export interface TapeInput {
+  buffer: GPUBuffer;
+  bytes: number;
+}
+
+/**
+ * Work recorded once (Recorder.capture to endCapture) that a Recorder records again as it is (replay): its
+ * dispatches with their pipelines and bind groups, its copies and clears. It holds every buffer the capture handed
+ * out (its temporaries, its outputs, its uniforms, written once by the capture's submit) until dispose(), so the
+ * bind groups stay valid and nothing else gets those buffers. What changes from one replay to the next comes in
+ * through its inputs. A replay records no host work but the native calls: for a decode step, ~150 dispatches that
+ * the model's code would otherwise work out again (kernel choices, pool, bind groups, uniforms).
+ */
+export class Tape {
+  readonly dispatches: number;
+  private disposed = false;
+
+  constructor(
+    private gpu: Gpu,
+    readonly ops: readonly TapeOp[],
+    readonly inputs: readonly TapeInput[],
+    private held: GPUBuffer[],
+    /** Why the capture cannot be replayed (a host write or a readback within it, profiling); undefined: it can. */
+    readonly invalid?: string,
+  ) {
+    this.dispatches = ops.reduce((n, o) => n + (o.kind === "dispatch" ? 1 : 0), 0);
+  }
+
+  /** Whether replay() may record it: a valid capture, not disposed, whose recorder did not fail. */
+  get live(): boolean {
+    return !this.disposed && !this.invalid;
+  }
+
+  /** Bytes of the buffers it holds, inputs included. */
+  get bytes(): number {
+    let n = 0;
+    for (const b of this.held) n += sizeOf(b);
+    for (const i of this.inputs) n += sizeOf(i.buffer);
+    return n;
+  }
+
+  /** Gives its buffers back to the pool (reusable after the next submit, as any release). Safe to call twice. */
+  dispose(): void {
+    if (this.disposed) return;
+    this.disposed = true;
+    this.gpu.release(...this.inputs.map((i) => i.buffer), ...this.held);
+  }
+}
+
 /** Records many dispatches and copies, then submits them as one command buffer. */
 export class Recorder {
   private encoder: GPUCommandEncoder;
   private pass?: GPUComputePassEncoder;
-  private chunks: { buf: GPUBuffer; data: Uint8Array<ArrayBuffer>; u: Uint32Array<ArrayBuffer>; used: number }[] = [];
+  /** `taped`: made during a capture; its tape holds it. */
+  private chunks: {
+    buf: GPUBuffer;
+    data: Uint8Array<ArrayBuffer>;
+    u: Uint32Array<ArrayBuffer>;
+    used: number;
+    taped: boolean;
+  }[] = [];
+  /** The capture in progress (capture to endCapture). */
+  private taping?: { ops: TapeOp[]; inputs: TapeInput[]; invalid?: string };
+  /** The next uniform() starts a chunk of its own: a tape's uniforms share no chunk with other work. */
+  private chunkBreak = false;
   /** minUniformBufferOffsetAlignment (a native getter: read once). */
   private align: number;
   private reads: {
@@ -585,11 +659,12 @@ export class Recorder {
   private uniform(params: Params): { buffer: GPUBuffer; offset: number; size: number } {
     const size = params.byteLength;
     let c = this.chunks[this.chunks.length - 1];
-    if (!c || c.used + size > UNIFORM_CHUNK) {
+    if (!c || this.chunkBreak || c.used + size > UNIFORM_CHUNK) {
       const buf = this.gpu.pool.acquire(UNIFORM_CHUNK, 0x40 | 0x08 /* UNIFORM | COPY_DST */, "uniforms");
       const u = this.gpu._hostChunk();
-      c = { buf, data: new Uint8Array(u.buffer), u, used: 0 };
+      c = { buf, data: new Uint8Array(u.buffer), u, used: 0, taped: !!this.taping };
       this.chunks.push(c);
+      this.chunkBreak = false;
     }
     const offset = c.used;
     params.write(c.u, offset / 4);
@@ -606,6 +681,7 @@ export class Recorder {
     const y = one ? 1 : (workgroups[1] ?? 1);
     const z = one ? 1 : (workgroups[2] ?? 1);
     if (x === 0 || y === 0 || z === 0) return;
+    this.taping?.ops.push({ kind: "dispatch", pipeline, bindGroup, x, y, z });
     let pass: GPUComputePassEncoder;
     if (this.gpu.profiling) {
       if (!this.querySet) this.querySet = this.gpu.device.createQuerySet({ type: "timestamp", count: 4096 });
@@ -649,18 +725,85 @@ export class Recorder {
   copy(src: GPUBuffer, srcOffset: number, dst: GPUBuffer, dstOffset: number, size: number): void {
     this.endPass();
     this.encoder.copyBufferToBuffer(src, srcOffset, dst, dstOffset, size);
+    this.taping?.ops.push({ kind: "copy", src, srcOffset, dst, dstOffset, size });
   }
 
   clear(buf: GPUBuffer, offset = 0, size?: number): void {
     this.endPass();
     this.encoder.clearBuffer(buf, offset, size);
+    this.taping?.ops.push({ kind: "clear", buf, offset, size });
+  }
+
+  /**
+   * Starts capturing what this recorder records into a Tape (endCapture), for later recorders to replay. The work
+   * is recorded here as usual too. `inputs` are buffers the captured work reads, handed over to the tape: each
+   * replay copies its own sources into them first. While capturing, buffers handed out and released are free again
+   * within the capture (BufferPool.beginCapture), and this recorder does not submit part-way (submitPart).
+   */
+  capture(inputs: TapeInput[]): void {
+    if (this.submitted) throw new Error("Recorder.capture: already submitted");
+    if (this.taping) throw new Error("Recorder.capture: a capture is already open");
+    this.gpu.pool.beginCapture();
+    this.taping = { ops: [], inputs, invalid: this.gpu.profiling ? "profiling" : undefined };
+    this.chunkBreak = true;
+  }
+
+  /**
+   * Ends the capture. The tape holds every buffer handed out since capture() and the capture's uniforms, which
+   * this recorder's submit writes; should this recorder not run (abandoned, or its submit failed), the tape is
+   * disposed. Its `invalid` says why it may not be replayed, where the captured work wrote from the host or read back.
+   */
+  endCapture(): Tape {
+    const t = this.taping;
+    if (!t) throw new Error("Recorder.endCapture: no capture is open");
+    this.taping = undefined;
+    this.chunkBreak = true;
+    const writes = this.gpu.pool.captureWrites;
+    const held = this.gpu.pool.endCapture();
+    const invalid = t.invalid ?? (writes ? `${writes} host writes within it` : undefined);
+    const tape = new Tape(this.gpu, t.ops, t.inputs, held, invalid);
+    this.onFail(() => tape.dispose());
+    return tape;
+  }
+
+  /** Records a tape's work again, after copying `sources` (one per tape input, in order) into its inputs. */
+  replay(tape: Tape, sources: GPUBuffer[]): void {
+    if (this.submitted) throw new Error("Recorder: already submitted");
+    if (!tape.live)
+      throw new Error(`Recorder.replay: the tape ${tape.invalid ? `is invalid (${tape.invalid})` : "was disposed"}`);
+    if (this.taping || this.gpu.profiling) throw new Error("Recorder.replay: not while capturing or profiling");
+    if (sources.length !== tape.inputs.length) {
+      throw new Error(`Recorder.replay: ${sources.length} sources for ${tape.inputs.length} inputs`);
+    }
+    tape.inputs.forEach((inp, i) => this.copy(sources[i], 0, inp.buffer, 0, inp.bytes));
+    let pass = this.pass;
+    let last: GPUComputePipeline | undefined;
+    for (const op of tape.ops) {
+      if (op.kind === "dispatch") {
+        if (!pass) {
+          pass = this.pass = this.encoder.beginComputePass();
+          last = undefined;
+        }
+        // A pass keeps its pipeline from one dispatch to the next.
+        if (op.pipeline !== last) pass.setPipeline((last = op.pipeline));
+        pass.setBindGroup(0, op.bindGroup);
+        pass.dispatchWorkgroups(op.x, op.y, op.z);
+      } else {
+        this.endPass();
+        pass = undefined;
+        if (op.kind === "copy") this.encoder.copyBufferToBuffer(op.src, op.srcOffset, op.dst, op.dstOffset, op.size);
+        else this.encoder.clearBuffer(op.buf, op.offset, op.size);
+      }
+    }
+    this.dispatches += tape.dispatches;
   }
 
   /** Copies a buffer range to a staging buffer; the promise resolves after submit(). */
   read(buf: GPUBuffer, size = buf.size, offset = 0): Promise<ArrayBuffer> {
+    if (this.taping) this.taping.invalid ??= "a readback within it";
     this.endPass();
     const padded = Math.ceil(size / 4) * 4;
-    const staging = this.gpu.pool.acquire(padded, 0x01 | 0x08 /* MAP_READ | COPY_DST */, "staging");
+    const staging = this.gpu.pool.acquire(padded, 0x01 | 0x08 /* MAP_READ | COPY_DST */, "staging", undefined, true);
     this.encoder.copyBufferToBuffer(buf, offset, staging, 0, padded);
     return new Promise((resolve, reject) => this.reads.push({ staging, size, resolve, reject }));
   }
@@ -682,14 +825,14 @@ export class Recorder {
    */
   submitPart(): boolean {
     const gpu = this.gpu;
-    if (this.submitted || this.querySet || gpu._submitWaiting) return false;
+    if (this.submitted || this.querySet || this.taping || gpu._submitWaiting) return false;
     this.endPass();
     this.writeUniforms();
     gpu.device.pushErrorScope("validation");
     gpu.device.queue.submit([this.encoder.finish()]);
     this.flushScopes.push(gpu.device.popErrorScope());
     // Written uniforms were copied at writeBuffer: the chunks go back to the pool with the other releases.
-    for (const c of this.chunks) gpu.pool.release(c.buf);
+    this.releaseChunks();
     this.chunks = [];
     gpu.pool.flushReleases();
     this.encoder = gpu.device.createCommandEncoder();
@@ -714,12 +857,11 @@ export class Recorder {
    */
   abandon(): boolean {
     if (this.submitted) return false;
+    if (this.taping) this.endCapture(); // disposed just below, with the other work that does not run
     this.submitted = true;
     this.failed();
-    for (const c of this.chunks) {
-      this.gpu.pool.release(c.buf);
-      this.gpu._hostChunkBack(c.u);
-    }
+    for (const c of this.chunks) this.gpu._hostChunkBack(c.u);
+    this.releaseChunks();
     for (const r of this.reads) this.gpu.pool.release(r.staging);
     this.querySet?.destroy();
     this.chunks = [];
@@ -728,8 +870,14 @@ export class Recorder {
     return true;
   }
 
+  /** The uniform chunks go back to the pool, but a tape's (it holds them). */
+  private releaseChunks(): void {
+    for (const c of this.chunks) if (!c.taped) this.gpu.pool.release(c.buf);
+  }
+
   async submit(): Promise<void> {
     if (this.submitted) throw new Error("Recorder: already submitted");
+    if (this.taping) throw new Error("Recorder.submit: a capture is still open (endCapture)");
     this.submitted = true;
     this.endPass();
     const gpu = this.gpu;
@@ -746,9 +894,7 @@ export class Recorder {
     gpu.device.pushErrorScope("validation");
     let scope: Promise<GPUError | null> | undefined;
     try {
-      await gpu._submit([this.encoder.finish()], () => {
-        for (const c of this.chunks) gpu.pool.release(c.buf);
-      });
+      await gpu._submit([this.encoder.finish()], () => this.releaseChunks());
     } catch (e) {
       for (const r of this.reads) r.reject(e);
       this.failed();

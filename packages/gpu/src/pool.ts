@@ -37,7 +37,11 @@ export class BufferPool {
   private free = new Map<number, GPUBuffer[]>();
   /** Each buffer's record, made when it is created and updated when it is handed out again. */
   /** `id`: the buffer's place in creation order (stats.buffersCreated when it was made). */
-  private meta = new WeakMap<GPUBuffer, { key: number; size: number; tag: string; live: boolean; id: number }>();
+  /** `reused`: handed out again within the open capture after its release there. */
+  private meta = new WeakMap<
+    GPUBuffer,
+    { key: number; size: number; tag: string; live: boolean; id: number; reused: boolean }
+  >();
   readonly stats: MemoryStats = {
     liveBytes: 0,
     peakLiveBytes: 0,
@@ -60,7 +64,61 @@ export class BufferPool {
     private maxBufferSize: number,
   ) {}
 
-  acquire(bytes: number, usage: GPUBufferUsageFlags, tag = "other", label?: string): GPUBuffer {
+  /** While a Recorder captures a Tape (beginCapture to endCapture): the buffers handed out since it began. */
+  private captured?: Set<GPUBuffer>;
+  /** Buffers handed out and released within the capture, free again at once for the rest of it (by key). */
+  private capturedFree = new Map<number, GPUBuffer[]>();
+  /** Host writes (Gpu.write) during the capture: its tape would replay this step's data. */
+  captureWrites = 0;
+
+  /**
+   * Starts a capture: until endCapture, a buffer handed out and then released is free again at once for the rest of
+   * the capture, not after the next submit. That is safe for work on the device alone: a command buffer's dispatches
+   * and copies run in the order they were recorded, each after the last. Only a host write (writeBuffer, which runs
+   * before the command buffer) could reach such a buffer ahead of the work recorded earlier: `fresh` acquires (for
+   * the host) never get one, and Gpu.write refuses a buffer reused this way.
+   */
+  beginCapture(): void {
+    if (this.captured) throw new Error("BufferPool.beginCapture: a capture is already open");
+    this.captured = new Set();
+    this.captureWrites = 0;
+  }
+
+  get capturing(): boolean {
+    return !!this.captured;
+  }
+
+  /** Whether `buf` was released and handed out again within the open capture (a host write would overtake its use). */
+  reusedInCapture(buf: GPUBuffer): boolean {
+    return !!this.captured?.has(buf) && (this.meta.get(buf)?.reused ?? false);
+  }
+
+  /** Ends the capture: every buffer handed out during it is live again and returned, for its tape to hold. */
+  endCapture(): GPUBuffer[] {
+    const held = this.captured;
+    if (!held) throw new Error("BufferPool.endCapture: no capture is open");
+    this.captured = undefined;
+    for (const list of this.capturedFree.values())
+      for (const buf of list) {
+        const m = this.meta.get(buf)!;
+        m.live = true;
+        this.count(m.size, m.tag);
+      }
+    this.capturedFree.clear();
+    for (const buf of held) this.meta.get(buf)!.reused = false;
+    return [...held];
+  }
+
+  private count(size: number, tag: string): void {
+    this.stats.liveBytes += size;
+    this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
+    this.stats.peakByTag[tag] = Math.max(this.stats.peakByTag[tag] ?? 0, this.stats.byTag[tag]);
+    this.stats.peakLiveBytes = Math.max(this.stats.peakLiveBytes, this.stats.liveBytes);
+  }
+
+  /** `fresh`: for the host to write or read (an upload, a readback's staging): never a buffer released within an
+   *  open capture, nor one the capture's tape will hold. */
+  acquire(bytes: number, usage: GPUBufferUsageFlags, tag = "other", label?: string, fresh = false): GPUBuffer {
     // Long-lived tensors (weights, KV cache, adapter and optimizer state) get their exact size: bucket
     // rounding (up to 25%) would waste memory that is never handed back; scratch buffers are bucketed.
     const size = EXACT_TAGS.has(tag) ? Math.max(16, Math.ceil(bytes / 16) * 16) : bucketSize(bytes);
@@ -71,7 +129,16 @@ export class BufferPool {
       );
     }
     const key = size * 1024 + usage;
-    let buf = this.free.get(key)?.pop();
+    let buf = fresh ? undefined : this.capturedFree.get(key)?.pop();
+    if (buf) {
+      const m = this.meta.get(buf)!;
+      m.tag = tag;
+      m.live = true;
+      m.reused = true;
+      this.count(size, tag);
+      return buf;
+    }
+    buf = this.free.get(key)?.pop();
     if (buf) {
       this.stats.poolHits++;
       const m = this.meta.get(buf)!;
@@ -82,12 +149,10 @@ export class BufferPool {
       const id = this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;
       this.stats.peakAllocatedBytes = Math.max(this.stats.peakAllocatedBytes, this.stats.allocatedBytes);
-      this.meta.set(buf, { key, size, tag, live: true, id });
+      this.meta.set(buf, { key, size, tag, live: true, id, reused: false });
     }
-    this.stats.liveBytes += size;
-    this.stats.byTag[tag] = (this.stats.byTag[tag] ?? 0) + size;
-    this.stats.peakByTag[tag] = Math.max(this.stats.peakByTag[tag] ?? 0, this.stats.byTag[tag]);
-    this.stats.peakLiveBytes = Math.max(this.stats.peakLiveBytes, this.stats.liveBytes);
+    if (!fresh) this.captured?.add(buf);
+    this.count(size, tag);
     return buf;
   }
 
@@ -99,6 +164,12 @@ export class BufferPool {
     m.live = false;
     this.stats.liveBytes -= m.size;
     this.stats.byTag[m.tag] -= m.size;
+    if (this.captured?.has(buf)) {
+      let list = this.capturedFree.get(m.key);
+      if (!list) this.capturedFree.set(m.key, (list = []));
+      list.push(buf);
+      return;
+    }
     this.pendingRelease.push(buf);
     this.pendingBytes += m.size;
     if (this.openRecorders === 0) this.flushReleases();

@@ -43,6 +43,9 @@ export interface StepModel {
     samples: SampleSpec[],
     steps: number,
   ): Promise<{ ids: Uint32Array; logprobs: Float32Array }[]>;
+  /** Optional: lets go of what the model keeps between steps for speed (a captured decode step's buffers), once no
+   *  request runs and before work that needs the device's memory to itself (exclusive). */
+  idle?(): void;
 }
 
 interface Seq {
@@ -160,6 +163,7 @@ export class Scheduler implements Generator {
     this.paused = new Promise((r) => (release = r));
     try {
       while (this.pumping) await new Promise((r) => setTimeout(r, 1));
+      this.model.idle?.();
       return await f();
     } finally {
       this.paused = undefined;
@@ -285,7 +289,10 @@ export class Scheduler implements Generator {
   private async pump(): Promise<void> {
     while (!this.paused) {
       this.admit();
-      if (!this.running.length) return;
+      if (!this.running.length) {
+        this.model.idle?.(); // nothing to decode: what the model kept for the next step goes (between requests)
+        return;
+      }
       // Fork: once sample 0 has prefilled all but the last prompt token, copy that KV to its siblings.
       for (const s of this.running) {
         const p = s.req;

@@ -572,7 +572,7 @@ describe("part-way submits (Model.submitLayers)", () => {
         }
         return out;
       } finally {
-        runner.kv.dispose();
+        runner.dispose();
       }
     };
     const inRun = await decode(1, true);
@@ -607,6 +607,7 @@ describe("a step that fails part-way", () => {
       model.submitLayers = k;
       const runner = new ModelRunner(model, 2, 16);
       runner.overlapMasks = false; // the mask is asked for in the step's own recorder, after the forward
+      runner.replay = false; // a captured step never submits part-way (Recorder.capture)
       try {
         const prompt = {
           ids: Uint32Array.from([3, 5, 7]),
@@ -620,7 +621,7 @@ describe("a step that fails part-way", () => {
         // One submit a step: nothing ran and the copy waits. A part submitted after layer 0: the copy ran with it.
         expect(runner.kv.pendingCopies).toBe(k === 0 ? 1 : 0);
       } finally {
-        runner.kv.dispose();
+        runner.dispose();
       }
     }
     model.submitLayers = 0;
@@ -644,7 +645,7 @@ describe("ModelRunner.encodeOnly", () => {
         expect(gpu.pool.stats.liveBytes).toBe(live);
         return await runner.step(next, [spec(0, 1), spec(1, 1)]);
       } finally {
-        runner.kv.dispose();
+        runner.dispose();
       }
     };
     const plain = await run(0);
@@ -683,5 +684,80 @@ describe("tensors over the storage-binding limit", () => {
     }
     expect(small.errors).toEqual([]);
     small.destroy();
+  });
+});
+
+describe("decode steps replayed (ModelRunner.replay, Tape)", () => {
+  it("sample what the model's code records, bit for bit; capture again when the adapter, its merge or the key bound moves", async () => {
+    const { g, model, lora } = await freshWithAdapter("qwen2-tiny", 5);
+    const spec = (row: number, step: number) => ({
+      row,
+      temperature: 1,
+      topK: 0,
+      topP: 1,
+      seed: 7,
+      step,
+      stream: row,
+      mask: null,
+      top: 0,
+    });
+    const specs = (step: number) => [spec(0, step), spec(1, step)];
+    const run = async (replay: boolean, merge: boolean) => {
+      model.mergeLora = merge;
+      lora.write(new Rng(5).f32(lora.size, -0.2, 0.2));
+      const runner = new ModelRunner(model, 2, 96);
+      runner.replay = replay;
+      const live0 = g.memory.byTag.activations ?? 0;
+      const out: { ids: number[]; logprobs: number[]; dispatches: number }[] = [];
+      try {
+        const prompt = {
+          ids: Uint32Array.from([5, 9, 2, 7, 1, 4, 8, 3]),
+          slots: Uint32Array.from([0, 0, 0, 1, 1, 1, 1, 1]),
+          pos: Uint32Array.from([0, 1, 2, 0, 1, 2, 3, 4]),
+        };
+        const first = await runner.step(prompt, [spec(2, 0), spec(7, 0)]);
+        const tokens = { ids: first.ids, slots: Uint32Array.from([0, 1]), pos: Uint32Array.from([3, 5]) };
+        const keep = (r: { ids: Uint32Array; logprobs: Float32Array }) =>
+          out.push({ ids: [...r.ids], logprobs: [...r.logprobs], dispatches: runner.lastDispatches });
+        // 40 steps one at a time (the adapter moves after 20), then 4 runs of 8 that cross the key bound of 64.
+        for (let j = 1; j <= 40; j++) {
+          if (j === 21) lora.write(new Rng(11).f32(lora.size, -0.2, 0.2));
+          const r = await runner.step(tokens, specs(j));
+          keep(r);
+          tokens.ids = r.ids;
+          tokens.pos = tokens.pos.map((p) => p + 1);
+        }
+        for (let k = 0; k < 4; k++) {
+          const rs = await runner.decode(tokens, specs(41 + 8 * k), 8);
+          rs.forEach(keep);
+          tokens.ids = rs[7].ids;
+          tokens.pos = tokens.pos.map((p) => p + 8);
+        }
+        expect(tokens.pos[1]).toBeGreaterThan(64);
+        runner.idle();
+        expect(g.memory.byTag.activations).toBe(live0); // the tape's buffers went back with it
+        return { out, stats: { ...runner.tapeStats } };
+      } finally {
+        runner.dispose();
+      }
+    };
+    for (const merge of [false, true]) {
+      const recorded = await run(false, merge);
+      const replayed = await run(true, merge);
+      expect(recorded.stats).toEqual({ replays: 0, captures: 0 });
+      // Captures: the first decode step, the adapter's move, the key bound's move past 64. With the merge, the step
+      // after the adapter's move makes the merged weights again and is not kept (its tape would merge again each
+      // time), so the next one captures too. (The prompt's step made them first.)
+      expect(replayed.stats.captures).toBe(merge ? 4 : 3);
+      expect(replayed.stats.replays).toBe(72 - replayed.stats.captures);
+      expect(replayed.out.map((o) => o.ids)).toEqual(recorded.out.map((o) => o.ids));
+      expect(replayed.out.map((o) => o.logprobs)).toEqual(recorded.out.map((o) => o.logprobs));
+      // The same dispatches, as many of them, in replays.
+      expect(replayed.out.map((o) => o.dispatches)).toEqual(recorded.out.map((o) => o.dispatches));
+    }
+    model.releaseMerged();
+    lora.dispose();
+    expect(g.errors).toEqual([]);
+    g.destroy();
   });
 });

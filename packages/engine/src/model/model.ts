@@ -377,6 +377,46 @@ export class Model {
     return m.weights;
   }
 
+  /**
+   * Everything besides its arguments that decides what an inference forward and its logits record: the weights,
+   * the adapter in use and its version (which the merged weights follow), the merged weights, the fusions and the
+   * kernel choices (each family's, and the two that benches flip in place). ModelRunner replays a decode step it
+   * captured while each of these is the same object or value.
+   */
+  recordingState(): unknown[] {
+    const l = this.lora;
+    const m = this.merged;
+    const t = this.tuning;
+    return [
+      this.weights,
+      t,
+      t.matmul,
+      t.matvec,
+      t.matvec?.columnsAbove,
+      t.attention,
+      t.lora,
+      t.rmsnorm,
+      t.rope,
+      t.rope?.inMatvec,
+      t.decodeRows,
+      l,
+      l?.enabled,
+      l?.version,
+      l?.params,
+      m,
+      m?.version,
+      m?.copied,
+      this.mergeLora,
+      this.tensorCores,
+      this.fuseDecode,
+      this.fuseGateUp,
+      this.fuseQkv,
+      this.fuseRope,
+      this.decodeRows,
+      this.q4MatvecRows,
+    ];
+  }
+
   /** Layer l's attention: its RoPE table and sliding window (undefined: full causal). */
   private attention(l: number): { invFreq: GPUBuffer; window?: number } {
     const c = this.config;

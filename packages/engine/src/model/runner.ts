@@ -1,10 +1,14 @@
 // The scheduler's view of the model: one batched forward over mixed prefill/decode tokens against the
 // KV cache, logits for the sampled rows only, sampling on the GPU, one readback of ids and logprobs.
-import { isCpuDevice, type Gpu, type Recorder } from "@webart/gpu";
+import { isCpuDevice, type Gpu, type Recorder, type Tape } from "@webart/gpu";
 import { packSampleRows, sample, sampleMaskWords, sampleSplit } from "@webart/shaders";
 import type { SampleSpec, StepModel } from "../generate/scheduler.ts";
 import { KvCache } from "./kv.ts";
 import type { Model } from "./model.ts";
+
+/** Decode steps attend over a bound on their keys rounded up to this many, so that a captured step replays for this
+ *  many positions in a row (the decode attention's split follows the bound; each row attends to its own length). */
+export const REPLAY_KEYS = 64;
 
 export interface StepResult {
   ids: Uint32Array;
@@ -24,6 +28,16 @@ export class ModelRunner implements StepModel {
    * CPU device the device's work runs on the host's own cores, so nothing would overlap).
    */
   overlapMasks: boolean;
+  /**
+   * Decode steps (one token a sequence, every row sampled) replay a captured step (Tape) while the batch, the bound
+   * on their keys (REPLAY_KEYS) and the model's state (Model.recordingState) stay the same: the forward and the
+   * logits are recorded by their native calls alone. Off: every step is recorded by the model's code.
+   */
+  replay = true;
+  /** Decode steps recorded by replaying a tape, and tapes captured (for the bench and tests). */
+  readonly tapeStats = { replays: 0, captures: 0 };
+  /** The captured decode step: its batch and key bound, the model's state then, and its logits buffer. */
+  private tape?: { key: string; state: unknown[]; tape: Tape; logits: GPUBuffer };
 
   constructor(
     readonly model: Model,
@@ -39,12 +53,42 @@ export class ModelRunner implements StepModel {
     this.kv.copySlot(src, dst, len);
   }
 
+  /** Lets go of the captured decode step and the buffers it holds (before training, or when the runner stops). */
+  idle(): void {
+    this.tape?.tape.dispose();
+    this.tape = undefined;
+  }
+
+  /** Frees the KV cache and the captured step: the runner is unusable afterwards. */
+  dispose(): void {
+    this.idle();
+    this.kv.dispose();
+  }
+
+  /** Drops the captured step when this one will not replay it, before the step's recorder holds releases back. */
+  private checkTape(tokens: { slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): void {
+    const t = this.tape;
+    if (!t) return;
+    const key = this.tapeKey(tokens, samples);
+    if (key !== t.key || !t.tape.live || !same(t.state, this.model.recordingState())) this.idle();
+  }
+
+  /** The replay key of a step (batch and key bound), or undefined where the step is not one to replay. */
+  private tapeKey(tokens: { slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): string | undefined {
+    const N = tokens.slots.length;
+    if (!this.replay || this.model.gpu.profiling || samples.length !== N) return undefined;
+    for (let i = 0; i < N; i++) if (samples[i].row !== i) return undefined;
+    if (new Set(tokens.slots).size !== N) return undefined;
+    return `${N},${keyBound(tokens.pos, this.kv.tmax)}`;
+  }
+
   async step(
     tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array },
     samples: SampleSpec[],
   ): Promise<StepResult> {
     const gpu: Gpu = this.model.gpu;
     const t0 = performance.now();
+    this.checkTape(tokens, samples);
     const rec = gpu.recorder();
     const copies = this.kv.flush(rec);
     const ids = gpu.upload(tokens.ids);
@@ -82,6 +126,7 @@ export class ModelRunner implements StepModel {
    */
   encodeOnly(tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): number {
     const gpu: Gpu = this.model.gpu;
+    this.checkTape(tokens, samples);
     const rec = gpu.recorder();
     const ids = gpu.upload(tokens.ids);
     try {
@@ -121,9 +166,10 @@ export class ModelRunner implements StepModel {
     try {
       for (let j = 0; j < steps; j++) {
         const t0 = performance.now();
+        const pos = tokens.pos.map((p) => p + j);
+        this.checkTape({ slots: tokens.slots, pos }, samples);
         const rec = gpu.recorder();
         const copies = j === 0 ? this.kv.flush(rec) : [];
-        const pos = tokens.pos.map((p) => p + j);
         let e: NonNullable<ReturnType<typeof this.encode>>;
         try {
           e = this.encode(
@@ -193,19 +239,28 @@ export class ModelRunner implements StepModel {
       maxLen = Math.max(maxLen, tokens.pos[i] + 1);
     }
     const decode = seen.size === N; // one token per sequence: the decode kernel with split-KV
+    // A decode step's bound on its keys, rounded up so that its recording serves the next steps too (REPLAY_KEYS).
+    if (decode) maxLen = keyBound(tokens.pos, this.kv.tmax);
     const slotPos = gpu.upload(sp);
-    const { x } = this.model.forward(rec, ids, N, { kind: "cache", kv: this.kv, slotPos, decode, maxLen }, false);
     const S = samples.length;
-    const temp: GPUBuffer[] = [slotPos, x];
+    const temp: GPUBuffer[] = [slotPos];
+    const drop: Tape[] = [];
     try {
-      if (!S) return undefined;
-      // A decode step samples every row in order: the logits read x itself.
-      const all = S === N && samples.every((s, i) => s.row === i);
-      const rows = all ? undefined : gpu.upload(Uint32Array.from(samples.map((s) => s.row)));
-      if (rows) temp.push(rows);
-      const logits = gpu.buffer(S * V * 4, "activations", "logits");
-      temp.push(logits);
-      this.model.logits(rec, x, N, rows, S, logits);
+      const key = this.tapeKey(tokens, samples);
+      let logits: GPUBuffer;
+      if (key !== undefined) logits = this.tapedForward(rec, ids, slotPos, N, maxLen, key, drop);
+      else {
+        const { x } = this.model.forward(rec, ids, N, { kind: "cache", kv: this.kv, slotPos, decode, maxLen }, false);
+        temp.push(x);
+        if (!S) return undefined;
+        // A decode step samples every row in order: the logits read x itself.
+        const all = S === N && samples.every((s, i) => s.row === i);
+        const rows = all ? undefined : gpu.upload(Uint32Array.from(samples.map((s) => s.row)));
+        if (rows) temp.push(rows);
+        logits = gpu.buffer(S * V * 4, "activations", "logits");
+        temp.push(logits);
+        this.model.logits(rec, x, N, rows, S, logits);
+      }
       let forward: Promise<void> | undefined;
       if (this.overlapMasks && samples.some((s) => typeof s.mask === "function")) {
         forward = rec.submit(); // the device runs the forward while the host works out the masks
@@ -268,8 +323,70 @@ export class ModelRunner implements StepModel {
       };
     } finally {
       gpu.release(...temp);
+      for (const t of drop) t.dispose();
     }
   }
+
+  /**
+   * A decode step's forward and logits over N tokens (every row sampled in order), as a replay of the captured step
+   * when its key and the model's state match, else recorded and captured. Returns the logits buffer, the tape's
+   * (not to be released). A capture that cannot be replayed (it wrote from the host, or the model's state moved
+   * while it was recorded, as when the merged weights were made again) goes to `drop`, disposed after the step.
+   */
+  private tapedForward(
+    rec: Recorder,
+    ids: GPUBuffer,
+    slotPos: GPUBuffer,
+    N: number,
+    maxLen: number,
+    key: string,
+    drop: Tape[],
+  ): GPUBuffer {
+    const gpu = this.model.gpu;
+    const state = this.model.recordingState();
+    const t = this.tape;
+    if (t && t.key === key && t.tape.live && same(t.state, state)) {
+      rec.replay(t.tape, [ids, slotPos]);
+      this.tapeStats.replays++;
+      return t.logits;
+    }
+    this.idle();
+    const inputs = [
+      { buffer: gpu.buffer(N * 4, "activations", "tape ids"), bytes: N * 4 },
+      { buffer: gpu.buffer(N * 8, "activations", "tape slotPos"), bytes: N * 8 },
+    ];
+    rec.copy(ids, 0, inputs[0].buffer, 0, N * 4);
+    rec.copy(slotPos, 0, inputs[1].buffer, 0, N * 8);
+    rec.capture(inputs);
+    let tape: Tape | undefined;
+    let logits: GPUBuffer;
+    try {
+      const attend = { kind: "cache" as const, kv: this.kv, slotPos: inputs[1].buffer, decode: true, maxLen };
+      const { x } = this.model.forward(rec, inputs[0].buffer, N, attend, false);
+      logits = gpu.buffer(N * this.vocabSize * 4, "activations", "logits");
+      this.model.logits(rec, x, N, undefined, N, logits);
+      gpu.release(x);
+    } finally {
+      tape = rec.endCapture();
+    }
+    this.tapeStats.captures++;
+    if (tape.live && same(state, this.model.recordingState())) this.tape = { key, state, tape, logits };
+    else drop.push(tape);
+    return logits;
+  }
+}
+
+/** A decode step's bound on its keys: the longest sequence's length after it, rounded up to REPLAY_KEYS, at most
+ *  the cache's length. */
+function keyBound(pos: Uint32Array, tmax: number): number {
+  let maxLen = 0;
+  for (const p of pos) maxLen = Math.max(maxLen, p + 1);
+  return Math.min(tmax, Math.ceil(maxLen / REPLAY_KEYS) * REPLAY_KEYS);
+}
+
+/** Whether two lists hold the same objects and values, in order. */
+function same(a: unknown[], b: unknown[]): boolean {
+  return a.length === b.length && a.every((v, i) => v === b[i]);
 }
 
 /** The k most likely tokens of a logits row with their log-softmax values. */

@@ -571,7 +571,7 @@ it("masks given as functions are worked out while the device runs the forward, a
         })),
       );
     } finally {
-      runner.kv.dispose();
+      runner.dispose();
       if (lazy) expect(asked).toBe(2);
     }
   };
@@ -603,7 +603,7 @@ it("a step that fails while it is encoded (a mask that throws) leaves no recorde
     // The runner goes on: the next step samples as before.
     const r = await runner.step(tokens, [spec]);
     expect(r.ids[0]).toBeLessThan(V);
-    runner.kv.dispose();
+    runner.dispose();
   }
   // Slot copies recorded into the dropped step wait for the next one: slot 1 then holds slot 0's rows.
   const runner = new ModelRunner(engine.model, 2, 16);
@@ -618,7 +618,7 @@ it("a step that fails while it is encoded (a mask that throws) leaves no recorde
   const original = await runner.step(next(0), [{ ...spec, row: 0 }]);
   expect(copied.logprobs).toEqual(original.logprobs);
   expect(copied.ids).toEqual(original.ids);
-  runner.kv.dispose();
+  runner.dispose();
 });
 
 describe("Engine.close", () => {
