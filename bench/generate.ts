@@ -229,6 +229,7 @@ export async function decodeRun(
   runs = 0,
   toggle: (on: boolean) => void = (on) => model.fuse(on),
   replay = true,
+  replayAb = 0,
 ): Promise<{
   prefill: number;
   decode: number;
@@ -239,8 +240,11 @@ export async function decodeRun(
   ab?: { fused: number; perOp: number };
   /** tok/s in runs of AHEAD steps and one step at a time. */
   ahead?: { run: number; single: number };
+  /** tok/s one step at a time, replayed (ModelRunner.replay) and recorded by the model's code: `replayAb` blocks of
+   *  4 steps each, alternating, each after an untimed step (a replay block's captures there). */
+  replays?: { on: number; off: number };
 }> {
-  const runner = new ModelRunner(model, B, P + D + 2 * abD + (2 * runs + 1) * AHEAD + 4);
+  const runner = new ModelRunner(model, B, P + D + 2 * abD + 10 * replayAb + (2 * runs + 1) * AHEAD + 4);
   runner.replay = replay;
   const rng = new Rng(B);
   const V = model.config.vocabSize;
@@ -293,6 +297,20 @@ export async function decodeRun(
     runner.replay = replay;
     ab = { fused: (B * abD) / t.fused, perOp: (B * abD) / t.perOp };
   }
+  let replays: { on: number; off: number } | undefined;
+  if (replayAb) {
+    const t = { on: 0, off: 0 };
+    for (let r = 0; r < 2 * replayAb; r++) {
+      const on = r % 2 === 1;
+      runner.replay = on;
+      await step();
+      t[on ? "on" : "off"] += await timed(async () => {
+        for (let d = 0; d < 4; d++) await step();
+      });
+    }
+    runner.replay = replay;
+    replays = { on: (B * 4 * replayAb) / t.on, off: (B * 4 * replayAb) / t.off };
+  }
   let ahead: { run: number; single: number } | undefined;
   if (runs) {
     const run = async () => {
@@ -324,6 +342,7 @@ export async function decodeRun(
     encodeMs: encodeMs.sort((a, b) => a - b)[Math.floor(D / 2)] ?? 0,
     ab,
     ahead,
+    replays,
   };
 }
 

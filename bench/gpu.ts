@@ -644,7 +644,18 @@ async function oneModel(
       let base = 0;
       let b32 = 0;
       for (const b of [1, 8, 32]) {
-        const r = await decodeRun(gpu, engine.model, b, 16, small ? 3 : 16, 0, small ? 1 : 4);
+        const r = await decodeRun(
+          gpu,
+          engine.model,
+          b,
+          16,
+          small ? 3 : 16,
+          0,
+          small ? 1 : 4,
+          undefined,
+          true,
+          small ? 1 : 4,
+        );
         if (b === 1) base = r.decode;
         if (b === 32) b32 = r.decode;
         // The floor of the host's share: the step's Dawn calls alone, replayed; and the encode's own cost, back to back.
@@ -665,6 +676,17 @@ async function oneModel(
         ctx.log(
           `${name} decode b${b}: ${r.decode.toFixed(1)} tok/s, ${r.dispatches} dispatches a step, ` +
             `${r.stepMs.toFixed(2)} ms a step of which ${r.encodeMs.toFixed(2)} ms encoding on the host${floor}`,
+        );
+        const rp = r.replays!;
+        out.push({
+          id: `gpu.${name}.decode.b${b}.replay_off`,
+          value: rp.off,
+          unit: "tok/s",
+          vs: { id: `gpu.${name}.decode.b${b}`, ratio: rp.on / rp.off },
+          note: `one step at a time, each recorded by the model's code (ModelRunner.replay off); ratio: replayed from its tape (${rp.on.toFixed(1)} tok/s) over this, blocks of 4 steps alternating`,
+        });
+        ctx.log(
+          `${name} decode b${b}: replayed ${rp.on.toFixed(1)} tok/s, recorded ${rp.off.toFixed(1)} (${(rp.on / rp.off).toFixed(2)}x)`,
         );
         const a = r.ahead!;
         out.push({
