@@ -930,6 +930,9 @@ async function q4Model(
       note: `q4 matrices (4.5 bits a weight); ${(wb16 / GiB).toFixed(2)} GiB in 16 bits`,
     });
     ctx.log(`${name} q4: ${(wb / GiB).toFixed(2)} GiB of weights (16-bit: ${(wb16 / GiB).toFixed(2)} GiB)`);
+    // Start-up tuning's bound for reading the nibbles in decode (tuneQ4Rows; none on a CPU device), and its timings.
+    ctx.log(`${name} q4: decode reads the nibbles up to ${model.q4MatvecRows} rows`);
+    for (const [k, v] of gpu.tuning) if (k.startsWith("decode.q4rows@")) ctx.log(`tuning ${k}: ${JSON.stringify(v)}`);
     const steps = small ? 3 : 16;
     for (const b of [1, 8, 32]) {
       const r = await decodeRun(gpu, model, b, 16, steps, 0, small ? 1 : 4);

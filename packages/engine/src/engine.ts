@@ -242,6 +242,7 @@ export class Engine {
       intermediate: c.intermediateSize,
       qkNorm: c.qkNorm,
       tensorCores: opts.tensorCores ?? true,
+      q4: opts.quantize === "q4",
     };
     const makePlan = (): MemoryPlan => {
       if (opts.train) {

@@ -340,15 +340,21 @@ describe("the budget", () => {
 describe("start-up tuning", () => {
   // A device of its own for each load, so its tuning measures every problem instead of reusing another test's results.
   it.each([
-    ["webart-tiny (f32)", () => TINY],
-    ["Qwen3 (bf16)", () => modelFiles("qwen3")],
+    ["webart-tiny (f32)", () => TINY, undefined],
+    ["Qwen3 (bf16)", () => modelFiles("qwen3"), undefined],
+    // A GPU's problems (asGpu), with q4's: an MLP on the nibbles against its f16 copy (tuneQ4Rows).
+    ["Qwen3 (q4, a GPU's paths)", () => modelFiles("qwen3"), "q4"],
   ] as const)(
     "%s: the plan's tuning line holds tuning's buffers, and the load stays within the plan",
-    async (_, source) => {
-      const fresh = await createDevice();
+    async (_, source, quantize) => {
+      const fresh = await createDevice({ asGpu: !!quantize });
       try {
         const start = fresh.pool.stats.allocatedBytes;
-        const engine = await Engine.load(source(), { gpu: fresh, kvSlots: 4, maxContext: 128 });
+        const engine = await Engine.load(source(), { gpu: fresh, kvSlots: 4, maxContext: 128, quantize });
+        if (quantize) {
+          expect([...fresh.tuning.keys()].some((k) => k.startsWith("decode.q4rows@"))).toBe(true);
+          expect(engine.model.q4MatvecRows).toBe(engine.model.tuning.q4Rows);
+        }
         const plan = engine.plan;
         await engine.close();
         expect(fresh.tuning.size).toBeGreaterThan(10);

@@ -239,8 +239,9 @@ export class Model {
     this.decodeRows = Math.min(DECODE_ROWS, tuning.decodeRows ?? DECODE_ROWS);
     this.submitLayers = isCpuDevice(gpu) ? 0 : 4;
     // On SwiftShader the q4 stream matvec ran 3.5-7x slower than the f16 copy with the CPU's tuned variant (Qwen2.5-0.5B's
-    // widths, 4 layers, batch 1 and 8): the copy there; the nibbles themselves on a GPU, where bytes bound a matvec.
-    this.q4MatvecRows = isCpuDevice(gpu) ? 0 : 16;
+    // widths, 4 layers, batch 1 and 8): the copy there; on a GPU, where bytes bound a matvec, the nibbles themselves
+    // up to the rows start-up tuning found (16 untuned).
+    this.q4MatvecRows = isCpuDevice(gpu) ? 0 : (tuning.q4Rows ?? 16);
     this.f32Targets = weights.layers.every((L) => LORA_TARGETS.every((t) => L[t].dtype === "f32"));
     this.mergeFits = [...this.mergedEnds().values()].every((end) => end * 4 <= gpu.maxStorageBinding);
     const table = (theta: number, s: ModelConfig["ropeScaling"], label: string) =>
@@ -431,8 +432,9 @@ export class Model {
   /**
    * Rows up to which a q4 projection runs as a matvec on the nibbles themselves (the stream variant); above it, and
    * where that variant cannot run it, on an f16 copy (dense). The stream variant reads W once per 4 rows, 0.56 bytes
-   * a weight each time, against the copy's 0.56 + 2 written + 2 read per pass of the f16 matvec. Default: 16 on a
-   * GPU (not yet measured there: `npm run bench -- gpu`, gpu.<model>.q4.decode.b<B>.f16_copy), 0 on a CPU device.
+   * a weight each time, against the copy's 0.56 + 2 written + 2 read per pass of the f16 matvec. On a GPU: start-up
+   * tuning's bound (KernelTuning.q4Rows, tuneQ4Rows: one layer's MLP both ways at 1 to 64 rows), 16 untuned; the
+   * gpu suite's A/B is `gpu.<model>.q4.decode.b<B>.f16_copy`. 0 on a CPU device.
    */
   q4MatvecRows: number;
 

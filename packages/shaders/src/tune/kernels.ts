@@ -15,6 +15,8 @@ import {
   type MatvecTuning,
 } from "../matvec/index.ts";
 import { swigluForwardPacked } from "../swiglu/index.ts";
+import { q4Dequant, q4DequantBytes } from "../quant/index.ts";
+import { q4Bytes } from "../quant/reference.ts";
 import { packSampleRows, sample, SAMPLE_SPLITS, type SampleTuning } from "../sample/index.ts";
 import { logprobsChunk, logprobsStatsBytes } from "../logprobs/index.ts";
 import {
@@ -49,6 +51,9 @@ export interface KernelTuning {
   /** Rows up to which inference runs its projections as matvecs (the model's decodeLayer), matmuls above
    *  (tuneDecodeRows; none: DECODE_ROWS_MAX). */
   decodeRows?: number;
+  /** q4 models (TuneShape.q4, on a GPU): rows up to which decode's projections read the nibbles themselves rather
+   *  than an f16 copy made for the step (tuneQ4Rows; 0: never). */
+  q4Rows?: number;
 }
 
 /** The most rows a decode step runs as matvecs: the memory planner's bound too. */
@@ -70,6 +75,8 @@ export interface TuneShape {
   /** Whether the model's forward products run on tensor cores (the coop matmul); default: where the device has
    *  them. Decides what tuneDecodeRows weighs the matvecs against. */
   tensorCores?: boolean;
+  /** The model's matrices are q4 (its products' kernels are tuned on `weights` f16, the copy they read). */
+  q4?: boolean;
 }
 
 /**
@@ -600,6 +607,68 @@ export async function tuneDecodeRows(
   return { rows: DECODE_ROWS_MAX, columnsAbove };
 }
 
+/** tuneQ4Rows' row counts, tried in order up to the model's decodeRows until the f16 copy wins once. */
+const Q4_ROW_STEPS = [1, 8, 16, 32, DECODE_ROWS_MAX];
+
+/**
+ * Rows up to which a q4 model's decode steps run their projections on the nibbles themselves (the stream matvec:
+ * 4.5 bits a weight read once per pass of 4 rows, dequantized in registers) rather than on an f16 copy made for the
+ * step (q4_dequant, then the f16 matvec: the nibbles read once, 2 bytes a weight written and read per pass). Weighs
+ * one layer's MLP both ways (norm·gate|up with the gated activation, then down) at 1, 8, 16, 32 and 64 rows, up to
+ * `maxRows` (decode's matvec bound), until the copy wins: the rows before that one (0 when it wins at 1 row). The
+ * weights are zeros, the MLP's width cut so that the nibbles and the copies fit in 64 MiB (q4Width).
+ */
+export async function tuneQ4Rows(
+  gpu: Gpu,
+  shape: TuneShape,
+  tuning: { matvec?: MatvecTuning },
+  maxRows: number = DECODE_ROWS_MAX,
+): Promise<number> {
+  const C = shape.hidden;
+  const F = q4Width(shape);
+  if (!F || C % 32) return 0;
+  let rows = 0;
+  for (const M of Q4_ROW_STEPS.filter((m) => m <= maxRows)) {
+    const winner = await tuneWith(gpu, `decode.q4rows@M=${M},C=${C},F=${F}`, ["nibbles", "copy"] as const, (s) => {
+      const [gu, d] = [q4Bytes(2 * F * C), q4Bytes(F * C)];
+      const [wgu, sgu, wd, sd] = [s.zeros(gu.nibbles), s.zeros(gu.scales), s.zeros(d.nibbles), s.zeros(d.scales)];
+      const [cgu, cd] = [s.zeros(q4DequantBytes(2 * F * C)), s.zeros(q4DequantBytes(F * C))];
+      const [x, nw, a, y] = [s.f32(M * C), s.f32(C, 0.5, 1.5), s.zeros(M * F * 4), s.zeros(M * C * 4)];
+      const segments = [
+        { rows: F, offsetW: 0 },
+        { rows: F, offsetW: F * C },
+      ];
+      const gated = { eps: 1e-6, segments, gated: "silu" as const };
+      return (c) => (rec) => {
+        if (c === "nibbles") {
+          const mv = { wDtype: "q4" as const, tuning: tuning.matvec };
+          matvec(gpu, rec, { x, w: wgu, scales: sgu, y: a, norm: nw }, { M, N: F, K: C }, { ...mv, ...gated });
+          matvec(gpu, rec, { x: a, w: wd, scales: sd, y }, { M, N: C, K: F }, mv);
+          return;
+        }
+        // As model.ts `dense` runs a q4 product past q4MatvecRows: the span it reads dequantized just before it.
+        const mv = { wDtype: "f16" as const, tuning: tuning.matvec };
+        q4Dequant(gpu, rec, { q: wgu, s: sgu, out: cgu }, { n: 2 * F * C });
+        matvec(gpu, rec, { x, w: cgu, y: a, norm: nw }, { M, N: F, K: C }, { ...mv, ...gated });
+        q4Dequant(gpu, rec, { q: wd, s: sd, out: cd }, { n: F * C });
+        matvec(gpu, rec, { x: a, w: cd, y }, { M, N: C, K: F }, mv);
+      };
+    });
+    if (winner === "copy") break;
+    rows = M;
+  }
+  return rows;
+}
+
+/** The MLP width of tuneQ4Rows' problem: the model's, cut so that the nibbles (0.5625 bytes a weight with the
+ *  scales) and the f16 copies (2 bytes a weight) of its three matrices fit in 64 MiB; a multiple of 32 (whole groups
+ *  along down's rows). 0: the model has no MLP width. */
+function q4Width(shape: TuneShape): number {
+  const F = shape.intermediate ?? 0;
+  if (!F) return 0;
+  return Math.max(32, Math.floor(Math.min(F, TUNE_BYTES / (3 * shape.hidden * 2.6)) / 32) * 32);
+}
+
 /**
  * The most bytes tuneKernels holds on the device at once for a model of this shape (the memory plan's tuning line):
  * the largest problem's buffers, each rounded as the pool rounds it, and 256 KiB for uniforms and readbacks. It mirrors
@@ -633,6 +702,25 @@ export async function tuneScratchBytes(gpu: Gpu, shape: TuneShape): Promise<numb
     const M = DECODE_ROWS_MAX;
     problems.push(
       sum(2 * F * C * wb, C * F * wb, M * C * 4, C * 4, M * F * 4, M * C * 4, M * C * 4, M * 4, M * 2 * F * 4),
+    );
+  }
+  const F4 = q4Width(shape);
+  if (shape.q4 && !isCpuDevice(gpu) && F4 && C % 32 === 0) {
+    const M = DECODE_ROWS_MAX;
+    const [gu, d] = [q4Bytes(2 * F4 * C), q4Bytes(F4 * C)];
+    problems.push(
+      sum(
+        gu.nibbles,
+        gu.scales,
+        d.nibbles,
+        d.scales,
+        q4DequantBytes(2 * F4 * C),
+        q4DequantBytes(F4 * C),
+        M * C * 4,
+        C * 4,
+        M * F4 * 4,
+        M * C * 4,
+      ),
     );
   }
   const n = z.tokens;
@@ -713,10 +801,13 @@ export async function tuneKernels(gpu: Gpu, shape: TuneShape): Promise<KernelTun
     !isCpuDevice(gpu),
   );
   if (rows.columnsAbove !== undefined) mv.columnsAbove = rows.columnsAbove;
+  // q4's nibbles are read by decode on a GPU only (on SwiftShader the f16 copy ran 3.5-7x faster: model.ts).
+  const q4Rows = shape.q4 && !isCpuDevice(gpu) ? await tuneQ4Rows(gpu, shape, { matvec: mv }, rows.rows) : undefined;
   return {
     matmul: mm,
     matvec: mv,
     decodeRows: rows.rows,
+    ...(q4Rows === undefined ? {} : { q4Rows }),
     ...(await tuneRowThreads(gpu, shape.vocab, z)),
     attention: await tuneAttention(gpu, shape, z),
     lora: await tuneLora(gpu, shape.hidden, z),

@@ -5,7 +5,7 @@ import { getDevice, type Gpu, type Recorder } from "@webart/gpu";
 import { MATMUL_VARIANTS, defaultMatmulVariant, matmul, matmulVariant, tuneMatmul } from "../matmul/index.ts";
 import { matvec, matvecShapeKey, matvecVariant, matvecVariants, tuneMatvec } from "../matvec/index.ts";
 import { deviceKey, loadTuneTable, tune, tuneTable, tuned } from "./index.ts";
-import { DECODE_ROWS_MAX, lanesAgree, tuneDecodeRows, tuneKernels, tuneRowThreads } from "./kernels.ts";
+import { DECODE_ROWS_MAX, lanesAgree, tuneDecodeRows, tuneKernels, tuneQ4Rows, tuneRowThreads } from "./kernels.ts";
 import { ROW_THREADS, rowThreads } from "../util/row-threads.ts";
 import { isCpuDevice } from "@webart/gpu";
 import { attentionVariant, tileProfile } from "../attention/index.ts";
@@ -282,6 +282,33 @@ it("tuneDecodeRows with the columns variant: a candidate from 8 rows until it wi
     "columns",
     "columns",
   ]);
+  gpu.tuning.clear();
+});
+
+it("tuneQ4Rows weighs a layer's MLP on the nibbles against an f16 copy at 1 to 64 rows, up to the first the copy wins", async () => {
+  const dims = { weights: "f16" as const, vocab: 300, hidden: 64, heads: 4, kvHeads: 2, headDim: 16, q4: true };
+  expect(await tuneQ4Rows(gpu, dims, {})).toBe(0); // no MLP width: nothing to weigh, the copy
+  const shape = { ...dims, intermediate: 136 }; // the problem's width: 128, whole groups along down's rows
+  const key = (M: number) => `decode.q4rows@M=${M},C=64,F=128`;
+  gpu.tuning.clear();
+  const rows = await tuneQ4Rows(gpu, shape, {});
+  const measured = [...gpu.tuning.entries()].filter(([k]) => k.startsWith("decode.q4rows@"));
+  expect(measured[0][0]).toBe(key(1));
+  for (const [k, e] of measured) expect(Object.keys(e.ms).sort(), k).toEqual(["copy", "nibbles"]);
+  // Every row count before the last measured went to the nibbles; the bound is the one before the copy's first win.
+  const winners = measured.map(([, e]) => e.winner);
+  expect(winners.slice(0, -1).every((w) => w === "nibbles")).toBe(true);
+  const lost = winners.indexOf("copy");
+  expect(rows).toBe(lost < 0 ? DECODE_ROWS_MAX : [0, 1, 8, 16, 32][lost]);
+  // Loaded results decide without timing; the bound stops at the model's decode rows.
+  gpu.tuning.clear();
+  const entry = (winner: string) => ({ winner, ms: { nibbles: winner === "nibbles" ? 1 : 2, copy: 1.5 } });
+  for (const M of [1, 8, 16]) gpu.tuning.set(key(M), entry("nibbles"));
+  gpu.tuning.set(key(32), entry("copy"));
+  expect(await tuneQ4Rows(gpu, shape, {})).toBe(16);
+  expect(await tuneQ4Rows(gpu, shape, {}, 8)).toBe(8);
+  gpu.tuning.set(key(1), entry("copy"));
+  expect(await tuneQ4Rows(gpu, shape, {})).toBe(0);
   gpu.tuning.clear();
 });
 
