@@ -598,14 +598,6 @@ export class Tape {
     return !this.disposed && !this.invalid;
   }
 
-  /** Bytes of the buffers it holds, inputs included. */
-  get bytes(): number {
-    let n = 0;
-    for (const b of this.held) n += sizeOf(b);
-    for (const i of this.inputs) n += sizeOf(i.buffer);
-    return n;
-  }
-
   /** Gives its buffers back to the pool (reusable after the next submit, as any release). Safe to call twice. */
   dispose(): void {
     if (this.disposed) return;
