@@ -251,6 +251,42 @@ describe("chat.completions through the openai SDK", () => {
     expect(engine.scheduler.stats.steps - steps0).toBeLessThan(5 * 7);
   });
 
+  it("replays decode steps, constrained or free, with the tokens recorded steps give, and lets the tape go when idle", async () => {
+    const runner = engine.runner;
+    const schema = {
+      type: "object",
+      properties: { move: { type: "string", enum: ["A1", "B2", "C3"] }, notes: { type: "string", maxLength: 12 } },
+      required: ["move", "notes"],
+      additionalProperties: false,
+    };
+    const run = () =>
+      Promise.all([
+        client.chat.completions.create({ model: "tiny", messages, max_tokens: 24, temperature: 1, seed: 3, n: 2 }),
+        client.chat.completions.create({
+          model: "tiny",
+          messages,
+          max_tokens: 60,
+          temperature: 1,
+          seed: 4,
+          response_format: { type: "json_schema", json_schema: { name: "move", schema, strict: true } },
+        }),
+      ]).then((rs) => rs.flatMap((r) => r.choices.map((c) => (c as SampledChoice).token_ids)));
+    const active0 = engine.gpu.memory.byTag.activations ?? 0;
+    runner.replay = false;
+    const recorded = await run();
+    runner.replay = true;
+    const before = { ...runner.tapeStats };
+    const replayed = await run();
+    expect(replayed).toEqual(recorded);
+    const [replays, captures] = [
+      runner.tapeStats.replays - before.replays,
+      runner.tapeStats.captures - before.captures,
+    ];
+    expect(replays).toBeGreaterThan(3 * captures);
+    // No request runs: the tape went with the last one, and nothing it held is live.
+    expect(engine.gpu.memory.byTag.activations ?? 0).toBe(active0);
+  });
+
   it("reuses the KV cache of an earlier turn when the new prompt extends it", async () => {
     const first = await client.chat.completions.create({ model: "tiny", messages, max_tokens: 5, temperature: 0 });
     const next = await client.chat.completions.create({
