@@ -144,6 +144,25 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
     vs: { id: "train.step.rollout.merged", ratio: time.off / time.on },
     note: `a step's rollouts with the LoRA terms apart (mergeLora off); ratio: over the same rollouts on the merged weights (${(time.on / steps).toFixed(3)} s), alternating`,
   });
+  // The same rollouts with decode steps replayed from their tape and recorded by the model's code each time
+  // (ModelRunner.replay on and off), alternating.
+  const replay = { on: 0, off: 0 };
+  for (let s = 0; s < 2 * steps; s++) {
+    const on = s % 2 === 1;
+    engine.runner.replay = on;
+    const t0 = performance.now();
+    await rollouts(Math.floor(s / 2));
+    replay[on ? "on" : "off"] += (performance.now() - t0) / 1000;
+  }
+  engine.runner.replay = true;
+  takeProfile(new Map());
+  out.push({
+    id: "train.step.rollout.replay_off",
+    value: replay.off / steps,
+    unit: "s",
+    vs: { id: "train.step.rollout.replayed", ratio: replay.off / replay.on },
+    note: `a step's rollouts, each decode step recorded by the model's code (ModelRunner.replay off); ratio: over the same rollouts replayed from their tape (${(replay.on / steps).toFixed(3)} s), alternating`,
+  });
   await backend.close();
   // The planner, without allocating: LoRA GRPO on groups of 8 x 512 tokens (one micro-batch of 4096).
   for (const [id, c] of [
