@@ -123,45 +123,40 @@ export const trainSuite: Suite = async (ctx: BenchContext): Promise<BenchResult[
         top.map(([k, ms]) => `${k} ${((100 * ms) / total).toFixed(0)}%`).join(", "),
     );
   }
-  // The same rollouts with the adapter merged into the (f32) weights and with its LoRA terms run apart (Model.mergeLora
-  // on and off), alternating: the seeds of the steps above, so each pair plays the same scenarios.
+  // The same rollouts with a setting on and off, alternating: the seeds of the steps above, so each pair plays the
+  // same scenarios. Seconds a step each way; `set` is left on.
   const engine = backend.engine(model.spec);
+  const alternate = async (set: (on: boolean) => void): Promise<{ on: number; off: number }> => {
+    const time = { on: 0, off: 0 };
+    for (let s = 0; s < 2 * steps; s++) {
+      const on = s % 2 === 1;
+      set(on);
+      const t0 = performance.now();
+      await rollouts(Math.floor(s / 2));
+      time[on ? "on" : "off"] += (performance.now() - t0) / 1000 / steps;
+    }
+    takeProfile(new Map());
+    return time;
+  };
+  // The adapter merged into the (f32) weights and its LoRA terms run apart (Model.mergeLora).
   const merge = engine.model.mergeLora;
-  const time = { on: 0, off: 0 };
-  for (let s = 0; s < 2 * steps; s++) {
-    const on = s % 2 === 1;
-    engine.model.mergeLora = on;
-    const t0 = performance.now();
-    await rollouts(Math.floor(s / 2));
-    time[on ? "on" : "off"] += (performance.now() - t0) / 1000;
-  }
+  const time = await alternate((on) => (engine.model.mergeLora = on));
   engine.model.mergeLora = merge;
-  takeProfile(new Map());
   out.push({
     id: "train.step.rollout.lora_apart",
-    value: time.off / steps,
+    value: time.off,
     unit: "s",
     vs: { id: "train.step.rollout.merged", ratio: time.off / time.on },
-    note: `a step's rollouts with the LoRA terms apart (mergeLora off); ratio: over the same rollouts on the merged weights (${(time.on / steps).toFixed(3)} s), alternating`,
+    note: `a step's rollouts with the LoRA terms apart (mergeLora off); ratio: over the same rollouts on the merged weights (${time.on.toFixed(3)} s), alternating`,
   });
-  // The same rollouts with decode steps replayed from their tape and recorded by the model's code each time
-  // (ModelRunner.replay on and off), alternating.
-  const replay = { on: 0, off: 0 };
-  for (let s = 0; s < 2 * steps; s++) {
-    const on = s % 2 === 1;
-    engine.runner.replay = on;
-    const t0 = performance.now();
-    await rollouts(Math.floor(s / 2));
-    replay[on ? "on" : "off"] += (performance.now() - t0) / 1000;
-  }
-  engine.runner.replay = true;
-  takeProfile(new Map());
+  // Decode steps replayed from their tape and recorded by the model's code each time (ModelRunner.replay).
+  const replay = await alternate((on) => (engine.runner.replay = on));
   out.push({
     id: "train.step.rollout.replay_off",
-    value: replay.off / steps,
+    value: replay.off,
     unit: "s",
     vs: { id: "train.step.rollout.replayed", ratio: replay.off / replay.on },
-    note: `a step's rollouts, each decode step recorded by the model's code (ModelRunner.replay off); ratio: over the same rollouts replayed from their tape (${(replay.on / steps).toFixed(3)} s), alternating`,
+    note: `a step's rollouts, each decode step recorded by the model's code (ModelRunner.replay off); ratio: over the same rollouts replayed from their tape (${replay.on.toFixed(3)} s), alternating`,
   });
   await backend.close();
   // The planner, without allocating: LoRA GRPO on groups of 8 x 512 tokens (one micro-batch of 4096).

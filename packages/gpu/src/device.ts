@@ -357,12 +357,7 @@ export class Gpu {
 
   write(buf: GPUBuffer, data: ArrayBufferView, offset = 0): void {
     this.checkAlive();
-    if (this.pool.capturing) {
-      if (this.pool.reusedInCapture(buf)) {
-        throw new Error(`Gpu.write: "${buf.label}" was reused within a capture; the write would overtake its use`);
-      }
-      this.pool.captureWrites++;
-    }
+    this.pool.hostWrite(buf);
     const bytes = new Uint8Array(data.buffer as ArrayBuffer, data.byteOffset, data.byteLength);
     const n = bytes.byteLength & ~3;
     if (n) this.device.queue.writeBuffer(buf, offset, bytes, 0, n);

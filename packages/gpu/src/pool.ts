@@ -37,11 +37,7 @@ export class BufferPool {
   private free = new Map<number, GPUBuffer[]>();
   /** Each buffer's record, made when it is created and updated when it is handed out again. */
   /** `id`: the buffer's place in creation order (stats.buffersCreated when it was made). */
-  /** `reused`: handed out again within the open capture after its release there. */
-  private meta = new WeakMap<
-    GPUBuffer,
-    { key: number; size: number; tag: string; live: boolean; id: number; reused: boolean }
-  >();
+  private meta = new WeakMap<GPUBuffer, { key: number; size: number; tag: string; live: boolean; id: number }>();
   readonly stats: MemoryStats = {
     liveBytes: 0,
     peakLiveBytes: 0,
@@ -68,7 +64,9 @@ export class BufferPool {
   private captured?: Set<GPUBuffer>;
   /** Buffers handed out and released within the capture, free again at once for the rest of it (by key). */
   private capturedFree = new Map<number, GPUBuffer[]>();
-  /** Host writes (Gpu.write) during the capture: its tape would replay this step's data. */
+  /** Buffers handed out again from capturedFree: a host write would overtake their earlier use. */
+  private capturedReused = new Set<GPUBuffer>();
+  /** Host writes (hostWrite) during the capture: its tape would replay this step's data. */
   captureWrites = 0;
 
   /**
@@ -76,7 +74,7 @@ export class BufferPool {
    * the capture, not after the next submit. That is safe for work on the device alone: a command buffer's dispatches
    * and copies run in the order they were recorded, each after the last. Only a host write (writeBuffer, which runs
    * before the command buffer) could reach such a buffer ahead of the work recorded earlier: `fresh` acquires (for
-   * the host) never get one, and Gpu.write refuses a buffer reused this way.
+   * the host) never get one, and hostWrite refuses a buffer reused this way.
    */
   beginCapture(): void {
     if (this.captured) throw new Error("BufferPool.beginCapture: a capture is already open");
@@ -88,9 +86,14 @@ export class BufferPool {
     return !!this.captured;
   }
 
-  /** Whether `buf` was released and handed out again within the open capture (a host write would overtake its use). */
-  reusedInCapture(buf: GPUBuffer): boolean {
-    return !!this.captured?.has(buf) && (this.meta.get(buf)?.reused ?? false);
+  /** Called before a host write to `buf` (Gpu.write): counted while a capture is open, and refused for a buffer
+   *  released and handed out again within it (the write would overtake its earlier use). */
+  hostWrite(buf: GPUBuffer): void {
+    if (!this.captured) return;
+    if (this.capturedReused.has(buf)) {
+      throw new Error(`Gpu.write: "${buf.label}" was reused within a capture; the write would overtake its use`);
+    }
+    this.captureWrites++;
   }
 
   /** Ends the capture: every buffer handed out during it is live again and returned, for its tape to hold. */
@@ -105,7 +108,7 @@ export class BufferPool {
         this.count(m.size, m.tag);
       }
     this.capturedFree.clear();
-    for (const buf of held) this.meta.get(buf)!.reused = false;
+    this.capturedReused.clear();
     return [...held];
   }
 
@@ -134,7 +137,7 @@ export class BufferPool {
       const m = this.meta.get(buf)!;
       m.tag = tag;
       m.live = true;
-      m.reused = true;
+      this.capturedReused.add(buf);
       this.count(size, tag);
       return buf;
     }
@@ -149,7 +152,7 @@ export class BufferPool {
       const id = this.stats.buffersCreated++;
       this.stats.allocatedBytes += size;
       this.stats.peakAllocatedBytes = Math.max(this.stats.peakAllocatedBytes, this.stats.allocatedBytes);
-      this.meta.set(buf, { key, size, tag, live: true, id, reused: false });
+      this.meta.set(buf, { key, size, tag, live: true, id });
     }
     if (!fresh) this.captured?.add(buf);
     this.count(size, tag);

@@ -65,12 +65,15 @@ export class ModelRunner implements StepModel {
     this.kv.dispose();
   }
 
-  /** Drops the captured step when this one will not replay it, before the step's recorder holds releases back. */
-  private checkTape(tokens: { slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): void {
-    const t = this.tape;
-    if (!t) return;
+  /**
+   * A step's replay key (undefined: not a step to replay), for encode. Drops the captured step first when this one
+   * will not replay it, before the step's recorder holds releases back: a tape kept is one this step replays.
+   */
+  private checkTape(tokens: { slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): string | undefined {
     const key = this.tapeKey(tokens, samples);
-    if (key !== t.key || !t.tape.live || !same(t.state, this.model.recordingState())) this.idle();
+    const t = this.tape;
+    if (t && (key !== t.key || !t.tape.live || !same(t.state, this.model.recordingState()))) this.idle();
+    return key;
   }
 
   /** The replay key of a step (batch and key bound), or undefined where the step is not one to replay. */
@@ -88,13 +91,13 @@ export class ModelRunner implements StepModel {
   ): Promise<StepResult> {
     const gpu: Gpu = this.model.gpu;
     const t0 = performance.now();
-    this.checkTape(tokens, samples);
+    const key = this.checkTape(tokens, samples);
     const rec = gpu.recorder();
     const copies = this.kv.flush(rec);
     const ids = gpu.upload(tokens.ids);
     let e: ReturnType<typeof this.encode>;
     try {
-      e = this.encode(rec, ids, tokens, samples);
+      e = this.encode(rec, ids, tokens, samples, key);
     } catch (err) {
       // The rest of this step does not run. The slot copies, recorded first, wait for the next step unless a part of
       // the forward went to the device with them (Recorder.submitPart, flushIfPending).
@@ -126,12 +129,12 @@ export class ModelRunner implements StepModel {
    */
   encodeOnly(tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): number {
     const gpu: Gpu = this.model.gpu;
-    this.checkTape(tokens, samples);
+    const key = this.checkTape(tokens, samples);
     const rec = gpu.recorder();
     const ids = gpu.upload(tokens.ids);
     try {
       const t0 = performance.now();
-      const e = this.encode(rec, ids, tokens, samples);
+      const e = this.encode(rec, ids, tokens, samples, key);
       const ms = performance.now() - t0;
       for (const p of [e?.ids, e?.logprobs, e?.logits, e?.forward]) p?.catch(() => {}); // they never settle
       if (e?.rec && e.rec !== rec) e.rec.abandon();
@@ -167,7 +170,7 @@ export class ModelRunner implements StepModel {
       for (let j = 0; j < steps; j++) {
         const t0 = performance.now();
         const pos = tokens.pos.map((p) => p + j);
-        this.checkTape({ slots: tokens.slots, pos }, samples);
+        const key = this.checkTape({ slots: tokens.slots, pos }, samples);
         const rec = gpu.recorder();
         const copies = j === 0 ? this.kv.flush(rec) : [];
         let e: NonNullable<ReturnType<typeof this.encode>>;
@@ -177,6 +180,7 @@ export class ModelRunner implements StepModel {
             ids,
             { ...tokens, pos },
             j ? samples.map((s) => ({ ...s, step: s.step + j })) : samples,
+            key,
             true,
           )!;
         } catch (err) {
@@ -205,6 +209,7 @@ export class ModelRunner implements StepModel {
   /**
    * Records one step's forward over `ids` (N tokens at their slots and positions), the logits of the sampled rows
    * and the sampling, with reads of the sampled ids and logprobs (and the logits when top logprobs are asked for).
+   * `key`: checkTape's for this step (a decode step replays or captures its forward and logits: tapedForward).
    * With `keepIds`, the sampled ids' buffer is returned unreleased (the next step's input). When a sample's mask
    * is a function and overlapMasks is on, `rec` is submitted after the logits (`forward`: that submit) and the masks
    * are asked for while the device runs it; the sampling is recorded in a new recorder, returned as `rec`, for the
@@ -215,6 +220,7 @@ export class ModelRunner implements StepModel {
     ids: GPUBuffer,
     tokens: { slots: Uint32Array; pos: Uint32Array },
     samples: SampleSpec[],
+    key: string | undefined,
     keepIds = false,
   ):
     | {
@@ -246,7 +252,6 @@ export class ModelRunner implements StepModel {
     const temp: GPUBuffer[] = [slotPos];
     const drop: Tape[] = [];
     try {
-      const key = this.tapeKey(tokens, samples);
       let logits: GPUBuffer;
       if (key !== undefined) logits = this.tapedForward(rec, ids, slotPos, N, maxLen, key, drop);
       else {
@@ -329,7 +334,7 @@ export class ModelRunner implements StepModel {
 
   /**
    * A decode step's forward and logits over N tokens (every row sampled in order), as a replay of the captured step
-   * when its key and the model's state match, else recorded and captured. Returns the logits buffer, the tape's
+   * when there is one (checkTape kept it: its key and the model's state match), else recorded and captured. Returns the logits buffer, the tape's
    * (not to be released). A capture that cannot be replayed (it wrote from the host, or the model's state moved
    * while it was recorded, as when the merged weights were made again) goes to `drop`, disposed after the step.
    */
@@ -343,14 +348,12 @@ export class ModelRunner implements StepModel {
     drop: Tape[],
   ): GPUBuffer {
     const gpu = this.model.gpu;
-    const state = this.model.recordingState();
-    const t = this.tape;
-    if (t && t.key === key && t.tape.live && same(t.state, state)) {
-      rec.replay(t.tape, [ids, slotPos]);
+    if (this.tape) {
+      rec.replay(this.tape.tape, [ids, slotPos]);
       this.tapeStats.replays++;
-      return t.logits;
+      return this.tape.logits;
     }
-    this.idle();
+    const state = this.model.recordingState();
     const inputs = [
       { buffer: gpu.buffer(N * 4, "activations", "tape ids"), bytes: N * 4 },
       { buffer: gpu.buffer(N * 8, "activations", "tape slotPos"), bytes: N * 8 },
