@@ -230,6 +230,7 @@ export async function decodeRun(
   toggle: (on: boolean) => void = (on) => model.fuse(on),
   replay = true,
   replayAb = 0,
+  partsAb = 0,
 ): Promise<{
   prefill: number;
   decode: number;
@@ -243,8 +244,15 @@ export async function decodeRun(
   /** tok/s one step at a time, replayed (ModelRunner.replay) and recorded by the model's code: `replayAb` blocks of
    *  4 steps each, alternating, each after an untimed step (a replay block's captures there). */
   replays?: { on: number; off: number };
+  /** tok/s one step at a time, replayed, submitting part-way where their tape says (Model.submitLayers) and once
+   *  (ModelRunner.holdParts): `partsAb` blocks of 4 steps each, alternating, after one untimed step. */
+  parts?: { on: number; held: number };
 }> {
-  const runner = new ModelRunner(model, B, P + D + 2 * abD + 10 * replayAb + (2 * runs + 1) * AHEAD + 4);
+  const runner = new ModelRunner(
+    model,
+    B,
+    P + D + 2 * abD + 10 * replayAb + 8 * partsAb + 1 + (2 * runs + 1) * AHEAD + 4,
+  );
   runner.replay = replay;
   const rng = new Rng(B);
   const V = model.config.vocabSize;
@@ -311,6 +319,22 @@ export async function decodeRun(
     runner.replay = replay;
     replays = { on: (B * 4 * replayAb) / t.on, off: (B * 4 * replayAb) / t.off };
   }
+  let parts: { on: number; held: number } | undefined;
+  if (partsAb) {
+    const t = { on: 0, held: 0 };
+    runner.replay = true;
+    await step(); // captured here (or replayed), then replayed throughout: holdParts is not part of the tape's key
+    for (let r = 0; r < 2 * partsAb; r++) {
+      const on = r % 2 === 1;
+      runner.holdParts = !on;
+      t[on ? "on" : "held"] += await timed(async () => {
+        for (let d = 0; d < 4; d++) await step();
+      });
+    }
+    runner.holdParts = false;
+    runner.replay = replay;
+    parts = { on: (B * 4 * partsAb) / t.on, held: (B * 4 * partsAb) / t.held };
+  }
   let ahead: { run: number; single: number } | undefined;
   if (runs) {
     const run = async () => {
@@ -343,6 +367,7 @@ export async function decodeRun(
     ab,
     ahead,
     replays,
+    parts,
   };
 }
 

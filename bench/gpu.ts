@@ -655,6 +655,7 @@ async function oneModel(
           undefined,
           true,
           small ? 1 : 4,
+          b === 1 && engine.model.submitLayers ? (small ? 1 : 4) : 0, // (a CPU device submits once a step)
         );
         if (b === 1) base = r.decode;
         if (b === 32) b32 = r.decode;
@@ -688,6 +689,19 @@ async function oneModel(
         ctx.log(
           `${name} decode b${b}: replayed ${rp.on.toFixed(1)} tok/s, recorded ${rp.off.toFixed(1)} (${(rp.on / rp.off).toFixed(2)}x)`,
         );
+        if (r.parts) {
+          const p = r.parts;
+          out.push({
+            id: `gpu.${name}.decode.b${b}.replay_parts_held`,
+            value: p.held,
+            unit: "tok/s",
+            vs: { id: `gpu.${name}.decode.b${b}`, ratio: p.on / p.held },
+            note: `one step at a time, replayed and submitted once (ModelRunner.holdParts); ratio: replayed and submitted part-way where the tape says, every ${engine.model.submitLayers} layers (${p.on.toFixed(1)} tok/s), over this, blocks of 4 steps alternating`,
+          });
+          ctx.log(
+            `${name} decode b${b}: replayed with part-way submits ${p.on.toFixed(1)} tok/s, submitted once ${p.held.toFixed(1)} (${(p.on / p.held).toFixed(2)}x)`,
+          );
+        }
         const a = r.ahead!;
         out.push({
           ...aheadResult(`gpu.${name}.decode.b${b}`, a),

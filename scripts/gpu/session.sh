@@ -1,19 +1,33 @@
 #!/usr/bin/env bash
 # One device call, most important first: each step's output is appended to $OUT/gpu-run.txt as it runs, and its
-# results JSON copied to $OUT/<step>.json, so a call cut short by its time limit still returns what finished.
+# results JSON kept as steps/<step>.json in $OUT/results.tgz (made again after each step), so a call cut short by its
+# time limit still returns what finished. $OUT/clocks.csv samples the GPU's clocks, utilization and power every
+# 250 ms throughout (the SM clock follows the load: 2026-11-28). Three files in all: the device tool brings back 8.
 # Usage (carry .devbundle and .gl, from scripts/gpu/bundle.sh): bash scripts/gpu/session.sh
 set -uo pipefail
 out=${OUT:-.devbundle/out}
-mkdir -p "$out"
+mkdir -p "$out" .devbundle/steps
+smi=
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw --format=csv -lms 250 \
+    >"$out/clocks.csv" 2>/dev/null &
+  smi=$!
+fi
+keep() { # keep(name, suite): the suite's results JSON as steps/<name>.json, then the archive again
+  cp ".devbundle/results/$2.json" ".devbundle/steps/$1.json" 2>/dev/null
+  tar czf "$out/results.tgz" -C .devbundle steps
+}
 step() {
   local name=$1
   shift
   echo "=== $name: $* ($(date +%T))" | tee -a "$out/gpu-run.txt"
-  env "$@" bash scripts/gpu/run.sh gpu 2>&1 | tee -a "$out/gpu-run.txt"
-  cp .devbundle/results/gpu.json "$out/$name.json" 2>/dev/null
+  rm -f .devbundle/results/gpu.json # (a step that fails keeps no other step's results)
+  # (OUT unset: run.sh would copy every results JSON there)
+  env -u OUT "$@" bash scripts/gpu/run.sh gpu 2>&1 | tee -a "$out/gpu-run.txt"
+  keep "$name" gpu
   if grep -q "no adapter found" "$out/gpu-run.txt"; then
     echo "=== no adapter: the Vulkan loader's account" | tee -a "$out/gpu-run.txt"
-    env VK_LOADER_DEBUG=error,warn,info "$@" bash scripts/gpu/run.sh gpu 2>&1 | head -150 | tee -a "$out/gpu-run.txt"
+    env -u OUT VK_LOADER_DEBUG=error,warn,info "$@" bash scripts/gpu/run.sh gpu 2>&1 | head -150 | tee -a "$out/gpu-run.txt"
     exit 1
   fi
 }
@@ -25,8 +39,8 @@ step models-rest WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen3-0.6b,qwen2.
 step q4-1.5b WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen2.5-1.5b WEBART_BENCH_Q4=only
 # Then the kernels suite: its attention part times prefill attention per family (tiled, rows, lanes) in GFLOP/s.
 echo "=== kernels ($(date +%T))" | tee -a "$out/gpu-run.txt"
-bash scripts/gpu/run.sh kernels 2>&1 | tee -a "$out/gpu-run.txt"
-cp .devbundle/results/kernels.json "$out/kernels.json" 2>/dev/null
+env -u OUT bash scripts/gpu/run.sh kernels 2>&1 | tee -a "$out/gpu-run.txt"
+keep kernels kernels
 # Last (measured before: 53 s on 2026-11-28), the embedded model's `webart train` (its defaults), start-up and tuning
 # included.
 echo "=== webart train ($(date +%T))" | tee -a "$out/gpu-run.txt"
@@ -34,3 +48,4 @@ s0=$(date +%s%N)
 bash scripts/gpu/run.sh --cli train 2>&1 | grep -v '^Warning\|^    at' | tail -3 | tee -a "$out/gpu-run.txt"
 echo "webart train: $((($(date +%s%N) - s0) / 1000000)) ms for the whole command" | tee -a "$out/gpu-run.txt"
 echo "=== done ($(date +%T))" | tee -a "$out/gpu-run.txt"
+[ -n "$smi" ] && kill "$smi" 2>/dev/null

@@ -392,6 +392,42 @@ describe("tapes (Recorder.capture, replay)", () => {
     expect(gpu.errors).toEqual([]);
   });
 
+  it("submit part-way in replays where the captured work asked to, and not with holdParts", async () => {
+    const n = 256;
+    const x = gpu.upload(Float32Array.from({ length: n }, (_, i) => i % 17));
+    const y = gpu.buffer(n * 4);
+    const t = gpu.buffer(n * 4);
+    const want = Float32Array.from({ length: n }, (_, i) => 7 * (i % 17));
+    let rec = gpu.recorder();
+    rec.capture([]);
+    rec.clear(t);
+    rec.dispatch(scale, [x, t], n / 64, new Params().u32(n).f32(2)); // t = 2x
+    expect(rec.submitPart()).toBe(false); // marked, not submitted
+    expect(rec.submitPart()).toBe(false); // the same place: one mark
+    rec.copy(t, 0, y, 0, n * 4);
+    rec.dispatch(scale, [x, y], n / 64, new Params().u32(n).f32(5)); // y = 2x + 5x
+    rec.submitPart(); // at the end: a mark after the last command
+    const tape = rec.endCapture();
+    expect(tape.ops.map((o) => o.kind)).toEqual(["clear", "dispatch", "part", "copy", "dispatch", "part"]);
+    expect(tape.parts).toBe(2);
+    expect(rec.flushes).toBe(0);
+    let read = rec.read(y);
+    await rec.submit();
+    expect(new Float32Array(await read)).toEqual(want);
+    for (const hold of [false, true]) {
+      rec = gpu.recorder();
+      rec.holdParts = hold;
+      rec.replay(tape, []);
+      expect(rec.flushes).toBe(hold ? 0 : 2);
+      read = rec.read(y);
+      await rec.submit();
+      expect(new Float32Array(await read)).toEqual(want);
+    }
+    tape.dispose();
+    gpu.release(x, y, t);
+    expect(gpu.errors).toEqual([]);
+  });
+
   it("are invalid with a host write or a readback within the capture, and refuse a write to a buffer reused in it", async () => {
     const n = 64;
     const x = gpu.upload(new Float32Array(n).fill(1));

@@ -557,7 +557,9 @@ export class GpuScope {
 export type TapeOp =
   | { kind: "dispatch"; pipeline: GPUComputePipeline; bindGroup: GPUBindGroup; x: number; y: number; z: number }
   | { kind: "copy"; src: GPUBuffer; srcOffset: number; dst: GPUBuffer; dstOffset: number; size: number }
-  | { kind: "clear"; buf: GPUBuffer; offset: number; size?: number };
+  | { kind: "clear"; buf: GPUBuffer; offset: number; size?: number }
+  /** Where the captured work would have submitted part-way (submitPart): a replay submits there. */
+  | { kind: "part" };
 
 /** A tape's input: `bytes` copied into `buffer` ahead of each replay. */
 export interface TapeInput {
@@ -575,6 +577,8 @@ export interface TapeInput {
  */
 export class Tape {
   readonly dispatches: number;
+  /** Places where a replay submits part-way (submitPart, as the captured work asked to). */
+  readonly parts: number;
   private disposed = false;
 
   constructor(
@@ -586,6 +590,7 @@ export class Tape {
     readonly invalid?: string,
   ) {
     this.dispatches = ops.reduce((n, o) => n + (o.kind === "dispatch" ? 1 : 0), 0);
+    this.parts = ops.reduce((n, o) => n + (o.kind === "part" ? 1 : 0), 0);
   }
 
   /** Whether replay() may record it: a valid capture, not disposed, whose recorder did not fail. */
@@ -633,6 +638,9 @@ export class Recorder {
   private failHooks: (() => void)[] = [];
   /** Command buffers submitted early (submitPart, flushIfPending). */
   flushes = 0;
+  /** submitPart does not submit (a capture still marks where it asked to): for work that is recorded, then dropped
+   *  unsubmitted, so that none of it runs (ModelRunner.encodeOnly). */
+  holdParts = false;
 
   private errorsAtStart: number;
 
@@ -725,7 +733,8 @@ export class Recorder {
    * Starts capturing what this recorder records into a Tape (endCapture), for later recorders to replay. The work
    * is recorded here as usual too. `inputs` are buffers the captured work reads, handed over to the tape: each
    * replay copies its own sources into them first. While capturing, buffers handed out and released are free again
-   * within the capture (BufferPool.beginCapture), and this recorder does not submit part-way (submitPart).
+   * within the capture (BufferPool.beginCapture), and this recorder does not submit part-way: the tape marks where
+   * submitPart was asked for, and replays submit there.
    */
   capture(inputs: TapeInput[]): void {
     if (this.submitted) throw new Error("Recorder.capture: already submitted");
@@ -753,7 +762,8 @@ export class Recorder {
     return tape;
   }
 
-  /** Records a tape's work again, after copying `sources` (one per tape input, in order) into its inputs. */
+  /** Records a tape's work again, after copying `sources` (one per tape input, in order) into its inputs. It submits
+   *  part-way where the captured work asked to (submitPart, which may decline as it would for recorded work). */
   replay(tape: Tape, sources: GPUBuffer[]): void {
     if (this.submitted) throw new Error("Recorder: already submitted");
     if (!tape.live)
@@ -775,6 +785,8 @@ export class Recorder {
         if (op.pipeline !== last) pass.setPipeline((last = op.pipeline));
         pass.setBindGroup(0, op.bindGroup);
         pass.dispatchWorkgroups(op.x, op.y, op.z);
+      } else if (op.kind === "part") {
+        if (this.submitPart()) pass = undefined; // (a new encoder: its pass and pipeline start again)
       } else {
         this.endPass();
         pass = undefined;
@@ -808,11 +820,17 @@ export class Recorder {
    * Submits what is recorded so far and goes on recording in a new command buffer, so the device starts on it while
    * the host records the rest. Returns whether it did. It does not while another recorder's submit waits its turn
    * (a pipeline's checks): this part would reach the queue ahead of work it may depend on (a decode run's last
-   * step). Nor while profiling (one query set a recorder), nor once submitted.
+   * step). Nor while profiling (one query set a recorder), nor once submitted, nor with holdParts. While capturing,
+   * it marks the place in the tape (once, however often it is asked there) and does not submit.
    */
   submitPart(): boolean {
     const gpu = this.gpu;
-    if (this.submitted || this.querySet || this.taping || gpu._submitWaiting) return false;
+    if (this.taping) {
+      const ops = this.taping.ops;
+      if (ops.length && ops[ops.length - 1].kind !== "part") ops.push({ kind: "part" });
+      return false;
+    }
+    if (this.submitted || this.querySet || this.holdParts || gpu._submitWaiting) return false;
     this.endPass();
     this.writeUniforms();
     gpu.device.pushErrorScope("validation");

@@ -761,3 +761,52 @@ describe("decode steps replayed (ModelRunner.replay, Tape)", () => {
     g.destroy();
   });
 });
+
+describe("replayed decode steps submit part-way (Tape parts)", () => {
+  it("where the recorded step does, with the same samples; once with holdParts; captured again when submitLayers moves", async () => {
+    const g = await createDevice();
+    const model = await load("gemma3-tiny", g); // 3 layers: submitting after every layer gives 2 parts a step
+    const spec = (row: number, step: number) => ({ ...greedySpec(row, step), temperature: 1, seed: 3 });
+    const run = async (replay: boolean, holdParts: boolean) => {
+      model.submitLayers = 1;
+      const runner = new ModelRunner(model, 2, 64);
+      runner.replay = replay;
+      runner.holdParts = holdParts;
+      const out: { ids: number[]; logprobs: number[]; flushes: number }[] = [];
+      try {
+        const prompt = { ids: Uint32Array.from([5, 9, 2, 7, 1]), slots: Uint32Array.from([0, 0, 1, 1, 1]) };
+        const first = await runner.step({ ...prompt, pos: Uint32Array.from([0, 1, 0, 1, 2]) }, [
+          spec(1, 0),
+          spec(4, 0),
+        ]);
+        const tokens = { ids: first.ids, slots: Uint32Array.from([0, 1]), pos: Uint32Array.from([2, 3]) };
+        for (let j = 1; j <= 12; j++) {
+          if (j === 7) model.submitLayers = 4; // the GPU default: a part after the first layer alone, here
+          const r = await runner.step(tokens, [spec(0, j), spec(1, j)]);
+          out.push({ ids: [...r.ids], logprobs: [...r.logprobs], flushes: runner.lastFlushes });
+          tokens.ids = r.ids;
+          tokens.pos = tokens.pos.map((p) => p + 1);
+        }
+        return { out, stats: { ...runner.tapeStats } };
+      } finally {
+        runner.dispose();
+        model.submitLayers = 0;
+      }
+    };
+    const recorded = await run(false, false);
+    const replayed = await run(true, false);
+    const held = await run(true, true);
+    expect(recorded.out.map((o) => o.flushes)).toEqual([2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1]);
+    // A capturing step submits once (its buffers are reused within it); the steps that replay it, where it asked to.
+    expect(replayed.out.map((o) => o.flushes)).toEqual([0, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1]);
+    expect(held.out.map((o) => o.flushes)).toEqual(new Array(12).fill(0));
+    expect(replayed.stats).toEqual({ captures: 2, replays: 10 }); // the first step, and the step after the move
+    expect(held.stats).toEqual(replayed.stats);
+    for (const r of [replayed, held]) {
+      expect(r.out.map((o) => o.ids)).toEqual(recorded.out.map((o) => o.ids));
+      expect(r.out.map((o) => o.logprobs)).toEqual(recorded.out.map((o) => o.logprobs));
+    }
+    expect(g.errors).toEqual([]);
+    g.destroy();
+  });
+});

@@ -34,6 +34,13 @@ export class ModelRunner implements StepModel {
    * logits are recorded by their native calls alone. Off: every step is recorded by the model's code.
    */
   replay = true;
+  /**
+   * Steps submit once, whatever Model.submitLayers says (Recorder.holdParts): replayed steps too, whose tapes mark
+   * where their capture asked to submit part-way. For the bench's A/B; off by default.
+   */
+  holdParts = false;
+  /** Command buffers the last step submitted before its end (Recorder.flushes: part-way submits). */
+  lastFlushes = 0;
   /** Decode steps recorded by replaying a tape, and tapes captured (for the bench and tests). */
   readonly tapeStats = { replays: 0, captures: 0 };
   /** The captured decode step: its batch and key bound, the model's state then, and its logits buffer. */
@@ -93,6 +100,7 @@ export class ModelRunner implements StepModel {
     const t0 = performance.now();
     const key = this.checkTape(tokens, samples);
     const rec = gpu.recorder();
+    rec.holdParts = this.holdParts;
     const copies = this.kv.flush(rec);
     const ids = gpu.upload(tokens.ids);
     let e: ReturnType<typeof this.encode>;
@@ -107,6 +115,7 @@ export class ModelRunner implements StepModel {
       gpu.release(ids);
     }
     this.lastDispatches = rec.dispatches + (e?.rec && e.rec !== rec ? e.rec.dispatches : 0);
+    this.lastFlushes = rec.flushes;
     this.lastEncodeMs = performance.now() - t0;
     await (e?.rec ?? rec).submit();
     if (e?.forward) await e.forward;
@@ -124,13 +133,15 @@ export class ModelRunner implements StepModel {
 
   /**
    * The host's time in ms to record one step over these tokens and samples, without running it: the recorder is
-   * dropped unsubmitted (the step's small uploads still reach the queue; nothing reads them). For the bench, which
+   * dropped unsubmitted, with no part-way submits (Recorder.holdParts), so none of its work runs (the step's small
+   * uploads still reach the queue; nothing reads them). For the bench, which
    * times it back to back to measure the encode's own cost apart from the slower start of a host that waited.
    */
   encodeOnly(tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): number {
     const gpu: Gpu = this.model.gpu;
     const key = this.checkTape(tokens, samples);
     const rec = gpu.recorder();
+    rec.holdParts = true; // none of it runs
     const ids = gpu.upload(tokens.ids);
     try {
       const t0 = performance.now();
@@ -172,6 +183,7 @@ export class ModelRunner implements StepModel {
         const pos = tokens.pos.map((p) => p + j);
         const key = this.checkTape({ slots: tokens.slots, pos }, samples);
         const rec = gpu.recorder();
+        rec.holdParts = this.holdParts;
         const copies = j === 0 ? this.kv.flush(rec) : [];
         let e: NonNullable<ReturnType<typeof this.encode>>;
         try {
@@ -192,6 +204,7 @@ export class ModelRunner implements StepModel {
         ids = e.idsBuf!;
         reads.push([e.ids, e.logprobs]);
         this.lastDispatches = rec.dispatches;
+        this.lastFlushes = rec.flushes;
         this.lastEncodeMs = performance.now() - t0;
         // Not awaited: the submit is made now, and the host goes on to encode the next step.
         submits.push(rec.submit());
