@@ -1,83 +1,26 @@
-// The device probe: info, limits, features, measured FMA peak (GFLOP/s) and copy bandwidth (GB/s).
-// Every later benchmark reports its figures as a fraction of these, measured in the same run.
-import { Params, isCpuDevice, type Gpu } from "@webart/gpu";
-import code from "./probe.wgsl";
-import { timeGpu, type BenchResult, type Peak } from "./harness.ts";
-
-const WG = 256;
-
-/** The CPU's prediction of probe_fma's output for thread `t` (f32 rounding per step, mul+add). */
-function fmaExpected(t: number, iters: number): number[] {
-  const f = Math.fround;
-  const seed = f((t % 1024) * f(1e-4));
-  const out = [0, 0, 0, 0];
-  for (let lane = 0; lane < 4; lane++) {
-    for (const off of [0, 0.05, 0.11, 0.17]) {
-      let a = f(f(seed + f(0.1 * lane)) + f(off));
-      for (let i = 0; i < iters; i++) a = f(f(a * f(0.9999)) + f(0.0001));
-      out[lane] = f(out[lane] + a);
-    }
-  }
-  return out;
-}
+// The device probe: info, limits, features, measured FMA peak (GFLOP/s) and copy bandwidth (GB/s) (the kernels:
+// @webart/shaders' probe). Every later benchmark reports its figures as a fraction of these, measured in the same run.
+import type { Gpu } from "@webart/gpu";
+import { measurePeak as devicePeak } from "@webart/shaders";
+import type { BenchResult, Peak } from "./harness.ts";
 
 export async function measurePeak(gpu: Gpu, quick = false): Promise<{ peak: Peak; results: BenchResult[] }> {
-  // FMA peak: 16 independent FMA chains (4 vec4) per thread. A GPU gets enough threads to fill every core
-  // (2048 groups of 256: ~4 per SM slot on a 132-SM H100) and a copy larger than its cache, several a submit.
-  const gpuSized = !quick && !isCpuDevice(gpu);
-  const iters = quick ? 256 : gpuSized ? 1024 : 2048;
-  const groups = quick ? 32 : gpuSized ? 2048 : 128;
-  const threads = groups * WG;
-  const out = gpu.buffer(threads * 16, "bench");
-  const fma = { name: "probe_fma", code, overrides: { WG } };
-  const params = new Params().u32(iters, threads);
-  const ms = await timeGpu(gpu, (rec) => rec.dispatch(fma, [out], groups, params), { minMs: quick ? 50 : 500 });
-  const got = await gpu.readF32(out, threads * 4);
-  for (const t of [0, 1, 777, threads - 1]) {
-    const want = fmaExpected(t, iters);
-    for (let l = 0; l < 4; l++) {
-      const g = got[t * 4 + l];
-      if (!(Math.abs(g - want[l]) <= 1e-3 * Math.abs(want[l]) + 1e-4)) {
-        throw new Error(`probe_fma: thread ${t} lane ${l} = ${g}, expected ${want[l]}: the peak kernel is miscompiled`);
-      }
-    }
-  }
-  gpu.release(out);
-  const fma_gflops = (threads * iters * 16 * 2) / (ms * 1e6);
-
-  // Copy bandwidth: read + write of a buffer larger than any cache.
-  const bytes = gpuSized ? Math.min(1024 * 2 ** 20, gpu.maxStorageBinding) : (quick ? 8 : 64) * 1024 * 1024;
-  const reps = gpuSized ? 4 : 1;
-  const n = bytes / 16;
-  const srcData = new Float32Array(n * 4);
-  for (let i = 0; i < srcData.length; i += 1021) srcData[i] = i;
-  const src = gpu.upload(srcData, "bench");
-  const dst = gpu.buffer(bytes, "bench");
-  const copy = { name: "probe_copy", code, overrides: { WG } };
-  const cms =
-    (await timeGpu(
-      gpu,
-      (rec) => {
-        for (let r = 0; r < reps; r++) rec.dispatch(copy, [src, dst], gpu.grid(Math.ceil(n / WG)));
-      },
-      { minMs: quick ? 50 : 500 },
-    )) / reps;
-  const back = await gpu.readF32(dst);
-  for (let i = 0; i < srcData.length; i += 1021) {
-    if (back[i] !== srcData[i]) throw new Error(`probe_copy: element ${i} = ${back[i]}, expected ${srcData[i]}`);
-  }
-  gpu.release(src, dst);
-  const copy_gbps = (2 * bytes) / (cms * 1e6);
-  const peak = { fma_gflops, copy_gbps };
+  const p = await devicePeak(gpu, quick);
+  const peak = { fma_gflops: p.fmaGflops, copy_gbps: p.copyGbps };
   return {
     peak,
     results: [
-      { id: "probe.fma", value: fma_gflops, unit: "GFLOP/s", note: `${threads} threads x ${iters} x 16 FMA` },
+      {
+        id: "probe.fma",
+        value: p.fmaGflops,
+        unit: "GFLOP/s",
+        note: `${p.fma.threads} threads x ${p.fma.iters} x 16 FMA`,
+      },
       {
         id: "probe.copy",
-        value: copy_gbps,
+        value: p.copyGbps,
         unit: "GB/s",
-        note: `${bytes >> 20} MiB read + written${reps > 1 ? `, ${reps} copies a submit` : ""}`,
+        note: `${p.copy.bytes >> 20} MiB read + written${p.copy.reps > 1 ? `, ${p.copy.reps} copies a submit` : ""}`,
       },
     ],
   };

@@ -251,6 +251,30 @@ test("the play board takes a person's move and the model answers with a legal mo
   expect(problems).toEqual([]);
 });
 
+test("Speed on this GPU times the open run's model in the worker: peak, prefill, decode against the roofline", async () => {
+  const panel = page.getByTestId("speed");
+  await panel.getByRole("button", { name: "Measure speed" }).click();
+  const table = panel.getByTestId("speed-table");
+  await expect(table).toBeVisible({ timeout: 120_000 });
+  await expect(table).toContainText("swiftshader");
+  await expect(table).toContainText(/\d[\d.]* GFLOP\/s FMA, \d[\d.]* GB\/s copy/);
+  await expect(table).toContainText("off: this device offers no f16 subgroup matrices");
+  await expect(table).toContainText("webart-tiny, 4 layers");
+  await expect(table).toContainText("with its adapter");
+  await expect(table).toContainText(/\d[\d.]* tokens\/s \(64-token prompt\)/);
+  await expect(panel.getByTestId("speed-decode-b1")).toHaveText(
+    /^\d[\d.]* tokens\/s \([\d.]+% of the copy roofline\)$/,
+  );
+  // The other batch: 8, or as many sequences as the engine's KV slots hold.
+  const rows = panel.locator('[data-testid^="speed-decode-b"]');
+  await expect(rows).toHaveCount(2);
+  await expect(rows.nth(1)).toHaveText(/^\d[\d.]* tokens\/s \([\d.]+x batch 1\)$/);
+  await expect(panel.getByText(/^Kernel choices \(\d+\)$/)).toBeVisible();
+  await expect(panel.getByRole("button", { name: "Measure speed" })).toBeEnabled();
+  await shot("speed");
+  expect(problems).toEqual([]);
+});
+
 test("export downloads a PEFT zip; importing it back makes a run with the same adapter that plays", async () => {
   const item = page.getByTestId(`run-${firstRun}`);
   const [download] = await Promise.all([

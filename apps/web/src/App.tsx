@@ -24,6 +24,7 @@ import { GpuBanner, type Banner } from "./components/GpuBanner.tsx";
 import { ModelPanel, type LoadProgress } from "./components/ModelPanel.tsx";
 import { PlayBoard } from "./components/PlayBoard.tsx";
 import { RolloutViewer } from "./components/RolloutViewer.tsx";
+import { SpeedPanel } from "./components/SpeedPanel.tsx";
 import { RunControls, type Status } from "./components/RunControls.tsx";
 import { RunList } from "./components/RunList.tsx";
 import { SettingsForm } from "./components/SettingsForm.tsx";
@@ -421,6 +422,11 @@ export function App() {
             onCompare={(name, on) => setCompare((c) => (on ? [...c, name] : c.filter((n) => n !== name)))}
             onDelete={(r) => void remove(r)}
             onImport={(f) => void importAdapter(f)}
+          />
+          <SpeedPanel
+            run={status.run}
+            blocked={active ? "a run is training: pause it to measure speed" : null}
+            measure={(run) => api.speed(run)}
           />
           <details className="panel diagnostics">
             <summary>Diagnostics</summary>

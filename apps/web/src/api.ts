@@ -1,6 +1,6 @@
 // The typed contract between the page and the engine worker: what the worker exposes through comlink, the
 // events it pushes back, and the plain data (settings, runs, steps, trajectories) both sides pass around.
-import type { DeviceKind } from "webart/engine";
+import type { DeviceKind, SpeedReport } from "webart/engine";
 import type { CustomScenario } from "webart/envs";
 
 import type { MessageView } from "./lib/messages.ts";
@@ -264,4 +264,7 @@ export interface EngineApi {
   clearModelCache(): Promise<void>;
   /** Testing aid: destroys the GPU device, as a driver reset would. */
   loseDevice(): Promise<void>;
+  /** How fast the run's model runs on this GPU (measureSpeed): peak, prefill, decode, kernel choices. Refused while
+   *  a run trains. */
+  speed(run: string): Promise<SpeedReport>;
 }

@@ -80,6 +80,7 @@ const api: EngineApi = {
   },
   clearModelCache,
   loseDevice: trainer.loseDevice,
+  speed: trainer.speed,
 };
 
 Comlink.expose(api);

@@ -41,6 +41,7 @@ export * from "./train/head.ts";
 export * from "./train/normalize.ts";
 export * from "./train/sft.ts";
 export * from "./memory.ts";
+export * from "./speed.ts";
 export * from "./art/remote-backend.ts";
 export * from "./model/embedded.ts";
 // Start-up kernel tuning results, which the browser keeps between visits.

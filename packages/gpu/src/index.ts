@@ -8,4 +8,5 @@ export * from "./device-kind.ts";
 export { BufferPool, bucketSize, type MemoryStats } from "./pool.ts";
 export * from "./random.ts";
 export * from "./half.ts";
+export { timeGpu } from "./timing.ts";
 export { setDawnPolling, dawnPolling, type DawnPolling } from "./polling.ts";

@@ -18,3 +18,4 @@ export * from "./tune/index.ts";
 export * from "./tune/kernels.ts";
 export * from "./util/row-threads.ts";
 export * from "./quant/index.ts";
+export * from "./probe/index.ts";

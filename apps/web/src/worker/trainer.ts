@@ -12,7 +12,15 @@ import {
   withBaseModel,
   type CustomJudge,
 } from "webart";
-import { getDevice, type ChatMessage, type DeviceLostError, type TrajectoryGroup } from "webart/engine";
+import {
+  getDevice,
+  isCpuDevice,
+  measureSpeed,
+  type ChatMessage,
+  type DeviceLostError,
+  type SpeedReport,
+  type TrajectoryGroup,
+} from "webart/engine";
 import {
   EMAIL_TOOLS,
   emailScenario,
@@ -508,6 +516,16 @@ export async function askEmail(
     turns: Number(m.turns),
     ending,
   };
+}
+
+/** How fast the run's model (with its latest adapter) runs on this GPU: measureSpeed on the run's engine, between
+ *  requests. Not while a run trains (it would time the two together); short timings on a CPU device. */
+export async function speed(name: string): Promise<SpeedReport> {
+  if (busy) throw new Error(`run "${session?.name}" is training; pause it to measure speed`);
+  const s = await open(name);
+  const engine = s.backend.engine(s.model.spec);
+  const base = baseModelOf(s.meta.model).split("/").pop();
+  return measureSpeed(engine, { quick: isCpuDevice(engine.gpu), name: base });
 }
 
 export async function forget(name: string): Promise<void> {

@@ -172,6 +172,29 @@ export class Scheduler implements Generator {
     }
   }
 
+  /**
+   * Runs `f` on `n` KV slots that no sequence holds, inside exclusive, for work of the caller's own on the model (the
+   * speed check). Cached prefixes are dropped first: their slots are free to take. Refused, with the counts, when
+   * fewer than `n` are free (sequences paused mid-request hold the rest).
+   */
+  async withSlots<T>(n: number, f: (slots: number[]) => Promise<T>): Promise<T> {
+    return this.exclusive(async () => {
+      this.invalidateCache();
+      if (n > this.free.length) {
+        throw new Error(
+          `the engine has ${this.free.length} of its ${this.model.slots} KV slots free (requests in flight hold the ` +
+            `rest), ${n} wanted: try again once they end`,
+        );
+      }
+      const slots = this.free.splice(this.free.length - n, n);
+      try {
+        return await f(slots);
+      } finally {
+        this.free.push(...slots);
+      }
+    });
+  }
+
   /** Fails every waiting and running request, after the step in flight; later requests are refused. */
   async close(): Promise<void> {
     if (this.closed) return;

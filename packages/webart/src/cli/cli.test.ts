@@ -118,6 +118,24 @@ describe("webart", () => {
     expect(r.out).toMatch(/^device: /m);
     expect(r.out).toMatch(/^memory budget: (8|16) GiB \(the default on (a CPU device|a GPU)/m);
   });
+
+  it("info --speed measures the embedded model on the device: peak, prefill, decode against the roofline, kernels", async () => {
+    const r = await webart(["info", "--speed", "--quick"]);
+    expect(r.code).toBe(0);
+    expect(r.out).toMatch(/^speed of webart-tiny on this device \(--quick\):$/m);
+    expect(r.out).toMatch(/^peak: +[\d.]+ GFLOP\/s FMA, [\d.]+ GB\/s copy \(measured now\)$/m);
+    expect(r.out).toMatch(/^model: +webart-tiny, 4 layers, [\d.]+ MiB of weights$/m);
+    expect(r.out).toMatch(/^prefill: +[\d.]+ tokens\/s \(one prompt of 64 tokens\)$/m);
+    expect(r.out).toMatch(/^decode b1: +[\d.]+ tokens\/s in runs of 8 steps \([\d.]+% of the copy roofline/m);
+    expect(r.out).toMatch(/^decode b8: +[\d.]+ tokens\/s in runs of 8 steps \([\d.]+x batch 1\)$/m);
+    expect(r.out).toMatch(/^ {2}matmul\.nt\.f32@\d+: \w+$/m); // a kernel start-up tuning chose
+  });
+
+  it("info --quantize without --speed: the option is only for --speed", async () => {
+    const r = await webart(["info", "--quantize", "q4"]);
+    expect(r.code).toBe(2);
+    expect(r.err).toContain("webart info: --quantize is for --speed");
+  });
 });
 
 describe("parseOptions", () => {

@@ -1,17 +1,35 @@
 // `webart info`: the WebGPU device the engine gets in Node, its limits and features, and the memory budget the
-// engine plans against on it when none is given.
-import { defaultMemoryBudget, getDevice, isCpuDevice } from "@webart/engine";
-import { parseOptions, type CommandSpec } from "./args.ts";
+// engine plans against on it when none is given; with --speed, how fast a model runs on it (measureSpeed).
+import { defaultMemoryBudget, Engine, getDevice, isCpuDevice, measureSpeed, speedLines } from "@webart/engine";
+import { parseOptions, quantizeOption, UsageError, type CommandSpec } from "./args.ts";
 
 export const INFO = {
   name: "info",
   about:
-    "Prints the WebGPU device the engine gets in Node (Dawn), its limits and features, and the engine's default\nmemory budget on it (train and serve take --memory-budget to change it).",
-  options: {},
+    "Prints the WebGPU device the engine gets in Node (Dawn), its limits and features, and the engine's default\n" +
+    "memory budget on it (train and serve take --memory-budget to change it). With --speed it loads a model and\n" +
+    "measures it there: the device's FMA peak and copy bandwidth, prefill and decode tokens/s (batch 1 against\n" +
+    "the copy roofline), whether tensor cores are used, and the kernels start-up tuning chose.",
+  options: {
+    speed: { flag: true, help: "load --model and measure how fast it runs on this device" },
+    model: {
+      arg: "DIR|URL|ID",
+      default: "webart-tiny",
+      help: "with --speed: the model to measure (a Hugging Face folder, URL or repo id; the embedded\nwebart-tiny or webart-tools)",
+    },
+    quantize: { arg: "q4", help: "with --speed: the model's weights as 4-bit ones, as train --quantize q4 runs them" },
+    quick: { flag: true, help: "with --speed: short timings and a 64-token prompt (a first look on a CPU device)" },
+  },
 } satisfies CommandSpec;
 
 export async function infoCommand(argv: string[]): Promise<number> {
-  parseOptions(INFO, argv);
+  const a = parseOptions(INFO, argv);
+  if (!a.speed) {
+    for (const k of ["quantize", "quick"] as const)
+      if (a[k]) throw new UsageError(`--${k} is for --speed (webart info --speed --${k} ...)`);
+    if (a.model !== INFO.options.model.default) throw new UsageError("--model is for --speed");
+  }
+  const quantize = quantizeOption(a.quantize);
   const gpu = await getDevice();
   const { vendor, architecture, description, robustness } = gpu.kind;
   const cpu = isCpuDevice(gpu);
@@ -23,5 +41,14 @@ export async function infoCommand(argv: string[]): Promise<number> {
   console.log(
     `memory budget: ${budget / 2 ** 30} GiB (the default on ${cpu ? "a CPU device" : "a GPU"}; --memory-budget changes it)`,
   );
+  if (!a.speed) return 0;
+  // 8 sequences of a short context: the check's decode batches and its prompt, no more KV cache than that.
+  const engine = await Engine.load(a.model, { gpu, quantize, kvSlots: 8, maxContext: 512, name: a.model });
+  try {
+    console.log(`\nspeed of ${a.model} on this device${a.quick ? " (--quick)" : ""}:`);
+    for (const line of speedLines(await measureSpeed(engine, { quick: a.quick }))) console.log(line);
+  } finally {
+    await engine.close();
+  }
   return 0;
 }

@@ -1,0 +1,76 @@
+// The speed check (measureSpeed) on the embedded model: its figures, that it leaves the engine as it found it, and
+// that it refuses to take KV slots that requests in flight hold.
+import { join } from "node:path";
+import { afterAll, beforeAll, expect, it } from "vitest";
+import { Engine } from "./engine.ts";
+import { measureSpeed, speedLines } from "./speed.ts";
+
+const MODEL_DIR = join(import.meta.dirname, "../../../models/webart-tiny");
+let engine: Engine;
+const messages = [{ role: "user" as const, content: "  1 2 3\nA . . .\nB . x .\nC . . .\nYour move?" }];
+
+beforeAll(async () => {
+  engine = await Engine.load(MODEL_DIR, { name: "tiny", kvSlots: 4, maxContext: 256 });
+});
+afterAll(() => engine.close());
+
+/** A greedy reply of 12 tokens (temperature 0: the same tokens whatever ran before). */
+async function reply(): Promise<string> {
+  const r = await engine
+    .openaiClient()
+    .chat.completions.create({ model: "tiny", messages, max_tokens: 12, temperature: 0 });
+  return r.choices[0].message.content ?? "";
+}
+
+it("measures peak, prefill and decode on the engine's own slots, and leaves the engine serving as before", async () => {
+  const before = await reply(); // (its prompt's KV stays cached in a slot: the check drops it)
+  const live = engine.gpu.memory.byTag.activations ?? 0;
+  const r = await measureSpeed(engine, { quick: true, batches: [1, 8] });
+  expect(r.cpuDevice).toBe(true);
+  expect(r.peak.fmaGflops).toBeGreaterThan(0);
+  expect(r.peak.copyGbps).toBeGreaterThan(0);
+  expect(r.prefill.tokens).toBe(64);
+  expect(r.prefill.tokensPerSec).toBeGreaterThan(0);
+  // Batch 8 asked of 4 slots: batch 4.
+  expect(r.decode.map((d) => d.batch)).toEqual([1, 4]);
+  for (const d of r.decode) expect(Number.isFinite(d.tokensPerSec) && d.tokensPerSec > 0).toBe(true);
+  expect(r.decode[0].ofRoofline).toBeGreaterThan(0);
+  expect(r.decode[1].ofRoofline).toBeUndefined();
+  expect(r.model).toEqual({ name: "tiny", layers: 4, weightBytes: engine.plan.weights, adapter: false });
+  expect(r.tensorCores.on).toBe(false);
+  expect(r.kernels.map((k) => k.key)).toEqual([...engine.gpu.tuning.keys()].sort());
+  // Nothing of the check stays on the device (the captured decode step went with it), and replies are unchanged.
+  expect(engine.gpu.memory.byTag.activations ?? 0).toBe(live);
+  expect(await reply()).toBe(before);
+  const lines = speedLines(r);
+  expect(lines.find((l) => l.startsWith("decode b1:"))).toMatch(/tokens\/s in runs of 8 steps \(\d+\.\d% of the copy/);
+  expect(lines.find((l) => l.startsWith("decode b4:"))).toMatch(/x batch 1\)$/);
+  expect(engine.gpu.errors).toEqual([]);
+});
+
+it("is refused while requests in flight hold the slots it needs, and they finish as they would have", async () => {
+  // Four streams hold the engine's four slots between their steps: each reply is forced to one long choice, a
+  // token at a time, so they are still running when the check asks.
+  const choice = "A1 B2 C3 ".repeat(20).trim(); // ~160 tokens
+  const client = engine.openaiClient();
+  const body = { model: "tiny", messages, max_tokens: 200, temperature: 0, stream: true as const };
+  const streams = await Promise.all(
+    Array.from({ length: 4 }, () =>
+      client.chat.completions.create({ ...body, guided_choice: [choice] } as typeof body),
+    ),
+  );
+  const its = streams.map((s) => s[Symbol.asyncIterator]());
+  const texts = await Promise.all(its.map(async (it) => (await it.next()).value?.choices[0]?.delta?.content ?? ""));
+  await expect(measureSpeed(engine, { quick: true, batches: [1] })).rejects.toThrow(
+    /the engine has 0 of its 4 KV slots free \(requests in flight hold the rest\), 1 wanted/,
+  );
+  const rest = await Promise.all(
+    its.map(async (it) => {
+      let t = "";
+      for (let c = await it.next(); !c.done; c = await it.next()) t += c.value.choices[0]?.delta?.content ?? "";
+      return t;
+    }),
+  );
+  expect(texts.map((t, i) => t + rest[i])).toEqual(new Array(4).fill(choice));
+  expect(await reply()).toBe(await reply()); // and the engine serves on
+});

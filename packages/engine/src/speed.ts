@@ -1,0 +1,180 @@
+// The speed check: how fast a loaded engine runs on this device, measured there and then (`webart info --speed`, the
+// web app's "Speed on this GPU"). The device's FMA peak and copy bandwidth, then prefill and decode through the
+// engine's own model runner and KV cache (slots no request holds), as the scheduler runs them.
+import { isCpuDevice } from "@webart/gpu";
+import { coopConfig, measurePeak } from "@webart/shaders";
+import type { Engine } from "./engine.ts";
+import type { SampleSpec } from "./generate/scheduler.ts";
+
+/** Decode steps a run of the check (the engine's default decodeAhead: free text decodes in runs of 8). */
+const RUN = 8;
+
+export interface SpeedReport {
+  /** The WebGPU adapter, as the engine names it, and whether it is a CPU implementation. */
+  device: string;
+  cpuDevice: boolean;
+  /** Whether the model's products with its weights run on tensor cores (f16 subgroup matrices), and why not. */
+  tensorCores: { on: boolean; why?: string };
+  /** Measured FMA peak (GFLOP/s) and copy bandwidth (GB/s) of this device. */
+  peak: { fmaGflops: number; copyGbps: number };
+  model: { name: string; layers: number; weightBytes: number; adapter: boolean };
+  /** One prompt of `tokens` tokens, the median of its runs. */
+  prefill: { tokens: number; tokensPerSec: number };
+  /**
+   * Decode in runs of 8 steps with no readback between them, `batch` sequences at once. `ofRoofline` (batch 1): the
+   * share of what the copy bandwidth allows when each token reads every weight once.
+   */
+  decode: { batch: number; tokensPerSec: number; ofRoofline?: number }[];
+  /** Start-up tuning's choices on this device (problem key: winner), as the engine runs them. */
+  kernels: { key: string; winner: string }[];
+  /** What the device layer noted: variants not used here, and why. */
+  notes: string[];
+}
+
+export interface SpeedOptions {
+  /** Short timings and small sizes (tests, a first look on a CPU device). */
+  quick?: boolean;
+  /** Decode batches to time (default 1 and 8; each at most the engine's KV slots). */
+  batches?: number[];
+  /** Prompt tokens of the prefill (default 256, at most what the context leaves after the decode runs). */
+  prefillTokens?: number;
+  /** The model's name in the report (default: the engine's, as clients name it). */
+  name?: string;
+}
+
+/** A sample of row `row` from sequence stream `b`, temperature 1: the free-text path's. */
+function spec(row: number, b: number, step: number): SampleSpec {
+  return { row, temperature: 1, topK: 0, topP: 1, seed: 1000 + b, step, stream: b, mask: null, top: 0 };
+}
+
+/**
+ * Measures `engine` on its device: FMA peak and copy bandwidth, then a prefill and decode runs at each batch. Runs
+ * between requests (Scheduler.withSlots: no step of theirs runs meanwhile; cached prompt prefixes are dropped) on KV
+ * slots no request holds, so it allocates nothing beyond the probe's buffers. The model's adapter, if one is on, is
+ * part of what is timed, as rollouts run it.
+ */
+export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Promise<SpeedReport> {
+  const { gpu, model, runner } = engine;
+  const quick = opts.quick ?? false;
+  const c = model.config;
+  const V = c.vocabSize;
+  const batches = [...new Set((opts.batches ?? [1, 8]).map((b) => Math.min(b, runner.slots)))].sort((a, b) => a - b);
+  if (!batches.length || batches[0] < 1) throw new Error(`measureSpeed: batches ${JSON.stringify(opts.batches)}`);
+  const runs = quick ? 1 : 4;
+  const prompt = 8; // each decoding sequence's own short prompt
+  const decodeLen = prompt + RUN * (runs + 1); // a warm-up run, then the timed ones
+  const prefillTokens = Math.min(opts.prefillTokens ?? (quick ? 64 : 256), runner.maxContext - 1);
+  if (decodeLen > runner.maxContext || prefillTokens < 1) {
+    throw new Error(`measureSpeed: the engine's context (${runner.maxContext} tokens) is too short for the check`);
+  }
+  const ids = (n: number, salt: number) => Uint32Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104729) % V);
+  const measured = await engine.scheduler
+    .withSlots(batches[batches.length - 1], async (slots) => {
+      const peak = await measurePeak(gpu, quick); // (here too, no request's step runs meanwhile)
+      // Prefill: one sequence, a warm-up (its pipelines), then timed prompts.
+      const prefillOnce = async () => {
+        const t0 = performance.now();
+        await runner.step(
+          {
+            ids: ids(prefillTokens, 1),
+            slots: new Uint32Array(prefillTokens).fill(slots[0]),
+            pos: iota(prefillTokens),
+          },
+          [spec(prefillTokens - 1, 0, 0)],
+        );
+        return performance.now() - t0;
+      };
+      await prefillOnce();
+      const times: number[] = [];
+      for (let r = 0; r < (quick ? 1 : 3); r++) times.push(await prefillOnce());
+      const prefillMs = times.sort((a, b) => a - b)[times.length >> 1];
+      const decode: { batch: number; tokensPerSec: number }[] = [];
+      for (const B of batches) {
+        const own = slots.slice(0, B);
+        // Each sequence's prompt, in one step; then runs of RUN steps feeding back what they sample.
+        const first = await runner.step(
+          {
+            ids: ids(B * prompt, 2),
+            slots: Uint32Array.from({ length: B * prompt }, (_, i) => own[Math.floor(i / prompt)]),
+            pos: Uint32Array.from({ length: B * prompt }, (_, i) => i % prompt),
+          },
+          own.map((_, b) => spec(b * prompt + prompt - 1, b, 0)),
+        );
+        let last = first.ids;
+        let at = prompt;
+        const run = async () => {
+          const res = await runner.decode(
+            { ids: last, slots: Uint32Array.from(own), pos: new Uint32Array(B).fill(at) },
+            own.map((_, b) => spec(b, b, at - prompt + 1)),
+            RUN,
+          );
+          last = res[RUN - 1].ids;
+          at += RUN;
+        };
+        await run(); // warm-up: the decode kernels' pipelines, the captured step
+        const t0 = performance.now();
+        for (let r = 0; r < runs; r++) await run();
+        decode.push({ batch: B, tokensPerSec: (B * RUN * runs) / ((performance.now() - t0) / 1000) });
+      }
+      return { peak, prefillMs, decode };
+    })
+    .finally(() => runner.idle()); // (the captured step's buffers: no request runs now)
+  const { peak } = measured;
+  const roofline = (peak.copyGbps * 1e9) / engine.plan.weights;
+  const cfg = coopConfig(gpu);
+  return {
+    device:
+      `${gpu.kind.vendor} ${gpu.kind.architecture}`.trim() + (gpu.kind.description ? ` (${gpu.kind.description})` : ""),
+    cpuDevice: isCpuDevice(gpu),
+    tensorCores: model.tensorCores
+      ? { on: true }
+      : {
+          on: false,
+          why: cfg
+            ? "turned off (EngineOptions.tensorCores)"
+            : "this device offers no f16 subgroup matrices (chromium-experimental-subgroup-matrix with shader-f16)",
+        },
+    peak: { fmaGflops: peak.fmaGflops, copyGbps: peak.copyGbps },
+    model: {
+      name: opts.name ?? engine.name,
+      layers: c.numLayers,
+      weightBytes: engine.plan.weights,
+      adapter: !!model.lora,
+    },
+    prefill: { tokens: prefillTokens, tokensPerSec: prefillTokens / (measured.prefillMs / 1000) },
+    decode: measured.decode.map((d) => (d.batch === 1 ? { ...d, ofRoofline: d.tokensPerSec / roofline } : d)),
+    kernels: [...gpu.tuning].map(([key, v]) => ({ key, winner: v.winner })).sort((a, b) => (a.key < b.key ? -1 : 1)),
+    notes: [...gpu.notes],
+  };
+}
+
+function iota(n: number): Uint32Array {
+  return Uint32Array.from({ length: n }, (_, i) => i);
+}
+
+/** The report as lines of text (the CLI prints them; the web app shows the same figures in a table). */
+export function speedLines(r: SpeedReport): string[] {
+  const gib = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / 2 ** 20).toFixed(1)} MiB`);
+  const f = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toPrecision(3));
+  const lines = [
+    `device:      ${r.device}${r.cpuDevice ? ", a CPU implementation" : ""}`,
+    `peak:        ${f(r.peak.fmaGflops)} GFLOP/s FMA, ${f(r.peak.copyGbps)} GB/s copy (measured now)`,
+    `tensor cores: ${r.tensorCores.on ? "on" : `off: ${r.tensorCores.why}`}`,
+    `model:       ${r.model.name}, ${r.model.layers} layers, ${gib(r.model.weightBytes)} of weights${r.model.adapter ? ", with its adapter" : ""}`,
+    `prefill:     ${f(r.prefill.tokensPerSec)} tokens/s (one prompt of ${r.prefill.tokens} tokens)`,
+  ];
+  const b1 = r.decode.find((d) => d.batch === 1);
+  for (const d of r.decode) {
+    const extra =
+      d.ofRoofline !== undefined
+        ? ` (${(100 * d.ofRoofline).toFixed(1)}% of the copy roofline: every weight read once a token)`
+        : b1
+          ? ` (${(d.tokensPerSec / b1.tokensPerSec).toFixed(1)}x batch 1)`
+          : "";
+    lines.push(`decode b${d.batch}:`.padEnd(13) + `${f(d.tokensPerSec)} tokens/s in runs of ${RUN} steps${extra}`);
+  }
+  lines.push(`kernels:     ${r.kernels.length ? "" : "defaults (no start-up tuning ran)"}`);
+  for (const k of r.kernels) lines.push(`  ${k.key}: ${k.winner}`);
+  for (const n of r.notes) lines.push(`note: ${n}`);
+  return lines;
+}
