@@ -5,7 +5,7 @@ import { measurePeak as devicePeak } from "@webart/shaders";
 import type { BenchResult, Peak } from "./harness.ts";
 
 export async function measurePeak(gpu: Gpu, quick = false): Promise<{ peak: Peak; results: BenchResult[] }> {
-  const p = await devicePeak(gpu, quick);
+  const p = await devicePeak(gpu, { quick });
   const peak = { fma_gflops: p.fmaGflops, copy_gbps: p.copyGbps };
   return {
     peak,

@@ -117,6 +117,12 @@ test("(a) npx webart --help, then npx webart train --env tictactoe --steps 2 mak
   const run = join(project, ".art/tictactoe/models/agent");
   expect(existsSync(join(run, "checkpoints/0002/adapter_model.safetensors"))).toBe(true);
   expect(existsSync(join(run, "checkpoints/0002/adapter_config.json"))).toBe(true);
+  // The installed command measures the embedded model on this device.
+  const speed = ok(
+    sh("npx", ["--no", "--", "webart", "info", "--speed", "--quick"], project, 120_000),
+    "webart info --speed",
+  );
+  expect(speed).toMatch(/^decode b1: +[\d.]+ tokens\/s in runs of 8 steps/m);
 });
 
 test("(b) a Node ESM script with its own task: a supervised warm start, then 2 GRPO steps with TrainableModel + LocalBackend", async () => {

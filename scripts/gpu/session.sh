@@ -41,6 +41,9 @@ step q4-1.5b WEBART_BENCH_PARTS=models WEBART_BENCH_MODELS=qwen2.5-1.5b WEBART_B
 echo "=== kernels ($(date +%T))" | tee -a "$out/gpu-run.txt"
 env -u OUT bash scripts/gpu/run.sh kernels 2>&1 | tee -a "$out/gpu-run.txt"
 keep kernels kernels
+# The user's speed check (`webart info --speed`) on the embedded model: the path a person with this GPU runs.
+echo "=== webart info --speed ($(date +%T))" | tee -a "$out/gpu-run.txt"
+bash scripts/gpu/run.sh --cli info --speed 2>&1 | grep -v '^Warning\|^    at' | tee -a "$out/gpu-run.txt"
 # Last (measured before: 53 s on 2026-11-28), the embedded model's `webart train` (its defaults), start-up and tuning
 # included.
 echo "=== webart train ($(date +%T))" | tee -a "$out/gpu-run.txt"

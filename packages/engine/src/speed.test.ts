@@ -2,6 +2,7 @@
 // that it refuses to take KV slots that requests in flight hold.
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
+import { createDevice } from "@webart/gpu";
 import { Engine } from "./engine.ts";
 import { measureSpeed, speedLines } from "./speed.ts";
 
@@ -73,4 +74,27 @@ it("is refused while requests in flight hold the slots it needs, and they finish
   );
   expect(texts.map((t, i) => t + rest[i])).toEqual(new Array(4).fill(choice));
   expect(await reply()).toBe(await reply()); // and the engine serves on
+});
+
+it("keeps its bandwidth test within the memory budget: refused, naming the budget, where the plan leaves too little", async () => {
+  const gpu = await createDevice();
+  // A budget 4 MiB over the engine's plan: the quick copy needs 2 x 8 MiB.
+  const tight = await Engine.load(MODEL_DIR, {
+    gpu,
+    name: "tight",
+    kvSlots: 4,
+    maxContext: 256,
+    memoryBudget: engine.plan.total + 4 * 2 ** 20,
+  });
+  try {
+    expect(tight.plan.total).toBe(engine.plan.total);
+    const live = gpu.memory.liveBytes;
+    await expect(measureSpeed(tight, { quick: true })).rejects.toThrow(
+      /the memory budget \(\d+ MiB\) leaves 4 MiB beside the engine's plan and what the device holds; the bandwidth test needs 2 x 8 MiB/,
+    );
+    expect(gpu.memory.liveBytes).toBe(live);
+  } finally {
+    await tight.close();
+    gpu.destroy();
+  }
 });

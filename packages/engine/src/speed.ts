@@ -6,6 +6,11 @@ import { coopConfig, measurePeak } from "@webart/shaders";
 import type { Engine } from "./engine.ts";
 import type { SampleSpec } from "./generate/scheduler.ts";
 
+/** The smallest copy the bandwidth test makes (each of its two buffers; quick: 8 MiB): larger than a GPU's last-level
+ *  cache (an H100's is 50 MB), or it would time the cache. */
+const MIN_COPY = 64 * 2 ** 20;
+const mib = (b: number) => `${(b / 2 ** 20).toFixed(0)} MiB`;
+
 /** Decode steps a run of the check (the engine's default decodeAhead: free text decodes in runs of 8). */
 const RUN = 8;
 
@@ -63,14 +68,30 @@ export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Pro
   const runs = quick ? 1 : 4;
   const prompt = 8; // each decoding sequence's own short prompt
   const decodeLen = prompt + RUN * (runs + 1); // a warm-up run, then the timed ones
-  const prefillTokens = Math.min(opts.prefillTokens ?? (quick ? 64 : 256), runner.maxContext - 1);
+  // One prompt in one step: at most the engine's prefill chunk, the largest step its plan holds.
+  const prefillTokens = Math.min(
+    opts.prefillTokens ?? (quick ? 64 : 256),
+    engine.planSetup.prefillChunk,
+    runner.maxContext - 1,
+  );
   if (decodeLen > runner.maxContext || prefillTokens < 1) {
     throw new Error(`measureSpeed: the engine's context (${runner.maxContext} tokens) is too short for the check`);
   }
   const ids = (n: number, salt: number) => Uint32Array.from({ length: n }, (_, i) => (i * 7919 + salt * 104729) % V);
   const measured = await engine.scheduler
     .withSlots(batches[batches.length - 1], async (slots) => {
-      const peak = await measurePeak(gpu, quick); // (here too, no request's step runs meanwhile)
+      // Here too no request's step runs meanwhile. The copy's two buffers stay within what the memory budget leaves.
+      const room = engine.memoryBudget - Math.max(engine.plan.total, gpu.pool.stats.allocatedBytes);
+      const copyBytes = Math.floor(Math.min(room / 2, 2 ** 30) / 2 ** 20) * 2 ** 20;
+      const least = quick ? 8 * 2 ** 20 : MIN_COPY;
+      if (copyBytes < least) {
+        throw new Error(
+          `measureSpeed: the memory budget (${mib(engine.memoryBudget)}) leaves ${mib(Math.max(0, room))} beside the ` +
+            `engine's plan and what the device holds; the bandwidth test needs 2 x ${mib(least)}: raise the budget ` +
+            `(--memory-budget, the app's GPU memory budget) or close other runs`,
+        );
+      }
+      const peak = await measurePeak(gpu, { quick, maxCopyBytes: copyBytes });
       // Prefill: one sequence, a warm-up (its pipelines), then timed prompts.
       const prefillOnce = async () => {
         const t0 = performance.now();

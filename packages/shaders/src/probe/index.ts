@@ -31,9 +31,13 @@ export function fmaExpected(t: number, iters: number): number[] {
 
 /**
  * Times the FMA chains and a copy larger than the device's caches. `quick`: small sizes and short timings (tests,
- * smoke runs). Throws, naming the kernel, thread and value, where a kernel's output is not what the CPU predicts.
+ * smoke runs). `maxCopyBytes`: a bound on the copy's source (its destination is as large), for a device whose memory
+ * holds other work. Throws, naming the kernel, thread and value, where a kernel's output is not what the CPU predicts.
  */
-export async function measurePeak(gpu: Gpu, quick = false): Promise<DevicePeak> {
+export async function measurePeak(
+  gpu: Gpu,
+  { quick = false, maxCopyBytes = Infinity }: { quick?: boolean; maxCopyBytes?: number } = {},
+): Promise<DevicePeak> {
   // FMA peak: 16 independent FMA chains (4 vec4) per thread. A GPU gets enough threads to fill every core
   // (2048 groups of 256: ~4 per SM slot on a 132-SM H100) and a copy larger than its cache, several a submit.
   const gpuSized = !quick && !isCpuDevice(gpu);
@@ -64,9 +68,10 @@ export async function measurePeak(gpu: Gpu, quick = false): Promise<DevicePeak> 
   const fmaGflops = (threads * iters * 16 * 2) / (ms * 1e6);
 
   // Copy bandwidth: read + write of a buffer larger than any cache.
-  const bytes = gpuSized
-    ? Math.min(1024 * 2 ** 20, gpu.maxStorageBinding, gpu.maxBufferSize)
-    : (quick ? 8 : 64) * 1024 * 1024;
+  const bytes = Math.min(
+    gpuSized ? Math.min(1024 * 2 ** 20, gpu.maxStorageBinding, gpu.maxBufferSize) : (quick ? 8 : 64) * 2 ** 20,
+    maxCopyBytes,
+  );
   const reps = gpuSized ? 4 : 1;
   const n = Math.floor(bytes / 16);
   const srcData = new Float32Array(n * 4);

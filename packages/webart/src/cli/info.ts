@@ -1,7 +1,7 @@
 // `webart info`: the WebGPU device the engine gets in Node, its limits and features, and the memory budget the
 // engine plans against on it when none is given; with --speed, how fast a model runs on it (measureSpeed).
 import { defaultMemoryBudget, Engine, getDevice, isCpuDevice, measureSpeed, speedLines } from "@webart/engine";
-import { parseOptions, quantizeOption, UsageError, type CommandSpec } from "./args.ts";
+import { bytes, parseOptions, quantizeOption, UsageError, type CommandSpec } from "./args.ts";
 
 export const INFO = {
   name: "info",
@@ -19,13 +19,14 @@ export const INFO = {
     },
     quantize: { arg: "q4", help: "with --speed: the model's weights as 4-bit ones, as train --quantize q4 runs them" },
     quick: { flag: true, help: "with --speed: short timings and a 64-token prompt (a first look on a CPU device)" },
+    "memory-budget": { arg: "SIZE", help: "with --speed: GPU memory the engine may plan for, e.g. 6GB" },
   },
 } satisfies CommandSpec;
 
 export async function infoCommand(argv: string[]): Promise<number> {
   const a = parseOptions(INFO, argv);
   if (!a.speed) {
-    for (const k of ["quantize", "quick"] as const)
+    for (const k of ["quantize", "quick", "memory-budget"] as const)
       if (a[k]) throw new UsageError(`--${k} is for --speed (webart info --speed --${k} ...)`);
     if (a.model !== INFO.options.model.default) throw new UsageError("--model is for --speed");
   }
@@ -43,7 +44,15 @@ export async function infoCommand(argv: string[]): Promise<number> {
   );
   if (!a.speed) return 0;
   // 8 sequences of a short context: the check's decode batches and its prompt, no more KV cache than that.
-  const engine = await Engine.load(a.model, { gpu, quantize, kvSlots: 8, maxContext: 512, name: a.model });
+  const memoryBudget = bytes("memory-budget", a["memory-budget"]);
+  const engine = await Engine.load(a.model, {
+    gpu,
+    quantize,
+    memoryBudget,
+    kvSlots: 8,
+    maxContext: 512,
+    name: a.model,
+  });
   try {
     console.log(`\nspeed of ${a.model} on this device${a.quick ? " (--quick)" : ""}:`);
     for (const line of speedLines(await measureSpeed(engine, { quick: a.quick }))) console.log(line);
