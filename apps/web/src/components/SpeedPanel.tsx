@@ -66,7 +66,16 @@ export function SpeedPanel(props: {
               </tr>
               <tr>
                 <th>tensor cores</th>
-                <td>{r.tensorCores.on ? "on" : `off: ${r.tensorCores.why}`}</td>
+                <td>
+                  {r.tensorCores.on ? "on" : `off: ${r.tensorCores.why}`}
+                  {!r.tensorCores.on && !r.cpuDevice && (
+                    <span className="small muted">
+                      {" "}
+                      (Chrome offers experimental WebGPU features such as subgroup matrices behind
+                      chrome://flags/#enable-unsafe-webgpu, where the GPU has them)
+                    </span>
+                  )}
+                </td>
               </tr>
               <tr>
                 <th>model</th>
