@@ -787,6 +787,14 @@ describe("replayed decode steps submit part-way (Tape parts)", () => {
           tokens.ids = r.ids;
           tokens.pos = tokens.pos.map((p) => p + 1);
         }
+        // Then two runs of 8 (each step submitted as soon as it is encoded, parts of the next ahead of its end).
+        for (let k = 0; k < 2; k++) {
+          const rs = await runner.decode(tokens, [spec(0, 13 + 8 * k), spec(1, 13 + 8 * k)], 8);
+          for (const r of rs) out.push({ ids: [...r.ids], logprobs: [...r.logprobs], flushes: -1 });
+          out[out.length - 1].flushes = runner.lastFlushes;
+          tokens.ids = rs[7].ids;
+          tokens.pos = tokens.pos.map((p) => p + 8);
+        }
         return { out, stats: { ...runner.tapeStats } };
       } finally {
         runner.dispose();
@@ -796,11 +804,12 @@ describe("replayed decode steps submit part-way (Tape parts)", () => {
     const recorded = await run(false, false);
     const replayed = await run(true, false);
     const held = await run(true, true);
-    expect(recorded.out.map((o) => o.flushes)).toEqual([2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1]);
+    const run8 = (last: number) => [...new Array(7).fill(-1), last];
+    expect(recorded.out.map((o) => o.flushes)).toEqual([2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, ...run8(1), ...run8(1)]);
     // A capturing step submits once (its buffers are reused within it); the steps that replay it, where it asked to.
-    expect(replayed.out.map((o) => o.flushes)).toEqual([0, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1]);
-    expect(held.out.map((o) => o.flushes)).toEqual(new Array(12).fill(0));
-    expect(replayed.stats).toEqual({ captures: 2, replays: 10 }); // the first step, and the step after the move
+    expect(replayed.out.map((o) => o.flushes)).toEqual([0, 2, 2, 2, 2, 2, 0, 1, 1, 1, 1, 1, ...run8(1), ...run8(1)]);
+    expect(held.out.map((o) => o.flushes)).toEqual([...new Array(12).fill(0), ...run8(0), ...run8(0)]);
+    expect(replayed.stats).toEqual({ captures: 2, replays: 26 }); // the first step, and the step after the move
     expect(held.stats).toEqual(replayed.stats);
     for (const r of [replayed, held]) {
       expect(r.out.map((o) => o.ids)).toEqual(recorded.out.map((o) => o.ids));
