@@ -173,28 +173,50 @@ function iota(n: number): Uint32Array {
   return Uint32Array.from({ length: n }, (_, i) => i);
 }
 
-/** The report as lines of text (the CLI prints them; the web app shows the same figures in a table). */
-export function speedLines(r: SpeedReport): string[] {
-  const gib = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / 2 ** 20).toFixed(1)} MiB`);
+/** The report's figures as labelled rows, worded once for the CLI's lines and the web app's table. `key`: "device",
+ *  "peak", "tensorCores", "model", "prefill", "decode-b<B>". */
+export function speedRows(r: SpeedReport): { key: string; label: string; text: string }[] {
+  const size = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / 2 ** 20).toFixed(1)} MiB`);
   const f = (x: number) => (x >= 100 ? x.toFixed(0) : x >= 10 ? x.toFixed(1) : x.toPrecision(3));
-  const lines = [
-    `device:      ${r.device}${r.cpuDevice ? ", a CPU implementation" : ""}`,
-    `peak:        ${f(r.peak.fmaGflops)} GFLOP/s FMA, ${f(r.peak.copyGbps)} GB/s copy (measured now)`,
-    `tensor cores: ${r.tensorCores.on ? "on" : `off: ${r.tensorCores.why}`}`,
-    `model:       ${r.model.name}, ${r.model.layers} layers, ${gib(r.model.weightBytes)} of weights${r.model.adapter ? ", with its adapter" : ""}`,
-    `prefill:     ${f(r.prefill.tokensPerSec)} tokens/s (one prompt of ${r.prefill.tokens} tokens)`,
-  ];
   const b1 = r.decode.find((d) => d.batch === 1);
-  for (const d of r.decode) {
-    const extra =
-      d.ofRoofline !== undefined
-        ? ` (${(100 * d.ofRoofline).toFixed(1)}% of the copy roofline: every weight read once a token)`
-        : b1
-          ? ` (${(d.tokensPerSec / b1.tokensPerSec).toFixed(1)}x batch 1)`
-          : "";
-    lines.push(`decode b${d.batch}:`.padEnd(13) + `${f(d.tokensPerSec)} tokens/s in runs of ${RUN} steps${extra}`);
-  }
-  lines.push(`kernels:     ${r.kernels.length ? "" : "defaults (no start-up tuning ran)"}`);
+  return [
+    { key: "device", label: "device", text: `${r.device}${r.cpuDevice ? ", a CPU implementation" : ""}` },
+    {
+      key: "peak",
+      label: "peak",
+      text: `${f(r.peak.fmaGflops)} GFLOP/s FMA, ${f(r.peak.copyGbps)} GB/s copy (measured now)`,
+    },
+    { key: "tensorCores", label: "tensor cores", text: r.tensorCores.on ? "on" : `off: ${r.tensorCores.why}` },
+    {
+      key: "model",
+      label: "model",
+      text:
+        `${r.model.name}, ${r.model.layers} layers, ${size(r.model.weightBytes)} of weights` +
+        (r.model.adapter ? ", with its adapter" : ""),
+    },
+    {
+      key: "prefill",
+      label: "prefill",
+      text: `${f(r.prefill.tokensPerSec)} tokens/s (one prompt of ${r.prefill.tokens} tokens)`,
+    },
+    ...r.decode.map((d) => ({
+      key: `decode-b${d.batch}`,
+      label: `decode b${d.batch}`,
+      text:
+        `${f(d.tokensPerSec)} tokens/s in runs of ${RUN} steps` +
+        (d.ofRoofline !== undefined
+          ? ` (${(100 * d.ofRoofline).toFixed(1)}% of the copy roofline: every weight read once a token)`
+          : b1
+            ? ` (${(d.tokensPerSec / b1.tokensPerSec).toFixed(1)}x batch 1)`
+            : ""),
+    })),
+  ];
+}
+
+/** The report as lines of text (the CLI prints them): its rows, then the kernel choices and the device's notes. */
+export function speedLines(r: SpeedReport): string[] {
+  const lines = speedRows(r).map((row) => `${row.label}:`.padEnd(14) + row.text);
+  lines.push(`kernels:`.padEnd(14) + (r.kernels.length ? "" : "defaults (no start-up tuning ran)"));
   for (const k of r.kernels) lines.push(`  ${k.key}: ${k.winner}`);
   for (const n of r.notes) lines.push(`note: ${n}`);
   return lines;
