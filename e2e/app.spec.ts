@@ -264,7 +264,7 @@ test("Speed on this GPU times the open run's model in the worker: peak, prefill,
     "off: this device offers no f16 subgroup matrices",
   );
   await expect(panel.getByTestId("speed-model")).toHaveText(
-    /^webart-tiny, 4 layers, [\d.]+ MiB of weights, with its adapter$/,
+    /^webart-tiny, 4 layers, [\d.]+ MiB of weights, with a LoRA adapter$/,
   );
   await expect(panel.getByTestId("speed-prefill")).toHaveText(/^\d[\d.]* tokens\/s \(one prompt of 64 tokens\)$/);
   await expect(panel.getByTestId("speed-decode-b1")).toHaveText(

@@ -2,8 +2,10 @@
 // that it refuses to take KV slots that requests in flight hold.
 import { join } from "node:path";
 import { afterAll, beforeAll, expect, it } from "vitest";
-import { createDevice } from "@webart/gpu";
+import { createDevice, Rng } from "@webart/gpu";
+import { DEFAULT_TRAIN_CONFIG } from "./art/train-config.ts";
 import { Engine } from "./engine.ts";
+import { LORA_TARGETS } from "./plan.ts";
 import { measureSpeed, speedLines } from "./speed.ts";
 
 const MODEL_DIR = join(import.meta.dirname, "../../../models/webart-tiny");
@@ -39,6 +41,7 @@ it("measures peak, prefill and decode on the engine's own slots, and leaves the 
   expect(r.decode[1].ofRoofline).toBeUndefined();
   expect(r.model).toEqual({ name: "tiny", layers: 4, weightBytes: engine.plan.weights, adapter: false });
   expect(r.tensorCores.on).toBe(false);
+  expect(r.train).toBeUndefined(); // (not asked for)
   expect(r.kernels.map((k) => k.key)).toEqual([...engine.gpu.tuning.keys()].sort());
   // Nothing of the check stays on the device (the captured decode step went with it), and replies are unchanged.
   expect(engine.gpu.memory.byTag.activations ?? 0).toBe(live);
@@ -95,6 +98,41 @@ it("keeps its bandwidth test within the memory budget: refused, naming the budge
     expect(gpu.memory.liveBytes).toBe(live);
   } finally {
     await tight.close();
+    gpu.destroy();
+  }
+});
+
+it("times a GRPO step on the engine's adapter as the planner has it run, leaving the adapter's weights as they were", async () => {
+  const gpu = await createDevice();
+  const lora = { rank: 8, targets: [...LORA_TARGETS] };
+  const e = await Engine.load(MODEL_DIR, {
+    gpu,
+    name: "train",
+    kvSlots: 2,
+    maxContext: 256,
+    train: { lora, microBatchTokens: 1024 },
+  });
+  try {
+    await expect(measureSpeed(e, { quick: true, batches: [1], train: { batch: 2, length: 64 } })).rejects.toThrow(
+      "measureSpeed: train times the engine's adapter; attach one first (Engine.attachLora)",
+    );
+    const state = e.attachLora(lora);
+    state.write(new Rng(3).f32(state.size, -0.05, 0.05));
+    const before = await gpu.readF32(state.params, state.size);
+    const r = await measureSpeed(e, { quick: true, batches: [1], train: { batch: 2, length: 64 } });
+    const t = r.train!;
+    expect([t.batch, t.length, t.recompute]).toEqual([2, 64, false]);
+    expect(t.microBatchTokens).toBe(DEFAULT_TRAIN_CONFIG.microBatchTokens);
+    expect(t.tokensPerSec).toBeCloseTo(128 / t.seconds, 6);
+    expect(t.peakBytes).toBeGreaterThan(gpu.memory.liveBytes); // the step's working set came and went
+    expect(t.peakBytes).toBeLessThanOrEqual(t.plannedBytes);
+    expect(await gpu.readF32(state.params, state.size)).toEqual(before); // AdamW at lr 0
+    expect(speedLines(r).find((l) => l.startsWith("GRPO step:"))).toMatch(
+      /^GRPO step: +[\d.]+ s for 2 x 64 tokens, [\d.]+ tokens\/s \(micro-batches of \d+ tokens, recompute off\); peak [\d.]+ MiB, planned [\d.]+ MiB$/,
+    );
+    expect(gpu.errors).toEqual([]);
+  } finally {
+    await e.close();
     gpu.destroy();
   }
 });

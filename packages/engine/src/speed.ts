@@ -3,8 +3,11 @@
 // engine's own model runner and KV cache (slots no request holds), as the scheduler runs them.
 import { isCpuDevice } from "@webart/gpu";
 import { coopConfig, measurePeak } from "@webart/shaders";
+import { DEFAULT_TRAIN_CONFIG } from "./art/train-config.ts";
 import type { Engine } from "./engine.ts";
 import type { SampleSpec } from "./generate/scheduler.ts";
+import { measureGrpoStep } from "./memory.ts";
+import { planTraining } from "./plan.ts";
 
 /** The smallest copy the bandwidth test makes (each of its two buffers; quick: 8 MiB): larger than a GPU's last-level
  *  cache (an H100's is 50 MB), or it would time the cache. */
@@ -30,6 +33,21 @@ export interface SpeedReport {
    * share of what the copy bandwidth allows when each token reads every weight once.
    */
   decode: { batch: number; tokensPerSec: number; ofRoofline?: number }[];
+  /**
+   * One LoRA GRPO step (gradients and AdamW) on `batch` random sequences of `length` tokens, as the planner has it run
+   * within the budget (micro-batch, recompute), after one untimed step: its time, tokens/s (every token of the batch)
+   * and the device's peak live bytes against the plan's. Only with SpeedOptions.train.
+   */
+  train?: {
+    batch: number;
+    length: number;
+    seconds: number;
+    tokensPerSec: number;
+    microBatchTokens: number;
+    recompute: boolean;
+    peakBytes: number;
+    plannedBytes: number;
+  };
   /** Start-up tuning's choices on this device (problem key: winner), as the engine runs them. */
   kernels: { key: string; winner: string }[];
   /** What the device layer noted: variants not used here, and why. */
@@ -45,6 +63,12 @@ export interface SpeedOptions {
   prefillTokens?: number;
   /** The model's name in the report (default: the engine's, as clients name it). */
   name?: string;
+  /**
+   * Time a GRPO step too, on the engine's adapter (attachLora first). Its optimizer step has a learning rate of 0, so
+   * the adapter's weights stay, but AdamW's moments and step count move: for an adapter of the caller's own (the
+   * CLI's), never a run's.
+   */
+  train?: { batch: number; length: number };
 }
 
 /** A sample of row `row` from sequence stream `b`, temperature 1: the free-text path's. */
@@ -141,6 +165,8 @@ export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Pro
     })
     .finally(() => runner.idle()); // (the captured step's buffers: no request runs now)
   const { peak } = measured;
+  let train: SpeedReport["train"];
+  if (opts.train) train = await timeTraining(engine, opts.train.batch, Math.min(opts.train.length, runner.maxContext));
   const roofline = (peak.copyGbps * 1e9) / engine.plan.weights;
   const cfg = coopConfig(gpu);
   return {
@@ -164,8 +190,45 @@ export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Pro
     },
     prefill: { tokens: prefillTokens, tokensPerSec: prefillTokens / (measured.prefillMs / 1000) },
     decode: measured.decode.map((d) => (d.batch === 1 ? { ...d, ofRoofline: d.tokensPerSec / roofline } : d)),
+    ...(train ? { train } : {}),
     kernels: [...gpu.tuning].map(([key, v]) => ({ key, winner: v.winner })).sort((a, b) => (a.key < b.key ? -1 : 1)),
     notes: [...gpu.notes],
+  };
+}
+
+/** One GRPO step as the trainer would run it here: the planner chooses its micro-batch and recompute within the
+ *  budget (as a run's step does), then an untimed step (pipelines, the optimizer's state) and the timed one. */
+async function timeTraining(engine: Engine, batch: number, length: number): Promise<NonNullable<SpeedReport["train"]>> {
+  const lora = engine.model.lora;
+  if (!lora) throw new Error("measureSpeed: train times the engine's adapter; attach one first (Engine.attachLora)");
+  lora.ensureOptimizer();
+  const gpu = engine.gpu;
+  const held = gpu.pool.stats.liveBytes;
+  const choice = planTraining(
+    engine.config,
+    engine.planSetup,
+    { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize },
+    engine.memoryBudget,
+    { microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens, longest: length, held, stepTokens: batch * length },
+  );
+  const o = {
+    batch,
+    length,
+    microBatchTokens: choice.microBatchTokens,
+    recompute: choice.recompute,
+    vocabChunk: choice.vocabChunk,
+  };
+  await measureGrpoStep(engine, o);
+  const m = await measureGrpoStep(engine, o);
+  return {
+    batch,
+    length,
+    seconds: m.ms / 1000,
+    tokensPerSec: (batch * length) / (m.ms / 1000),
+    microBatchTokens: choice.microBatchTokens,
+    recompute: choice.recompute,
+    peakBytes: m.peak,
+    plannedBytes: held + choice.plan.training,
   };
 }
 
@@ -192,7 +255,7 @@ export function speedRows(r: SpeedReport): { key: string; label: string; text: s
       label: "model",
       text:
         `${r.model.name}, ${r.model.layers} layers, ${size(r.model.weightBytes)} of weights` +
-        (r.model.adapter ? ", with its adapter" : ""),
+        (r.model.adapter ? ", with a LoRA adapter" : ""),
     },
     {
       key: "prefill",
@@ -210,6 +273,19 @@ export function speedRows(r: SpeedReport): { key: string; label: string; text: s
             ? ` (${(d.tokensPerSec / b1.tokensPerSec).toFixed(1)}x batch 1)`
             : ""),
     })),
+    ...(r.train
+      ? [
+          {
+            key: "train",
+            label: "GRPO step",
+            text:
+              `${r.train.seconds < 10 ? r.train.seconds.toFixed(2) : r.train.seconds.toFixed(1)} s for ` +
+              `${r.train.batch} x ${r.train.length} tokens, ${f(r.train.tokensPerSec)} tokens/s ` +
+              `(micro-batches of ${r.train.microBatchTokens} tokens, recompute ${r.train.recompute ? "on" : "off"}); ` +
+              `peak ${size(r.train.peakBytes)}, planned ${size(r.train.plannedBytes)}`,
+          },
+        ]
+      : []),
   ];
 }
 

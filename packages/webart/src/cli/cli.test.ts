@@ -124,10 +124,11 @@ describe("webart", () => {
     expect(r.code).toBe(0);
     expect(r.out).toMatch(/^speed of webart-tiny on this device \(--quick\):$/m);
     expect(r.out).toMatch(/^peak: +[\d.]+ GFLOP\/s FMA, [\d.]+ GB\/s copy \(measured now\)$/m);
-    expect(r.out).toMatch(/^model: +webart-tiny, 4 layers, [\d.]+ MiB of weights$/m);
+    expect(r.out).toMatch(/^model: +webart-tiny, 4 layers, [\d.]+ MiB of weights, with a LoRA adapter$/m);
     expect(r.out).toMatch(/^prefill: +[\d.]+ tokens\/s \(one prompt of 64 tokens\)$/m);
     expect(r.out).toMatch(/^decode b1: +[\d.]+ tokens\/s in runs of 8 steps \([\d.]+% of the copy roofline/m);
     expect(r.out).toMatch(/^decode b8: +[\d.]+ tokens\/s in runs of 8 steps \([\d.]+x batch 1\)$/m);
+    expect(r.out).toMatch(/^GRPO step: +[\d.]+ s for 2 x 64 tokens, [\d.]+ tokens\/s \(micro-batches of \d+ tokens/m);
     expect(r.out).toMatch(/^ {2}matmul\.nt\.f32@\d+: \w+$/m); // a kernel start-up tuning chose
   });
 
