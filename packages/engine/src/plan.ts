@@ -3,7 +3,14 @@
 // sizes rounded as the pool rounds them) through each phase and keeps the largest; `planTraining` chooses
 // the micro-batch, activation recompute and vocabulary chunk that fit a budget, or refuses with the reason.
 import { bucketSize } from "@webart/gpu";
-import { adamwPartsBytes, adamwStatsBytes, grpoTotalsBytes, q4Bytes, q4DequantBytes } from "@webart/shaders";
+import {
+  adamwPartsBytes,
+  adamwStatsBytes,
+  GRPO_META_WORDS,
+  grpoTotalsBytes,
+  q4Bytes,
+  q4DequantBytes,
+} from "@webart/shaders";
 import {
   EMBED,
   LM_HEAD,
@@ -349,8 +356,10 @@ function trainingPeak(
 ): { peak: number; perLayer: number } {
   const { hiddenSize: C, numLayers: L } = c;
   const Vc = Math.min(vocabChunk, c.vocabSize);
-  // ids, targets, old logprobs, (slot, pos), GRPO meta; and the allowed sets (a header word a row, a mask a row).
-  const inputs = 3 * f(N) + f(2 * N) + f(3 * N) + (allowedSets ? f(N + N * Math.ceil(c.vocabSize / 32)) : 0);
+  // ids, targets, old logprobs, (slot, pos), GRPO meta (packGrpoMeta: advantage, weight, sequence, KL weight); and
+  // the allowed sets (a header word a row, a mask a row).
+  const inputs =
+    3 * f(N) + f(2 * N) + f(GRPO_META_WORDS * N) + (allowedSets ? f(N + N * Math.ceil(c.vocabSize / 32)) : 0);
   const saved = layerSaved(c, N, rank, targets.length, weightBytes);
   const x = f(N * C);
   // Kept through the step: each layer's input, everything else of every layer unless recomputed, the output.
