@@ -126,6 +126,22 @@ describe.each([
     expect(gpu.pool.stats.liveBytes).toBe(held);
   });
 
+  it.each([false, true])(
+    "a GRPO step of one whole micro-batch (4 x 128 tokens, recompute %s) peaks at or below the plan",
+    async (recompute) => {
+      const o = { batch: 4, length: 128, microBatchTokens: 512, recompute, vocabChunk: 256 };
+      await measureGrpoStep(engine, o); // the optimizer state, the pipelines
+      const plan = planMemory(engine.config, {
+        ...setup,
+        train: { microBatchTokens: 512, recompute, stepTokens: 512 },
+      });
+      const m = await measureGrpoStep(engine, o);
+      expect(m.microBatches).toBe(1);
+      expect(m.peak).toBeLessThanOrEqual(plan.peakTraining);
+      expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
+    },
+  );
+
   it("a step's per-token rows (an entropy each, and a logprob each when SFT reads them) are planned for the whole step", async () => {
     const step = async (batch: number, newLogprobs: boolean) => {
       const o = { batch, length: 40, microBatchTokens: 80, recompute: true, vocabChunk: 256, newLogprobs };
