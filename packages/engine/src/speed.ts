@@ -59,7 +59,7 @@ export interface SpeedOptions {
   quick?: boolean;
   /** Decode batches to time (default 1 and 8; each at most the engine's KV slots). */
   batches?: number[];
-  /** Prompt tokens of the prefill (default 256, at most what the context leaves after the decode runs). */
+  /** Prompt tokens of the prefill (default 256; 64 quick), at most the engine's prefill chunk and context. */
   prefillTokens?: number;
   /** The model's name in the report (default: the engine's, as clients name it). */
   name?: string;
@@ -79,8 +79,9 @@ function spec(row: number, b: number, step: number): SampleSpec {
 /**
  * Measures `engine` on its device: FMA peak and copy bandwidth, then a prefill and decode runs at each batch. Runs
  * between requests (Scheduler.withSlots: no step of theirs runs meanwhile; cached prompt prefixes are dropped) on KV
- * slots no request holds, so it allocates nothing beyond the probe's buffers. The model's adapter, if one is on, is
- * part of what is timed, as rollouts run it.
+ * slots no request holds, so its inference allocates nothing beyond the probe's buffers (within the budget); a GRPO
+ * step (opts.train) runs after, as the planner has it. The model's adapter, if one is on, is part of what is timed,
+ * as rollouts run it.
  */
 export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Promise<SpeedReport> {
   const { gpu, model, runner } = engine;
