@@ -10,6 +10,7 @@ import {
   accumulateGradients,
   DEFAULT_LORA,
   Engine,
+  freeSample,
   KvCache,
   LoraState,
   Model,
@@ -81,7 +82,7 @@ const TINY = parseConfig(readFileSync(new URL("../models/webart-tiny/config.json
 /** Sampling at temperature 1 from `row` of the step's logits, for stream b (seeded by b) at decode step `step`;
  *  `top` logprobs read back. */
 export function sampleSpec(row: number, b: number, step: number, top = 0) {
-  return { row, temperature: 1, topK: 0, topP: 1, seed: b, step, stream: b, mask: null, top };
+  return { ...freeSample(row, b, step), top };
 }
 
 /**

@@ -1,7 +1,7 @@
 // Measures what the memory planner promises: the device's peak live bytes (the buffer pool's accounting)
 // over the largest inference step the scheduler can make, and over one GRPO step, on a loaded engine.
 import { Rng } from "@webart/gpu";
-import type { SampleSpec } from "./generate/scheduler.ts";
+import { freeSample } from "./generate/scheduler.ts";
 import type { Engine } from "./engine.ts";
 import { accumulateGradients, optimizerStep, type TrainSequence } from "./train/grpo.ts";
 
@@ -18,17 +18,7 @@ export async function measureInference(engine: Engine, prefill: number): Promise
   for (let i = 0; i < P; i++) pos[i] = i;
   for (let s = 1; s < slots; s++) slotOf[P + s - 1] = s;
   const rows = [P - 1, ...Array.from({ length: slots - 1 }, (_, s) => P + s)];
-  const samples: SampleSpec[] = rows.map((row, i) => ({
-    row,
-    temperature: 1,
-    topK: 0,
-    topP: 1,
-    seed: 1,
-    step: 0,
-    stream: i,
-    mask: null,
-    top: 0,
-  }));
+  const samples = rows.map((row, i) => freeSample(row, i, 0, 1));
   await gpu.sync();
   gpu.pool.resetPeak();
   await engine.scheduler.exclusive(() => runner.step({ ids, slots: slotOf, pos }, samples));

@@ -5,7 +5,7 @@ import { isCpuDevice } from "@webart/gpu";
 import { coopConfig, measurePeak } from "@webart/shaders";
 import { DEFAULT_TRAIN_CONFIG } from "./art/train-config.ts";
 import type { Engine } from "./engine.ts";
-import type { SampleSpec } from "./generate/scheduler.ts";
+import { freeSample } from "./generate/scheduler.ts";
 import { measureGrpoStep } from "./memory.ts";
 import { planTraining } from "./plan.ts";
 
@@ -71,10 +71,8 @@ export interface SpeedOptions {
   train?: { batch: number; length: number };
 }
 
-/** A sample of row `row` from sequence stream `b`, temperature 1: the free-text path's. */
-function spec(row: number, b: number, step: number): SampleSpec {
-  return { row, temperature: 1, topK: 0, topP: 1, seed: 1000 + b, step, stream: b, mask: null, top: 0 };
-}
+/** A free-text sample of row `row` from sequence stream `b`. */
+const spec = (row: number, b: number, step: number) => freeSample(row, b, step, 1000 + b);
 
 /**
  * Measures `engine` on its device: FMA peak and copy bandwidth, then a prefill and decode runs at each batch. Runs

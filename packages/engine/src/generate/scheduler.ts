@@ -22,6 +22,12 @@ export interface SampleSpec {
   top: number;
 }
 
+/** A free-text sample of row `row` (no mask, no top logprobs, temperature 1, no top-k or top-p) from sequence
+ *  stream `stream`, seeded by `seed` (default: the stream): what a decode run samples. For the speed check and benches. */
+export function freeSample(row: number, stream: number, step: number, seed = stream): SampleSpec {
+  return { row, temperature: 1, topK: 0, topP: 1, seed, step, stream, mask: null, top: 0 };
+}
+
 /** What the scheduler needs from the model: one batched forward + sampling, and KV slot copies. */
 export interface StepModel {
   readonly slots: number;

@@ -382,8 +382,7 @@ export class Model {
    * Everything besides its arguments that decides what an inference forward and its logits record: the weights,
    * the adapter in use and its version (which the merged weights follow), the merged weights, the fusions and the
    * kernel choices (each family's, and the two that benches flip in place), and where the forward submits part-way.
-   * ModelRunner replays a decode step it
-   * captured while each of these is the same object or value.
+   * ModelRunner replays a decode step it captured while each of these is the same object or value.
    */
   recordingState(): unknown[] {
     const l = this.lora;

@@ -134,8 +134,8 @@ export class ModelRunner implements StepModel {
   /**
    * The host's time in ms to record one step over these tokens and samples, without running it: the recorder is
    * dropped unsubmitted, with no part-way submits (Recorder.holdParts), so none of its work runs (the step's small
-   * uploads still reach the queue; nothing reads them). For the bench, which
-   * times it back to back to measure the encode's own cost apart from the slower start of a host that waited.
+   * uploads still reach the queue; nothing reads them). For the bench, which times it back to back to measure the
+   * encode's own cost apart from the slower start of a host that waited.
    */
   encodeOnly(tokens: { ids: Uint32Array; slots: Uint32Array; pos: Uint32Array }, samples: SampleSpec[]): number {
     const gpu: Gpu = this.model.gpu;
