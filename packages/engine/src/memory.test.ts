@@ -85,15 +85,15 @@ describe.each([
     return () => engine.close();
   });
 
-  it("inference: the largest step the scheduler makes", async () => {
+  it("inference: the largest step the scheduler makes peaks at or below the plan, within 10%", async () => {
     const held = gpu.pool.stats.liveBytes;
     const plan = planMemory(engine.config, setup);
     const m = await measureInference(engine, prefillChunk);
     expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
-    expect(m.peak / plan.peakInference).toBeLessThan(1.1);
-    // The working set alone, above what the engine holds, within 10% too.
+    expect(m.peak / plan.peakInference).toBeLessThanOrEqual(1);
+    // The working set alone, above what the engine holds: at most the plan's, and within 10% of it.
     expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
-    expect((m.peak - held) / plan.inference).toBeLessThan(1.1);
+    expect((m.peak - held) / plan.inference).toBeLessThanOrEqual(1);
   });
 
   it("inference where tuning runs steps of more than 8 rows one op at a time (decodeRows 8)", async () => {
@@ -104,27 +104,30 @@ describe.each([
       expect(plan.inference).toBeGreaterThan(planMemory(engine.config, setup).inference);
       const m = await measureInference(engine, prefillChunk);
       expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
-      expect(m.peak / plan.peakInference).toBeLessThan(1.1);
+      expect(m.peak / plan.peakInference).toBeLessThanOrEqual(1);
       expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
-      expect((m.peak - held) / plan.inference).toBeLessThan(1.1);
+      expect((m.peak - held) / plan.inference).toBeLessThanOrEqual(1);
     } finally {
       engine.model.decodeRows = DECODE_ROWS;
     }
   });
 
-  it.each([false, true])("a GRPO step of 4 x 40 tokens in micro-batches of 2 (recompute %s)", async (recompute) => {
-    const o = { batch: 4, length: 40, microBatchTokens: 80, recompute, vocabChunk: 256 };
-    await measureGrpoStep(engine, o); // allocates the optimizer state
-    const held = gpu.pool.stats.liveBytes;
-    const plan = planMemory(engine.config, { ...setup, train: { microBatchTokens: 80, recompute } });
-    const m = await measureGrpoStep(engine, o);
-    expect(m.microBatches).toBe(2);
-    expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
-    expect(m.peak / plan.peakTraining).toBeLessThan(1.1);
-    expect((m.peak - held) / plan.training).toBeGreaterThan(0.9);
-    expect((m.peak - held) / plan.training).toBeLessThan(1.1);
-    expect(gpu.pool.stats.liveBytes).toBe(held);
-  });
+  it.each([false, true])(
+    "a GRPO step of 4 x 40 tokens in micro-batches of 2 (recompute %s) peaks at or below the plan, within 10%",
+    async (recompute) => {
+      const o = { batch: 4, length: 40, microBatchTokens: 80, recompute, vocabChunk: 256 };
+      await measureGrpoStep(engine, o); // allocates the optimizer state
+      const held = gpu.pool.stats.liveBytes;
+      const plan = planMemory(engine.config, { ...setup, train: { microBatchTokens: 80, recompute } });
+      const m = await measureGrpoStep(engine, o);
+      expect(m.microBatches).toBe(2);
+      expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
+      expect(m.peak / plan.peakTraining).toBeLessThanOrEqual(1);
+      expect((m.peak - held) / plan.training).toBeGreaterThan(0.9);
+      expect((m.peak - held) / plan.training).toBeLessThanOrEqual(1);
+      expect(gpu.pool.stats.liveBytes).toBe(held);
+    },
+  );
 
   it.each([false, true])(
     "a GRPO step of one whole micro-batch (4 x 128 tokens, recompute %s) peaks at or below the plan",
@@ -426,7 +429,7 @@ describe("LocalBackend steps", () => {
       expect(m.recompute).toBe(false);
       expect(m.memory_peak_gib).toBeGreaterThan(0);
       expect(m.memory_peak_gib / m.memory_planned_gib).toBeGreaterThan(0.9);
-      expect(m.memory_peak_gib / m.memory_planned_gib).toBeLessThan(1.1);
+      expect(m.memory_peak_gib / m.memory_planned_gib).toBeLessThanOrEqual(1);
       // Forcing recompute is honoured, and the step leaves nothing live behind.
       const r2 = await model.train([new TrajectoryGroup(trajectories)], { learningRate: 1e-4, recompute: "on" });
       expect(r2.metrics.recompute).toBe(true);

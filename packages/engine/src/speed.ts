@@ -288,9 +288,12 @@ export function speedRows(r: SpeedReport): { key: string; label: string; text: s
   ];
 }
 
-/** The report as lines of text (the CLI prints them): its rows, then the kernel choices and the device's notes. */
-export function speedLines(r: SpeedReport): string[] {
-  const lines = speedRows(r).map((row) => `${row.label}:`.padEnd(14) + row.text);
+/** The report as lines of text (the CLI prints them): its rows but those keyed in `omit` (the CLI has printed the
+ *  device already), then the kernel choices and the device's notes. */
+export function speedLines(r: SpeedReport, omit: string[] = []): string[] {
+  const lines = speedRows(r)
+    .filter((row) => !omit.includes(row.key))
+    .map((row) => `${row.label}:`.padEnd(14) + row.text);
   lines.push(`kernels:`.padEnd(14) + (r.kernels.length ? "" : "defaults (no start-up tuning ran)"));
   for (const k of r.kernels) lines.push(`  ${k.key}: ${k.winner}`);
   for (const n of r.notes) lines.push(`note: ${n}`);

@@ -130,6 +130,7 @@ describe("webart", () => {
     expect(r.out).toMatch(/^decode b8: +[\d.]+ tokens\/s in runs of 8 steps \([\d.]+x batch 1\)$/m);
     expect(r.out).toMatch(/^GRPO step: +[\d.]+ s for 2 x 64 tokens, [\d.]+ tokens\/s \(micro-batches of \d+ tokens/m);
     expect(r.out).toMatch(/^ {2}matmul\.nt\.f32@\d+: \w+$/m); // a kernel start-up tuning chose
+    expect(r.out.match(/^device: /gm)).toHaveLength(1); // the speed lines leave out the device info printed first
   });
 
   it("info --quantize without --speed: the option is only for --speed", async () => {

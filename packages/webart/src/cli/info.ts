@@ -73,7 +73,7 @@ export async function infoCommand(argv: string[]): Promise<number> {
     engine.attachLora(lora);
     console.log(`\nspeed of ${a.model} on this device${a.quick ? " (--quick)" : ""}:`);
     const train = a.quick ? { batch: 2, length: 64 } : { batch: 8, length: 512 };
-    for (const line of speedLines(await measureSpeed(engine, { quick: a.quick, train }))) console.log(line);
+    for (const line of speedLines(await measureSpeed(engine, { quick: a.quick, train }), ["device"])) console.log(line);
   } finally {
     await engine.close();
   }
