@@ -120,6 +120,35 @@ test("the memory budget setting: a plan over it is refused naming its parts, and
   expect(problems).toEqual([]);
 });
 
+test("Speed on this GPU before any run: the chosen base model, a fresh adapter, and a GRPO step within its plan", async () => {
+  const panel = page.getByTestId("speed");
+  await expect(panel.getByTestId("speed-what")).toContainText("Times webart-tiny (embedded) here as a run with these");
+  await panel.getByRole("button", { name: "Measure speed" }).click();
+  const table = panel.getByTestId("speed-table");
+  await expect(table).toBeVisible({ timeout: 120_000 });
+  await expect(panel.getByTestId("speed-model")).toHaveText(
+    /^webart-tiny, 4 layers, [\d.]+ MiB of weights, with a LoRA adapter$/,
+  );
+  await expect(panel.getByTestId("speed-decode-b1")).toHaveText(/^\d[\d.]* tokens\/s in runs of 8 steps \(/);
+  // A CPU device's short step; the planner's micro-batch and recompute, the device's peak against the plan.
+  const train = panel.getByTestId("speed-train");
+  await expect(train).toHaveText(
+    /^[\d.]+ s for 2 x 64 tokens, \d[\d.]* tokens\/s \(micro-batches of \d+ tokens, recompute (on|off)\); peak [\d.]+ MiB, planned [\d.]+ MiB$/,
+  );
+  const [peak, planned] = [...(await train.innerText()).matchAll(/([\d.]+) MiB/g)].map((m) => Number(m[1]));
+  expect(peak).toBeGreaterThan(0);
+  expect(peak).toBeLessThanOrEqual(planned);
+  await expect(panel.getByRole("button", { name: "Measure speed" })).toBeEnabled();
+  await expect(page.getByTestId("load-progress")).toHaveCount(0); // the check's load does not stay on show
+  // Bad settings block it, as they block Start.
+  await page.getByLabel("Group size").fill("1");
+  await expect(panel.getByRole("button", { name: "Measure speed" })).toBeDisabled();
+  await page.getByLabel("Group size").fill("2");
+  await expect(panel.getByRole("button", { name: "Measure speed" })).toBeEnabled({ timeout: 60_000 });
+  await shot("speed-before-run");
+  expect(problems).toEqual([]);
+});
+
 /** The start-up tuning table the worker saved in IndexedDB (apps/web/src/worker/tuning.ts), if any. */
 let savedTuning: { kernels: string; table: Record<string, { winner: string; ms: Record<string, number> }> } | undefined;
 const readSavedTuning = () =>
@@ -253,6 +282,7 @@ test("the play board takes a person's move and the model answers with a legal mo
 
 test("Speed on this GPU times the open run's model in the worker: peak, prefill, decode against the roofline", async () => {
   const panel = page.getByTestId("speed");
+  await expect(panel.getByTestId("speed-what")).toContainText(`Times run ${firstRun}'s model here, with its adapter`);
   await panel.getByRole("button", { name: "Measure speed" }).click();
   const table = panel.getByTestId("speed-table");
   await expect(table).toBeVisible({ timeout: 120_000 });

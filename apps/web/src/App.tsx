@@ -425,8 +425,21 @@ export function App() {
           />
           <SpeedPanel
             run={status.run}
-            blocked={active ? "a run is training: pause it to measure speed" : null}
-            measure={(run) => api.speed(run)}
+            model={info?.label ?? "the chosen model"}
+            blocked={
+              active
+                ? "a run is training: pause it to measure speed"
+                : status.run
+                  ? null
+                  : (startBlocked?.replace("Training needs", "Measuring needs") ?? null)
+            }
+            measure={(run) =>
+              run
+                ? api.speed(run)
+                : settings
+                  ? api.speedOfModel(model, settings).finally(clearProgress) // its load's progress ends with it
+                  : Promise.reject(new Error("fix the settings marked in red"))
+            }
           />
           <details className="panel diagnostics">
             <summary>Diagnostics</summary>

@@ -267,4 +267,7 @@ export interface EngineApi {
   /** How fast the run's model runs on this GPU (measureSpeed): peak, prefill, decode, kernel choices. Refused while
    *  a run trains. */
   speed(run: string): Promise<SpeedReport>;
+  /** Before any run: how fast a base model runs and trains here, loaded as a run with these settings would load it,
+   *  with a fresh adapter and a GRPO step (the open run is unloaded first). Refused while a run trains. */
+  speedOfModel(model: ModelChoice, settings: TrainSettings): Promise<SpeedReport>;
 }

@@ -81,6 +81,7 @@ const api: EngineApi = {
   clearModelCache,
   loseDevice: trainer.loseDevice,
   speed: trainer.speed,
+  speedOfModel: trainer.speedOfModel,
 };
 
 Comlink.expose(api);

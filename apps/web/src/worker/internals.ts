@@ -1,5 +1,6 @@
 // Engine classes the worker uses, in one place.
 export {
+  Engine,
   LocalBackend,
   TrainableModel,
   RunFiles,

@@ -13,6 +13,7 @@ import {
   type CustomJudge,
 } from "webart";
 import {
+  DEFAULT_TRAIN_CONFIG,
   getDevice,
   isCpuDevice,
   measureSpeed,
@@ -38,7 +39,7 @@ import { buildJudgePrompt, type JudgeAttempt } from "webart/ruler";
 import type { EmailPlayResult, EngineEvent, FailureKind, ModelChoice, RunState, TrainSettings } from "../api.ts";
 import { messageViews } from "../lib/messages.ts";
 import { serializeError } from "../errors.ts";
-import { LocalBackend, TrainableModel } from "./internals.ts";
+import { Engine, LocalBackend, TrainableModel } from "./internals.ts";
 import {
   baseModelOf,
   engineOptions,
@@ -526,6 +527,36 @@ export async function speed(name: string): Promise<SpeedReport> {
   const engine = s.backend.engine(s.model.spec);
   const base = baseModelOf(s.meta.model).split("/").pop();
   return measureSpeed(engine, { quick: isCpuDevice(engine.gpu), name: base });
+}
+
+/** How fast a base model, before any run, would run and train here: the model loaded as a run with these settings
+ *  would load it (its sizes, budget and LoRA; training planned), a fresh adapter attached, then measureSpeed with a
+ *  GRPO step of 8 x 512 tokens (2 x 64 on a CPU device). The open run, if any, is unloaded first (its memory is
+ *  the device's again; its next use reloads it from its files), and the engine closes when the check ends. */
+export async function speedOfModel(model: ModelChoice, settings: TrainSettings): Promise<SpeedReport> {
+  if (busy) throw new Error(`run "${session?.name}" is training; pause it to measure speed`);
+  await unload();
+  const baseModel = baseModelOf(model);
+  const config = await readModelConfig(baseModel);
+  const lora = loraFor(settings);
+  await restoreTuning();
+  const engine = await Engine.load(baseModel, {
+    ...engineOptions(settings, config),
+    name: baseModel.split("/").pop(),
+    train: {
+      lora: { rank: lora.rank, targets: lora.targets },
+      microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
+    },
+  });
+  try {
+    await saveTuning();
+    engine.attachLora(lora, settings.seed);
+    const quick = isCpuDevice(engine.gpu);
+    const train = quick ? { batch: 2, length: 64 } : { batch: 8, length: 512 };
+    return await measureSpeed(engine, { quick, train, name: baseModel.split("/").pop() });
+  } finally {
+    await engine.close();
+  }
 }
 
 export async function forget(name: string): Promise<void> {
