@@ -73,6 +73,8 @@ interface Session {
 
 let session: Session | null = null;
 let busy = false;
+/** A base model's speed check in flight (speedOfModel), which loading a run waits for. */
+let modelCheck: Promise<SpeedReport> | null = null;
 const control = { pause: false, stop: false };
 
 /** Drops the loaded run (its engine is closed; the next use reloads it from its files). */
@@ -90,6 +92,7 @@ export async function open(name: string): Promise<Session> {
 }
 
 async function load(name: string): Promise<Session> {
+  await modelCheck?.catch(() => {}); // a base model's speed check holds its own engine until it ends
   await unload();
   const meta = await readMeta(name);
   const baseModel = baseModelOf(meta.model);
@@ -535,6 +538,16 @@ export async function speed(name: string): Promise<SpeedReport> {
  *  the device's again; its next use reloads it from its files), and the engine closes when the check ends. */
 export async function speedOfModel(model: ModelChoice, settings: TrainSettings): Promise<SpeedReport> {
   if (busy) throw new Error(`run "${session?.name}" is training; pause it to measure speed`);
+  if (modelCheck) throw new Error("a speed check is running; wait for it to end");
+  const check = (modelCheck = checkModel(model, settings));
+  try {
+    return await check;
+  } finally {
+    modelCheck = null;
+  }
+}
+
+async function checkModel(model: ModelChoice, settings: TrainSettings): Promise<SpeedReport> {
   await unload();
   const baseModel = baseModelOf(model);
   const config = await readModelConfig(baseModel);
