@@ -23,7 +23,7 @@ import {
   type ModelConfig,
 } from "./config/index.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
-import { Q4_HEAD_ROWS, q4Rows } from "./model/weights.ts";
+import { Q4_HEAD_ROWS, q4Rows, q4StagingBytes } from "./model/weights.ts";
 
 export const LORA_TARGETS = ["q", "k", "v", "o", "gate", "up", "down"] as const;
 export type LoraTarget = (typeof LORA_TARGETS)[number];
@@ -427,7 +427,10 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   largest = Math.max(largest, scratch.layer, scratch.head);
   const held = weights + lora + optimizer + kvCache;
   const tuning = s.tuning ?? 0;
-  const total = Math.max(held + Math.max(inference, training), weights + tuning);
+  // A q4 load quantizes on the GPU through a staging buffer, beside the weights uploaded so far.
+  const qs = s.quantize === "q4" && !s.sharedWeights ? q4StagingBytes(c) : undefined;
+  const quantizing = qs ? exact(qs.stage) + exact(qs.errors) + UNIFORMS : 0;
+  const total = Math.max(held + Math.max(inference, training), weights + tuning, weights + quantizing);
   const mb = (b: number) => `${(b / MiB).toFixed(1)} MiB`;
   const lines = [
     `weights     ${mb(weights)} (${s.quantize ? (q4Rows(C) ? "q4 matrices" : `q4 projections, ${s.weightBytes === 2 ? "16-bit" : "f32"} embedding`) : s.weightBytes === 2 ? "16-bit matrices" : "f32 matrices"}${s.sharedWeights ? ", shared with another run: not counted" : ""})`,
@@ -437,6 +440,9 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     `inference   ${mb(inference)} (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows${s.quantize ? `; with f16 copies of q4 weights: ${mb(scratch.layer)} in a layer, ${mb(scratch.head)} in the LM head` : ""})`,
     `training    ${mb(training)}${s.train ? ` (${s.train.microBatchTokens} tokens per micro-batch${s.train.stepTokens ? ` of a ${s.train.stepTokens}-token step` : ""}, recompute ${s.train.recompute ? "on" : "off"}, vocab chunk ${Math.min(s.vocabChunk, V)})` : ""}`,
     ...(tuning ? [`tuning      ${mb(tuning)} (at start-up, beside the weights alone)`] : []),
+    ...(quantizing
+      ? [`quantizing  ${mb(quantizing)} (q4 at load: a chunk of a tensor at a time, beside the weights)`]
+      : []),
     `total       ${mb(total)}`,
   ];
   return {

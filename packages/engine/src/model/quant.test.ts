@@ -168,6 +168,31 @@ it("q4 weights take 4.5 bits a weight of every matrix (the embedding too); norms
   freeWeights(gpu, w);
 });
 
+it("a q4 load refuses a weight that is not finite or past q4's range, naming the tensor, and keeps nothing", async () => {
+  // Quantized on the GPU (q4Quantize): the errors are read once the last tensor is in, so the whole load is refused.
+  const json = tinyConfigJson("qwen2", { num_hidden_layers: 2, hidden_size: 64, intermediate_size: 128 });
+  const config = parseConfig(json);
+  const cases: [string, number, number, RegExp][] = [
+    ["model.layers.1.mlp.up_proj.weight", 77, NaN, /model\.layers\.1\.mlp\.up_proj\.weight.*element 77 is not finite/],
+    ["model.layers.0.self_attn.k_proj.weight", 3, -Infinity, /model\.layers\.0\.self_attn\.k_proj\.weight.*element 3/],
+    ["model.layers.0.mlp.down_proj.weight", 5, 1e6, /model\.layers\.0\.mlp\.down_proj\.weight/],
+  ];
+  for (const [bad, at, value, why] of cases) {
+    const tensors = randomTensors(json, "F32", 9);
+    async function* stream(): AsyncIterable<Tensor> {
+      for (const t of tensors) {
+        const d = (t.data as Float32Array).slice();
+        if (t.name === bad) d[at] = value;
+        yield { name: t.name, dtype: t.dtype, shape: t.shape, bytes: new Uint8Array(d.buffer as ArrayBuffer) };
+      }
+    }
+    const live0 = gpu.memory.liveBytes;
+    await expect(uploadWeights(gpu, config, stream(), { quantize: "q4" })).rejects.toThrow(why);
+    expect(gpu.memory.liveBytes, bad).toBe(live0);
+  }
+  expect(gpu.errors).toEqual([]);
+});
+
 describe("LoRA GRPO on a q4 base (grpo-qwen3's batch)", () => {
   it("gives the gradients of the same step on the q4 values in f32", async () => {
     const inputs = JSON.parse(readFileSync(join(FIX, "grpo-qwen3", "inputs.json"), "utf8"));

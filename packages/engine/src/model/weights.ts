@@ -7,7 +7,17 @@
 // buffer at the same element offsets, their scales in a buffer beside it), and so are the embedding and an untied LM
 // head whose rows are whole groups of 32 (one buffer of nibbles each, a Q4Table).
 import type { Gpu } from "@webart/gpu";
-import { Q4_GROUP, q4Bytes, quantizeQ4, uploadTable, type EmbeddingTable, type EmbeddingDtype } from "@webart/shaders";
+import {
+  Q4_GROUP,
+  q4Bytes,
+  q4ErrorsInit,
+  q4Quantize,
+  q4QuantizeError,
+  uploadTable,
+  type EmbeddingTable,
+  type EmbeddingDtype,
+  type Q4SourceDtype,
+} from "@webart/shaders";
 import type { WeightShard } from "@webart/shaders";
 import {
   EMBED,
@@ -121,6 +131,29 @@ export function q4Rows(cols: number): boolean {
   return cols % Q4_GROUP === 0;
 }
 
+/** The most bytes of a tensor a q4 load stages at once: the GPU quantizes it a chunk at a time (q4Quantize). */
+export const Q4_STAGE_BYTES = 8 * 2 ** 20;
+
+/** The tensors a q4 load quantizes: every matrix, the embedding and an untied LM head where their rows are whole
+ *  groups. */
+export function q4Tensors(config: ModelConfig): { name: string; elements: number }[] {
+  const out: { name: string; elements: number }[] = [];
+  for (const [name, shape] of tensorShapes(config)) {
+    if (shape.length !== 2 || ((name === EMBED || name === LM_HEAD) && !q4Rows(shape[1]))) continue;
+    out.push({ name, elements: shape[0] * shape[1] });
+  }
+  return out;
+}
+
+/** What a q4 load holds beside the weights while it quantizes: the staging buffer (a chunk of a tensor's own bytes,
+ *  f32 at most: Q4_STAGE_BYTES, less where the largest quantized tensor is smaller) and the errors' words (two a
+ *  tensor). The memory plan counts both. */
+export function q4StagingBytes(config: ModelConfig): { stage: number; errors: number } {
+  const ts = q4Tensors(config);
+  const largest = Math.max(0, ...ts.map((t) => t.elements));
+  return { stage: Math.min(Q4_STAGE_BYTES, Math.ceil(largest / 64) * 64 * 4), errors: 8 * Math.max(1, ts.length) };
+}
+
 /** Rows of a q4 LM head a product reads at once where it reads an f16 copy (model.ts head, headBack): its shards'
  *  size, so the copy stays within one vocabulary chunk's rows. */
 export const Q4_HEAD_ROWS = 8192;
@@ -155,6 +188,43 @@ export function tableShards(t: EmbeddingTable): WeightShard[] {
   }));
 }
 
+/** A q4 load's staging buffer and errors (q4StagingBytes), a slot a tensor; `finish` reads the errors, throws the
+ *  first tensor's (in the model's order), and gives both buffers back. */
+function q4Staging(gpu: Gpu, config: ModelConfig) {
+  const ts = q4Tensors(config);
+  const b = q4StagingBytes(config);
+  const src = gpu.buffer(b.stage, "activations", "q4 staging");
+  const errors = gpu.upload(q4ErrorsInit(Math.max(1, ts.length)), "activations", "q4 errors");
+  let done = false;
+  return {
+    src,
+    errors,
+    bytes: b.stage,
+    slots: new Map(ts.map((t, i) => [t.name, i])),
+    async finish(): Promise<void> {
+      if (done) return;
+      done = true;
+      try {
+        const rec = gpu.recorder();
+        const read = rec.read(errors, b.errors);
+        await rec.submit();
+        const words = new Uint32Array(await read);
+        for (let i = 0; i < ts.length; i++) {
+          const why = q4QuantizeError(words, i, ts[i].name);
+          if (why) throw new Error(why);
+        }
+      } finally {
+        gpu.release(src, errors);
+      }
+    },
+    /** Gives the buffers back without reading (a load that failed otherwise). */
+    drop(): void {
+      if (!done) gpu.release(src, errors);
+      done = true;
+    },
+  };
+}
+
 /** Streams tensors to the GPU; `toF32` forces f32 matrices (e.g. when training the base weights), `quantize` q4
  *  projections. */
 export async function uploadWeights(
@@ -166,9 +236,11 @@ export async function uploadWeights(
   if (opts.toF32 && opts.quantize)
     throw new Error("weights: f32 weights (for full fine-tuning) and quantize q4 exclude each other");
   const buffers: GPUBuffer[] = [];
+  const cleanup: { drop?: () => void } = {};
   try {
-    return await upload(gpu, config, tensors, opts, buffers);
+    return await upload(gpu, config, tensors, opts, buffers, cleanup);
   } catch (e) {
+    cleanup.drop?.(); // (q4's staging)
     gpu.release(...buffers); // a failed load keeps nothing on the GPU
     throw e;
   }
@@ -180,6 +252,7 @@ async function upload(
   tensors: AsyncIterable<Tensor>,
   opts: UploadOptions,
   buffers: GPUBuffer[],
+  cleanup: { drop?: () => void },
 ): Promise<GpuWeights> {
   const up = (data: ArrayBufferView, name: string) => {
     const b = gpu.upload(data, "weights", name);
@@ -204,10 +277,44 @@ async function upload(
     ),
     label: names[0].replace(/\.[a-z_]+\.(weight|bias)$/, ".*"),
   });
-  // q4: the nibbles at the group's element offsets (256-byte aligned: multiples of 512 nibbles), the scales in a
-  // buffer beside them at offset / 32; a group past one binding stays apart as above.
-  const placeQ4 = (name: string, values: Float32Array): { buffer: GPUBuffer; offset: number; scales: GPUBuffer } => {
-    const q = quantizeQ4(values, name);
+  // q4: each tensor quantized on the GPU from its own bytes (q4Quantize), a chunk at a time through one staging
+  // buffer; a chunk is written, quantized and submitted before the next is written. The errors (a non-finite weight,
+  // one past q4's range) are read once at the end, naming the tensor.
+  const q4 = opts.quantize ? q4Staging(gpu, config) : undefined;
+  if (q4) cleanup.drop = () => q4.drop();
+  const quantizeInto = async (
+    name: string,
+    t: Tensor,
+    nibbles: GPUBuffer,
+    scales: GPUBuffer,
+    outFirst: number,
+  ): Promise<void> => {
+    const st = q4!;
+    const slot = st.slots.get(name);
+    if (slot === undefined) throw new Error(`weights: ${name} is not a tensor this model quantizes`);
+    const dtype: Q4SourceDtype = DT[t.dtype];
+    const per = dtype === "f32" ? 4 : 2;
+    const n = t.bytes.byteLength / per;
+    const chunk = Math.floor(st.bytes / per / 64) * 64;
+    for (let c0 = 0; c0 < n; c0 += chunk) {
+      const m = Math.min(chunk, n - c0);
+      gpu.write(st.src, pad4(t.bytes.subarray(c0 * per, (c0 + m) * per)));
+      const rec = gpu.recorder();
+      q4Quantize(
+        gpu,
+        rec,
+        { src: st.src, nibbles, scales, errors: st.errors },
+        { n: m, dtype, outFirst: outFirst + c0, base: c0, slot },
+      );
+      await rec.submit();
+    }
+  };
+  // q4 projections: the nibbles at the group's element offsets (256-byte aligned: multiples of 512 nibbles), the
+  // scales in a buffer beside them at offset / 32; a group past one binding stays apart as above.
+  const placeQ4 = async (
+    name: string,
+    t: Tensor,
+  ): Promise<{ buffer: GPUBuffer; offset: number; scales: GPUBuffer }> => {
     const g = groupOf.get(name);
     let gb = g && q4Bufs.get(g.names);
     if (g && gb === undefined) {
@@ -224,10 +331,18 @@ async function upload(
       if (gb) buffers.push(gb.buffer, gb.scales);
       q4Bufs.set(g.names, gb);
     }
-    if (!g || !gb) return { buffer: up(q.nibbles, name), scales: up(q.scales, name + " scales"), offset: 0 };
+    if (!g || !gb) {
+      const qb = q4Bytes(t.shape[0] * t.shape[1]);
+      const [buffer, scales] = [
+        gpu.buffer(qb.nibbles, "weights", name),
+        gpu.buffer(qb.scales, "weights", name + " scales"),
+      ];
+      buffers.push(buffer, scales);
+      await quantizeInto(name, t, buffer, scales, 0);
+      return { buffer, scales, offset: 0 };
+    }
     const offset = gb.offsets[g.index];
-    gpu.write(gb.buffer, q.nibbles, offset / 2);
-    gpu.write(gb.scales, q.scales, (offset / 32) * 2);
+    await quantizeInto(name, t, gb.buffer, gb.scales, offset);
     return { buffer: gb.buffer, scales: gb.scales, offset };
   };
   const place = (name: string, dtype: WDtype, data: Uint8Array): { buffer: GPUBuffer; offset: number } => {
@@ -271,22 +386,22 @@ async function upload(
     if ((name === EMBED || name === LM_HEAD) && opts.quantize && q4Rows(cols)) {
       // q4 rows of whole groups: the table's nibbles in one binding (a quarter of its 16-bit bytes), gathered by
       // q4Gather and read by the head's products as the projections are.
-      const q = quantizeQ4(tensorToF32({ dtype: t.dtype, bytes: t.bytes }), name);
-      if (q.nibbles.byteLength > gpu.maxStorageBinding)
+      const qb = q4Bytes(rows * cols);
+      if (qb.nibbles > gpu.maxStorageBinding)
         throw new Error(
-          `weights: ${name} as q4 (${q.nibbles.byteLength} bytes) exceeds this device's storage binding ` +
+          `weights: ${name} as q4 (${qb.nibbles} bytes) exceeds this device's storage binding ` +
             `(${gpu.maxStorageBinding} bytes); load it without quantize`,
         );
-      const table: Q4Table = {
-        dtype: "q4",
-        V: rows,
-        C: cols,
-        nibbles: up(q.nibbles, name),
-        scales: up(q.scales, name + " scales"),
-      };
+      const [nibbles, scales] = [
+        gpu.buffer(qb.nibbles, "weights", name),
+        gpu.buffer(qb.scales, "weights", name + " scales"),
+      ];
+      buffers.push(nibbles, scales);
+      await quantizeInto(name, t, nibbles, scales, 0);
+      const table: Q4Table = { dtype: "q4", V: rows, C: cols, nibbles, scales };
       if (name === LM_HEAD) head = table;
       else embed = table;
-      bytes += q.nibbles.byteLength + q.scales.byteLength;
+      bytes += qb.nibbles + qb.scales;
       continue;
     }
     if (name === EMBED || name === LM_HEAD) {
@@ -299,7 +414,7 @@ async function upload(
       if (name === LM_HEAD) head = table;
       else embed = table;
     } else if (opts.quantize) {
-      const q = placeQ4(name, tensorToF32({ dtype: t.dtype, bytes: t.bytes }));
+      const q = await placeQ4(name, t);
       mats.set(name, { ...q, dtype: "q4", rows, cols });
       const qb = q4Bytes(rows * cols);
       bytes += qb.nibbles + qb.scales;
@@ -309,6 +424,7 @@ async function upload(
     }
     bytes += data.byteLength;
   }
+  if (q4) await q4.finish(); // throws a tensor's first error
   if (!embed) throw new Error(`weights: ${EMBED} is missing`);
   const need = <T>(m: Map<string, T>, n: string): T => {
     const v = m.get(n);

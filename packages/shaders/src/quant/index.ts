@@ -1,9 +1,10 @@
 // 4-bit frozen weights (q4, quant/reference.ts): the f16 copy the matmuls read, made on the GPU from the nibbles and
 // scales.
-import { Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
+import { kernelSpec, Params, sizeOf, type Gpu, type KernelSpec, type Recorder } from "@webart/gpu";
 import code from "./dequant.wgsl";
 import gather from "./gather.wgsl";
-import { q4Bytes } from "./reference.ts";
+import quantize from "./quantize.wgsl";
+import { Q4_GROUP, Q4_MAX_SCALE, q4Bytes } from "./reference.ts";
 
 export { Q4_GROUP, Q4_MAX_SCALE, Q4_MIN_SCALE, q4Bytes, quantizeQ4, dequantizeQ4 } from "./reference.ts";
 
@@ -69,4 +70,73 @@ export function q4Gather(
       throw new Error(`q4Gather: ${what} needs ${bytes} bytes but its buffer has ${sizeOf(buf)}`);
   const threads = (N * C) / 8;
   rec.dispatch(q4GatherSpec, [ids, q, s, out], gpu.grid(Math.ceil(threads / WG)), new Params().u32(N, C, V).f32(scale));
+}
+
+/** The dtypes q4Quantize reads: a tensor's own bytes. */
+export type Q4SourceDtype = "f32" | "bf16" | "f16";
+const Q4_SOURCE: Record<Q4SourceDtype, number> = { f32: 0, bf16: 1, f16: 2 };
+const QUANTIZE_WG = 64;
+
+/** Bytes of q4Quantize's errors buffer for `slots` tensors (two u32 a tensor), and its contents before any runs:
+ *  every word 0xffffffff (no error). */
+export function q4ErrorsInit(slots: number): Uint32Array {
+  return new Uint32Array(2 * slots).fill(0xffffffff);
+}
+
+/**
+ * Quantizes n elements of `src` (a tensor's bytes in `dtype`, from its element 0) into nibbles and scales from
+ * element `outFirst` (a multiple of 64: whole u32s of scales), bit for bit as quantizeQ4 does. The chunk's elements
+ * are the tensor's from `base` on: a non-finite element's index (base + i) goes to errors[2·slot] and the first
+ * element of a group past Q4_MAX_SCALE to errors[2·slot + 1], each the least such (q4QuantizeErrors reads them).
+ * A tail past n is a partial group as quantizeQ4's: its missing nibbles 0. Checks the buffers' sizes first.
+ */
+export function q4Quantize(
+  gpu: Gpu,
+  rec: Recorder,
+  { src, nibbles, scales, errors }: { src: GPUBuffer; nibbles: GPUBuffer; scales: GPUBuffer; errors: GPUBuffer },
+  {
+    n,
+    dtype,
+    outFirst = 0,
+    base = 0,
+    slot = 0,
+  }: { n: number; dtype: Q4SourceDtype; outFirst?: number; base?: number; slot?: number },
+): void {
+  if (!Number.isInteger(n) || n < 1) throw new Error(`q4Quantize: n = ${n} must be a positive integer`);
+  if (!Number.isInteger(outFirst) || outFirst < 0 || outFirst % 64 !== 0)
+    throw new Error(`q4Quantize: outFirst = ${outFirst} must be a multiple of 64 (whole words of scales)`);
+  if (!(dtype in Q4_SOURCE)) throw new Error(`q4Quantize: dtype ${dtype} is not f32, bf16 or f16`);
+  if (outFirst + n > 0xffffffff || base + n > 0xffffffff)
+    throw new Error(`q4Quantize: element ${Math.max(outFirst, base) + n} exceeds the u32 index range`);
+  const need = q4Bytes(outFirst + n);
+  const checks: [string, GPUBuffer, number][] = [
+    ["src", src, dtype === "f32" ? n * 4 : Math.ceil(n / 2) * 4],
+    ["nibbles", nibbles, need.nibbles],
+    ["scales", scales, need.scales],
+    ["errors", errors, 8 * (slot + 1)],
+  ];
+  for (const [what, buf, bytes] of checks)
+    if (sizeOf(buf) < bytes)
+      throw new Error(`q4Quantize: ${what} needs ${bytes} bytes but its buffer has ${sizeOf(buf)}`);
+  const spec = kernelSpec("q4_quantize", quantize, { WG: QUANTIZE_WG, DTYPE: Q4_SOURCE[dtype] });
+  const pairs = Math.ceil(n / 64);
+  rec.dispatch(
+    spec,
+    [src, nibbles, scales, errors],
+    gpu.grid(Math.ceil(pairs / QUANTIZE_WG)),
+    new Params().u32(n, outFirst, base, slot),
+  );
+}
+
+/** What q4Quantize's errors say of slot `slot` (the words read back), as quantizeQ4's message, or null. */
+export function q4QuantizeError(words: Uint32Array, slot: number, what: string): string | null {
+  const [nonFinite, tooLarge] = [words[2 * slot], words[2 * slot + 1]];
+  if (nonFinite === 0xffffffff && tooLarge === 0xffffffff) return null;
+  // The CPU quantizer stops at the first group with either; a group counts once (non-finite first).
+  if (nonFinite <= tooLarge)
+    return `q4: ${what} element ${nonFinite} is not finite (NaN or Infinity); only finite weights can be quantized`;
+  return (
+    `q4: ${what} has a weight of magnitude over ${7 * Q4_MAX_SCALE} (element ${tooLarge}..${tooLarge + Q4_GROUP - 1}); ` +
+    `q4 takes up to ${7 * Q4_MAX_SCALE}`
+  );
 }
