@@ -39,7 +39,7 @@ it("measures peak, prefill and decode on the engine's own slots, and leaves the 
   for (const d of r.decode) expect(Number.isFinite(d.tokensPerSec) && d.tokensPerSec > 0).toBe(true);
   expect(r.decode[0].ofRoofline).toBeGreaterThan(0);
   expect(r.decode[1].ofRoofline).toBeUndefined();
-  expect(r.model).toEqual({ name: "tiny", layers: 4, weightBytes: engine.plan.weights, adapter: false });
+  expect(r.model).toEqual({ name: "tiny", layers: 4, weightBytes: engine.plan.weights, q4: false, adapter: false });
   expect(r.tensorCores.on).toBe(false);
   expect(r.train).toBeUndefined(); // (not asked for)
   expect(r.kernels.map((k) => k.key)).toEqual([...engine.gpu.tuning.keys()].sort());

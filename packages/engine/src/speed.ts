@@ -25,7 +25,8 @@ export interface SpeedReport {
   tensorCores: { on: boolean; why?: string };
   /** Measured FMA peak (GFLOP/s) and copy bandwidth (GB/s) of this device. */
   peak: { fmaGflops: number; copyGbps: number };
-  model: { name: string; layers: number; weightBytes: number; adapter: boolean };
+  /** `q4`: its matrices in 4 bits (EngineOptions.quantize), as `weightBytes` counts them. */
+  model: { name: string; layers: number; weightBytes: number; q4: boolean; adapter: boolean };
   /** One prompt of `tokens` tokens, the median of its runs. */
   prefill: { tokens: number; tokensPerSec: number };
   /**
@@ -185,6 +186,7 @@ export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Pro
       name: opts.name ?? engine.name,
       layers: c.numLayers,
       weightBytes: engine.plan.weights,
+      q4: model.quantized,
       adapter: !!model.lora,
     },
     prefill: { tokens: prefillTokens, tokensPerSec: prefillTokens / (measured.prefillMs / 1000) },
@@ -254,6 +256,7 @@ export function speedRows(r: SpeedReport): { key: string; label: string; text: s
       label: "model",
       text:
         `${r.model.name}, ${r.model.layers} layers, ${size(r.model.weightBytes)} of weights` +
+        (r.model.q4 ? " (q4)" : "") +
         (r.model.adapter ? ", with a LoRA adapter" : ""),
     },
     {
