@@ -87,7 +87,7 @@ export function q4ErrorsInit(slots: number): Uint32Array {
  * Quantizes n elements of `src` (a tensor's bytes in `dtype`, from its element 0) into nibbles and scales from
  * element `outFirst` (a multiple of 64: whole u32s of scales), bit for bit as quantizeQ4 does. The chunk's elements
  * are the tensor's from `base` on: a non-finite element's index (base + i) goes to errors[2·slot] and the first
- * element of a group past Q4_MAX_SCALE to errors[2·slot + 1], each the least such (q4QuantizeErrors reads them).
+ * element of a group past Q4_MAX_SCALE to errors[2·slot + 1], each the least such (q4QuantizeError words them).
  * A tail past n is a partial group as quantizeQ4's: its missing nibbles 0. Checks the buffers' sizes first.
  */
 export function q4Quantize(
