@@ -91,6 +91,8 @@ describe.each([
     const m = await measureInference(engine, prefillChunk);
     expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
     expect(m.peak / plan.peakInference).toBeLessThanOrEqual(1);
+    // No buffer past what the plan checks against the device's storage binding.
+    expect(m.largestBuffer).toBeLessThanOrEqual(plan.largestBinding);
     // The working set alone, above what the engine holds: at most the plan's, and within 10% of it.
     expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
     expect((m.peak - held) / plan.inference).toBeLessThanOrEqual(1);
@@ -121,6 +123,7 @@ describe.each([
       const plan = planMemory(engine.config, { ...setup, train: { microBatchTokens: 80, recompute } });
       const m = await measureGrpoStep(engine, o);
       expect(m.microBatches).toBe(2);
+      expect(m.largestBuffer).toBeLessThanOrEqual(plan.largestBinding);
       expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
       expect(m.peak / plan.peakTraining).toBeLessThanOrEqual(1);
       expect((m.peak - held) / plan.training).toBeGreaterThan(0.9);
@@ -140,6 +143,8 @@ describe.each([
       });
       const m = await measureGrpoStep(engine, o);
       expect(m.microBatches).toBe(1);
+      // The step's widest buffer (gate|up, 512 x 2F floats: more than any weight here) is the plan's largest binding.
+      expect(m.largestBuffer).toBe(plan.largestBinding);
       expect(m.peak).toBeLessThanOrEqual(plan.peakTraining);
       expect(m.peak / plan.peakTraining).toBeGreaterThan(0.9);
     },

@@ -5,8 +5,12 @@ import { freeSample } from "./generate/scheduler.ts";
 import type { Engine } from "./engine.ts";
 import { accumulateGradients, optimizerStep, type TrainSequence } from "./train/grpo.ts";
 
-/** Peak live bytes of one step of `prefill` prompt tokens in slot 0 plus one decode token in every other slot. */
-export async function measureInference(engine: Engine, prefill: number): Promise<{ peak: number; tokens: number }> {
+/** Peak live bytes of one step of `prefill` prompt tokens in slot 0 plus one decode token in every other slot, and the
+ *  largest buffer it asked for (BufferPool's largestBuffer). */
+export async function measureInference(
+  engine: Engine,
+  prefill: number,
+): Promise<{ peak: number; tokens: number; largestBuffer: number }> {
   const runner = engine.runner;
   const gpu = engine.gpu;
   const slots = runner.slots;
@@ -22,7 +26,7 @@ export async function measureInference(engine: Engine, prefill: number): Promise
   await gpu.sync();
   gpu.pool.resetPeak();
   await engine.scheduler.exclusive(() => runner.step({ ids, slots: slotOf, pos }, samples));
-  return { peak: gpu.pool.stats.peakLiveBytes, tokens: N };
+  return { peak: gpu.pool.stats.peakLiveBytes, tokens: N, largestBuffer: gpu.pool.stats.largestBuffer };
 }
 
 type GrpoBatch = {
@@ -66,11 +70,12 @@ const gradients = (engine: Engine, seqs: TrainSequence[], o: GrpoBatch) =>
     { newLogprobs: o.newLogprobs },
   );
 
-/** Peak live bytes of one GRPO step (gradients and AdamW) on `batch` sequences of `length` random tokens. */
+/** Peak live bytes of one GRPO step (gradients and AdamW) on `batch` sequences of `length` random tokens, and the
+ *  largest buffer it asked for. */
 export async function measureGrpoStep(
   engine: Engine,
   o: GrpoBatch,
-): Promise<{ peak: number; ms: number; microBatches: number }> {
+): Promise<{ peak: number; ms: number; microBatches: number; largestBuffer: number }> {
   const lora = engine.model.lora;
   if (!lora) throw new Error("measureGrpoStep: attach a LoRA adapter first");
   lora.ensureOptimizer();
@@ -86,7 +91,8 @@ export async function measureGrpoStep(
     gpu.release(r.totals, r.entropyAll);
     await optimizerStep(engine.model, { lr: 0, beta1: 0.9, beta2: 0.99, eps: 1e-8, weightDecay: 0, maxGradNorm: 1 }, 1);
   });
-  return { peak: gpu.pool.stats.peakLiveBytes, ms: performance.now() - t0, microBatches };
+  const largestBuffer = gpu.pool.stats.largestBuffer;
+  return { peak: gpu.pool.stats.peakLiveBytes, ms: performance.now() - t0, microBatches, largestBuffer };
 }
 
 /** The LoRA gradients (the adapter's flat layout) of the loss on the same random batch as measureGrpoStep, without

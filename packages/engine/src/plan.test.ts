@@ -1,6 +1,6 @@
 import { expect, it } from "vitest";
 import { parseConfig, parameterCount } from "./config/index.ts";
-import { checkPlan, LORA_TARGETS, loraParameterCount, planMemory } from "./plan.ts";
+import { checkPlan, LORA_TARGETS, loraParameterCount, planMemory, planTraining } from "./plan.ts";
 import { bucketSize } from "@webart/gpu";
 
 const qwen05 = parseConfig({
@@ -62,4 +62,33 @@ it("rows with allowed sets (a constrained sampler's) add a header word and a voc
   const added = sets.training - plain.training;
   expect(added).toBe(bucketSize(4096 * (1 + words) * 4));
   expect(sets.total - plain.total).toBe(added);
+});
+
+it("counts gate|up as one binding, names the binding that does not fit, and plans a short step at what it holds", () => {
+  const limits = { maxStorageBufferBindingSize: 2 ** 30, maxBufferSize: 2 ** 30 };
+  const p = planMemory(qwen05, setup);
+  // gate|up is one product (2 x 4864 columns): a 4096-token micro-batch's is 152 MiB, more than its logits chunk.
+  expect(p.largestBinding).toBe(4096 * 2 * 4864 * 4);
+  expect(p.largestWhat).toBe("the widest activation of a 4096-token micro-batch");
+  const bind = 4096 * 2 * 4864 * 4 - 1;
+  expect(() => checkPlan(p, { maxStorageBufferBindingSize: bind, maxBufferSize: 2 ** 30 })).toThrow(
+    "memory plan: the widest activation of a 4096-token micro-batch (152.00 MiB) exceeds the device's 152.00 MiB " +
+      "storage binding; use fewer KV slots, a shorter context, a smaller prefill chunk or fewer tokens per micro-batch.",
+  );
+  const base = { ...setup, train: undefined };
+  const want = { microBatchTokens: 4096, longest: 64, stepTokens: 2 * 64 };
+  // Two sequences of 64 tokens pad to one micro-batch of 128 tokens, at most.
+  const short = planTraining(qwen05, base, limits, undefined, { ...want, sequences: 2 });
+  expect(short.microBatchTokens).toBe(128);
+  const run = planTraining(qwen05, base, limits, undefined, want);
+  expect(run.microBatchTokens).toBe(4096);
+  expect(short.plan.training).toBeLessThan(run.plan.training / 10);
+  // Ragged sequences pad to the longest: 3 sequences, the longest of 100 tokens, hold 300 rows.
+  const ragged = planTraining(qwen05, base, limits, undefined, {
+    ...want,
+    longest: 100,
+    stepTokens: 150,
+    sequences: 3,
+  });
+  expect(ragged.microBatchTokens).toBe(300);
 });

@@ -97,8 +97,9 @@ export interface MemoryPlan {
   /** The device's live bytes at the peak of an inference step, and of a training step. */
   peakInference: number;
   peakTraining: number;
-  /** The largest single tensor after splitting, which must fit one storage binding. */
+  /** The largest single tensor after splitting, which must fit one storage binding, and what it is. */
   largestBinding: number;
+  largestWhat: string;
   lines: string[];
 }
 
@@ -386,20 +387,31 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const wb = s.quantize === "q4" ? 0.5 : s.weightBytes;
   const scratch = s.quantize === "q4" ? q4Scratch(c) : NO_Q4;
   let largest = w.largest;
+  let largestWhat = "a weight tensor";
+  /** Keeps the largest binding and names it. */
+  const bind = (bytes: number, what: string) => {
+    if (bytes > largest) [largest, largestWhat] = [bytes, what];
+  };
   const rank = s.lora?.rank ?? 0;
   const targets = s.lora?.targets ?? [];
   const loraParams = s.lora ? loraParameterCount(c, rank, targets) : 0;
   const merged = s.lora && s.mergeLora && !s.quantize ? mergedWeightBytes(c, s.weightBytes) : { bytes: 0, largest: 0 };
   const lora = s.lora ? exact(loraParams * F32) + merged.bytes : 0;
-  largest = Math.max(largest, merged.largest);
+  bind(merged.largest, "a weight tensor's merged f32 copy");
   // Gradients and both AdamW moments (LoraState.ensureOptimizer).
   const optimizer = s.train && s.lora ? 3 * exact(loraParams * F32) : 0;
   const kvLayer = exact(s.kvSlots * s.kvContext * KV * D * F32);
   const kvCache = 2 * L * kvLayer;
-  largest = Math.max(largest, kvLayer);
+  bind(kvLayer, `a layer's KV cache (${s.kvSlots} sequences x ${s.kvContext} tokens)`);
   const N = s.prefillChunk + s.kvSlots;
   const inference = inferencePeak(c, N, s.kvSlots, rank, wb, s.decodeRows, s.ropeInMatvec, scratch);
-  largest = Math.max(largest, s.kvSlots * V * F32, (s.prefillChunk + s.kvSlots) * F * F32);
+  // A token's widest activation: gate|up (2F, one product where the loader packs them), or q|k|v.
+  const wide = Math.max(2 * F, c.numHeads * D + 2 * KV * D, C);
+  bind(s.kvSlots * V * F32, `the logits of ${s.kvSlots} decode rows`);
+  bind(
+    N * wide * F32,
+    `the widest activation of a ${N}-token inference step (prefill chunk ${s.prefillChunk} + ${s.kvSlots} decode rows)`,
+  );
   let training = 0;
   let trainingPerLayer = 0;
   if (s.train) {
@@ -422,9 +434,11 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     const step = exact(grpoTotalsBytes) + (s.train.logprobs ? 2 : 1) * rows;
     training = Math.max(t.peak + step, exact(adamwPartsBytes) + exact(adamwStatsBytes) + UNIFORMS);
     trainingPerLayer = t.perLayer;
-    largest = Math.max(largest, N * Math.min(s.vocabChunk, V) * F32, N * F * F32, N * C * F32);
+    bind(N * Math.min(s.vocabChunk, V) * F32, `a ${N}-token micro-batch's logits chunk`);
+    bind(N * wide * F32, `the widest activation of a ${N}-token micro-batch`);
   }
-  largest = Math.max(largest, scratch.layer, scratch.head);
+  bind(scratch.layer, "a layer's f16 copy of q4 weights");
+  bind(scratch.head, "the LM head's f16 copy of q4 weights");
   const held = weights + lora + optimizer + kvCache;
   const tuning = s.tuning ?? 0;
   // A q4 load quantizes on the GPU through a staging buffer, beside the weights uploaded so far.
@@ -458,6 +472,7 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     peakInference: held + inference,
     peakTraining: held + training,
     largestBinding: largest,
+    largestWhat,
     lines,
   };
 }
@@ -484,6 +499,13 @@ export function planDroppingMerge<T>(setup: { mergeLora?: boolean }, make: () =>
 }
 
 const gib = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / MiB).toFixed(1)} MiB`);
+/** A binding's size, precise enough to tell it from the limit it is checked against. */
+const size = (b: number) =>
+  b < MiB
+    ? `${(b / 1024).toFixed(1)} KiB`
+    : b < 2 ** 30
+      ? `${(b / MiB).toFixed(2)} MiB`
+      : `${(b / 2 ** 30).toFixed(3)} GiB`;
 
 /** The plan's parts, largest first, as "training 1.20 GiB, weights 0.92 GiB, ...". */
 function largestParts(p: MemoryPlan): string {
@@ -510,8 +532,8 @@ export function checkPlan(plan: MemoryPlan, limits: AdapterLimits, budgetBytes?:
   const bind = Math.min(limits.maxStorageBufferBindingSize, limits.maxBufferSize);
   if (plan.largestBinding > bind) {
     throw new PlanError(
-      `memory plan: a ${(plan.largestBinding / MiB).toFixed(0)} MiB tensor exceeds the device's ` +
-        `${(bind / MiB).toFixed(0)} MiB storage binding; use fewer KV slots, a shorter context or fewer tokens per micro-batch.`,
+      `memory plan: ${plan.largestWhat} (${size(plan.largestBinding)}) exceeds the device's ` +
+        `${size(bind)} storage binding; use fewer KV slots, a shorter context, a smaller prefill chunk or fewer tokens per micro-batch.`,
     );
   }
   if (budgetBytes !== undefined && plan.total + inUse > budgetBytes) {
@@ -557,11 +579,16 @@ export function planTraining(
     /** The step's tokens and whether it reads their logprobs back (PlanSetup.train.stepTokens, .logprobs). */
     stepTokens?: number;
     logprobs?: boolean;
+    /** The step's sequences (default: as many as the micro-batch holds). */
+    sequences?: number;
   },
 ): TrainChoice {
   const V = c.vocabSize;
   const longest = Math.max(1, want.longest);
-  const top = Math.max(want.microBatchTokens, longest);
+  // A micro-batch is whole sequences padded to its longest, so none holds more than longest x sequences: a short step
+  // is planned (and reported) at what it can hold, not at the run's micro-batch.
+  const cap = want.sequences ? Math.min(want.microBatchTokens, longest * want.sequences) : want.microBatchTokens;
+  const top = Math.max(cap, longest);
   const sizes: number[] = [];
   for (let n = top; n > longest; n = Math.floor(n / 2)) sizes.push(n);
   sizes.push(longest);

@@ -133,6 +133,12 @@ it("times a GRPO step on the engine's adapter as the planner has it run, leaving
     expect(speedLines(r).find((l) => l.startsWith("GRPO step:"))).toMatch(
       /^GRPO step: +[\d.]+ s for 8 x 512 tokens, [\d.]+ tokens\/s \(micro-batches of \d+ tokens, recompute off\); peak [\d.]+ MiB, planned [\d.]+ MiB$/,
     );
+    // A short step (2 x 64) is planned at what its one micro-batch holds, not at the run's 4 096 tokens: before,
+    // it was planned at 117 MiB for a 12 MiB peak.
+    const short = (await measureSpeed(e, { quick: true, batches: [1], train: { batch: 2, length: 64 } })).train!;
+    expect(short.microBatchTokens).toBe(128);
+    expect(short.peakBytes).toBeLessThanOrEqual(short.plannedBytes);
+    expect(short.peakBytes / short.plannedBytes).toBeGreaterThan(0.95);
     expect(gpu.errors).toEqual([]);
   } finally {
     await e.close();

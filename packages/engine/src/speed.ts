@@ -210,7 +210,13 @@ async function timeTraining(engine: Engine, batch: number, length: number): Prom
     engine.planSetup,
     { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize },
     engine.memoryBudget,
-    { microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens, longest: length, held, stepTokens: batch * length },
+    {
+      microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens,
+      longest: length,
+      held,
+      stepTokens: batch * length,
+      sequences: batch,
+    },
   );
   const o = {
     batch,

@@ -121,6 +121,30 @@ describe("device layer on Dawn", () => {
     expect(gpu.memory.allocatedBytes).toBeLessThanOrEqual(alloc - (1 << 20));
   });
 
+  it("a bucket past the device's largest buffer is cut to the exact size; the largest buffer asked for is kept", async () => {
+    const limit = (1 << 20) + (1 << 16);
+    const small = await createDevice({ limitOverrides: { maxBufferSize: limit } });
+    try {
+      small.pool.resetPeak();
+      expect(small.memory.largestBuffer).toBe(0);
+      // 1 MiB + 16 bytes rounds up to a 1.25 MiB bucket, past this device's 1.0625 MiB: it gets its own size and fits.
+      const near = small.buffer((1 << 20) + 16, "activations");
+      expect(small.memory.byTag.activations).toBe((1 << 20) + 16);
+      expect(() => small.buffer(limit + 16, "activations")).toThrow(
+        `GPU buffer of ${limit + 16} bytes (activations) exceeds the device's maxBufferSize ${limit}`,
+      );
+      // A readback's staging buffer is not bound by shaders: not counted.
+      const staging = small.pool.acquire(limit, 0x01 | 0x08, "staging");
+      expect(small.memory.largestBuffer).toBe((1 << 20) + 16);
+      small.pool.release(staging);
+      small.pool.resetPeak();
+      expect(small.memory.largestBuffer).toBe(0);
+      small.release(near);
+    } finally {
+      small.destroy();
+    }
+  });
+
   it("start-up tuning's buffers go back to the device when released, not into the pool's free lists", () => {
     const start = gpu.memory.allocatedBytes;
     const [a, b] = [gpu.buffer(3 << 20, "tune"), gpu.buffer(3 << 20, "test")];

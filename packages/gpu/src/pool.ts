@@ -30,6 +30,9 @@ export interface MemoryStats {
   byTag: Record<string, number>;
   /** The largest live bytes each tag reached (since the last resetPeak). */
   peakByTag: Record<string, number>;
+  /** The most bytes asked of one buffer bound by shaders (every tag but readbacks' "staging"), since the last
+   *  resetPeak: what the memory plan's largestBinding must cover. */
+  largestBuffer: number;
 }
 
 export class BufferPool {
@@ -47,6 +50,7 @@ export class BufferPool {
     poolHits: 0,
     byTag: {},
     peakByTag: {},
+    largestBuffer: 0,
   };
   /** Recorders created and not yet submitted: while any is open, released buffers wait for a submit. */
   openRecorders = 0;
@@ -124,13 +128,17 @@ export class BufferPool {
   acquire(bytes: number, usage: GPUBufferUsageFlags, tag = "other", label?: string, fresh = false): GPUBuffer {
     // Long-lived tensors (weights, KV cache, adapter and optimizer state) get their exact size: bucket
     // rounding (up to 25%) would waste memory that is never handed back; scratch buffers are bucketed.
-    const size = EXACT_TAGS.has(tag) ? Math.max(16, Math.ceil(bytes / 16) * 16) : bucketSize(bytes);
+    // A bucket past the device's largest buffer is cut back to the exact size, which may still fit.
+    const exact = Math.max(16, Math.ceil(bytes / 16) * 16);
+    const bucket = EXACT_TAGS.has(tag) ? exact : bucketSize(bytes);
+    const size = bucket > this.maxBufferSize ? exact : bucket;
     if (size > this.maxBufferSize) {
       throw new Error(
         `GPU buffer of ${bytes} bytes (${label ?? tag}) exceeds the device's maxBufferSize ${this.maxBufferSize}; ` +
           "split the tensor or use a smaller model / batch.",
       );
     }
+    if (tag !== "staging") this.stats.largestBuffer = Math.max(this.stats.largestBuffer, bytes);
     const key = size * 1024 + usage;
     let buf = fresh ? undefined : this.capturedFree.get(key)?.pop();
     if (buf) {
@@ -205,6 +213,7 @@ export class BufferPool {
     this.stats.peakLiveBytes = this.stats.liveBytes;
     this.stats.peakAllocatedBytes = this.stats.allocatedBytes;
     this.stats.peakByTag = { ...this.stats.byTag };
+    this.stats.largestBuffer = 0;
   }
 
   /** Called after trim() destroys buffers (the device drops what refers to them, e.g. cached bind groups). */

@@ -112,6 +112,7 @@ export function planStep(
         held: engine.gpu.pool.stats.liveBytes,
         allowedSets: seqs.some((q) => q.allowed),
         stepTokens: seqs.reduce((n, q) => n + q.ids.length, 0),
+        sequences: seqs.length,
         logprobs: want.newLogprobs,
       },
     );
