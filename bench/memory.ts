@@ -1,7 +1,8 @@
 // `npm run bench -- memory`: the memory planner against the engine's accounting. For each model, the planned
 // and the measured peak live bytes of the largest inference step and of a LoRA GRPO step (rank 8, all
 // targets), with recompute off and on, and the step time with recompute on over off. Real shapes (full width
-// and vocabulary, random bf16 weights) run with 2 layers; the plan's per-layer term extrapolates to full depth.
+// and vocabulary, random bf16 weights) run with 2 layers; the plan's per-layer term extrapolates to full depth. Each
+// phase also reports the largest buffer it asked for over the plan's largest binding (at most 1).
 // On a CPU device (SwiftShader) the GRPO step is 2 x 64 tokens instead of 8 x 512 (too slow otherwise).
 import {
   Engine,
@@ -51,8 +52,17 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         lora: { rank: 8, targets: LORA_TARGETS },
         loraGradChunk: engine.planSetup.loraGradChunk, // the device's LoRA layout (GPUs split gradient sums)
         ropeInMatvec: engine.planSetup.ropeInMatvec,
+        mergeLora: engine.planSetup.mergeLora, // inference on an f32 copy with the adapter merged in, where it runs
       };
-      const row = (phase: string, plan: number, meas: number, actPlan: number, actMeas: number, s?: number) => {
+      const row = (
+        phase: string,
+        plan: number,
+        meas: number,
+        actPlan: number,
+        actMeas: number,
+        largest: { planned: number; measured: number; what: string },
+        s?: number,
+      ) => {
         const mib = (b: number) => (b / 2 ** 20).toFixed(1).padStart(9);
         ctx.log(
           `${name.padEnd(14)} ${phase.padEnd(16)} ${mib(plan)} ${mib(meas)} ${(meas / plan).toFixed(3).padStart(6)}  ${mib(actPlan)} ${mib(actMeas)} ${(actMeas / actPlan).toFixed(3).padStart(6)}  ${s?.toFixed(2) ?? ""}`,
@@ -69,11 +79,24 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
           unit: "x",
           note: `above weights, adapter, optimizer and KV cache: plan ${actPlan} B, measured ${actMeas} B`,
         });
+        // The largest buffer the step asked for, against the one the plan checks against the storage binding (at
+        // most 1: the plan names what it checks).
+        out.push({
+          id: `memory.${name}.${phase}.largest_buffer_over_plan`,
+          value: largest.measured / largest.planned,
+          unit: "x",
+          note: `${largest.measured} B asked; planned ${largest.planned} B (${largest.what})`,
+        });
       };
       const inf = planMemory(c, setup);
       const before = ctx.gpu.pool.stats.liveBytes;
       const mi = await measureInference(engine, prefillChunk);
-      row("inference", inf.peakInference, mi.peak, inf.inference, mi.peak - before);
+      const largest = (p: typeof inf, measured: number) => ({
+        planned: p.largestBinding,
+        measured,
+        what: p.largestWhat,
+      });
+      row("inference", inf.peakInference, mi.peak, inf.inference, mi.peak - before, largest(inf, mi.largestBuffer));
       const times: Record<string, number> = {};
       for (const recompute of [false, true]) {
         const p = planMemory(c, { ...setup, train: { microBatchTokens: B * T, recompute } });
@@ -89,7 +112,7 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         });
         const phase = `grpo.${recompute ? "recompute" : "keep"}`;
         times[phase] = m.ms / 1000;
-        row(phase, p.peakTraining, m.peak, p.training, m.peak - held, m.ms / 1000);
+        row(phase, p.peakTraining, m.peak, p.training, m.peak - held, largest(p, m.largestBuffer), m.ms / 1000);
         if (real) {
           // Every further layer adds its weights, KV cache, LoRA + optimizer state and (kept) activations.
           const full = parseConfig(configJson(name));
