@@ -499,7 +499,7 @@ export function planDroppingMerge<T>(setup: { mergeLora?: boolean }, make: () =>
 }
 
 const gib = (b: number) => (b >= 2 ** 30 ? `${(b / 2 ** 30).toFixed(2)} GiB` : `${(b / MiB).toFixed(1)} MiB`);
-/** A binding's size, precise enough to tell it from the limit it is checked against. */
+/** A binding's size for the refusal: KiB below 1 MiB, then MiB to two decimals, GiB to three. */
 const size = (b: number) =>
   b < MiB
     ? `${(b / 1024).toFixed(1)} KiB`
