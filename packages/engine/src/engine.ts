@@ -24,7 +24,14 @@ import {
   type MemoryPlan,
   type PlanSetup,
 } from "./plan.ts";
-import { coopConfig, loraGradChunk, tuneKernels, tuneScratchBytes, type KernelTuning } from "@webart/shaders";
+import {
+  coopConfig,
+  decodeSplitTarget,
+  loraGradChunk,
+  tuneKernels,
+  tuneScratchBytes,
+  type KernelTuning,
+} from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
@@ -230,6 +237,9 @@ export class Engine {
       ropeInMatvec: ropeInMatvec(gpu, {}),
       // q4 weights have no merged copy (an f32 one would be 7x their bytes).
       mergeLora: !opts.quantize && (opts.mergeLora ?? defaultMergeLora(gpu, weightBytes)),
+      decodeAhead: opts.decodeAhead ?? 8,
+      // Split-KV's partials in decode steps, as this device's untuned kernels split (tuning below may change it).
+      splitKvTarget: decodeSplitTarget(gpu, c.headDim),
     };
     const limits = { maxStorageBufferBindingSize: gpu.maxStorageBinding, maxBufferSize: gpu.maxBufferSize };
     const inUse = gpu.pool.stats.liveBytes;
@@ -277,11 +287,20 @@ export class Engine {
       gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);
       const rope = ropeInMatvec(gpu, tuning);
-      if ((tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) || rope !== setup.ropeInMatvec) {
-        // Steps of more rows than that run the layer one op at a time, and RoPE apart from the q|k|v matvec needs
-        // the packed q|k|v: more temporaries, planned again.
+      const splitKv = decodeSplitTarget(gpu, c.headDim, tuning.attention);
+      const sampleSplit = tuning.sample?.split ?? 1;
+      if (
+        (tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) ||
+        rope !== setup.ropeInMatvec ||
+        splitKv !== setup.splitKvTarget ||
+        sampleSplit > 1
+      ) {
+        // Steps of more rows than that run the layer one op at a time, RoPE apart from the q|k|v matvec needs the
+        // packed q|k|v, and the tuned attention and sampler may split into partials: planned again.
         if (tuning.decodeRows !== undefined && tuning.decodeRows < DECODE_ROWS) setup.decodeRows = tuning.decodeRows;
         setup.ropeInMatvec = rope;
+        setup.splitKvTarget = splitKv;
+        if (sampleSplit > 1) setup.sampleSplit = sampleSplit;
         plan = makePlan();
       }
       // Done: the load's plan keeps its tuning line, the plans of later steps have none.

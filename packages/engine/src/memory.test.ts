@@ -11,7 +11,7 @@ import { LocalBackend } from "./art/local-backend.ts";
 import { TrainableModel } from "./art/model.ts";
 import { Trajectory, TrajectoryGroup, type SampledChoice } from "./art/trajectories.ts";
 import { Engine } from "./engine.ts";
-import { loraGradients, measureGrpoStep, measureInference } from "./memory.ts";
+import { loraGradients, measureDecodeRun, measureGrpoStep, measureInference } from "./memory.ts";
 import { LORA_TARGETS, planMemory, type PlanSetup } from "./plan.ts";
 import { DECODE_ROWS } from "./model/decode-rows.ts";
 import { randomTensors, tinyConfigJson } from "./weights/testing.ts";
@@ -81,6 +81,7 @@ describe.each([
       lora: { rank: 4, targets: LORA_TARGETS },
       ropeInMatvec: engine.planSetup.ropeInMatvec, // RoPE in the q|k|v matvec where the device binds enough buffers
       mergeLora: engine.planSetup.mergeLora, // an f32 model's inference on weights with the adapter merged in
+      splitKvTarget: engine.planSetup.splitKvTarget, // split-KV's partials as this device's decode attention splits
     };
     return () => engine.close();
   });
@@ -89,13 +90,29 @@ describe.each([
     const held = gpu.pool.stats.liveBytes;
     const plan = planMemory(engine.config, setup);
     const m = await measureInference(engine, prefillChunk);
-    expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
-    expect(m.peak / plan.peakInference).toBeLessThanOrEqual(1);
+    // The plan's peak is the larger of this step and a decode run (here, at these widths, often the run).
+    expect(m.peak).toBeLessThanOrEqual(plan.peakInference);
+    expect(m.peak / (plan.peakInference - plan.inference + plan.inferenceStep)).toBeGreaterThan(0.9);
     // No buffer past what the plan checks against the device's storage binding.
     expect(m.largestBuffer).toBeLessThanOrEqual(plan.largestBinding);
-    // The working set alone, above what the engine holds: at most the plan's, and within 10% of it.
-    expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
-    expect((m.peak - held) / plan.inference).toBeLessThanOrEqual(1);
+    // The working set alone, above what the engine holds: at most the plan's step, and within 10% of it.
+    expect((m.peak - held) / plan.inferenceStep).toBeGreaterThan(0.9);
+    expect((m.peak - held) / plan.inferenceStep).toBeLessThanOrEqual(1);
+  });
+
+  it("a decode run (8 steps replaying the captured one) peaks at or below the plan, within 10%", async () => {
+    const plan = planMemory(engine.config, setup);
+    await measureDecodeRun(engine, 8); // its pipelines
+    const held = gpu.pool.stats.liveBytes;
+    const m = await measureDecodeRun(engine, 8);
+    expect(m.replays).toBe(7);
+    // The tape: one buffer a temporary (q4: one f16 copy of a layer's weights, one of the head's rows) and its
+    // uniforms; beside it, a step's own buffers and one uniform chunk.
+    expect(m.tapeBytes).toBeGreaterThan(64 * 1024);
+    expect(m.largestBuffer).toBeLessThanOrEqual(plan.largestBinding);
+    expect(m.peak).toBeLessThanOrEqual(plan.peakInference);
+    expect((m.peak - held) / plan.decodeRun).toBeGreaterThan(0.9);
+    expect((m.peak - held) / plan.decodeRun).toBeLessThanOrEqual(1);
   });
 
   it("inference where tuning runs steps of more than 8 rows one op at a time (decodeRows 8)", async () => {
@@ -105,10 +122,9 @@ describe.each([
       const plan = planMemory(engine.config, { ...setup, decodeRows: 8 });
       expect(plan.inference).toBeGreaterThan(planMemory(engine.config, setup).inference);
       const m = await measureInference(engine, prefillChunk);
-      expect(m.peak / plan.peakInference).toBeGreaterThan(0.9);
       expect(m.peak / plan.peakInference).toBeLessThanOrEqual(1);
-      expect((m.peak - held) / plan.inference).toBeGreaterThan(0.9);
-      expect((m.peak - held) / plan.inference).toBeLessThanOrEqual(1);
+      expect((m.peak - held) / plan.inferenceStep).toBeGreaterThan(0.9);
+      expect((m.peak - held) / plan.inferenceStep).toBeLessThanOrEqual(1);
     } finally {
       engine.model.decodeRows = DECODE_ROWS;
     }

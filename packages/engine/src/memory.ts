@@ -29,6 +29,34 @@ export async function measureInference(
   return { peak: gpu.pool.stats.peakLiveBytes, tokens: N, largestBuffer: gpu.pool.stats.largestBuffer };
 }
 
+/** Peak live bytes of a decode run (ModelRunner.decode, as the scheduler makes one: `steps` steps submitted back to
+ *  back, replaying the captured step) of one token in every slot at position `at`, and the largest buffer it asked
+ *  for. */
+export async function measureDecodeRun(
+  engine: Engine,
+  steps: number,
+  at = 8,
+): Promise<{ peak: number; largestBuffer: number; replays: number; tapeBytes: number }> {
+  const runner = engine.runner;
+  const gpu = engine.gpu;
+  const S = runner.slots;
+  const ids = Uint32Array.from({ length: S }, (_, s) => (s * 7 + 1) % engine.config.vocabSize);
+  const slotOf = Uint32Array.from({ length: S }, (_, s) => s);
+  const pos = new Uint32Array(S).fill(Math.min(at, runner.maxContext - steps));
+  const samples = Array.from({ length: S }, (_, s) => freeSample(s, s, 0, 1));
+  await gpu.sync();
+  gpu.pool.resetPeak();
+  const before = runner.tapeStats.replays;
+  let tapeBytes = 0;
+  await engine.scheduler.exclusive(async () => {
+    await runner.decode({ ids, slots: slotOf, pos }, samples, steps);
+    tapeBytes = runner.tapeBytes;
+  });
+  const stats = gpu.pool.stats;
+  const replays = runner.tapeStats.replays - before;
+  return { peak: stats.peakLiveBytes, largestBuffer: stats.largestBuffer, replays, tapeBytes };
+}
+
 type GrpoBatch = {
   batch: number;
   length: number;

@@ -71,6 +71,14 @@ export interface PlanSetup {
   /** With an adapter, inference runs on an f32 copy of the layers' weights with it merged in (model.ts mergeLora;
    *  a 16-bit model's decode steps): counted with the adapter. Default false. */
   mergeLora?: boolean;
+  /** Decode steps the scheduler runs back to back (EngineOptions.decodeAhead; default 8): each one's readbacks are
+   *  held until the run ends. */
+  decodeAhead?: number;
+  /** Workgroups a decode step's split-KV attention fills at most (attention's decodeTarget: 128 on GPUs, 4 on CPU
+   *  devices; 0 where decode attention never splits). Default 128. */
+  splitKvTarget?: number;
+  /** The sampler's split of a row over workgroups (start-up tuning's SampleTuning.split; default 1). */
+  sampleSplit?: number;
   /** Start-up tuning's buffers (tuneScratchBytes of @webart/shaders; 0 or none: no tuning): held at load, after the
    *  weights and before anything else, and given back before the first step. */
   tuning?: number;
@@ -82,8 +90,14 @@ export interface MemoryPlan {
   /** LoRA gradients and AdamW moments, held from the first step on. */
   optimizer: number;
   kvCache: number;
-  /** The largest working set of an inference step (prefill chunk, logits of the sampled rows, sampling). */
+  /** The largest working set of inference: the larger of inferenceStep and decodeRun. */
   inference: number;
+  /** A step of the prefill chunk and a decode row in every other slot (its layers' temporaries, logits of the
+   *  sampled rows, sampling). */
+  inferenceStep: number;
+  /** A run of decode steps (ModelRunner.decode): the captured step's buffers (Tape), one step's beside them, every
+   *  step's readbacks. */
+  decodeRun: number;
   /** The largest working set of a training step: a micro-batch's kept activations, one layer's gradients and a
    *  logits chunk, with the step's per-token rows and totals; or the optimizer's partial sums. */
   training: number;
@@ -342,6 +356,78 @@ function inferencePeak(
   return inputs + Math.max(layer + q4.layer, head + q4.head) + UNIFORMS;
 }
 
+/** Bytes of a uniform chunk (@webart/gpu's UNIFORM_CHUNK), and of a dispatch's parameters in it at most (its offset
+ *  alignment, 256 on the devices webart has met). */
+const UNIFORM_SLOT = 256;
+
+/** The split sampler's partial results (sample partials, rows below SPLIT_ROWS of @webart/shaders). */
+const samplePartials = (S: number, split = 1) => (S < 16 ? f(S * split * 8) : 0);
+
+/** Split-KV's partial outputs and their max and sum in a decode step of S rows (attention's decodeSplit: at most
+ *  ceil(target / workgroups) chunks, a workgroup a row's group of up to H / KV heads), where a context of 128 keys
+ *  or more can split. */
+function splitKvBytes(c: ModelConfig, S: number, target: number, kvContext: number): number {
+  if (!target || kvContext < 128) return 0;
+  const rows = target * (c.numHeads / c.numKvHeads) + S * c.numHeads; // split x S x H, at most
+  return f(rows * c.headDim) + f(rows * 2);
+}
+
+/**
+ * A decode run (ModelRunner.decode: `steps` steps of S rows, one token a sequence, replaying a captured step): the
+ * tape (Recorder.capture) holds every buffer its step handed out, one per temporary of a layer (the layers reuse
+ * them), its inputs, the logits and its uniforms; beside it, one step's own buffers (its input ids, positions,
+ * sampling's params and outputs) and uniforms, and every step's readbacks until the run ends. An upper bound: where
+ * two temporaries share a pool bucket and never live at once, the tape holds one.
+ */
+function decodeRunPeak(
+  c: ModelConfig,
+  S: number,
+  rank: number,
+  weightBytes: number,
+  o: {
+    decodeRows: number;
+    ropeInMatvec: boolean;
+    q4: Q4Scratch;
+    steps: number;
+    splitKv: number;
+    sampleSplit: number;
+    kvContext: number;
+  },
+): number {
+  const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D, vocabSize: V, numLayers: L } = c;
+  const t = (projections: number) => (rank ? f(S * projections * rank) : 0); // LoRA x·Aᵀ (o's and down's: one)
+  const sandwich = c.sandwichNorms; // Gemma: each branch's output, its norm's rstd and the new residual
+  const ldq = (H + 2 * KV) * D;
+  let layer: number;
+  let dispatches: number; // a layer's, with parameters (a uniform slot each), at most
+  if (S <= o.decodeRows) {
+    // decodeLayer: q, the packed q|k|v (none where RoPE rides in the matvec), o, lse, the MLP's activation.
+    const qkv = o.ropeInMatvec && !c.qkNorm ? 0 : f(S * ldq);
+    layer = 2 * f(S * H * D) + qkv + f(S * H) + f(S * F) + t(3) + t(2) + t(1);
+    layer += sandwich ? 4 * f(S * C) + f(S) : 0; // ao, mo, two residuals, the branch rstd
+    dispatches = 4 + (qkv ? 1 : 0) + 2 + (rank ? 4 : 0) + (sandwich ? 2 : 0);
+  } else {
+    // layer(), in place: h1, rstd1, q, q|k|v (or k and v; the q/k norms' outputs), o, lse, h2, rstd2, gate|up, a.
+    const fused = qkvFused(c, weightBytes);
+    const qk = c.qkNorm && !fused ? f(S * H * D) + f(S * KV * D) + f(S * H) + f(S * KV) : 0;
+    layer = 2 * (f(S * C) + f(S)) + 2 * f(S * H * D) + f(S * H) + f(S * F) + gateUp(c, S, weightBytes);
+    layer += (fused ? f(S * ldq) : 2 * f(S * KV * D)) + qk + t(3) + t(2) + t(1);
+    layer += sandwich ? 4 * f(S * C) + 2 * f(S) : 0; // ao, rstdA, xMid, mo, rstdM, xOut
+    dispatches = 16 + (rank ? 6 : 0) + (sandwich ? 2 : 0);
+  }
+  if (o.q4.layer) dispatches += 4; // the f16 copies' dequantizations
+  // x, the final norm's rows above decodeRows, the logits.
+  const head = f(S * C) + (S > o.decodeRows ? f(S * C) + f(S) : 0) + f(S * V) + o.q4.head;
+  const headDispatches = 2 * Math.ceil(V / Q4_HEAD_ROWS) + 2; // embedding, norm, a shard's product (and its copy)
+  const slots = L * (dispatches + (o.splitKv ? 1 : 0)) + headDispatches;
+  const tapeUniforms = Math.ceil((slots * UNIFORM_SLOT) / UNIFORMS) * UNIFORMS;
+  const tape = f(S) + f(2 * S) + layer + o.q4.layer + splitKvBytes(c, S, o.splitKv, o.kvContext) + head + tapeUniforms;
+  // A step: the ids it feeds (the last step's sampled ids), its positions, sampling's params, partials and outputs,
+  // its uniforms; each step's two readbacks (ids, logprobs).
+  const step = f(S) + f(2 * S) + f(6 * S) + samplePartials(S, o.sampleSplit) + 2 * f(S) + UNIFORMS;
+  return tape + step + 2 * o.steps * f(S);
+}
+
 /** One training micro-batch of N tokens: the peak of the head phase and of the top layer's backward. */
 function trainingPeak(
   c: ModelConfig,
@@ -404,7 +490,22 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
   const kvCache = 2 * L * kvLayer;
   bind(kvLayer, `a layer's KV cache (${s.kvSlots} sequences x ${s.kvContext} tokens)`);
   const N = s.prefillChunk + s.kvSlots;
-  const inference = inferencePeak(c, N, s.kvSlots, rank, wb, s.decodeRows, s.ropeInMatvec, scratch);
+  const decodeRows = s.decodeRows ?? DECODE_ROWS;
+  // The larger of a step of the prefill chunk and every slot's decode row, and a run of decode steps beside the one
+  // they replay.
+  const stepPeak =
+    inferencePeak(c, N, s.kvSlots, rank, wb, decodeRows, s.ropeInMatvec, scratch) +
+    samplePartials(s.kvSlots, s.sampleSplit);
+  const decodeRun = decodeRunPeak(c, s.kvSlots, rank, wb, {
+    decodeRows,
+    ropeInMatvec: !!s.ropeInMatvec,
+    q4: scratch,
+    steps: s.decodeAhead ?? 8,
+    splitKv: s.splitKvTarget ?? 128,
+    sampleSplit: s.sampleSplit ?? 1,
+    kvContext: s.kvContext,
+  });
+  const inference = Math.max(stepPeak, decodeRun);
   // A token's widest activation: gate|up (2F, one product where the loader packs them), or q|k|v.
   const wide = Math.max(2 * F, c.numHeads * D + 2 * KV * D, C);
   bind(s.kvSlots * V * F32, `the logits of ${s.kvSlots} decode rows`);
@@ -465,6 +566,8 @@ export function planMemory(c: ModelConfig, s: PlanSetup): MemoryPlan {
     optimizer,
     kvCache,
     inference,
+    inferenceStep: stepPeak,
+    decodeRun,
     training,
     trainingPerLayer,
     tuning,

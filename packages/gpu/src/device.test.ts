@@ -261,6 +261,35 @@ describe("device layer on Dawn", () => {
     gpu.release(bx, by);
   });
 
+  it("a recording of more dispatches than a uniform chunk holds submits part-way and keeps one chunk", async () => {
+    const n = 64;
+    const bx = gpu.upload(new Float32Array(n).fill(1));
+    const by = gpu.upload(new Float32Array(n));
+    await gpu.run(scale, [bx, by], 1, new Params().u32(n).f32(0)); // built and checked: nothing waits below
+    await gpu.sync();
+    const chunk = 64 * 1024;
+    const slots = chunk / gpu.limits.minUniformBufferOffsetAlignment; // dispatches a chunk holds
+    const before = gpu.pool.stats.byTag.uniforms ?? 0;
+    gpu.pool.resetPeak();
+    const rec = gpu.recorder();
+    const count = 2 * slots + 10;
+    for (let i = 0; i < count; i++) rec.dispatch(scale, [bx, by], 1, new Params().u32(n).f32(1));
+    expect(rec.flushes).toBe(2); // a part each time a chunk filled
+    const out = rec.read(by, n * 4);
+    await rec.submit();
+    expect(new Float32Array(await out)[n - 1]).toBe(count); // every dispatch ran, in order
+    expect((gpu.pool.stats.peakByTag.uniforms ?? 0) - before).toBe(chunk);
+    // With parts held (Recorder.holdParts, the bench's A/B), the chunks stay: two filled, and one more.
+    const held = gpu.recorder();
+    held.holdParts = true;
+    for (let i = 0; i < count; i++) held.dispatch(scale, [bx, by], 1, new Params().u32(n).f32(1));
+    expect(held.flushes).toBe(0);
+    expect((gpu.pool.stats.byTag.uniforms ?? 0) - before).toBe(3 * chunk);
+    await held.submit();
+    expect((await gpu.readF32(by, 1))[0]).toBe(2 * count);
+    gpu.release(bx, by);
+  });
+
   it("submits in the order submit() was called, even when the first waits on a new pipeline's checks", async () => {
     const n = 64;
     const assign = assignSpec("assign");

@@ -498,6 +498,12 @@ export class Gpu {
     return this.submitting !== undefined;
   }
 
+  /** Whether a recorder's submit waits its turn behind a new pipeline's checks: work recorded now would hold its
+   *  buffers (and its uniforms) until that submit is made. A caller recording step after step may wait for it. */
+  get submitWaiting(): boolean {
+    return this._submitWaiting;
+  }
+
   /** @internal */
   _guard<T>(p: Promise<T>): Promise<T> {
     return this.guard(p);

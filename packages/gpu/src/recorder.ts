@@ -46,6 +46,11 @@ export class Tape {
     this.parts = ops.reduce((n, o) => n + (o.kind === "part" ? 1 : 0), 0);
   }
 
+  /** Bytes of the device's memory it holds (its inputs, temporaries, outputs and uniforms) until disposed. */
+  get bytes(): number {
+    return [...this.inputs.map((i) => i.buffer), ...this.held].reduce((n, b) => n + b.size, 0);
+  }
+
   /** Whether replay() may record it: a valid capture, not disposed, whose recorder did not fail. */
   get live(): boolean {
     return !this.disposed && !this.invalid;
@@ -106,7 +111,11 @@ export class Recorder {
   /** Writes params into the current uniform chunk (a new one when full) and returns their range. */
   private uniform(params: Params): { buffer: GPUBuffer; offset: number; size: number } {
     const size = params.byteLength;
-    let c = this.chunks[this.chunks.length - 1];
+    let c: (typeof this.chunks)[number] | undefined = this.chunks[this.chunks.length - 1];
+    // A full chunk: what is recorded so far goes to the device (as submitPart would), so that its chunk goes back to
+    // the pool and a long recording (a prefill of many layers) holds one chunk, not one per 256 dispatches. Not while
+    // capturing (the tape holds its chunks), nor where submitPart declines.
+    if (c && !this.chunkBreak && c.used + size > UNIFORM_CHUNK && !this.taping && this.submitPart()) c = undefined;
     if (!c || this.chunkBreak || c.used + size > UNIFORM_CHUNK) {
       const buf = this.gpu.pool.acquire(UNIFORM_CHUNK, 0x40 | 0x08 /* UNIFORM | COPY_DST */, "uniforms");
       const u = this.gpu._hostChunk();

@@ -53,7 +53,7 @@ import { LORA_TARGETS, type LoraTarget } from "../plan.ts";
 import { DECODE_ROWS } from "./decode-rows.ts";
 import type { KvCache } from "./kv.ts";
 import type { LoraEntry, LoraState } from "./lora.ts";
-import { freeWeights, oneBuffer, type GpuWeights, type Matrix, type Vector } from "./weights.ts";
+import { freeWeights, oneBuffer, Q4_HEAD_ROWS, type GpuWeights, type Matrix, type Vector } from "./weights.ts";
 
 /** Where a forward's keys and values live: the inference KV cache, or a training micro-batch (B, T). */
 export type Attend =
@@ -454,19 +454,40 @@ export class Model {
     return headDim === undefined || (matvecRopeFits(this.gpu, "q4") && matvecRopePairs("stream", "q4", K, headDim) > 0);
   }
 
+  /** Bytes of the f16 copy of the largest q4 product a layer runs (q|k|v or gate|up where they share a buffer, else
+   *  the largest matrix), or of Q4_HEAD_ROWS rows of the head. */
+  private q4CopyBytes(head: boolean): number {
+    const C = this.config.hiddenSize;
+    if (head) return q4DequantBytes(Math.min(this.config.vocabSize, Q4_HEAD_ROWS) * C);
+    if (this.q4LayerCopy === undefined) {
+      const L = this.weights.layers[0];
+      const span = (Ws: Matrix[]) =>
+        Ws.every((W) => W.buffer === Ws[0].buffer)
+          ? Math.max(...Ws.map((W) => W.offset + W.rows * W.cols)) - Math.min(...Ws.map((W) => W.offset))
+          : Math.max(...Ws.map((W) => W.rows * W.cols));
+      this.q4LayerCopy = q4DequantBytes(
+        Math.max(span([L.q, L.k, L.v]), span([L.gate, L.up]), span([L.o]), span([L.down])),
+      );
+    }
+    return this.q4LayerCopy;
+  }
+  private q4LayerCopy?: number;
+
   /**
    * Ws (q4, in one buffer) as the f16 matrices every product reads: the span of elements they cover dequantized into
    * a temporary, in `rec` before the products (release `temp` once they are recorded). Each q4 value is exact in f16,
    * so these are the weights the q4 matvec computes with. Other dtypes are returned as they are.
    */
-  private dense(rec: Recorder, Ws: Matrix[]): { Ws: Matrix[]; temp?: GPUBuffer } {
+  private dense(rec: Recorder, Ws: Matrix[], head = false): { Ws: Matrix[]; temp?: GPUBuffer } {
     const W0 = Ws[0];
     if (W0.dtype !== "q4") return { Ws };
     if (!Ws.every((W) => W.dtype === "q4" && W.buffer === W0.buffer && W.scales === W0.scales))
       throw new Error("Model: q4 matrices read together must share their buffers");
     const first = Math.min(...Ws.map((W) => W.offset));
     const n = Math.max(...Ws.map((W) => W.offset + W.rows * W.cols)) - first;
-    const bytes = q4DequantBytes(n);
+    // Every copy of a layer's weights (or of the head's rows) is one size, the largest, so the pool hands each
+    // product the same buffer: a captured decode step (Tape) holds one, as the memory plan counts (q4Scratch).
+    const bytes = Math.max(q4DequantBytes(n), this.q4CopyBytes(head));
     if (bytes > this.gpu.maxStorageBinding)
       throw new Error(
         `Model: the f16 copy of q4 weights (${Ws.map((W) => `${W.rows}x${W.cols}`).join(", ")}: ${bytes} bytes) ` +
@@ -1141,7 +1162,7 @@ export class Model {
       offset: (s.offset ?? 0) + (a - r0) * C,
     };
     if (W.dtype !== "q4") return { W };
-    const d = this.dense(rec, [{ ...W, scales: this.weights.headScales }]);
+    const d = this.dense(rec, [{ ...W, scales: this.weights.headScales }], true);
     return { W: d.Ws[0], temp: d.temp };
   }
 

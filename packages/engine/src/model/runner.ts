@@ -60,6 +60,11 @@ export class ModelRunner implements StepModel {
     this.kv.copySlot(src, dst, len);
   }
 
+  /** Bytes the captured decode step holds (0: none). */
+  get tapeBytes(): number {
+    return this.tape?.tape.bytes ?? 0;
+  }
+
   /** Lets go of the captured decode step and the buffers it holds (before training, or when the runner stops). */
   idle(): void {
     this.tape?.tape.dispose();
@@ -179,6 +184,10 @@ export class ModelRunner implements StepModel {
     let ids = gpu.upload(tokens.ids);
     try {
       for (let j = 0; j < steps; j++) {
+        // While the last step's submit waits behind a new pipeline's checks, its buffers and uniforms are not given
+        // back: the next step would take new ones beside them (and the step after, more). Wait for it instead, so a
+        // run holds one step's buffers beside its tape, as the memory plan counts.
+        if (j && gpu.submitWaiting) await submits[j - 1].catch(() => {}); // (a failure is reported below)
         const t0 = performance.now();
         const pos = tokens.pos.map((p) => p + j);
         const key = this.checkTape({ slots: tokens.slots, pos }, samples);

@@ -517,6 +517,14 @@ export function decodeSplit(maxLen: number, groups: number, opts: { target?: num
 /** Workgroups that keep the device busy: a real GPU's many cores, or SwiftShader's few CPU threads. */
 const decodeTarget = (profile: TileProfile) => (profile === "cpu" ? 4 : 128);
 
+/** Workgroups a decode step's split-KV fills at most on this device with this tuning (0: its decode kernel does not
+ *  split), for the memory plan's count of the partials. */
+export function decodeSplitTarget(gpu: Gpu, d: number, tuning?: AttentionTuning): number {
+  const variant = attentionVariant(gpu, d, "decode", tuning);
+  if (variant === "rows") return 0;
+  return variant === "lanes" ? 128 : decodeTarget(tileProfile(gpu, "decode", tuning));
+}
+
 /**
  * Decode: one query token per sequence (q (B, H, D), slotPos (B, 2)), sequences of different lengths in one
  * dispatch; all H / KV heads of a kv-head share its K/V reads; split-KV chosen from `maxLen` (the longest
