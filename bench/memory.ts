@@ -2,11 +2,13 @@
 // and the measured peak live bytes of the largest inference step and of a LoRA GRPO step (rank 8, all
 // targets), with recompute off and on, and the step time with recompute on over off. Real shapes (full width
 // and vocabulary, random bf16 weights) run with 2 layers; the plan's per-layer term extrapolates to full depth. Each
-// phase also reports the largest buffer it asked for over the plan's largest binding (at most 1).
+// phase also reports the largest buffer it asked for over the plan's largest binding (at most 1). A decode run (8 steps
+// replaying the captured one, ModelRunner.decode) is a phase of its own, beside the largest step.
 // On a CPU device (SwiftShader) the GRPO step is 2 x 64 tokens instead of 8 x 512 (too slow otherwise).
 import {
   Engine,
   LORA_TARGETS,
+  measureDecodeRun,
   measureGrpoStep,
   measureInference,
   parseConfig,
@@ -53,6 +55,10 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         loraGradChunk: engine.planSetup.loraGradChunk, // the device's LoRA layout (GPUs split gradient sums)
         ropeInMatvec: engine.planSetup.ropeInMatvec,
         mergeLora: engine.planSetup.mergeLora, // inference on an f32 copy with the adapter merged in, where it runs
+        // As this device's tuned kernels run: matvecs up to decodeRows rows, split-KV and the sampler's partials.
+        decodeRows: engine.planSetup.decodeRows,
+        splitKvTarget: engine.planSetup.splitKvTarget,
+        sampleSplit: engine.planSetup.sampleSplit,
       };
       const row = (
         phase: string,
@@ -96,7 +102,16 @@ export const memorySuite: Suite = async (ctx: BenchContext): Promise<BenchResult
         measured,
         what: p.largestWhat,
       });
-      row("inference", inf.peakInference, mi.peak, inf.inference, mi.peak - before, largest(inf, mi.largestBuffer));
+      // Inference is planned at the larger of a step (prefill chunk and decode rows) and a decode run: each phase
+      // against its own part.
+      const held = inf.peakInference - inf.inference;
+      const step = [held + inf.inferenceStep, mi.peak, inf.inferenceStep, mi.peak - before] as const;
+      row("inference", ...step, largest(inf, mi.largestBuffer));
+      await measureDecodeRun(engine, 8); // its pipelines
+      const beforeRun = ctx.gpu.pool.stats.liveBytes;
+      const md = await measureDecodeRun(engine, 8);
+      const run = [held + inf.decodeRun, md.peak, inf.decodeRun, md.peak - beforeRun] as const;
+      row("decode_run", ...run, largest(inf, md.largestBuffer));
       const times: Record<string, number> = {};
       for (const recompute of [false, true]) {
         const p = planMemory(c, { ...setup, train: { microBatchTokens: B * T, recompute } });

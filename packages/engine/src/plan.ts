@@ -339,7 +339,8 @@ function inferencePeak(
     layer = Math.max(attn, oProj, mlp);
   } else {
     const gu = gateUp(c, N, weightBytes);
-    const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + gu + f(N * F) + t(1) + sandwich; // o, lse, h2, rstd2, g, u, a, LoRA t
+    // o, lse, h2, rstd2, g, u and a, with gate|up's LoRA t (one group of 2 x rank), then down's t and the sandwich's.
+    const rest = f(N * H * D) + f(N * H) + f(N * C) + f(N) + gu + f(N * F) + Math.max(t(2), t(1) + sandwich);
     if (qkvFused(c, weightBytes)) {
       // h1, rstd1 and q held through the layer; the packed q|k|v only until ropeQkv has split it (k, v: the cache).
       layer = f(N * C) + f(N) + f(N * H * D) + Math.max(f(N * (H + 2 * KV) * D) + t(3), rest);

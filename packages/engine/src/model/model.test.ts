@@ -562,7 +562,7 @@ describe("part-way submits (Model.submitLayers)", () => {
         const prompt = { ids: Uint32Array.from([5, 9, 2, 7]), slots: Uint32Array.from([0, 0, 1, 1]) };
         const first = await runner.step({ ...prompt, pos: Uint32Array.from([0, 1, 0, 1]) }, [spec(1, 0), spec(3, 0)]);
         const tokens = { ids: first.ids, slots: Uint32Array.from([0, 1]), pos: Uint32Array.from([2, 2]) };
-        if (run) return runner.decode(tokens, [spec(0, 1), spec(1, 1)], 4);
+        if (run) return await runner.decode(tokens, [spec(0, 1), spec(1, 1)], 4); // (awaited before dispose)
         const out = [];
         for (let j = 0; j < 4; j++) {
           const pos = tokens.pos.map((p) => p + j);
