@@ -22,7 +22,7 @@ let gpu: Gpu;
 beforeAll(async () => void (gpu = await getDevice()));
 
 /** A model folder in memory: a config of the family at small widths, random weights, the embedded tokenizer. */
-function modelFiles(family: "qwen2" | "qwen3" | "gemma3", widths: Record<string, number> = {}): Map<string, Blob> {
+function modelFiles(family: "qwen2" | "qwen3" | "gemma3", widths: Record<string, unknown> = {}): Map<string, Blob> {
   const gemma =
     family === "gemma3"
       ? { sliding_window: 8, layer_types: ["sliding_attention", "full_attention", "sliding_attention"] }
@@ -326,22 +326,54 @@ describe.each([
   });
 });
 
-describe("at Qwen2.5-0.5B's widths (1 layer, a 4096-token vocabulary)", () => {
-  // At these widths the MLP's buffers are a step's peak (at the test models' widths above, often the head's are), so
-  // every buffer of that phase must be counted: gate|up's LoRA t is 2 x rank wide (it was planned at 1 x, 10 KB under
-  // at 263 tokens and rank 8).
+// Real widths (1 layer, a 6000-token vocabulary, random bf16 weights): there the MLP's buffers are a step's peak (at the
+// test models' widths above, often the head's are), so every buffer of that phase must be counted. gate|up's LoRA t
+// is 2 x rank wide: planned at 1 x, Qwen2.5-0.5B's step measured 1.0005 x its plan.
+describe.each([
+  [
+    "Qwen2.5-0.5B",
+    "qwen2",
+    { hidden_size: 896, intermediate_size: 4864, num_attention_heads: 14, num_key_value_heads: 2, head_dim: 64 },
+    undefined,
+  ],
+  [
+    "Qwen3-0.6B",
+    "qwen3",
+    { hidden_size: 1024, intermediate_size: 3072, num_attention_heads: 16, num_key_value_heads: 8, head_dim: 128 },
+    undefined,
+  ],
+  [
+    "Gemma-3-1B",
+    "gemma3",
+    {
+      hidden_size: 1152,
+      intermediate_size: 6912,
+      num_attention_heads: 4,
+      num_key_value_heads: 1,
+      head_dim: 256,
+      layer_types: ["full_attention"],
+    },
+    undefined,
+  ],
+  [
+    "Qwen2.5-0.5B, q4 weights",
+    "qwen2",
+    { hidden_size: 896, intermediate_size: 4864, num_attention_heads: 14, num_key_value_heads: 2, head_dim: 64 },
+    "q4",
+  ],
+] as const)("at %s's widths (1 layer, a 6000-token vocabulary)", (_, family, widths, quantize) => {
   const kvSlots = 4;
   const maxContext = 256;
   const prefillChunk = 128;
-  const widths = { hidden_size: 896, intermediate_size: 4864, num_attention_heads: 14, num_key_value_heads: 2 };
   let engine: Engine;
   let setup: PlanSetup;
   beforeAll(async () => {
-    const files = modelFiles("qwen2", { ...widths, head_dim: 64, num_hidden_layers: 1, vocab_size: 4096 });
-    engine = await Engine.load(files, { gpu, kvSlots, maxContext, prefillChunk, tune: false });
+    const files = modelFiles(family, { ...widths, num_hidden_layers: 1, vocab_size: 6000 });
+    engine = await Engine.load(files, { gpu, kvSlots, maxContext, prefillChunk, tune: false, quantize });
     engine.attachLora({ rank: 8, targets: [...LORA_TARGETS] });
     setup = {
       weightBytes: 2,
+      quantize,
       kvSlots,
       kvContext: maxContext,
       prefillChunk,

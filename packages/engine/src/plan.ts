@@ -283,7 +283,7 @@ function layerGrads(
   weightBytes: number,
 ): number {
   const { hiddenSize: C, intermediateSize: F, numHeads: H, numKvHeads: KV, headDim: D } = c;
-  const branch = c.sandwichNorms ? f(N * C) + f(256 * C) : 0; // Gemma: the branch norm's input gradient, its dw partials
+  const branch = c.sandwichNorms ? f(N * C) : 0; // Gemma: the branch norm's input gradient (its weight is frozen)
   // LoRA dt of a group of `members` targets that share an input (q, k, v; gate, up; else one target), and where the
   // gradients' sums over N are split, one dispatch's partial sums (a split per chunk, `rows` rows of R): dA's for the
   // group (its inputs), dB's for the group where its outputs are one product, else for one target.
