@@ -50,6 +50,27 @@ function modelFiles(family: "qwen2" | "qwen3" | "gemma3", widths: Record<string,
   return files;
 }
 
+/** The plan setup of an engine loaded with these options and an adapter of `rank` on every target, with the device's
+ *  choices the engine made (RoPE in the q|k|v matvec where the device binds enough buffers, an f32 model's inference
+ *  on weights with the adapter merged in, split-KV's partials as this device's decode attention splits). */
+function setupOf(
+  engine: Engine,
+  o: { quantize?: "q4"; kvSlots: number; maxContext: number; prefillChunk: number; vocabChunk: number; rank: number },
+): PlanSetup {
+  return {
+    weightBytes: engine.config.torchDtype === "float32" ? 4 : 2,
+    quantize: o.quantize,
+    kvSlots: o.kvSlots,
+    kvContext: o.maxContext,
+    prefillChunk: o.prefillChunk,
+    vocabChunk: o.vocabChunk,
+    lora: { rank: o.rank, targets: LORA_TARGETS },
+    ropeInMatvec: engine.planSetup.ropeInMatvec,
+    mergeLora: engine.planSetup.mergeLora,
+    splitKvTarget: engine.planSetup.splitKvTarget,
+  };
+}
+
 describe.each([
   ["webart-tiny (Llama, f32)", () => TINY, undefined],
   ["Qwen2 (q/k/v bias, bf16)", () => modelFiles("qwen2"), undefined],
@@ -71,19 +92,7 @@ describe.each([
     expect(engine.model.quantized).toBe(!!quantize);
     engine.attachLora({ rank: 4, targets: [...LORA_TARGETS] });
     if (mergeLora) expect(engine.model.mergedBytes).toBeGreaterThan(0);
-    const c = engine.config;
-    setup = {
-      weightBytes: c.torchDtype === "float32" ? 4 : 2,
-      quantize,
-      kvSlots,
-      kvContext: maxContext,
-      prefillChunk,
-      vocabChunk: 256,
-      lora: { rank: 4, targets: LORA_TARGETS },
-      ropeInMatvec: engine.planSetup.ropeInMatvec, // RoPE in the q|k|v matvec where the device binds enough buffers
-      mergeLora: engine.planSetup.mergeLora, // an f32 model's inference on weights with the adapter merged in
-      splitKvTarget: engine.planSetup.splitKvTarget, // split-KV's partials as this device's decode attention splits
-    };
+    setup = setupOf(engine, { quantize, kvSlots, maxContext, prefillChunk, vocabChunk: 256, rank: 4 });
     return () => engine.close();
   });
 
@@ -326,16 +335,20 @@ describe.each([
   });
 });
 
-// Real widths (1 layer, a 6000-token vocabulary, random bf16 weights): there the MLP's buffers are a step's peak (at the
-// test models' widths above, often the head's are), so every buffer of that phase must be counted. gate|up's LoRA t
-// is 2 x rank wide: planned at 1 x, Qwen2.5-0.5B's step measured 1.0005 x its plan.
+// Real widths (1 layer, random bf16 weights): there the MLP's buffers are a step's peak (at the test models' widths
+// above, often the head's are), so every buffer of that phase must be counted. gate|up's LoRA t is 2 x rank wide
+// (planned at 1 x, Qwen2.5-0.5B's step measured 1.0005 x its plan); Gemma's frozen norms make no weight-gradient
+// partials (counted, its GRPO step measured 0.959 of its plan). A 6000-token vocabulary: at 4096, 4 rows' logits are
+// the size of Qwen3's q|k|v, and a capture reuses one buffer for both where the decode-run plan counts two.
+const QWEN05 = {
+  hidden_size: 896,
+  intermediate_size: 4864,
+  num_attention_heads: 14,
+  num_key_value_heads: 2,
+  head_dim: 64,
+};
 describe.each([
-  [
-    "Qwen2.5-0.5B",
-    "qwen2",
-    { hidden_size: 896, intermediate_size: 4864, num_attention_heads: 14, num_key_value_heads: 2, head_dim: 64 },
-    undefined,
-  ],
+  ["Qwen2.5-0.5B", "qwen2", QWEN05, undefined],
   [
     "Qwen3-0.6B",
     "qwen3",
@@ -355,12 +368,7 @@ describe.each([
     },
     undefined,
   ],
-  [
-    "Qwen2.5-0.5B, q4 weights",
-    "qwen2",
-    { hidden_size: 896, intermediate_size: 4864, num_attention_heads: 14, num_key_value_heads: 2, head_dim: 64 },
-    "q4",
-  ],
+  ["Qwen2.5-0.5B, q4 weights", "qwen2", QWEN05, "q4"],
 ] as const)("at %s's widths (1 layer, a 6000-token vocabulary)", (_, family, widths, quantize) => {
   const kvSlots = 4;
   const maxContext = 256;
@@ -371,18 +379,7 @@ describe.each([
     const files = modelFiles(family, { ...widths, num_hidden_layers: 1, vocab_size: 6000 });
     engine = await Engine.load(files, { gpu, kvSlots, maxContext, prefillChunk, tune: false, quantize });
     engine.attachLora({ rank: 8, targets: [...LORA_TARGETS] });
-    setup = {
-      weightBytes: 2,
-      quantize,
-      kvSlots,
-      kvContext: maxContext,
-      prefillChunk,
-      vocabChunk: 1024,
-      lora: { rank: 8, targets: LORA_TARGETS },
-      ropeInMatvec: engine.planSetup.ropeInMatvec,
-      mergeLora: engine.planSetup.mergeLora,
-      splitKvTarget: engine.planSetup.splitKvTarget,
-    };
+    setup = setupOf(engine, { quantize, kvSlots, maxContext, prefillChunk, vocabChunk: 1024, rank: 8 });
     return () => engine.close();
   });
 
