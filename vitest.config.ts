@@ -1,5 +1,6 @@
 import { defaultServerConditions } from "vite";
 import { defineConfig } from "vitest/config";
+import { kernelsFingerprint } from "./scripts/kernels-fingerprint.mjs";
 import { wgsl } from "./scripts/vite-wgsl.ts";
 
 // Tests run the packages' sources: the "webart-source" export condition points each package at src/ (apps and
@@ -8,6 +9,8 @@ const conditions = ["webart-source", ...defaultServerConditions];
 
 export default defineConfig({
   plugins: [wgsl()],
+  // As the package build does: the kernels' fingerprint, under which start-up tuning is saved.
+  define: { __WEBART_KERNELS__: JSON.stringify(kernelsFingerprint()) },
   resolve: { conditions },
   ssr: { resolve: { conditions } },
   test: {
@@ -18,5 +21,7 @@ export default defineConfig({
     hookTimeout: 120_000,
     pool: "forks",
     globalSetup: ["scripts/vitest-setup.ts"],
+    // Each load measures its own start-up tuning (what the tests check); tune-cache.test names its own files.
+    env: { WEBART_TUNING_CACHE: "off" },
   },
 });

@@ -7,6 +7,10 @@ import { createDevice, getDevice, releaseDawn, type DeviceOptions } from "@webar
 import type { BenchContext, BenchResult, Suite } from "./harness.ts";
 import { deviceReport, measurePeak } from "./probe.ts";
 
+// Every load measures its start-up tuning (the suites time loads with it), rather than reading a table a run
+// before this one saved (EngineOptions.tuneCache); WEBART_TUNING_CACHE set for the bench overrides it.
+process.env.WEBART_TUNING_CACHE ??= "off";
+
 const SUITES: Record<string, () => Promise<Suite>> = {
   probe: async () => async () => [],
   kernels: async () => {

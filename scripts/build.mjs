@@ -9,6 +9,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, wri
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { build } from "esbuild";
+import { kernelsFingerprint } from "./kernels-fingerprint.mjs";
 import { embeddedModelModule, embeddedModelName, EMBEDDED_NAMES, MODELS_DIR } from "./embedded-model.mjs";
 
 const root = join(dirname(fileURLToPath(import.meta.url)), "..");
@@ -35,6 +36,7 @@ function isStale() {
     ...PACKAGES.flatMap((p) => [join(root, "packages", p, "src"), join(root, "packages", p, "package.json")]),
     ...EMBEDDED_NAMES.map((n) => fileURLToPath(new URL(n, MODELS_DIR))).filter((p) => existsSync(p)),
     join(root, "scripts", "build.mjs"),
+    join(root, "scripts", "kernels-fingerprint.mjs"),
     join(root, "tsconfig.base.json"),
   ];
   if (PACKAGES.some((p) => !existsSync(join(root, "packages", p, "dist", "index.js")))) return true;
@@ -78,6 +80,8 @@ async function buildPackage(name) {
     packages: "external",
     external: ["node:*"],
     loader: { ".wgsl": "text" },
+    // Start-up tuning saved by one build is reused by another only where the kernels are the same.
+    define: { __WEBART_KERNELS__: JSON.stringify(kernelsFingerprint()) },
     chunkNames: "chunks/[name]-[hash]",
     plugins: [embedded],
     logLevel: "warning",

@@ -34,6 +34,7 @@ import {
 } from "@webart/shaders";
 import { isCpuDevice } from "@webart/gpu";
 import { Tokenizer } from "./tokenizer/index.ts";
+import { defaultTuneCache, restoreTuning, saveTuning, type StartupTuning, type TuneCache } from "./tune-cache.ts";
 import type { LoadProgress, ModelSource, OpenModelOptions, OpenedModel } from "./weights/index.ts";
 import {
   canonicalConstraint,
@@ -84,6 +85,10 @@ export interface EngineOptions extends OpenModelOptions {
   /** Time the kernels' variants on this device before serving (default on; once per device and model shape:
    *  seconds on a CPU device, `npm run bench -- kernels` prints how long; see tune/kernels.ts). */
   tune?: boolean;
+  /** Where start-up tuning's results are kept between processes and visits, so a later load on this device with
+   *  these kernels times nothing (default: defaultTuneCache(), a JSON file in Node, ~/.cache/webart/tuning.json
+   *  or $WEBART_TUNING_CACHE, and IndexedDB in a browser; false: none). */
+  tuneCache?: TuneCache | false;
   /** Forward products with weights (prefill, training's forward, the LM head's logits) on tensor cores, operands
    *  rounded to f16, where the device has them (Dawn's subgroup matrices; default on). */
   tensorCores?: boolean;
@@ -136,6 +141,8 @@ export class Engine {
   readonly scheduler: Scheduler;
   readonly handler: Handler;
   readonly served: ServedModel[] = [];
+  /** What start-up tuning did in this load: entries read from the cache, entries timed, and where they are kept. */
+  startupTuning: StartupTuning = { restored: 0, measured: 0 };
   private client?: OpenAI;
   private closing?: Promise<void>;
 
@@ -269,6 +276,16 @@ export class Engine {
       return p;
     };
     let plan = planDroppingMerge(setup, makePlan, opts.mergeLora !== undefined);
+    const startupTuning: StartupTuning = { restored: 0, measured: 0 };
+    const cache =
+      opts.tune === false || opts.tuneCache === false ? undefined : (opts.tuneCache ?? (await defaultTuneCache()));
+    // This device's entries before tuning (the cache's among them): what tuning then sets anew was measured here.
+    let known = new Map(gpu.tuning);
+    if (cache) {
+      startupTuning.cache = cache.where;
+      startupTuning.restored = await restoreTuning(gpu, cache);
+      known = new Map(gpu.tuning);
+    }
     if (opts.tune !== false) {
       // Start-up tuning's buffers (what its largest problem holds; measuring whether this device is a GPU first) are
       // planned beside the weights, after the rest of the plan was checked (nothing is allocated for a load refused).
@@ -305,6 +322,8 @@ export class Engine {
       }
       // Done: the load's plan keeps its tuning line, the plans of later steps have none.
       delete setup.tuning;
+      startupTuning.measured = [...gpu.tuning].filter(([k, v]) => known.get(k) !== v).length;
+      if (cache && startupTuning.measured > 0) await saveTuning(gpu, cache);
     }
     const model = (own.model = new Model(gpu, c, weights, tuning));
     model.tensorCores = (opts.tensorCores ?? true) && coopConfig(gpu) !== undefined;
@@ -312,7 +331,7 @@ export class Engine {
     model.mergeLora = !!setup.mergeLora;
     const runner = (own.runner = new ModelRunner(model, kvSlots, maxContext));
     const name = opts.name ?? opened.files.name.split(/[\\/]/).filter(Boolean).pop() ?? "model";
-    return new Engine(
+    const engine = new Engine(
       gpu,
       name,
       base,
@@ -324,6 +343,8 @@ export class Engine {
       budget,
       opts,
     );
+    engine.startupTuning = startupTuning;
+    return engine;
   }
 
   get config(): ModelConfig {

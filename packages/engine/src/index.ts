@@ -44,7 +44,15 @@ export * from "./memory.ts";
 export * from "./speed.ts";
 export * from "./art/remote-backend.ts";
 export * from "./model/embedded.ts";
-// Start-up kernel tuning results, which the browser keeps between visits.
-export { deviceKey, loadTuneTable, tuneTable, type TuneEntry, type TuneTable } from "@webart/shaders";
+// Start-up kernel tuning results, kept between processes and visits (tune-cache.ts).
+export {
+  deviceKey,
+  KERNELS_FINGERPRINT,
+  loadTuneTable,
+  tuneTable,
+  type TuneEntry,
+  type TuneTable,
+} from "@webart/shaders";
+export * from "./tune-cache.ts";
 export * from "./model/peft.ts";
 export * from "./model/merge.ts";

@@ -51,7 +51,6 @@ import {
 } from "./models.ts";
 import { appendEnvRow, envRow, stepRow, PROJECT, readMeta, runFiles, writeMeta, type RunMeta } from "./runs.ts";
 import { checkRoom, store } from "./store.ts";
-import { restoreTuning, saveTuning } from "./tuning.ts";
 
 let emit: (e: EngineEvent) => void = () => {};
 export const setTrainerEvents = (f: (e: EngineEvent) => void) => void (emit = f);
@@ -100,9 +99,7 @@ async function load(name: string): Promise<Session> {
   emit({ type: "phase", run: name, phase: "loading", step: (await runFiles(name).latestStep()) ?? 0 });
   const backend = new LocalBackend({ store, engine: engineOptions(meta.settings, config) });
   const model = new TrainableModel({ name, project: PROJECT, baseModel, lora: meta.lora, seed: meta.settings.seed });
-  await restoreTuning();
   await model.register(backend);
-  await saveTuning();
   const s: Session = { name, meta, backend, model };
   backend.engine(model.spec).gpu.onLost((e) => {
     s.lost = e;
@@ -552,7 +549,6 @@ async function checkModel(model: ModelChoice, settings: TrainSettings): Promise<
   const baseModel = baseModelOf(model);
   const config = await readModelConfig(baseModel);
   const lora = loraFor(settings);
-  await restoreTuning();
   const engine = await Engine.load(baseModel, {
     ...engineOptions(settings, config),
     name: baseModel.split("/").pop(),
@@ -562,7 +558,6 @@ async function checkModel(model: ModelChoice, settings: TrainSettings): Promise<
     },
   });
   try {
-    await saveTuning();
     engine.attachLora(lora, settings.seed);
     const quick = isCpuDevice(engine.gpu);
     const train = quick ? { batch: 2, length: 64 } : { batch: 8, length: 512 };

@@ -4,6 +4,13 @@ import type { Gpu, Recorder, TuneEntry } from "@webart/gpu";
 
 export type { TuneEntry } from "@webart/gpu";
 
+declare const __WEBART_KERNELS__: string | undefined;
+
+/** A hash of these kernels' sources, baked in by the package build (scripts/kernels-fingerprint.mjs; the tests define
+ *  it too): saved tuning results are reused only under the same one. Undefined where the sources run unbuilt. */
+export const KERNELS_FINGERPRINT: string | undefined =
+  typeof __WEBART_KERNELS__ === "string" ? __WEBART_KERNELS__ : undefined;
+
 /** Full key (device key + "|" + problem key) → entry: a device's results as they are persisted. */
 export type TuneTable = Record<string, TuneEntry>;
 

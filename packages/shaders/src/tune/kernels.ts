@@ -129,14 +129,28 @@ const QUICK = { warmup: 1, minReps: 2, minMs: 10, maxReps: 8, minSubmitMs: 2 };
  * implementations of WebGPU reach, the first GPU size class.
  */
 async function calibrate(gpu: Gpu): Promise<boolean> {
-  let fast = calibrated.get(gpu);
-  if (fast === undefined) calibrated.set(gpu, (fast = await timeCalibration(gpu)));
-  return fast;
+  const saved = gpu.tuning.get(CALIBRATION)?.winner;
+  if (saved === "gpu" || saved === "cpu") return saved === "gpu";
+  let p = calibrating.get(gpu);
+  if (!p) {
+    p = timeCalibration(gpu)
+      .then((ms) => {
+        // Kept with the tuning results (Gpu.tuning): a saved table carries it, and a load from one times nothing.
+        gpu.tuning.set(CALIBRATION, { winner: ms < 0.5 ? "gpu" : "cpu", ms: { matmul128: ms } });
+        return ms < 0.5;
+      })
+      .finally(() => calibrating.delete(gpu));
+    calibrating.set(gpu, p);
+  }
+  return p;
 }
-/** Once per device: a second model loaded in the process, whose choices are all cached, does not time it again. */
-const calibrated = new WeakMap<Gpu, boolean>();
+/** The calibration's key in Gpu.tuning (once per device: a second model loaded in the process does not time it). */
+const CALIBRATION = "calibration";
+/** Calibrations under way, so concurrent loads time it once. */
+const calibrating = new WeakMap<Gpu, Promise<boolean>>();
 
-async function timeCalibration(gpu: Gpu): Promise<boolean> {
+/** The best of three timings of a warm 128³ f32 matmul (ms, eight to a submit). */
+async function timeCalibration(gpu: Gpu): Promise<number> {
   const n = 128;
   const [a, c] = [gpu.upload(new Rng(3).f32(n * n), "tune"), gpu.buffer(n * n * 4, "tune")];
   try {
@@ -150,7 +164,7 @@ async function timeCalibration(gpu: Gpu): Promise<boolean> {
       await gpu.sync();
       if (i > 0) best = Math.min(best, (performance.now() - t0) / 8);
     }
-    return best < 0.5;
+    return best;
   } finally {
     gpu.release(a, c);
   }

@@ -70,6 +70,11 @@ export async function infoCommand(argv: string[]): Promise<number> {
     train: { lora, microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens },
   });
   try {
+    const t = engine.startupTuning;
+    console.log(
+      `start-up tuning: ${t.measured} choices timed, ${t.restored} read back` +
+        (t.cache ? ` (kept in ${t.cache}; WEBART_TUNING_CACHE=off to measure afresh)` : " (no cache)"),
+    );
     engine.attachLora(lora);
     console.log(`\nspeed of ${a.model} on this device${a.quick ? " (--quick)" : ""}:`);
     const train = a.quick ? { batch: 2, length: 64 } : { batch: 8, length: 512 };
