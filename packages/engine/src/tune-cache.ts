@@ -136,6 +136,17 @@ export async function restoreTuning(gpu: Gpu, cache: TuneCache, kernels = KERNEL
   }
 }
 
+/** How many choices the cache holds for this device under these kernels (0 where it cannot be read). */
+export async function savedChoices(gpu: Gpu, cache: TuneCache, kernels = KERNELS_FINGERPRINT): Promise<number> {
+  try {
+    const saved = await cache.read();
+    if (!saved || saved.kernels !== kernels) return 0;
+    return Object.keys(saved.table).filter((k) => k.startsWith(`${deviceKey(gpu)}|`)).length;
+  } catch {
+    return 0;
+  }
+}
+
 /**
  * Saves this device's entries, keeping those of other devices saved under the same kernels (a table saved under other
  * kernels is replaced). Never throws: a cache that cannot be written is reported, and the next load measures again.
@@ -157,4 +168,14 @@ export async function saveTuning(gpu: Gpu, cache: TuneCache, kernels = KERNELS_F
   } catch (e) {
     console.warn(`webart: kernel tuning not saved to ${cache.where} (${(e as Error).message})`);
   }
+}
+
+/** One line on what a load's tuning did, for commands to print (webart train, serve, info --speed). */
+export function startupTuningLine(t: StartupTuning): string {
+  const parts = [
+    ...(t.measured ? [`${t.measured} kernel choices timed${t.cache ? `, saved to ${t.cache}` : ""}`] : []),
+    ...(t.restored ? [`${t.restored} read back from ${t.cache}`] : []),
+  ];
+  if (!parts.length) return "start-up tuning: none (turned off)";
+  return `start-up tuning: ${parts.join("; ")}${t.cache ? "" : " (not kept: no tuning cache)"}`;
 }

@@ -2,7 +2,8 @@
 // command's --help naming every option of its spec, and usage errors (exit 2, usage on stderr) that name the
 // option and its value. Also parseOptions in-process: defaults, flags, --name=value.
 import { execFile } from "node:child_process";
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { describe, expect, it } from "vitest";
 import { parseOptions, usage, type CommandSpec } from "./args.ts";
@@ -18,12 +19,12 @@ const ROOT = join(import.meta.dirname, "../../../..");
 const SPECS: CommandSpec[] = [TRAIN, SFT, EVAL, SERVE, EXPORT, INFO, PRETRAIN];
 
 /** Runs the built bin; resolves with its exit code and output (never rejects). */
-function webart(args: string[]): Promise<{ code: number; out: string; err: string }> {
+function webart(args: string[], env: Record<string, string> = {}): Promise<{ code: number; out: string; err: string }> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
       ["packages/webart/bin/webart.js", ...args],
-      { cwd: ROOT, timeout: 60_000 },
+      { cwd: ROOT, timeout: 60_000, env: { ...process.env, ...env } },
       (e, out, err) => resolve({ code: e ? Number(e.code ?? 1) : 0, out, err }),
     );
   });
@@ -120,8 +121,18 @@ describe("webart", () => {
   });
 
   it("info --speed measures the embedded model on the device: peak, prefill, decode against the roofline, kernels", async () => {
-    const r = await webart(["info", "--speed", "--quick"]);
+    // Start-up tuning is timed and saved by the first process, read back by the next.
+    const cache = join(mkdtempSync(join(tmpdir(), "webart-info-")), "tuning.json");
+    const at = cache.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+    const r = await webart(["info", "--speed", "--quick"], { WEBART_TUNING_CACHE: cache });
     expect(r.code).toBe(0);
+    expect(r.out).toMatch(new RegExp(`^start-up tuning: \\d+ kernel choices timed, saved to ${at}$`, "m"));
+    const again = await webart(["info", "--speed", "--quick"], { WEBART_TUNING_CACHE: cache });
+    expect(again.out).toMatch(new RegExp(`^start-up tuning: \\d+ read back from ${at}$`, "m"));
+    expect(again.out).toMatch(
+      new RegExp(`^tuning cache: ${at} \\([1-9]\\d* start-up tuning choices for this device`, "m"),
+    );
+    expect(again.out).toMatch(/^ {2}matmul\.nt\.f32@\d+: \w+$/m);
     expect(r.out).toMatch(/^speed of webart-tiny on this device \(--quick\):$/m);
     expect(r.out).toMatch(/^peak: +[\d.]+ GFLOP\/s FMA, [\d.]+ GB\/s copy \(measured now\)$/m);
     expect(r.out).toMatch(/^model: +webart-tiny, 4 layers, [\d.]+ MiB of weights, with a LoRA adapter$/m);

@@ -3,12 +3,15 @@
 import {
   DEFAULT_TRAIN_CONFIG,
   defaultMemoryBudget,
+  defaultTuneCache,
   Engine,
   getDevice,
   isCpuDevice,
   LORA_TARGETS,
   measureSpeed,
   speedLines,
+  savedChoices,
+  startupTuningLine,
 } from "@webart/engine";
 import { bytes, parseOptions, quantizeOption, UsageError, type CommandSpec } from "./args.ts";
 
@@ -55,6 +58,13 @@ export async function infoCommand(argv: string[]): Promise<number> {
   console.log(
     `memory budget: ${budget / 2 ** 30} GiB (the default on ${cpu ? "a CPU device" : "a GPU"}; --memory-budget changes it)`,
   );
+  const cache = await defaultTuneCache();
+  const kept = cache ? await savedChoices(gpu, cache) : 0;
+  console.log(
+    cache
+      ? `tuning cache: ${cache.where} (${kept} start-up tuning choices for this device and build; WEBART_TUNING_CACHE=off measures afresh)`
+      : "tuning cache: off (WEBART_TUNING_CACHE)",
+  );
   if (!a.speed) return 0;
   // 8 sequences of a short context: the check's decode batches and its prompt, no more KV cache than that. Training
   // is planned with the load, as a run's is (rank 8 on every projection), and timed on an adapter of its own.
@@ -70,11 +80,7 @@ export async function infoCommand(argv: string[]): Promise<number> {
     train: { lora, microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens },
   });
   try {
-    const t = engine.startupTuning;
-    console.log(
-      `start-up tuning: ${t.measured} choices timed, ${t.restored} read back` +
-        (t.cache ? ` (kept in ${t.cache}; WEBART_TUNING_CACHE=off to measure afresh)` : " (no cache)"),
-    );
+    console.log(startupTuningLine(engine.startupTuning));
     engine.attachLora(lora);
     console.log(`\nspeed of ${a.model} on this device${a.quick ? " (--quick)" : ""}:`);
     const train = a.quick ? { batch: 2, length: 64 } : { batch: 8, length: 512 };

@@ -15,6 +15,7 @@ import {
   type EngineOptions,
   readAdapterConfig,
   type LoraConfig,
+  startupTuningLine,
 } from "@webart/engine";
 import { authChecker, isLoopbackHost } from "./auth.ts";
 import { TrainGate } from "./gate.ts";
@@ -285,6 +286,7 @@ export async function startServer(o: ServeOptions): Promise<RunningServer> {
       await engine.close();
     })());
 
+  log(`webart serve: ${startupTuningLine(engine.startupTuning)}`);
   log(
     `webart serve: ${url}/v1 serving ${engine.name} (${o.model}${o.adapter ? ` + adapter ${o.adapter}` : ""}); ${o.apiKey ? "API key required" : "loopback clients only, no API key"}${o.cors ? `; CORS for ${o.cors}` : ""}`,
   );

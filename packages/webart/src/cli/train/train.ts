@@ -3,7 +3,7 @@
 // chart in the run folder; Ctrl-C finishes nothing half-way (the last checkpoint stays) and exits.
 import { appendFileSync, existsSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
-import { LocalBackend, TrainableModel, type TrajectoryGroup } from "@webart/engine";
+import { LocalBackend, startupTuningLine, TrainableModel, type TrajectoryGroup } from "@webart/engine";
 import {
   GAME_NAMES,
   GAMES,
@@ -268,6 +268,7 @@ export async function trainCommand(argv: string[]): Promise<number> {
   console.log(
     `training ${project}/${a.name} on ${env} from step ${step} to ${steps}: ${K} groups x ${G} rollouts per step${maxGroups > K ? ` (up to ${maxGroups} drawn)` : ""}, lr ${lr}${beta > 0 ? `, beta ${beta}` : ""}${anchorBeta !== beta ? `, anchor beta ${anchorBeta}` : ""}${what}${scaleRewards ? "" : ", advantages unscaled"}${lossType !== "sequence" ? `, loss ${lossType}` : ""}`,
   );
+  console.log(startupTuningLine(backend.engine(model.spec).startupTuning));
   const sampling = { model: model.getInferenceName(), temperature, maxTokens };
   const gather = { maxExceptions: 0.2, description: `step ${step + 1}/${steps}` };
   try {
