@@ -163,8 +163,10 @@ test("Speed on this GPU before any run: the chosen base model, a fresh adapter, 
   expect(problems).toEqual([]);
 });
 
-/** The start-up tuning table the worker saved in IndexedDB (apps/web/src/worker/tuning.ts), if any. */
-let savedTuning: { kernels: string; table: Record<string, { winner: string; ms: Record<string, number> }> } | undefined;
+/** The start-up tuning table the engine's load in the worker saved in IndexedDB (engine/src/tune-cache.ts), if any. */
+let savedTuning:
+  | { kernels: string; agent?: string; table: Record<string, { winner: string; ms: Record<string, number> }> }
+  | undefined;
 const readSavedTuning = () =>
   page.evaluate(
     () =>
@@ -213,6 +215,8 @@ test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward 
   // Loading the model measured the kernels' variants on this device and saved the table for later visits.
   savedTuning = await readSavedTuning();
   expect(savedTuning?.kernels).toMatch(/^[0-9a-f]{16}$/);
+  // Saved for this browser: another version of it measures again.
+  expect(savedTuning?.agent).toBe(await page.evaluate(() => navigator.userAgent));
   // Keys are device | op@shape: each measured on this model's shapes.
   const keys = Object.keys(savedTuning?.table ?? {}).map((k) => k.split("|").pop()!.split("@")[0]);
   expect(keys).toEqual(expect.arrayContaining(["matmul.nt.f32", "sample.threads", "attention.train", "lora.layout"]));

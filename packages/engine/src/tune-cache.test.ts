@@ -68,6 +68,14 @@ it("a table saved under other kernels is not used and is replaced; another devic
   const theirs = "Some GPU|ampere|dawn|robust=false|matmul.f32@64";
   writeFileSync(path, JSON.stringify({ kernels: "0000000000000000", table: { [mine]: { winner: "x", ms: {} } } }));
   expect(await restoreTuning(gpu, fileTuneCache(path))).toBe(0);
+  // Nor one a browser saved (it names its user agent; Node's tables name none).
+  const fromBrowser = {
+    kernels: KERNELS_FINGERPRINT,
+    agent: "Mozilla/5.0",
+    table: { [mine]: { winner: "x", ms: {} } },
+  };
+  writeFileSync(path, JSON.stringify(fromBrowser));
+  expect(await restoreTuning(gpu, fileTuneCache(path))).toBe(0);
   expect(gpu.tuning.size).toBe(0);
 
   gpu.tuning.set("matmul.f32@64", { winner: "tiled", ms: { tiled: 1 } });

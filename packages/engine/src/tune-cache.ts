@@ -11,8 +11,18 @@ import { deviceKey, KERNELS_FINGERPRINT, loadTuneTable, tuneTable, type TuneTabl
 /** A device table as it is kept: the kernels it was measured on, and its entries (device key + "|" + problem key). */
 export interface SavedTuning {
   kernels: string;
+  /** In a browser, its user agent: a browser update (a new shader compiler) measures again. */
+  agent?: string;
   table: TuneTable;
 }
+
+/** The browser's user agent; undefined in Node, where the device key names the driver. */
+const agent = (): string | undefined =>
+  typeof navigator !== "undefined" && !nodeEnv() ? navigator.userAgent : undefined;
+
+/** Whether a saved table was measured on these kernels (and, in a browser, this browser). */
+const current = (s: SavedTuning | undefined, kernels: string): s is SavedTuning =>
+  !!s && s.kernels === kernels && s.agent === agent();
 
 /** Where start-up tuning's results are kept (EngineOptions.tuneCache). */
 export interface TuneCache {
@@ -121,7 +131,7 @@ export async function restoreTuning(gpu: Gpu, cache: TuneCache, kernels = KERNEL
   if (kernels === undefined) return 0;
   try {
     const saved = await cache.read();
-    if (!saved || saved.kernels !== kernels) return 0;
+    if (!current(saved, kernels)) return 0;
     const prefix = `${deviceKey(gpu)}|`;
     const missing = Object.entries(saved.table).filter(
       ([k]) => k.startsWith(prefix) && !gpu.tuning.has(k.slice(prefix.length)),
@@ -138,9 +148,10 @@ export async function restoreTuning(gpu: Gpu, cache: TuneCache, kernels = KERNEL
 
 /** How many choices the cache holds for this device under these kernels (0 where it cannot be read). */
 export async function savedChoices(gpu: Gpu, cache: TuneCache, kernels = KERNELS_FINGERPRINT): Promise<number> {
+  if (kernels === undefined) return 0;
   try {
     const saved = await cache.read();
-    if (!saved || saved.kernels !== kernels) return 0;
+    if (!current(saved, kernels)) return 0;
     return Object.keys(saved.table).filter((k) => k.startsWith(`${deviceKey(gpu)}|`)).length;
   } catch {
     return 0;
@@ -157,14 +168,15 @@ export async function saveTuning(gpu: Gpu, cache: TuneCache, kernels = KERNELS_F
     let others: TuneTable = {};
     try {
       const saved = await cache.read();
-      if (saved && saved.kernels === kernels) {
+      if (current(saved, kernels)) {
         const prefix = `${deviceKey(gpu)}|`;
         others = Object.fromEntries(Object.entries(saved.table).filter(([k]) => !k.startsWith(prefix)));
       }
     } catch {
       // Unreadable: replaced by this device's table (restoreTuning has said so).
     }
-    await cache.write({ kernels, table: { ...others, ...tuneTable(gpu) } });
+    const a = agent();
+    await cache.write({ kernels, ...(a === undefined ? {} : { agent: a }), table: { ...others, ...tuneTable(gpu) } });
   } catch (e) {
     console.warn(`webart: kernel tuning not saved to ${cache.where} (${(e as Error).message})`);
   }
