@@ -638,7 +638,7 @@ async function oneModel(
       id: `gpu.${name}.load`,
       value: loadS,
       unit: "s",
-      note: "Engine.load of the 16-bit model from its files in memory (parse, upload, start-up tuning)",
+      note: `Engine.load of the 16-bit model from its files in memory (parse, upload, start-up tuning: ${(engine.startupTuning.ms / 1000).toFixed(1)} s of it)`,
     });
     const plan = planMemory(c, { weightBytes: 2, kvSlots: 1, kvContext: 1024, prefillChunk: 512, vocabChunk: 8192 });
     const roofline = (ctx.peak.copy_gbps * 1e9) / plan.weights;
@@ -941,7 +941,7 @@ async function q4Model(
       value: loadS,
       unit: "s",
       ...vs16(`gpu.${name}.load`, loadS, false),
-      note: "Engine.load quantizing every matrix on the GPU (q4Quantize); ratio: the 16-bit load's time over this one",
+      note: `Engine.load quantizing every matrix on the GPU (q4Quantize; start-up tuning ${(engine.startupTuning.ms / 1000).toFixed(1)} s of it); ratio: the 16-bit load's time over this one`,
     });
     ctx.log(`${name} q4: loaded in ${loadS.toFixed(1)} s`);
     const model = engine.model;

@@ -46,7 +46,7 @@ echo "=== webart info --speed ($(date +%T))" | tee -a "$out/gpu-run.txt"
 bash scripts/gpu/run.sh --cli info --speed 2>&1 | grep -v '^Warning\|^    at' | tee -a "$out/gpu-run.txt"
 # Last (measured before: 53 s on 2026-11-28, start-up tuning included), the embedded model's `webart train` (its
 # defaults). info --speed above saved the embedded model's start-up tuning (~/.cache/webart/tuning.json), so this
-# load reads it back: its "start-up tuning:" line says so.
+# load reads it back: its "start-up tuning, N s:" line says so.
 echo "=== webart train ($(date +%T))" | tee -a "$out/gpu-run.txt"
 s0=$(date +%s%N)
 bash scripts/gpu/run.sh --cli train 2>&1 | grep -v '^Warning\|^    at' >.devbundle/train.txt

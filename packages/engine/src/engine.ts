@@ -142,7 +142,7 @@ export class Engine {
   readonly handler: Handler;
   readonly served: ServedModel[] = [];
   /** What start-up tuning did in this load: entries read from the cache, entries timed, and where they are kept. */
-  startupTuning: StartupTuning = { restored: 0, measured: 0 };
+  startupTuning: StartupTuning = { restored: 0, measured: 0, ms: 0 };
   private client?: OpenAI;
   private closing?: Promise<void>;
 
@@ -276,7 +276,7 @@ export class Engine {
       return p;
     };
     let plan = planDroppingMerge(setup, makePlan, opts.mergeLora !== undefined);
-    const startupTuning: StartupTuning = { restored: 0, measured: 0 };
+    const startupTuning: StartupTuning = { restored: 0, measured: 0, ms: 0 };
     const cache =
       opts.tune === false || opts.tuneCache === false ? undefined : (opts.tuneCache ?? (await defaultTuneCache()));
     // This device's entries before tuning (the cache's among them): what tuning then sets anew was measured here.
@@ -291,7 +291,9 @@ export class Engine {
       // planned beside the weights, after the rest of the plan was checked (nothing is allocated for a load refused).
       // q4 products read f16 copies of their weights, so their kernels are tuned on f16.
       const tuned = opts.quantize ? "f16" : weightBytes === 4 ? "f32" : "bf16";
+      const t0 = performance.now();
       setup.tuning = await tuneScratchBytes(gpu, { weights: tuned, ...tuneShape });
+      startupTuning.ms += performance.now() - t0;
       plan = makePlan();
     }
     const weights = await base.weights(opts.onProgress);
@@ -299,7 +301,9 @@ export class Engine {
     let tuning: KernelTuning = {};
     if (opts.tune !== false) {
       const dtype = weights.layers[0]?.q.dtype ?? "f32";
+      const t0 = performance.now();
       tuning = await tuneKernels(gpu, { weights: dtype === "q4" ? "f16" : dtype, ...tuneShape });
+      startupTuning.ms += performance.now() - t0;
       // Its uniform and readback buffers go back to the device too, not into the pool's free lists.
       gpu.pool.trim();
       setup.loraGradChunk = loraGradChunk(gpu, tuning.lora);

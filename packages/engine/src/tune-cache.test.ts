@@ -33,7 +33,7 @@ it("a load saves what it measured; a load on another device object with the same
   const first = await Engine.load(EMBEDDED_MODEL, { ...opts, gpu: await fresh(), tuneCache: fileTuneCache(path) });
   const measured = tuneTable(first.gpu);
   await first.close();
-  expect(first.startupTuning).toEqual({ restored: 0, measured: Object.keys(measured).length, cache: path });
+  expect(first.startupTuning).toMatchObject({ restored: 0, measured: Object.keys(measured).length, cache: path });
   const saved = readSaved(path);
   expect(saved.kernels).toBe(KERNELS_FINGERPRINT);
   expect(saved.table).toEqual(measured);
@@ -44,7 +44,7 @@ it("a load saves what it measured; a load on another device object with the same
   const before = readFileSync(path, "utf8");
   const second = await Engine.load(EMBEDDED_MODEL, { ...opts, gpu: await fresh(), tuneCache: fileTuneCache(path) });
   try {
-    expect(second.startupTuning).toEqual({ restored: Object.keys(measured).length, measured: 0, cache: path });
+    expect(second.startupTuning).toMatchObject({ restored: Object.keys(measured).length, measured: 0, cache: path });
     // Every choice (and its timings) is the saved one: a timing taken again would differ.
     expect(tuneTable(second.gpu)).toEqual(saved.table);
     expect(readFileSync(path, "utf8")).toBe(before); // nothing new, nothing written
@@ -144,5 +144,5 @@ it("the default cache: WEBART_TUNING_CACHE names the file or turns it off, else 
   // Engine.load with tuneCache: false, or without tuning, keeps nothing.
   const e = await Engine.load(EMBEDDED_MODEL, { ...opts, tune: false, tuneCache: fileTuneCache(join(dir, "no.json")) });
   await e.close();
-  expect(e.startupTuning).toEqual({ restored: 0, measured: 0 });
+  expect(e.startupTuning).toEqual({ restored: 0, measured: 0, ms: 0 });
 });

@@ -121,6 +121,8 @@ export interface StartupTuning {
   measured: number;
   /** Where the results are kept; absent with no cache. */
   cache?: string;
+  /** Time the load spent in tuning (timing, or only looking the choices up), ms. */
+  ms: number;
 }
 
 /**
@@ -189,5 +191,6 @@ export function startupTuningLine(t: StartupTuning): string {
     ...(t.restored ? [`${t.restored} read back from ${t.cache}`] : []),
   ];
   if (!parts.length) return "start-up tuning: none (turned off)";
-  return `start-up tuning: ${parts.join("; ")}${t.cache ? "" : " (not kept: no tuning cache)"}`;
+  const took = `${(t.ms / 1000).toFixed(t.ms < 1000 ? 2 : 1)} s`;
+  return `start-up tuning, ${took}: ${parts.join("; ")}${t.cache ? "" : " (not kept: no tuning cache)"}`;
 }
