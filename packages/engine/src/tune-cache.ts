@@ -1,8 +1,7 @@
 // Start-up tuning kept between processes and visits. Engine.load times the kernels' variants for the model's shapes
 // on its device (seconds on a CPU device, mostly compiling the candidates; on an H200, Qwen-sized loads took 8-15 s
-// with it) and saves the results: a JSON file
-// in Node, IndexedDB in a browser. A later load on the same device with the same kernels reads them back and times
-// nothing. Entries name their device (deviceKey), so another GPU or robustness setting measures its own, and a table
+// with it) and saves the results: a JSON file in Node, IndexedDB in a browser. A later load on the same device with
+// the same kernels reads them back and times nothing. Entries name their device (deviceKey), so another GPU or robustness setting measures its own, and a table
 // saved by a build with other kernels (KERNELS_FINGERPRINT) is not used. Nothing here fails a load: a cache that
 // cannot be read or written is reported (console.warn) and tuning simply runs.
 import { createStore, get, set } from "idb-keyval";
