@@ -130,6 +130,10 @@ test("Speed on this GPU before any run: the chosen base model, a fresh adapter, 
     /^webart-tiny, 4 layers, [\d.]+ MiB of weights, with a LoRA adapter$/,
   );
   await expect(panel.getByTestId("speed-decode-b1")).toHaveText(/^\d[\d.]* tokens\/s in runs of 8 steps \(/);
+  // The page's first load timed its kernels and kept the choices in IndexedDB.
+  await expect(panel.getByTestId("speed-tuning")).toHaveText(
+    /^\d+ kernel choices timed in [\d.]+ s; kept in IndexedDB webart-tune\/tables$/,
+  );
   // A CPU device's short step; the planner's micro-batch and recompute, the device's peak against the plan.
   const train = panel.getByTestId("speed-train");
   await expect(train).toHaveText(
@@ -323,6 +327,8 @@ test("Speed on this GPU times the open run's model in the worker: peak, prefill,
   await expect(rows).toHaveCount(2);
   await expect(rows.nth(1)).toHaveText(/^\d[\d.]* tokens\/s in runs of 8 steps \([\d.]+x batch 1\)$/);
   await expect(panel.getByText(/^Kernel choices \(\d+\)$/)).toBeVisible();
+  // Loaded after the page was reloaded: its choices came back from IndexedDB.
+  await expect(panel.getByTestId("speed-tuning")).toHaveText(/read back in [\d.]+ s.* IndexedDB webart-tune\/tables$/);
   await expect(panel.getByRole("button", { name: "Measure speed" })).toBeEnabled();
   await shot("speed");
   expect(problems).toEqual([]);

@@ -142,7 +142,7 @@ export class Engine {
   readonly handler: Handler;
   readonly served: ServedModel[] = [];
   /** What start-up tuning did in this load: entries read from the cache, entries timed, and where they are kept. */
-  startupTuning: StartupTuning = { restored: 0, measured: 0, ms: 0 };
+  startupTuning: StartupTuning = { ran: false, restored: 0, measured: 0, ms: 0 };
   private client?: OpenAI;
   private closing?: Promise<void>;
 
@@ -276,7 +276,7 @@ export class Engine {
       return p;
     };
     let plan = planDroppingMerge(setup, makePlan, opts.mergeLora !== undefined);
-    const startupTuning: StartupTuning = { restored: 0, measured: 0, ms: 0 };
+    const startupTuning: StartupTuning = { ran: opts.tune !== false, restored: 0, measured: 0, ms: 0 };
     const cache =
       opts.tune === false || opts.tuneCache === false ? undefined : (opts.tuneCache ?? (await defaultTuneCache()));
     // This device's entries before tuning (the cache's among them): what tuning then sets anew was measured here.

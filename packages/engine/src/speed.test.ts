@@ -49,6 +49,11 @@ it("measures peak, prefill and decode on the engine's own slots, and leaves the 
   const lines = speedLines(r);
   expect(lines.find((l) => l.startsWith("decode b1:"))).toMatch(/tokens\/s in runs of 8 steps \(\d+\.\d% of the copy/);
   expect(lines.find((l) => l.startsWith("decode b4:"))).toMatch(/x batch 1\)$/);
+  // The load's tuning, as it happened (the tests keep no tuning cache).
+  expect(r.startupTuning).toEqual(engine.startupTuning);
+  expect(lines.find((l) => l.startsWith("tuning:"))).toMatch(
+    /^tuning: +(\d+ kernel choices timed in [\d.]+ s \(no tuning cache\)|every choice made by an earlier load)/,
+  );
   expect(engine.gpu.errors).toEqual([]);
 });
 

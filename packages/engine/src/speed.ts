@@ -8,6 +8,7 @@ import type { Engine } from "./engine.ts";
 import { freeSample } from "./generate/scheduler.ts";
 import { measureGrpoStep } from "./memory.ts";
 import { planTraining } from "./plan.ts";
+import { startupTuningText, type StartupTuning } from "./tune-cache.ts";
 
 /** The smallest copy the bandwidth test makes (each of its two buffers; quick: 8 MiB): larger than a GPU's last-level
  *  cache (an H100's is 50 MB), or it would time the cache. */
@@ -49,6 +50,8 @@ export interface SpeedReport {
     peakBytes: number;
     plannedBytes: number;
   };
+  /** What the engine's load did about start-up tuning: choices timed, read back from its cache, and how long. */
+  startupTuning: StartupTuning;
   /** Start-up tuning's choices on this device (problem key: winner), as the engine runs them. */
   kernels: { key: string; winner: string }[];
   /** What the device layer noted: variants not used here, and why. */
@@ -192,6 +195,7 @@ export async function measureSpeed(engine: Engine, opts: SpeedOptions = {}): Pro
     prefill: { tokens: prefillTokens, tokensPerSec: prefillTokens / (measured.prefillMs / 1000) },
     decode: measured.decode.map((d) => (d.batch === 1 ? { ...d, ofRoofline: d.tokensPerSec / roofline } : d)),
     ...(train ? { train } : {}),
+    startupTuning: { ...engine.startupTuning },
     kernels: [...gpu.tuning].map(([key, v]) => ({ key, winner: v.winner })).sort((a, b) => (a.key < b.key ? -1 : 1)),
     notes: [...gpu.notes],
   };
@@ -294,6 +298,7 @@ export function speedRows(r: SpeedReport): { key: string; label: string; text: s
           },
         ]
       : []),
+    { key: "tuning", label: "tuning", text: startupTuningText(r.startupTuning) },
   ];
 }
 

@@ -8,7 +8,14 @@ import { createDevice, type Gpu } from "@webart/gpu";
 import { deviceKey, KERNELS_FINGERPRINT, tuneTable } from "@webart/shaders";
 import { Engine } from "./engine.ts";
 import { EMBEDDED_MODEL } from "./model/embedded.ts";
-import { defaultTuneCache, fileTuneCache, restoreTuning, saveTuning, type SavedTuning } from "./tune-cache.ts";
+import {
+  defaultTuneCache,
+  fileTuneCache,
+  restoreTuning,
+  saveTuning,
+  startupTuningLine,
+  type SavedTuning,
+} from "./tune-cache.ts";
 
 const dir = mkdtempSync(join(tmpdir(), "webart-tune-"));
 const devices: Gpu[] = [];
@@ -34,6 +41,9 @@ it("a load saves what it measured; a load on another device object with the same
   const measured = tuneTable(first.gpu);
   await first.close();
   expect(first.startupTuning).toMatchObject({ restored: 0, measured: Object.keys(measured).length, cache: path });
+  expect(startupTuningLine(first.startupTuning)).toMatch(
+    /^start-up tuning: \d+ kernel choices timed in [\d.]+ s; kept in /,
+  );
   const saved = readSaved(path);
   expect(saved.kernels).toBe(KERNELS_FINGERPRINT);
   expect(saved.table).toEqual(measured);
@@ -45,9 +55,15 @@ it("a load saves what it measured; a load on another device object with the same
   const second = await Engine.load(EMBEDDED_MODEL, { ...opts, gpu: await fresh(), tuneCache: fileTuneCache(path) });
   try {
     expect(second.startupTuning).toMatchObject({ restored: Object.keys(measured).length, measured: 0, cache: path });
+    expect(startupTuningLine(second.startupTuning)).toMatch(/^start-up tuning: \d+ read back in [\d.]+ s from /);
     // Every choice (and its timings) is the saved one: a timing taken again would differ.
     expect(tuneTable(second.gpu)).toEqual(saved.table);
     expect(readFileSync(path, "utf8")).toBe(before); // nothing new, nothing written
+    // A third load on that device finds every choice there already.
+    const third = await Engine.load(EMBEDDED_MODEL, { ...opts, gpu: second.gpu, tuneCache: fileTuneCache(path) });
+    await third.close();
+    expect(third.startupTuning).toMatchObject({ ran: true, restored: 0, measured: 0 });
+    expect(startupTuningLine(third.startupTuning)).toMatch(/every choice made by an earlier load on this device/);
     // The model runs what was read back.
     const r = await second.openaiClient().chat.completions.create({
       model: second.name,
@@ -144,5 +160,6 @@ it("the default cache: WEBART_TUNING_CACHE names the file or turns it off, else 
   // Engine.load with tuneCache: false, or without tuning, keeps nothing.
   const e = await Engine.load(EMBEDDED_MODEL, { ...opts, tune: false, tuneCache: fileTuneCache(join(dir, "no.json")) });
   await e.close();
-  expect(e.startupTuning).toEqual({ restored: 0, measured: 0, ms: 0 });
+  expect(e.startupTuning).toEqual({ ran: false, restored: 0, measured: 0, ms: 0 });
+  expect(startupTuningLine(e.startupTuning)).toBe("start-up tuning: off (EngineOptions.tune: false)");
 });

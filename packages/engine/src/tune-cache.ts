@@ -115,6 +115,8 @@ function checkSaved(v: unknown): SavedTuning {
 
 /** What Engine.load's tuning did (Engine.startupTuning). */
 export interface StartupTuning {
+  /** Whether it ran (EngineOptions.tune). */
+  ran: boolean;
   /** Entries read from the cache for this device and kernels (calibration included). */
   restored: number;
   /** Entries timed in this load (0 when the cache held all of them, or another load in the process had). */
@@ -184,13 +186,21 @@ export async function saveTuning(gpu: Gpu, cache: TuneCache, kernels = KERNELS_F
   }
 }
 
-/** One line on what a load's tuning did, for commands to print (webart train, serve, info --speed). */
-export function startupTuningLine(t: StartupTuning): string {
-  const parts = [
-    ...(t.measured ? [`${t.measured} kernel choices timed${t.cache ? `, saved to ${t.cache}` : ""}`] : []),
-    ...(t.restored ? [`${t.restored} read back from ${t.cache}`] : []),
-  ];
-  if (!parts.length) return "start-up tuning: none (turned off)";
+/** What a load's tuning did, in words: "16 kernel choices timed in 9.5 s; kept in PATH", "16 read back in 0.05 s from
+ *  PATH" (the speed report's row). */
+export function startupTuningText(t: StartupTuning): string {
+  if (!t.ran) return "off (EngineOptions.tune: false)";
   const took = `${(t.ms / 1000).toFixed(t.ms < 1000 ? 2 : 1)} s`;
-  return `start-up tuning, ${took}: ${parts.join("; ")}${t.cache ? "" : " (not kept: no tuning cache)"}`;
+  if (!t.measured && !t.restored) return `every choice made by an earlier load on this device (${took})`;
+  const what = [
+    ...(t.measured ? [`${t.measured} kernel choices timed`] : []),
+    ...(t.restored ? [`${t.restored} read back`] : []),
+  ].join(", ");
+  const where = !t.cache ? " (no tuning cache)" : t.measured ? `; kept in ${t.cache}` : ` from ${t.cache}`;
+  return `${what} in ${took}${where}`;
+}
+
+/** The same as one line for commands to print (webart train, serve). */
+export function startupTuningLine(t: StartupTuning): string {
+  return `start-up tuning: ${startupTuningText(t)}`;
 }

@@ -126,9 +126,9 @@ describe("webart", () => {
     const at = cache.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
     const r = await webart(["info", "--speed", "--quick"], { WEBART_TUNING_CACHE: cache });
     expect(r.code).toBe(0);
-    expect(r.out).toMatch(new RegExp(`^start-up tuning, [\\d.]+ s: \\d+ kernel choices timed, saved to ${at}$`, "m"));
+    expect(r.out).toMatch(new RegExp(`^tuning: +\\d+ kernel choices timed in [\\d.]+ s; kept in ${at}$`, "m"));
     const again = await webart(["info", "--speed", "--quick"], { WEBART_TUNING_CACHE: cache });
-    expect(again.out).toMatch(new RegExp(`^start-up tuning, [\\d.]+ s: \\d+ read back from ${at}$`, "m"));
+    expect(again.out).toMatch(new RegExp(`^tuning: +\\d+ read back in [\\d.]+ s from ${at}$`, "m"));
     expect(again.out).toMatch(
       new RegExp(`^tuning cache: ${at} \\([1-9]\\d* start-up tuning choices for this device`, "m"),
     );

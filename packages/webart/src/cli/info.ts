@@ -11,7 +11,6 @@ import {
   measureSpeed,
   speedLines,
   savedChoices,
-  startupTuningLine,
 } from "@webart/engine";
 import { bytes, parseOptions, quantizeOption, UsageError, type CommandSpec } from "./args.ts";
 
@@ -80,7 +79,6 @@ export async function infoCommand(argv: string[]): Promise<number> {
     train: { lora, microBatchTokens: DEFAULT_TRAIN_CONFIG.microBatchTokens },
   });
   try {
-    console.log(startupTuningLine(engine.startupTuning));
     engine.attachLora(lora);
     console.log(`\nspeed of ${a.model} on this device${a.quick ? " (--quick)" : ""}:`);
     const train = a.quick ? { batch: 2, length: 64 } : { batch: 8, length: 512 };
