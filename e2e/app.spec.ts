@@ -169,7 +169,7 @@ test("Speed on this GPU before any run: the chosen base model, a fresh adapter, 
 
 /** The start-up tuning table the engine's load in the worker saved in IndexedDB (engine/src/tune-cache.ts), if any. */
 let savedTuning:
-  | { kernels: string; agent?: string; table: Record<string, { winner: string; ms: Record<string, number> }> }
+  | { kernels: string; build?: string; table: Record<string, { winner: string; ms: Record<string, number> }> }
   | undefined;
 const readSavedTuning = () =>
   page.evaluate(
@@ -220,7 +220,7 @@ test("trains tic-tac-toe for 2 steps: the step counter reaches 2 and the reward 
   savedTuning = await readSavedTuning();
   expect(savedTuning?.kernels).toMatch(/^[0-9a-f]{16}$/);
   // Saved for this browser: another version of it measures again.
-  expect(savedTuning?.agent).toBe(await page.evaluate(() => navigator.userAgent));
+  expect(savedTuning?.build).toBe(await page.evaluate(() => navigator.userAgent));
   // Keys are device | op@shape: each measured on this model's shapes.
   const keys = Object.keys(savedTuning?.table ?? {}).map((k) => k.split("|").pop()!.split("@")[0]);
   expect(keys).toEqual(expect.arrayContaining(["matmul.nt.f32", "sample.threads", "attention.train", "lora.layout"]));

@@ -46,6 +46,7 @@ it("a load saves what it measured; a load on another device object with the same
   );
   const saved = readSaved(path);
   expect(saved.kernels).toBe(KERNELS_FINGERPRINT);
+  expect(saved.build).toBe(first.gpu.kind.build);
   expect(saved.table).toEqual(measured);
   // The calibration (is this device a GPU?) is among them, so the next load times nothing at all.
   expect(Object.keys(saved.table)).toContain(`${deviceKey(first.gpu)}|calibration`);
@@ -84,20 +85,20 @@ it("a table saved under other kernels is not used and is replaced; another devic
   const theirs = "Some GPU|ampere|dawn|robust=false|matmul.f32@64";
   writeFileSync(path, JSON.stringify({ kernels: "0000000000000000", table: { [mine]: { winner: "x", ms: {} } } }));
   expect(await restoreTuning(gpu, fileTuneCache(path))).toBe(0);
-  // Nor one a browser saved (it names its user agent; Node's tables name none).
-  const fromBrowser = {
-    kernels: KERNELS_FINGERPRINT,
-    agent: "Mozilla/5.0",
-    table: { [mine]: { winner: "x", ms: {} } },
-  };
-  writeFileSync(path, JSON.stringify(fromBrowser));
-  expect(await restoreTuning(gpu, fileTuneCache(path))).toBe(0);
+  // Nor one compiled by another build: a browser (its user agent), another Dawn for Node, or one that names none.
+  expect(gpu.kind.build).toMatch(/^webgpu \d+\.\d+\.\d+/);
+  for (const build of ["Mozilla/5.0", "webgpu 0.0.1", undefined]) {
+    const table = { [mine]: { winner: "x", ms: {} } };
+    writeFileSync(path, JSON.stringify({ kernels: KERNELS_FINGERPRINT, build, table }));
+    expect(await restoreTuning(gpu, fileTuneCache(path))).toBe(0);
+  }
   expect(gpu.tuning.size).toBe(0);
 
   gpu.tuning.set("matmul.f32@64", { winner: "tiled", ms: { tiled: 1 } });
   await saveTuning(gpu, fileTuneCache(path));
   expect(readSaved(path)).toEqual({
     kernels: KERNELS_FINGERPRINT,
+    build: gpu.kind.build,
     table: { [mine]: { winner: "tiled", ms: { tiled: 1 } } },
   });
 

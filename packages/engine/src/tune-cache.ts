@@ -1,9 +1,10 @@
 // Start-up tuning kept between processes and visits. Engine.load times the kernels' variants for the model's shapes
 // on its device (seconds on a CPU device, mostly compiling the candidates; on an H200, Qwen-sized loads took 8-15 s
 // with it) and saves the results: a JSON file in Node, IndexedDB in a browser. A later load on the same device with
-// the same kernels reads them back and times nothing. Entries name their device (deviceKey), so another GPU or robustness setting measures its own, and a table
-// saved by a build with other kernels (KERNELS_FINGERPRINT) is not used. Nothing here fails a load: a cache that
-// cannot be read or written is reported (console.warn) and tuning simply runs.
+// the same kernels reads them back and times nothing. Entries name their device (deviceKey), so another GPU or
+// robustness setting measures its own. A table saved by a build with other kernels (KERNELS_FINGERPRINT), or compiled
+// by another browser version or another Dawn for Node (DeviceKind.build), is not used. Nothing here fails a load: a
+// cache that cannot be read or written is reported (console.warn) and tuning simply runs.
 import { createStore, get, set } from "idb-keyval";
 import type { Gpu } from "@webart/gpu";
 import { deviceKey, KERNELS_FINGERPRINT, loadTuneTable, tuneTable, type TuneTable } from "@webart/shaders";
@@ -11,18 +12,15 @@ import { deviceKey, KERNELS_FINGERPRINT, loadTuneTable, tuneTable, type TuneTabl
 /** A device table as it is kept: the kernels it was measured on, and its entries (device key + "|" + problem key). */
 export interface SavedTuning {
   kernels: string;
-  /** In a browser, its user agent: a browser update (a new shader compiler) measures again. */
-  agent?: string;
+  /** What compiled and ran the kernels (DeviceKind.build: the browser's user agent, or "webgpu <version>" in Node):
+   *  an update of either, a new shader compiler, measures again. */
+  build?: string;
   table: TuneTable;
 }
 
-/** The browser's user agent; undefined in Node, where the device key names the driver. */
-const agent = (): string | undefined =>
-  typeof navigator !== "undefined" && !nodeEnv() ? navigator.userAgent : undefined;
-
-/** Whether a saved table was measured on these kernels (and, in a browser, this browser). */
-const current = (s: SavedTuning | undefined, kernels: string): s is SavedTuning =>
-  !!s && s.kernels === kernels && s.agent === agent();
+/** Whether a saved table was measured on these kernels, compiled by what compiles them here. */
+const current = (gpu: Gpu, s: SavedTuning | undefined, kernels: string): s is SavedTuning =>
+  !!s && s.kernels === kernels && s.build === gpu.kind.build;
 
 /** Where start-up tuning's results are kept (EngineOptions.tuneCache). */
 export interface TuneCache {
@@ -135,7 +133,7 @@ export async function restoreTuning(gpu: Gpu, cache: TuneCache, kernels = KERNEL
   if (kernels === undefined) return 0;
   try {
     const saved = await cache.read();
-    if (!current(saved, kernels)) return 0;
+    if (!current(gpu, saved, kernels)) return 0;
     const prefix = `${deviceKey(gpu)}|`;
     const missing = Object.entries(saved.table).filter(
       ([k]) => k.startsWith(prefix) && !gpu.tuning.has(k.slice(prefix.length)),
@@ -155,7 +153,7 @@ export async function savedChoices(gpu: Gpu, cache: TuneCache, kernels = KERNELS
   if (kernels === undefined) return 0;
   try {
     const saved = await cache.read();
-    if (!current(saved, kernels)) return 0;
+    if (!current(gpu, saved, kernels)) return 0;
     return Object.keys(saved.table).filter((k) => k.startsWith(`${deviceKey(gpu)}|`)).length;
   } catch {
     return 0;
@@ -172,15 +170,14 @@ export async function saveTuning(gpu: Gpu, cache: TuneCache, kernels = KERNELS_F
     let others: TuneTable = {};
     try {
       const saved = await cache.read();
-      if (current(saved, kernels)) {
+      if (current(gpu, saved, kernels)) {
         const prefix = `${deviceKey(gpu)}|`;
         others = Object.fromEntries(Object.entries(saved.table).filter(([k]) => !k.startsWith(prefix)));
       }
     } catch {
       // Unreadable: replaced by this device's table (restoreTuning has said so).
     }
-    const a = agent();
-    await cache.write({ kernels, ...(a === undefined ? {} : { agent: a }), table: { ...others, ...tuneTable(gpu) } });
+    await cache.write({ kernels, build: gpu.kind.build, table: { ...others, ...tuneTable(gpu) } });
   } catch (e) {
     console.warn(`webart: kernel tuning not saved to ${cache.where} (${(e as Error).message})`);
   }

@@ -125,6 +125,8 @@ export interface DeviceKind {
   device: string;
   description: string;
   runtime: "browser" | "node";
+  /** What compiles and runs the kernels (FoundAdapter.build): the browser's user agent, or "webgpu <version>". */
+  build: string;
   robustness: boolean;
 }
 
@@ -592,7 +594,7 @@ export async function getDevice(opts: DeviceOptions = {}): Promise<Gpu> {
 
 export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
   const robustness = opts.robustness ?? false;
-  const { adapter, notes, runtime } = await findAdapter({ ...opts, robustness });
+  const { adapter, notes, runtime, build } = await findAdapter({ ...opts, robustness });
   const L = adapter.limits;
   const requiredLimits: Record<string, number> = {
     maxStorageBufferBindingSize: L.maxStorageBufferBindingSize,
@@ -613,6 +615,7 @@ export async function createDevice(opts: DeviceOptions = {}): Promise<Gpu> {
     device: info.device,
     description: info.description,
     runtime,
+    build,
     robustness: runtime === "browser" ? true : robustness,
   };
   const gpu = new Gpu(device, summary, notes, opts);

@@ -16,6 +16,8 @@ export interface FoundAdapter {
   /** Human-readable notes on how the adapter was found (e.g. the SwiftShader fallback). */
   notes: string[];
   runtime: "browser" | "node";
+  /** What compiles and runs the kernels: the browser's user agent, or Dawn for Node as "webgpu <its npm version>". */
+  build: string;
 }
 
 export const isNode = (): boolean =>
@@ -45,6 +47,18 @@ async function loadDawn(): Promise<DawnModule> {
     if (!(k in globalThis)) (globalThis as Record<string, unknown>)[k] = v;
   }
   return dawn;
+}
+
+/** The npm package "webgpu"'s version, as "webgpu 0.6.2" (just "webgpu" where its package.json cannot be read). */
+async function dawnBuild(): Promise<string> {
+  try {
+    const name = "node:module";
+    const { createRequire } = (await import(/* @vite-ignore */ name)) as typeof import("node:module");
+    const pkg = createRequire(import.meta.url)("webgpu/package.json") as { version?: unknown };
+    return typeof pkg.version === "string" ? `webgpu ${pkg.version}` : "webgpu";
+  } catch {
+    return "webgpu";
+  }
 }
 
 function dawnFlags(opts: GpuApiOptions): string[] {
@@ -111,7 +125,7 @@ export async function findAdapter(
           "or start Chromium with --enable-unsafe-webgpu.",
       );
     }
-    return { gpu: nav.gpu, adapter, notes: [], runtime: "browser" };
+    return { gpu: nav.gpu, adapter, notes: [], runtime: "browser", build: navigator.userAgent };
   }
 
   const mod = await loadDawn();
@@ -150,7 +164,7 @@ export async function findAdapter(
           : "Install a GPU driver with Vulkan, Metal or D3D12 support."),
     );
   }
-  return { gpu, adapter, notes, runtime: "node" };
+  return { gpu, adapter, notes, runtime: "node", build: await dawnBuild() };
 }
 
 /** Drops Node's Dawn instances so the process can exit (Dawn keeps the event loop alive). */
