@@ -6,7 +6,7 @@
 // by another browser version or another Dawn for Node (DeviceKind.build), is not used. Nothing here fails a load: a
 // cache that cannot be read or written is reported (console.warn) and tuning simply runs.
 import { createStore, get, set } from "idb-keyval";
-import type { Gpu } from "@webart/gpu";
+import { isNode, type Gpu } from "@webart/gpu";
 import { deviceKey, KERNELS_FINGERPRINT, loadTuneTable, tuneTable, type TuneTable } from "@webart/shaders";
 
 /** A device table as it is kept: the kernels it was measured on, and its entries (device key + "|" + problem key). */
@@ -33,12 +33,6 @@ export interface TuneCache {
 
 /** Turns the default cache off in Node: WEBART_TUNING_CACHE=off. */
 const OFF = new Set(["off", "0", "false", "none"]);
-
-type Env = Record<string, string | undefined>;
-const nodeEnv = (): Env | undefined =>
-  (globalThis as { process?: { env?: Env; versions?: { node?: string } } }).process?.versions?.node
-    ? (globalThis as unknown as { process: { env: Env } }).process.env
-    : undefined;
 
 /** A JSON file; written whole to a temporary file renamed into place, so a reader never sees half of one. */
 export function fileTuneCache(path: string): TuneCache {
@@ -87,13 +81,13 @@ export function idbTuneCache(dbName = "webart-tune", storeName = "tables"): Tune
 /**
  * The cache Engine.load uses when its options name none: in Node the file $WEBART_TUNING_CACHE (off turns it off),
  * else $XDG_CACHE_HOME/webart/tuning.json, else ~/.cache/webart/tuning.json; in a browser, IndexedDB. None where
- * the kernels have no fingerprint (their sources running unbuilt, as in `npm run bench`: its start-up times are
- * measured afresh).
+ * the kernels have no fingerprint (their sources running unbuilt, outside the tests). `npm run bench` turns it off
+ * (WEBART_TUNING_CACHE=off): its loads measure afresh.
  */
 export async function defaultTuneCache(): Promise<TuneCache | undefined> {
   if (KERNELS_FINGERPRINT === undefined) return undefined;
-  const env = nodeEnv();
-  if (env) {
+  if (isNode()) {
+    const env = process.env;
     const set = env.WEBART_TUNING_CACHE?.trim();
     if (set && OFF.has(set.toLowerCase())) return undefined;
     if (set) return fileTuneCache(set);
