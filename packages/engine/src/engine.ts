@@ -279,13 +279,12 @@ export class Engine {
     const startupTuning: StartupTuning = { ran: opts.tune !== false, restored: 0, measured: 0, ms: 0 };
     const cache =
       opts.tune === false || opts.tuneCache === false ? undefined : (opts.tuneCache ?? (await defaultTuneCache()));
-    // This device's entries before tuning (the cache's among them): what tuning then sets anew was measured here.
-    let known = new Map(gpu.tuning);
     if (cache) {
       startupTuning.cache = cache.where;
       startupTuning.restored = await restoreTuning(gpu, cache);
-      known = new Map(gpu.tuning);
     }
+    // This device's entries before tuning (the cache's among them): what tuning then sets anew was measured here.
+    const known = new Map(gpu.tuning);
     if (opts.tune !== false) {
       // Start-up tuning's buffers (what its largest problem holds; measuring whether this device is a GPU first) are
       // planned beside the weights, after the rest of the plan was checked (nothing is allocated for a load refused).

@@ -18,6 +18,12 @@ export interface SavedTuning {
   table: TuneTable;
 }
 
+/** Whether a full key (device key + "|" + problem key) is this device's. */
+const onDevice = (gpu: Gpu) => {
+  const prefix = `${deviceKey(gpu)}|`;
+  return (key: string) => key.startsWith(prefix);
+};
+
 /** Whether a saved table was measured on these kernels, compiled by what compiles them here. */
 const current = (gpu: Gpu, s: SavedTuning | undefined, kernels: string): s is SavedTuning =>
   !!s && s.kernels === kernels && s.build === gpu.kind.build;
@@ -128,10 +134,9 @@ export async function restoreTuning(gpu: Gpu, cache: TuneCache, kernels = KERNEL
   try {
     const saved = await cache.read();
     if (!current(gpu, saved, kernels)) return 0;
-    const prefix = `${deviceKey(gpu)}|`;
-    const missing = Object.entries(saved.table).filter(
-      ([k]) => k.startsWith(prefix) && !gpu.tuning.has(k.slice(prefix.length)),
-    );
+    // This device's entries, except those it has measured itself in this process.
+    const [mine, skip] = [onDevice(gpu), `${deviceKey(gpu)}|`.length];
+    const missing = Object.entries(saved.table).filter(([k]) => mine(k) && !gpu.tuning.has(k.slice(skip)));
     return loadTuneTable(gpu, Object.fromEntries(missing));
   } catch (e) {
     console.warn(
@@ -148,7 +153,7 @@ export async function savedChoices(gpu: Gpu, cache: TuneCache, kernels = KERNELS
   try {
     const saved = await cache.read();
     if (!current(gpu, saved, kernels)) return 0;
-    return Object.keys(saved.table).filter((k) => k.startsWith(`${deviceKey(gpu)}|`)).length;
+    return Object.keys(saved.table).filter(onDevice(gpu)).length;
   } catch {
     return 0;
   }
@@ -165,8 +170,8 @@ export async function saveTuning(gpu: Gpu, cache: TuneCache, kernels = KERNELS_F
     try {
       const saved = await cache.read();
       if (current(gpu, saved, kernels)) {
-        const prefix = `${deviceKey(gpu)}|`;
-        others = Object.fromEntries(Object.entries(saved.table).filter(([k]) => !k.startsWith(prefix)));
+        const mine = onDevice(gpu);
+        others = Object.fromEntries(Object.entries(saved.table).filter(([k]) => !mine(k)));
       }
     } catch {
       // Unreadable: replaced by this device's table (restoreTuning has said so).
